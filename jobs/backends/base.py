@@ -1,0 +1,198 @@
+"""The backend contract: what runs a job's instances and how the console talks to it.
+
+A backend launches one attempt of a job (one instance per role replica), reports
+each instance's state, stops instances, restarts one instance, serves logs and
+knows its nodes. Concrete backends live beside this module (local.py, memory.py,
+later slurm.py) and are chosen by dotted path in settings.JOB_BACKENDS.
+
+Handles are plain JSON-serialisable dicts so that they can be stored on the
+Attempt row and used by any process (console, Celery worker) after a restart.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+
+class BackendError(Exception):
+    """A backend could not do what was asked.
+
+    `retryable` says whether trying again later may work (a node or service that
+    is briefly unavailable) or not (a bad request, an unknown instance, a missing
+    capability).
+    """
+
+    def __init__(self, message: str, *, retryable: bool = False):
+        super().__init__(message)
+        self.message = message
+        self.retryable = retryable
+
+    def __str__(self) -> str:
+        kind = "retryable" if self.retryable else "permanent"
+        return f"{self.message} ({kind})"
+
+
+class InstanceState(StrEnum):
+    PENDING = "pending"  # asked for, its process not started yet
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"  # exited with code 0
+    FAILED = "failed"  # exited non-zero or by a signal
+    STOPPED = "stopped"  # ended because someone asked (stop / stop_instance)
+    LOST = "lost"  # the backend no longer knows what happened (reason says why)
+
+    @property
+    def finished(self) -> bool:
+        return self in _FINISHED
+
+
+_FINISHED = frozenset(
+    {InstanceState.SUCCEEDED, InstanceState.FAILED, InstanceState.STOPPED, InstanceState.LOST}
+)
+
+
+@dataclass(frozen=True)
+class InstanceLaunch:
+    """One replica of one role in an attempt: `worker-0` is role Worker, index 0."""
+
+    name: str
+    role: str
+    index: int
+    rank: int
+    command: str
+    env: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class AttemptLaunch:
+    """Everything a backend needs to start attempt `attempt` of a job.
+
+    `env` is the user's env plus the console's VIGIL_* variables (console URL,
+    job id, token). The backend adds the framework's variables per instance
+    (see frameworks.py); those win over anything in `env`.
+    """
+
+    job_id: str
+    attempt: int
+    job_type: str
+    instances: tuple[InstanceLaunch, ...]
+    env: dict = field(default_factory=dict)
+    workdir: str | None = None
+    avoid_nodes: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "AttemptLaunch":
+        d = dict(d)
+        d["instances"] = tuple(InstanceLaunch(**i) for i in d["instances"])
+        d["avoid_nodes"] = tuple(d.get("avoid_nodes") or ())
+        return cls(**d)
+
+
+@dataclass(frozen=True)
+class InstanceStatus:
+    """One instance as the backend sees it now. Times are epoch seconds or None."""
+
+    name: str
+    role: str
+    index: int
+    state: InstanceState
+    exit_code: int | None = None  # None while running, or when ended by a signal
+    signal: int | None = None  # the signal that ended the process, if any
+    started_at: float | None = None
+    exited_at: float | None = None
+    last_output_at: float | None = None  # last write to stdout/stderr
+    node: str = ""
+    reason: str = ""  # the backend's own words: "OOMKilled", "shim lost", ...
+    pid: int | None = None
+
+
+@dataclass(frozen=True)
+class Node:
+    name: str
+    slots: int
+    schedulable: bool = True
+    reason: str = ""  # why it is unschedulable (isolation reason), or ""
+
+
+class Backend(ABC):
+    """Base class of all backends. Subclasses implement the abstract methods.
+
+    Capability flags say what the monitor may ask for beyond the basics.
+    """
+
+    can_dump_stacks: bool = False  # pids() returns local PIDs that py-spy can read
+    can_isolate_nodes: bool = False  # isolate_node()/restore_node() work
+
+    def __init__(self, name: str = "", **options):
+        self.name = name
+        self.options = options
+
+    # -- attempts ---------------------------------------------------------
+    @abstractmethod
+    def launch(self, spec: AttemptLaunch) -> dict:
+        """Start every instance of the attempt; return a JSON-serialisable handle."""
+
+    @abstractmethod
+    def poll(self, handle: dict) -> list[InstanceStatus]:
+        """The current status of every instance of the attempt."""
+
+    @abstractmethod
+    def stop(self, handle: dict, grace: float | None = None) -> None:
+        """Stop every instance: SIGTERM (or equivalent), then kill after `grace` seconds."""
+
+    @abstractmethod
+    def stop_instance(self, handle: dict, name: str, grace: float | None = None) -> None:
+        """Stop one instance as stop() does."""
+
+    @abstractmethod
+    def restart_instance(self, handle: dict, name: str) -> dict:
+        """Start that instance afresh within the same attempt; return the (updated) handle."""
+
+    # -- logs -------------------------------------------------------------
+    @abstractmethod
+    def read_log(self, handle: dict, name: str, offset: int = 0, limit: int | None = None) -> bytes:
+        """Bytes of the instance's combined stdout/stderr log from `offset`."""
+
+    @abstractmethod
+    def tail_log(self, handle: dict, name: str, nbytes: int) -> bytes:
+        """The last `nbytes` bytes of the instance's log (fewer if it is shorter)."""
+
+    def log_path(self, handle: dict, name: str) -> str | None:
+        """A local path of the log if there is one (for streaming), else None."""
+        return None
+
+    # -- nodes ------------------------------------------------------------
+    @abstractmethod
+    def list_nodes(self) -> list[Node]:
+        """The nodes this backend can place instances on."""
+
+    def isolate_node(self, name: str, reason: str) -> None:
+        """Stop scheduling new instances on `name`."""
+        raise BackendError(f"backend {self.name or type(self).__name__} cannot isolate nodes")
+
+    def restore_node(self, name: str) -> None:
+        """Make an isolated node schedulable again."""
+        raise BackendError(f"backend {self.name or type(self).__name__} cannot isolate nodes")
+
+    # -- diagnostics -------------------------------------------------------
+    def pids(self, handle: dict, name: str) -> list[int]:
+        """PIDs of the instance's processes on this machine (for stack dumps)."""
+        raise BackendError(f"backend {self.name or type(self).__name__} cannot list local PIDs")
+
+    # -- helpers for subclasses ------------------------------------------
+    @staticmethod
+    def instance_names(handle: dict) -> list[str]:
+        return [i["name"] for i in handle.get("instances", ())]
+
+    @staticmethod
+    def check_instance(handle: dict, name: str) -> dict:
+        for inst in handle.get("instances", ()):
+            if inst["name"] == name:
+                return inst
+        known = ", ".join(Backend.instance_names(handle)) or "none"
+        raise BackendError(f"instance {name!r} is not part of this attempt (known: {known})")
