@@ -1,0 +1,257 @@
+"""Vigil settings. Everything that differs between a laptop and production comes
+from the environment; the defaults are the embedded ones (SQLite under
+VIGIL_DATA_DIR, a Redis on localhost, the local backend)."""
+
+import os
+from pathlib import Path
+
+import dj_database_url
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+
+def env_bool(name: str, default: bool = False) -> bool:
+    value = os.environ.get(name)
+    if value is None or value == "":
+        return default
+    return value.strip().lower() in {"1", "true", "yes", "on"}
+
+
+def env_list(name: str, default: str = "") -> list[str]:
+    return [item.strip() for item in os.environ.get(name, default).split(",") if item.strip()]
+
+
+DATA_DIR = Path(os.environ.get("VIGIL_DATA_DIR", BASE_DIR / "var")).resolve()
+DATA_DIR.mkdir(parents=True, exist_ok=True)
+
+DEBUG = env_bool("DEBUG", False)
+
+
+def _secret_key() -> str:
+    """SECRET_KEY from the environment, else one generated on first start and kept
+    in the data directory, so a fresh install never signs with a public default."""
+    if os.environ.get("SECRET_KEY"):
+        return os.environ["SECRET_KEY"]
+    path = DATA_DIR / "secret_key"
+    if not path.exists():
+        import secrets
+
+        tmp = path.with_name(f"secret_key.{os.getpid()}")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(secrets.token_urlsafe(50))
+        try:
+            os.link(tmp, path)  # atomic, and the first process to start wins
+        except FileExistsError:
+            pass
+        os.unlink(tmp)
+    return path.read_text().strip()
+
+
+SECRET_KEY = _secret_key()
+ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", "127.0.0.1,localhost,[::1]")
+CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS")
+
+INSTALLED_APPS = [
+    "daphne",
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "drf_spectacular",
+    "django_htmx",
+    "channels",
+    "console",
+    "jobs",
+    "monitoring",
+    "notifications",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "django_htmx.middleware.HtmxMiddleware",
+]
+
+ROOT_URLCONF = "console.urls"
+WSGI_APPLICATION = "console.wsgi.application"
+ASGI_APPLICATION = "console.asgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+                "console.context_processors.workspaces",
+            ],
+        },
+    },
+]
+
+SQLITE_PATH = DATA_DIR / "vigil.sqlite3"
+DATABASES = {
+    "default": dj_database_url.parse(
+        os.environ.get("DATABASE_URL") or f"sqlite:///{SQLITE_PATH}",
+        conn_max_age=int(os.environ.get("DB_CONN_MAX_AGE", "0")),
+    )
+}
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    # WAL lets the web process read while a worker writes; IMMEDIATE transactions
+    # and a busy timeout turn lock contention into waiting instead of errors.
+    DATABASES["default"].setdefault("OPTIONS", {}).update(
+        {
+            "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+            "transaction_mode": "IMMEDIATE",
+            "timeout": 30,
+        }
+    )
+    DATABASES["default"]["TEST"] = {"NAME": str(DATA_DIR / "test-vigil.sqlite3")}
+
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+]
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STATIC_ROOT = DATA_DIR / "staticfiles"
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
+}
+
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "dashboard"
+LOGOUT_REDIRECT_URL = "login"
+
+# --- Security: VIGIL_HTTPS=1 in production (behind TLS) turns on the HTTPS flags --
+SECURE_HTTPS = env_bool("VIGIL_HTTPS", False)
+SESSION_COOKIE_SECURE = SECURE_HTTPS
+CSRF_COOKIE_SECURE = SECURE_HTTPS
+SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", SECURE_HTTPS)
+SECURE_HSTS_SECONDS = int(os.environ.get("SECURE_HSTS_SECONDS", "31536000" if SECURE_HTTPS else "0"))
+SECURE_HSTS_INCLUDE_SUBDOMAINS = SECURE_HTTPS
+SECURE_HSTS_PRELOAD = SECURE_HTTPS
+SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https") if env_bool("VIGIL_BEHIND_PROXY") else None
+SESSION_COOKIE_HTTPONLY = True
+X_FRAME_OPTIONS = "DENY"
+SECURE_CONTENT_TYPE_NOSNIFF = True
+
+# --- REST framework ----------------------------------------------------------
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "jobs.authentication.ApiTokenAuthentication",
+        "rest_framework.authentication.SessionAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.PageNumberPagination",
+    "PAGE_SIZE": 50,
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_RENDERER_CLASSES": [
+        "rest_framework.renderers.JSONRenderer",
+        "rest_framework.renderers.BrowsableAPIRenderer",
+    ],
+    "DEFAULT_THROTTLE_RATES": {"sdk": os.environ.get("VIGIL_SDK_RATE", "20/s")},
+}
+SPECTACULAR_SETTINGS = {
+    "TITLE": "Vigil API",
+    "DESCRIPTION": "Run distributed deep-learning jobs and keep them alive.",
+    "VERSION": "1.0.0",
+    "SERVE_INCLUDE_SCHEMA": False,
+}
+
+# --- Redis, Celery, Channels ---------------------------------------------------
+REDIS_URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
+CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL", REDIS_URL)
+CELERY_RESULT_BACKEND = None
+CELERY_TASK_IGNORE_RESULT = True
+CELERY_TASK_ACKS_LATE = True
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 300}
+CELERY_TIMEZONE = "UTC"
+MONITOR_SWEEP_SECONDS = float(os.environ.get("VIGIL_MONITOR_SWEEP_SECONDS", "1.0"))
+CELERY_BEAT_SCHEDULE = {
+    "monitor-sweep": {
+        "task": "monitoring.tasks.sweep",
+        "schedule": MONITOR_SWEEP_SECONDS,
+        "options": {"expires": MONITOR_SWEEP_SECONDS * 2},
+    },
+}
+
+CHANNEL_LAYERS = {
+    "default": {
+        "BACKEND": "channels_redis.core.RedisChannelLayer",
+        "CONFIG": {"hosts": [REDIS_URL], "capacity": 2000, "expiry": 30},
+    }
+}
+
+# --- Vigil ---------------------------------------------------------------------
+# Where the console is reachable from jobs (the SDK's VIGIL_CONSOLE_URL).
+VIGIL_CONSOLE_URL = os.environ.get("VIGIL_CONSOLE_URL", "http://127.0.0.1:8000")
+# Workspace roles that may submit jobs to the local backend: local jobs run as
+# the console's own operating-system user.
+VIGIL_LOCAL_SUBMIT_ROLES = env_list("VIGIL_LOCAL_SUBMIT_ROLES", "owner,admin")
+VIGIL_STOP_GRACE_SECONDS = float(os.environ.get("VIGIL_STOP_GRACE_SECONDS", "15"))
+
+JOB_BACKENDS = {
+    "local": {
+        "BACKEND": "jobs.backends.local.LocalBackend",
+        "OPTIONS": {
+            "data_dir": str(DATA_DIR / "local-backend"),
+            "redis_url": REDIS_URL,
+            "grace": VIGIL_STOP_GRACE_SECONDS,
+        },
+    },
+}
+if os.environ.get("VIGIL_LOCAL_NODES"):
+    # "name:slots,name:slots": present this machine as several virtual nodes.
+    JOB_BACKENDS["local"]["OPTIONS"]["nodes"] = [
+        {"name": part.split(":")[0], "slots": int(part.split(":")[1])}
+        for part in env_list("VIGIL_LOCAL_NODES")
+    ]
+if os.environ.get("VIGIL_SLURM_PARTITION") is not None or env_bool("VIGIL_SLURM"):
+    JOB_BACKENDS["slurm"] = {
+        "BACKEND": "jobs.backends.slurm.SlurmBackend",
+        "OPTIONS": {
+            "partition": os.environ.get("VIGIL_SLURM_PARTITION", ""),
+            "account": os.environ.get("VIGIL_SLURM_ACCOUNT", ""),
+            "log_dir": os.environ.get("VIGIL_SLURM_LOG_DIR", str(DATA_DIR / "slurm-logs")),
+        },
+    }
+
+# Outbound notification targets that are allowed although private (tests: 127.0.0.1).
+VIGIL_OUTBOUND_ALLOW = env_list("VIGIL_OUTBOUND_ALLOW")
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": os.environ.get("VIGIL_LOG_LEVEL", "INFO")},
+    "loggers": {"django.db.backends": {"level": "WARNING"}},
+}

@@ -1,0 +1,457 @@
+"""What people and the monitor do to jobs: submit, launch an attempt, stop,
+reset a job's token, record events. The API, the pages, the SDK endpoints and
+the monitor all call these; views and tasks stay thin."""
+
+from __future__ import annotations
+
+import logging
+import socket
+from datetime import timedelta
+
+from django.conf import settings
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from .backends.base import AttemptLaunch, BackendError, InstanceLaunch
+from .models import (
+    ADMIN_ROLES,
+    FINISHED_JOB_STATUSES,
+    WRITE_ROLES,
+    Attempt,
+    AttemptStatus,
+    EventLevel,
+    EventType,
+    Instance,
+    InstanceStatus,
+    Job,
+    JobEvent,
+    JobStatus,
+    Workspace,
+)
+from .submission import RoleSpec, SubmissionError, instance_names, validate_submission
+
+log = logging.getLogger(__name__)
+
+# A launch that took the attempt but never stored a handle (its worker died) may
+# be taken over after this long.
+LAUNCH_LEASE = timedelta(seconds=30)
+
+
+class NotFound(Exception):
+    """The object does not exist for this caller (outside their workspaces)."""
+
+
+class Forbidden(Exception):
+    """The caller may see the object but not do this to it."""
+
+
+# --- workspaces and roles -------------------------------------------------------
+
+
+def workspace_for(user, ref) -> Workspace:
+    """The workspace `ref` (id or slug) if the user is a member; NotFound otherwise."""
+    qs = Workspace.objects.for_user(user)
+    ws = None
+    if isinstance(ref, Workspace):
+        ws = qs.filter(pk=ref.pk).first()
+    elif isinstance(ref, int) or (isinstance(ref, str) and ref.isdigit()):
+        ws = qs.filter(pk=int(ref)).first()
+    elif isinstance(ref, str) and ref:
+        ws = qs.filter(slug=ref).first()
+    if ws is None:
+        raise NotFound(f"workspace {ref!r} not found")
+    return ws
+
+
+def require_role(user, workspace: Workspace, roles, action: str) -> str:
+    role = workspace.role_of(user)
+    if role is None:
+        raise NotFound("workspace not found")
+    if role not in roles:
+        raise Forbidden(f"your role in {workspace.name} is {role}; {action} needs one of: {', '.join(roles)}.")
+    return role
+
+
+def jobs_for(user):
+    return Job.objects.filter(workspace__memberships__user=user).distinct()
+
+
+def job_for(user, job_id) -> Job:
+    try:
+        return jobs_for(user).select_related("workspace").get(pk=int(job_id))
+    except (Job.DoesNotExist, ValueError, TypeError):
+        raise NotFound(f"job {job_id!r} not found") from None
+
+
+# --- events ---------------------------------------------------------------------
+
+
+def record_event(
+    job: Job | int,
+    type: str,
+    message: str,
+    *,
+    level: str = EventLevel.INFO,
+    payload: dict | None = None,
+    attempt: int | None = None,
+    instance: str = "",
+    key: str | None = None,
+) -> JobEvent | None:
+    """Write one event row; with a key, a second call for the same decision writes
+    nothing and returns None. Pushing to browsers and event rules happens after
+    commit (monitoring.publish)."""
+    job_id = job.pk if isinstance(job, Job) else job
+    try:
+        with transaction.atomic():
+            event = JobEvent.objects.create(
+                job_id=job_id,
+                type=type,
+                level=level,
+                message=message,
+                payload=payload or {},
+                attempt=attempt,
+                instance=instance,
+                idempotency_key=key,
+            )
+    except IntegrityError:
+        if key is None:
+            raise
+        return None
+    transaction.on_commit(lambda: _announce_event(event.pk))
+    return event
+
+
+def _announce_event(event_id: int) -> None:
+    # Imported late: the publishing side (Channels, event rules) is optional for
+    # the domain and must never break a state change that already committed.
+    try:
+        from monitoring.publish import event_committed
+    except ImportError:
+        return
+    try:
+        event_committed(event_id)
+    except Exception:  # noqa: BLE001 - telling people must not break the monitor
+        log.exception("could not announce event %s", event_id)
+
+
+# --- submit ---------------------------------------------------------------------
+
+
+def submit_job(user, data: dict) -> tuple[Job, str]:
+    """Validate and store a job with its first attempt, then enqueue the launch.
+    Returns the job and its plain SDK token (shown once)."""
+    if not isinstance(data, dict):
+        raise SubmissionError({"non_field_errors": ["the request body must be a JSON object."]})
+    ws_ref = data.get("workspace")
+    if ws_ref in (None, ""):
+        raise SubmissionError({"workspace": ["is required: the id or slug of one of your workspaces."]})
+    workspace = workspace_for(user, ws_ref)
+    require_role(user, workspace, WRITE_ROLES, "submitting a job")
+    valid = validate_submission(data, tuple(settings.JOB_BACKENDS))
+    if valid.backend == "local":
+        require_role(user, workspace, tuple(settings.VIGIL_LOCAL_SUBMIT_ROLES), "running jobs on the local backend")
+
+    with transaction.atomic():
+        job = Job.objects.create(
+            workspace=workspace,
+            created_by=user if user.is_authenticated else None,
+            display_name=valid.display_name,
+            job_type=valid.job_type,
+            job_specs=[r.to_dict() for r in valid.roles],
+            user_command=valid.user_command,
+            envs=valid.envs,
+            image=valid.roles[0].image if valid.roles else "",
+            workdir=valid.workdir,
+            backend=valid.backend,
+            fault_tolerance=valid.fault_tolerance,
+            error_monitoring_args=valid.error_monitoring_args,
+            ft_config=valid.ft_config.to_dict(),
+            retryable_keywords=list(valid.retryable_keywords),
+            current_attempt=1,
+        )
+        raw_token = job.reset_token()
+        Attempt.objects.create(job=job, number=1)
+        record_event(
+            job,
+            EventType.STATUS,
+            f"Job submitted by {user.get_username()}: {valid.job_type} with "
+            + ", ".join(f"{r.replicas} {r.role}" for r in valid.roles)
+            + (f"; fault tolerance on ({valid.ft_config.to_flags() or 'defaults'})." if valid.fault_tolerance else "."),
+            payload={"status": JobStatus.CREATING},
+            attempt=1,
+            key=f"submitted:{job.pk}",
+        )
+        transaction.on_commit(lambda: enqueue_launch(job.pk, 1))
+    return job, raw_token
+
+
+def enqueue_launch(job_id: int, number: int) -> None:
+    from .tasks import launch_attempt_task
+
+    launch_attempt_task.delay(job_id, number)
+
+
+# --- launch ---------------------------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def roles_of(job: Job) -> list[RoleSpec]:
+    return [
+        RoleSpec(s["type"], int(s.get("pod_count", 1)), s.get("image", ""), **_resources(s))
+        for s in job.job_specs
+    ]
+
+
+def _resources(spec: dict) -> dict:
+    res = spec.get("resource_config") or {}
+    return {"cpu": float(res.get("cpu", 1)), "memory": str(res.get("memory", "") or ""), "gpu": int(res.get("gpu", 0))}
+
+
+def sdk_env(job: Job, attempt: int) -> dict:
+    ft = job.ft_config or {}
+    env = {
+        "VIGIL_CONSOLE_URL": settings.VIGIL_CONSOLE_URL,
+        "VIGIL_JOB_ID": str(job.pk),
+        "VIGIL_JOB_TOKEN": job.plain_token(),
+        "VIGIL_ATTEMPT": str(attempt),
+    }
+    if job.fault_tolerance and ft.get("enable_c4d_hang_detection"):
+        env["VIGIL_C4D"] = "1"
+    return env
+
+
+def attempt_launch_spec(job: Job, attempt: Attempt, avoid_nodes=()) -> AttemptLaunch:
+    env = dict(job.envs)
+    env.update(sdk_env(job, attempt.number))
+    instances = tuple(
+        InstanceLaunch(name=name, role=role, index=index, rank=rank, command=job.user_command, env={})
+        for name, role, index, rank in instance_names(roles_of(job))
+    )
+    return AttemptLaunch(
+        job_id=str(job.pk),
+        attempt=attempt.number,
+        job_type=job.job_type,
+        instances=instances,
+        env=env,
+        workdir=job.workdir or None,
+        avoid_nodes=tuple(avoid_nodes),
+    )
+
+
+def get_backend_for(job: Job):
+    from .backends import get_backend
+
+    return get_backend(job.backend)
+
+
+def launch_attempt(job_id: int, number: int) -> bool:
+    """Start attempt `number` of a job on its backend. Safe to call twice: only
+    the caller that moves the attempt out of Queuing launches it."""
+    now = timezone.now()
+    attempt = Attempt.objects.select_related("job").filter(job_id=job_id, number=number).first()
+    if attempt is None:
+        return False
+    job = attempt.job
+    if job.stop_requested or job.status in FINISHED_JOB_STATUSES or job.current_attempt != number:
+        Attempt.objects.filter(pk=attempt.pk, status=AttemptStatus.QUEUING).update(
+            status=AttemptStatus.STOPPED, ended_at=now, reason="not launched: the job was stopped or moved on"
+        )
+        return False
+    took = attempt.transition(AttemptStatus.QUEUING, AttemptStatus.STARTING, preparing_at=now)
+    if not took:
+        # A worker that took the attempt may have died before storing a handle.
+        took = bool(
+            Attempt.objects.filter(
+                pk=attempt.pk, status=AttemptStatus.STARTING, backend_handle={}, preparing_at__lt=now - LAUNCH_LEASE
+            ).update(preparing_at=now)
+        )
+        if not took:
+            return False
+    job.transition((JobStatus.CREATING, JobStatus.RESTARTING), JobStatus.QUEUING)
+    backend = get_backend_for(job)
+    avoid = isolated_nodes(backend)
+    spec = attempt_launch_spec(job, attempt, avoid)
+    try:
+        handle = backend.launch(spec)
+    except BackendError as exc:
+        Attempt.objects.filter(pk=attempt.pk).update(status=AttemptStatus.FAILED, ended_at=timezone.now(), reason=str(exc))
+        fail_job(job, f"The backend could not start attempt {number}: {exc.message}", key=f"launch-failed:{job.pk}:{number}")
+        return False
+    started = timezone.now()
+    Attempt.objects.filter(pk=attempt.pk).update(backend_handle=handle, starting_at=started, master_port=handle.get("master_port"))
+    statuses = {s.name: s for s in _safe_poll(backend, handle)}
+    Instance.objects.bulk_create(
+        [
+            Instance(
+                attempt=attempt,
+                role=i.role,
+                index=i.index,
+                name=i.name,
+                rank=i.rank,
+                node=getattr(statuses.get(i.name), "node", "") or "",
+                status=InstanceStatus.RUNNING if i.name in statuses and statuses[i.name].state == "running" else InstanceStatus.PENDING,
+                started_at=started,
+            )
+            for i in spec.instances
+        ],
+        ignore_conflicts=True,
+    )
+    if any(s.state == "running" for s in statuses.values()):
+        mark_running(job, attempt)
+    return True
+
+
+def _safe_poll(backend, handle) -> list:
+    try:
+        return backend.poll(handle)
+    except BackendError:
+        return []
+
+
+def isolated_nodes(backend) -> list[str]:
+    try:
+        return [n.name for n in backend.list_nodes() if not n.schedulable]
+    except BackendError:
+        return []
+
+
+def mark_running(job: Job, attempt: Attempt) -> None:
+    Attempt.objects.filter(pk=attempt.pk, status=AttemptStatus.STARTING).update(status=AttemptStatus.RUNNING)
+    first = not Job.objects.filter(pk=job.pk, started_at__isnull=False).exists()
+    fields = {"started_at": timezone.now()} if first else {}
+    if job.transition((JobStatus.QUEUING, JobStatus.CREATING, JobStatus.RESTARTING), JobStatus.RUNNING, reason="", **fields):
+        record_event(
+            job,
+            EventType.STATUS,
+            f"Attempt {attempt.number} is running.",
+            payload={"status": JobStatus.RUNNING},
+            attempt=attempt.number,
+            key=f"running:{job.pk}:{attempt.number}",
+        )
+
+
+# --- finishing --------------------------------------------------------------------
+
+
+def fail_job(job: Job, reason: str, *, key: str, payload: dict | None = None) -> bool:
+    now = timezone.now()
+    ok = job.transition(
+        (JobStatus.CREATING, JobStatus.QUEUING, JobStatus.RUNNING, JobStatus.RESTARTING), JobStatus.FAILED,
+        reason=reason, finished_at=now,
+    )
+    if ok:
+        record_event(job, EventType.JOB_FAILED, reason, level=EventLevel.ERROR, payload=payload or {},
+                     attempt=job.current_attempt, key=key)
+    return ok
+
+
+def succeed_job(job: Job, attempt: Attempt) -> bool:
+    now = timezone.now()
+    ok = job.transition((JobStatus.QUEUING, JobStatus.RUNNING), JobStatus.SUCCEEDED, finished_at=now,
+                        reason=f"All instances of attempt {attempt.number} exited 0.")
+    if ok:
+        Attempt.objects.filter(pk=attempt.pk).exclude(status__in=[AttemptStatus.SUCCEEDED]).update(
+            status=AttemptStatus.SUCCEEDED, ended_at=now
+        )
+        record_event(job, EventType.STATUS, f"Job succeeded on attempt {attempt.number}.",
+                     payload={"status": JobStatus.SUCCEEDED}, attempt=attempt.number, key=f"succeeded:{job.pk}")
+    return ok
+
+
+# --- stop -----------------------------------------------------------------------
+
+
+def stop_job(user, job: Job) -> bool:
+    """A person's stop: wins over everything the monitor might decide."""
+    require_role(user, job.workspace, WRITE_ROLES, "stopping a job")
+    ok = job.transition(
+        (JobStatus.CREATING, JobStatus.QUEUING, JobStatus.RUNNING, JobStatus.RESTARTING),
+        JobStatus.STOPPING,
+        stop_requested=True,
+        stopped_by=user,
+        reason=f"Stopped by {user.get_username()}.",
+    )
+    if ok:
+        record_event(job, EventType.STATUS, f"Stop requested by {user.get_username()}.",
+                     payload={"status": JobStatus.STOPPING}, key=f"stop:{job.pk}")
+        transaction.on_commit(lambda: _enqueue_stop(job.pk))
+    return ok
+
+
+def _enqueue_stop(job_id: int) -> None:
+    from .tasks import stop_job_task
+
+    stop_job_task.delay(job_id)
+
+
+def finish_stop(job_id: int) -> bool:
+    """Tear down every live attempt of a stopping job, then mark it Stopped."""
+    job = Job.objects.filter(pk=job_id).first()
+    if job is None or job.status != JobStatus.STOPPING:
+        return False
+    backend = get_backend_for(job)
+    now = timezone.now()
+    for attempt in job.attempts.exclude(status__in=[AttemptStatus.SUCCEEDED, AttemptStatus.FAILED, AttemptStatus.STOPPED]):
+        Attempt.objects.filter(pk=attempt.pk, stopping_at__isnull=True).update(stopping_at=now)
+        if attempt.backend_handle:
+            try:
+                backend.stop(attempt.backend_handle, grace=settings.VIGIL_STOP_GRACE_SECONDS)
+            except BackendError as exc:
+                log.warning("stop of %s failed: %s", attempt, exc)
+        Attempt.objects.filter(pk=attempt.pk).update(status=AttemptStatus.STOPPED, ended_at=timezone.now())
+        attempt.instances.exclude(status__in=[InstanceStatus.SUCCEEDED, InstanceStatus.FAILED]).update(
+            status=InstanceStatus.STOPPED, exited_at=timezone.now()
+        )
+    ok = job.transition(JobStatus.STOPPING, JobStatus.STOPPED, finished_at=timezone.now())
+    if ok:
+        record_event(job, EventType.STATUS, "Job stopped.", payload={"status": JobStatus.STOPPED}, key=f"stopped:{job.pk}")
+    return ok
+
+
+# --- tokens -----------------------------------------------------------------------
+
+
+def reset_job_token(user, job: Job) -> str:
+    require_role(user, job.workspace, ADMIN_ROLES + (WRITE_ROLES[2],), "resetting the job token")
+    raw = job.reset_token()
+    record_event(job, EventType.STATUS, f"SDK token reset by {user.get_username()}; the old token no longer works.")
+    return raw
+
+
+# --- runtime configuration ----------------------------------------------------------
+
+MAX_HANG_INTERVAL = 30 * 24 * 3600
+
+
+def hang_interval_error(value) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        return "must be a whole number of seconds, -1 to suspend hang detection, or null to restore the job's setting."
+    if value != -1 and not 0 < value <= MAX_HANG_INTERVAL:
+        return f"must be from 1 to {MAX_HANG_INTERVAL} seconds, or -1 to suspend hang detection; got {value}."
+    return None
+
+
+def set_hang_interval(job: Job, value, *, source: str) -> None:
+    """The runtime override of --job-hang-interval (API now, SDK reset_config/hang_detect)."""
+    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+        value = int(value.strip())
+    err = hang_interval_error(value)
+    if err:
+        raise SubmissionError({"job_hang_interval": [err]})
+    Job.objects.filter(pk=job.pk).update(hang_interval_override=value)
+    job.hang_interval_override = value
+    if value is None:
+        text = f"Hang interval restored to the job's setting by {source}."
+    elif value == -1:
+        text = f"Hang detection suspended by {source}."
+    else:
+        text = f"Hang interval set to {value} s by {source}."
+    record_event(job, EventType.DECISION, text, payload={"job_hang_interval": value, "source": source},
+                 attempt=job.current_attempt)

@@ -1,0 +1,252 @@
+"""REST API v1 (SPEC section 8). Every query is scoped to the caller's
+workspaces, so another workspace's objects are 404, never 403."""
+
+from __future__ import annotations
+
+from django.db import IntegrityError, transaction
+from django.http import FileResponse
+from django.utils.text import slugify
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import exceptions, mixins, status, viewsets
+from rest_framework.decorators import action
+from rest_framework.response import Response
+
+from . import actions
+from .backends.base import BackendError
+from .models import ADMIN_ROLES, WRITE_ROLES, Membership, Role, Workspace
+from .serializers import (
+    AttemptSerializer,
+    DiagnosisSerializer,
+    JobDetailSerializer,
+    JobEventSerializer,
+    JobSerializer,
+    JobSubmitSerializer,
+    RestartRecordSerializer,
+    WorkspaceSerializer,
+)
+from .submission import SubmissionError
+
+MAX_LOG_BYTES = 8 * 1024 * 1024
+
+
+def translate(fn):
+    """Domain exceptions to HTTP: NotFound 404, Forbidden 403, SubmissionError 400."""
+
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except actions.NotFound as exc:
+            raise exceptions.NotFound(str(exc)) from None
+        except actions.Forbidden as exc:
+            raise exceptions.PermissionDenied(str(exc)) from None
+        except SubmissionError as exc:
+            raise exceptions.ValidationError(exc.errors) from None
+
+    wrapper.__name__ = fn.__name__
+    wrapper.__doc__ = fn.__doc__
+    return wrapper
+
+
+class WorkspaceViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.CreateModelMixin, viewsets.GenericViewSet):
+    serializer_class = WorkspaceSerializer
+
+    def get_queryset(self):
+        return Workspace.objects.for_user(self.request.user).order_by("name")
+
+    def perform_create(self, serializer):
+        name = serializer.validated_data["name"]
+        base = serializer.validated_data.get("slug") or slugify(name)[:90] or "workspace"
+        with transaction.atomic():
+            slug, n = base, 1
+            while Workspace.objects.filter(slug=slug).exists():
+                n += 1
+                slug = f"{base}-{n}"
+            try:
+                ws = serializer.save(slug=slug)
+            except IntegrityError:
+                raise exceptions.ValidationError({"slug": ["is taken; choose another."]}) from None
+            Membership.objects.create(workspace=ws, user=self.request.user, role=Role.OWNER)
+
+
+class JobViewSet(viewsets.GenericViewSet):
+    serializer_class = JobSerializer
+
+    def get_queryset(self):
+        qs = actions.jobs_for(self.request.user).select_related("workspace")
+        ws = self.request.query_params.get("workspace")
+        if ws:
+            qs = qs.filter(workspace__pk=int(ws)) if ws.isdigit() else qs.filter(workspace__slug=ws)
+        st = self.request.query_params.get("status")
+        if st:
+            qs = qs.filter(status__in=[s.strip().capitalize() for s in st.split(",")])
+        q = self.request.query_params.get("q")
+        if q:
+            qs = qs.filter(display_name__icontains=q)
+        return qs.order_by("-created_at", "-id")
+
+    def get_job(self):
+        try:
+            return actions.job_for(self.request.user, self.kwargs["pk"])
+        except actions.NotFound as exc:
+            raise exceptions.NotFound(str(exc)) from None
+
+    @extend_schema(
+        parameters=[
+            OpenApiParameter("workspace", str, description="workspace id or slug"),
+            OpenApiParameter("status", str, description="comma-separated statuses"),
+            OpenApiParameter("q", str, description="name contains"),
+        ]
+    )
+    def list(self, request):
+        page = self.paginate_queryset(self.get_queryset())
+        return self.get_paginated_response(JobSerializer(page, many=True).data)
+
+    @extend_schema(responses=JobDetailSerializer)
+    def retrieve(self, request, pk=None):
+        return Response(JobDetailSerializer(self.get_job()).data)
+
+    @extend_schema(request=JobSubmitSerializer, responses={201: JobDetailSerializer})
+    @translate
+    def create(self, request):
+        job, token = actions.submit_job(request.user, request.data)
+        data = JobDetailSerializer(job).data
+        data["token"] = token  # shown once; the job's SDK uses it from its environment
+        return Response(data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(request=None, responses=JobDetailSerializer)
+    @action(detail=True, methods=["post"])
+    @translate
+    def stop(self, request, pk=None):
+        job = self.get_job()
+        actions.stop_job(request.user, job)
+        job.refresh_from_db()
+        return Response(JobDetailSerializer(job).data, status=status.HTTP_202_ACCEPTED)
+
+    @extend_schema(responses=AttemptSerializer(many=True))
+    @action(detail=True, methods=["get"])
+    def attempts(self, request, pk=None):
+        job = self.get_job()
+        qs = job.attempts.prefetch_related("instances").order_by("number")
+        return Response(AttemptSerializer(qs, many=True).data)
+
+    @extend_schema(responses=RestartRecordSerializer(many=True))
+    @action(detail=True, methods=["get"])
+    def restarts(self, request, pk=None):
+        job = self.get_job()
+        return Response(RestartRecordSerializer(job.restart_records.order_by("restart_time", "id"), many=True).data)
+
+    @extend_schema(
+        parameters=[OpenApiParameter("after", int, description="only events with a larger id")],
+        responses=JobEventSerializer(many=True),
+    )
+    @action(detail=True, methods=["get"])
+    def events(self, request, pk=None):
+        job = self.get_job()
+        qs = job.events.order_by("id")
+        after = request.query_params.get("after")
+        if after and after.isdigit():
+            qs = qs.filter(pk__gt=int(after))
+        types = request.query_params.get("type")
+        if types:
+            qs = qs.filter(type__in=types.split(","))
+        return Response(JobEventSerializer(qs[:5000], many=True).data)
+
+    @extend_schema(responses=DiagnosisSerializer(many=True))
+    @action(detail=True, methods=["get"])
+    def diagnoses(self, request, pk=None):
+        job = self.get_job()
+        return Response(DiagnosisSerializer(job.diagnoses.all()[:200], many=True).data)
+
+    @extend_schema(
+        parameters=[
+            OpenApiParameter("instance", str, description="e.g. worker-0", required=True),
+            OpenApiParameter("attempt", int, description="default: the current attempt"),
+            OpenApiParameter("tail", int, description="last N bytes"),
+            OpenApiParameter("offset", int, description="from this byte offset"),
+            OpenApiParameter("download", bool, description="stream the whole log as a file"),
+        ]
+    )
+    @action(detail=True, methods=["get"])
+    def logs(self, request, pk=None):
+        job = self.get_job()
+        name = request.query_params.get("instance", "")
+        number = request.query_params.get("attempt") or job.current_attempt
+        attempt = job.attempts.filter(number=int(number) if str(number).isdigit() else -1).first()
+        if attempt is None:
+            raise exceptions.NotFound(f"attempt {number} not found; this job has attempts 1 to {job.current_attempt}.")
+        known = list(attempt.instances.values_list("name", flat=True))
+        if name not in known:
+            raise exceptions.ValidationError(
+                {"instance": [f"{name!r} is not an instance of attempt {attempt.number}; accepted: {', '.join(known) or 'none yet'}."]}
+            )
+        backend = actions.get_backend_for(job)
+        handle = attempt.backend_handle
+        if not handle:
+            return Response({"instance": name, "attempt": attempt.number, "offset": 0, "next_offset": 0, "content": ""})
+        if request.query_params.get("download") in ("1", "true", "True"):
+            path = backend.log_path(handle, name)
+            if path:
+                return FileResponse(open(path, "rb"), as_attachment=True,
+                                    filename=f"job{job.pk}-attempt{attempt.number}-{name}.log", content_type="text/plain")
+        try:
+            if request.query_params.get("tail"):
+                nbytes = _bounded_int(request.query_params["tail"], "tail")
+                data = backend.tail_log(handle, name, nbytes)
+                path = backend.log_path(handle, name)
+                size = _size(path, len(data))
+                offset = size - len(data)
+            else:
+                offset = _bounded_int(request.query_params.get("offset", "0"), "offset", allow_zero=True, cap=None)
+                data = backend.read_log(handle, name, offset=offset, limit=MAX_LOG_BYTES)
+        except BackendError as exc:
+            raise exceptions.APIException(f"the backend could not read the log: {exc.message}") from None
+        return Response({
+            "instance": name,
+            "attempt": attempt.number,
+            "offset": offset,
+            "next_offset": offset + len(data),
+            "content": data.decode("utf-8", errors="replace"),
+        })
+
+    @extend_schema(request=None, responses={200: dict})
+    @action(detail=True, methods=["post"], url_path="reset-token")
+    @translate
+    def reset_token(self, request, pk=None):
+        job = self.get_job()
+        raw = actions.reset_job_token(request.user, job)
+        return Response({"token": raw, "token_hint": raw[:10]})
+
+    @extend_schema(request=dict, responses=JobDetailSerializer)
+    @action(detail=True, methods=["patch", "post"])
+    @translate
+    def runtime(self, request, pk=None):
+        """Change the hang interval while the job runs (-1 suspends, null restores the flag's)."""
+        job = self.get_job()
+        actions.require_role(request.user, job.workspace, WRITE_ROLES, "changing the hang interval")
+        if "job_hang_interval" not in request.data:
+            raise exceptions.ValidationError({"job_hang_interval": ["is required: seconds > 0, -1 to suspend, or null."]})
+        actions.set_hang_interval(job, request.data["job_hang_interval"], source=request.user.get_username())
+        job.refresh_from_db()
+        return Response(JobDetailSerializer(job).data)
+
+
+def _bounded_int(raw, field, allow_zero=False, cap=MAX_LOG_BYTES) -> int:
+    try:
+        value = int(raw)
+    except (TypeError, ValueError):
+        raise exceptions.ValidationError({field: ["must be a whole number of bytes."]}) from None
+    if value < 0 or (value == 0 and not allow_zero):
+        raise exceptions.ValidationError({field: ["must be positive."]})
+    return min(value, cap) if cap else value
+
+
+def _size(path, default):
+    import os
+
+    try:
+        return os.path.getsize(path) if path else default
+    except OSError:
+        return default
+
+
+__all__ = ["WorkspaceViewSet", "JobViewSet", "ADMIN_ROLES"]

@@ -1,0 +1,466 @@
+"""The domain of SPEC section 2: workspaces, jobs, attempts, instances, restart
+records and events. Every status change goes through a compare-and-set helper
+that reports whether it happened, so a stale worker cannot move a job twice."""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+
+from django.conf import settings
+from django.db import models
+from django.utils import timezone
+
+
+def token_digest(token: str) -> str:
+    # Tokens carry 256 bits of randomness, so a plain SHA-256 is enough (no KDF).
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def new_token(prefix: str) -> str:
+    return prefix + secrets.token_urlsafe(32)
+
+
+class WorkspaceQuerySet(models.QuerySet):
+    def for_user(self, user):
+        if not user.is_authenticated:
+            return self.none()
+        return self.filter(memberships__user=user).distinct()
+
+
+class Workspace(models.Model):
+    name = models.CharField(max_length=100)
+    slug = models.SlugField(max_length=100, unique=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    objects = WorkspaceQuerySet.as_manager()
+
+    def __str__(self):
+        return self.name
+
+    def role_of(self, user) -> str | None:
+        if not user.is_authenticated:
+            return None
+        m = self.memberships.filter(user=user).only("role").first()
+        return m.role if m else None
+
+
+class Role(models.TextChoices):
+    OWNER = "owner", "Owner"
+    ADMIN = "admin", "Admin"
+    MEMBER = "member", "Member"
+    VIEWER = "viewer", "Viewer"
+
+
+WRITE_ROLES = (Role.OWNER, Role.ADMIN, Role.MEMBER)
+ADMIN_ROLES = (Role.OWNER, Role.ADMIN)
+
+
+class Membership(models.Model):
+    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="memberships")
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="memberships")
+    role = models.CharField(max_length=10, choices=Role.choices, default=Role.MEMBER)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["workspace", "user"], name="one_membership_per_user")]
+
+    def __str__(self):
+        return f"{self.user} in {self.workspace} ({self.role})"
+
+
+class ApiToken(models.Model):
+    """A personal API token. Only its digest is stored; the prefix lets a person
+    recognise it in a list and lets scanners spot a leaked one."""
+
+    PREFIX = "vpt_"
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_tokens")
+    name = models.CharField(max_length=100, default="default")
+    digest = models.CharField(max_length=64, unique=True)
+    hint = models.CharField(max_length=16, help_text="first characters, for recognising the token")
+    created_at = models.DateTimeField(default=timezone.now)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self):
+        return f"{self.hint}… ({self.user})"
+
+    @classmethod
+    def issue(cls, user, name: str = "default") -> tuple["ApiToken", str]:
+        raw = new_token(cls.PREFIX)
+        token = cls.objects.create(user=user, name=name, digest=token_digest(raw), hint=raw[:10])
+        return token, raw
+
+    @classmethod
+    def authenticate(cls, raw: str):
+        if not raw.startswith(cls.PREFIX):
+            return None
+        token = (
+            cls.objects.select_related("user")
+            .filter(digest=token_digest(raw), revoked_at__isnull=True)
+            .first()
+        )
+        if token is None or not token.user.is_active:
+            return None
+        cls.objects.filter(pk=token.pk).update(last_used_at=timezone.now())
+        return token
+
+    def revoke(self) -> bool:
+        return bool(ApiToken.objects.filter(pk=self.pk, revoked_at__isnull=True).update(revoked_at=timezone.now()))
+
+
+class JobType(models.TextChoices):
+    PYTORCH = "PyTorchJob", "PyTorch"
+    TENSORFLOW = "TFJob", "TensorFlow"
+    MPI = "MPIJob", "MPI"
+    ELASTIC_BATCH = "ElasticBatchJob", "ElasticBatch"
+
+
+class JobStatus(models.TextChoices):
+    CREATING = "Creating"
+    QUEUING = "Queuing"
+    RUNNING = "Running"
+    RESTARTING = "Restarting"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+    STOPPING = "Stopping"
+    STOPPED = "Stopped"
+
+
+FINISHED_JOB_STATUSES = (JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.STOPPED)
+LIVE_JOB_STATUSES = (JobStatus.CREATING, JobStatus.QUEUING, JobStatus.RUNNING, JobStatus.RESTARTING)
+
+
+def compare_and_set(model, pk, expected: str | tuple | list, new: str, **fields) -> bool:
+    """Move one row from an expected status to a new one; True if this call did it."""
+    expected = (expected,) if isinstance(expected, str) else tuple(expected)
+    return model.objects.filter(pk=pk, status__in=expected).update(status=new, **fields) == 1
+
+
+class Job(models.Model):
+    TOKEN_PREFIX = "vjt_"
+
+    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="jobs")
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    display_name = models.CharField(max_length=128)
+    job_type = models.CharField(max_length=20, choices=JobType.choices)
+    # [{"type": "Worker", "pod_count": 3, "image": "", "resource_config": {"cpu": 1, "memory": "2Gi", "gpu": 0}}]
+    job_specs = models.JSONField(default=list)
+    user_command = models.TextField()
+    envs = models.JSONField(default=dict, blank=True)
+    image = models.CharField(max_length=512, blank=True, default="")
+    workdir = models.CharField(max_length=1024, blank=True, default="")
+    backend = models.CharField(max_length=32, default="local")
+
+    # Fault tolerance: the toggle, the raw flag string as given, its parsed canonical form.
+    fault_tolerance = models.BooleanField(default=False)
+    error_monitoring_args = models.TextField(blank=True, default="")
+    ft_config = models.JSONField(default=dict, blank=True)
+    retryable_keywords = models.JSONField(default=list, blank=True)  # from the job's settings
+    sdk_retryable_keywords = models.JSONField(default=list, blank=True)  # set by the SDK at run time
+    # Runtime override of the hang interval (API or SDK); -1 suspends hang detection.
+    hang_interval_override = models.IntegerField(null=True, blank=True)
+
+    status = models.CharField(max_length=12, choices=JobStatus.choices, default=JobStatus.CREATING, db_index=True)
+    reason = models.TextField(blank=True, default="")
+    restart_count = models.PositiveIntegerField(default=0)
+    current_attempt = models.PositiveIntegerField(default=0)
+    stop_requested = models.BooleanField(default=False)
+    stopped_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+
+    created_at = models.DateTimeField(default=timezone.now, db_index=True)
+    updated_at = models.DateTimeField(auto_now=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    last_progress_at = models.DateTimeField(null=True, blank=True)
+    last_progress_step = models.BigIntegerField(null=True, blank=True)
+
+    token_digest = models.CharField(max_length=64, blank=True, default="", db_index=True)
+    token_hint = models.CharField(max_length=16, blank=True, default="")
+    token_created_at = models.DateTimeField(null=True, blank=True)
+    # The plain token is kept only to hand it to new instances of this job; it
+    # never leaves the server in an API response after the submit call.
+    token_sealed = models.TextField(blank=True, default="")
+
+    # Small per-job monitor memory (C4D consecutive counts, seen watchdog hints...).
+    monitor_state = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        indexes = [models.Index(fields=["workspace", "status"])]
+
+    def __str__(self):
+        return f"{self.display_name} (#{self.pk})"
+
+    @property
+    def finished(self) -> bool:
+        return self.status in FINISHED_JOB_STATUSES
+
+    def transition(self, expected, new: str, **fields) -> bool:
+        """Compare-and-set on the status; refreshes this object when it happened."""
+        ok = compare_and_set(Job, self.pk, expected, new, updated_at=timezone.now(), **fields)
+        if ok:
+            self.status = new
+            for k, v in fields.items():
+                setattr(self, k, v)
+        return ok
+
+    def reset_token(self) -> str:
+        from .tokens import seal
+
+        raw = new_token(self.TOKEN_PREFIX)
+        self.token_digest = token_digest(raw)
+        self.token_hint = raw[:10]
+        self.token_created_at = timezone.now()
+        self.token_sealed = seal(raw)
+        Job.objects.filter(pk=self.pk).update(
+            token_digest=self.token_digest,
+            token_hint=self.token_hint,
+            token_created_at=self.token_created_at,
+            token_sealed=self.token_sealed,
+        )
+        return raw
+
+    def plain_token(self) -> str:
+        from .tokens import unseal
+
+        return unseal(self.token_sealed) if self.token_sealed else ""
+
+    def role_counts(self) -> dict[str, int]:
+        return {spec["type"]: int(spec.get("pod_count", 1)) for spec in self.job_specs}
+
+
+class AttemptStatus(models.TextChoices):
+    QUEUING = "Queuing"
+    STARTING = "Starting"
+    RUNNING = "Running"
+    STOPPING = "Stopping"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+    STOPPED = "Stopped"
+
+
+LIVE_ATTEMPT_STATUSES = (AttemptStatus.QUEUING, AttemptStatus.STARTING, AttemptStatus.RUNNING, AttemptStatus.STOPPING)
+
+
+class Attempt(models.Model):
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="attempts")
+    number = models.PositiveIntegerField()
+    status = models.CharField(max_length=10, choices=AttemptStatus.choices, default=AttemptStatus.QUEUING)
+    reason = models.TextField(blank=True, default="")
+    backend_handle = models.JSONField(default=dict, blank=True)
+    master_port = models.PositiveIntegerField(null=True, blank=True)
+    # Stage timestamps (SPEC: queued, preparing, starting, running, stopping).
+    queued_at = models.DateTimeField(default=timezone.now)
+    preparing_at = models.DateTimeField(null=True, blank=True)
+    starting_at = models.DateTimeField(null=True, blank=True)
+    running_at = models.DateTimeField(null=True, blank=True)  # first output of any instance
+    first_progress_at = models.DateTimeField(null=True, blank=True)
+    stopping_at = models.DateTimeField(null=True, blank=True)
+    ended_at = models.DateTimeField(null=True, blank=True)
+    # When the failure that ended the previous attempt was detected (goodput ledger).
+    detected_failure_at = models.DateTimeField(null=True, blank=True)
+    made_progress = models.BooleanField(default=False)
+
+    class Meta:
+        ordering = ["job", "number"]
+        constraints = [models.UniqueConstraint(fields=["job", "number"], name="one_attempt_number_per_job")]
+
+    def __str__(self):
+        return f"{self.job_id}#{self.number}"
+
+    def transition(self, expected, new: str, **fields) -> bool:
+        ok = compare_and_set(Attempt, self.pk, expected, new, **fields)
+        if ok:
+            self.status = new
+            for k, v in fields.items():
+                setattr(self, k, v)
+        return ok
+
+
+class InstanceStatus(models.TextChoices):
+    PENDING = "Pending"
+    RUNNING = "Running"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+    STOPPED = "Stopped"
+    LOST = "Lost"
+
+
+class Instance(models.Model):
+    attempt = models.ForeignKey(Attempt, on_delete=models.CASCADE, related_name="instances")
+    role = models.CharField(max_length=20)
+    index = models.PositiveIntegerField()
+    name = models.CharField(max_length=64)  # "<role lower>-<index>"
+    rank = models.PositiveIntegerField(default=0)
+    node = models.CharField(max_length=128, blank=True, default="")
+    status = models.CharField(max_length=10, choices=InstanceStatus.choices, default=InstanceStatus.PENDING)
+    exit_code = models.IntegerField(null=True, blank=True)
+    signal = models.IntegerField(null=True, blank=True)
+    backend_reason = models.CharField(max_length=256, blank=True, default="")
+    started_at = models.DateTimeField(null=True, blank=True)
+    exited_at = models.DateTimeField(null=True, blank=True)
+    last_output_at = models.DateTimeField(null=True, blank=True)
+    restarts = models.PositiveIntegerField(default=0)  # instance-level (Async) restarts
+    handle = models.JSONField(default=dict, blank=True)
+    # Failure already handled by the monitor (idempotency: exit seen once).
+    handled_exit_key = models.CharField(max_length=128, blank=True, default="")
+
+    class Meta:
+        ordering = ["attempt", "rank", "role", "index"]
+        constraints = [models.UniqueConstraint(fields=["attempt", "name"], name="one_instance_name_per_attempt")]
+
+    def __str__(self):
+        return f"{self.name} of {self.attempt}"
+
+    def transition(self, expected, new: str, **fields) -> bool:
+        ok = compare_and_set(Instance, self.pk, expected, new, **fields)
+        if ok:
+            self.status = new
+            for k, v in fields.items():
+                setattr(self, k, v)
+        return ok
+
+
+class RestartKind(models.TextChoices):
+    JOB = "job", "Whole job"
+    INSTANCE = "instance", "One instance"
+
+
+class RestartResult(models.TextChoices):
+    PENDING = "Pending"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+
+
+class RestartRecord(models.Model):
+    """One restart decision (SPEC section 1's fields)."""
+
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="restart_records")
+    number = models.PositiveIntegerField(help_text="restarts of this kind so far, this one included")
+    kind = models.CharField(max_length=10, choices=RestartKind.choices)
+    attempt = models.PositiveIntegerField(help_text="the attempt that failed")
+    new_attempt = models.PositiveIntegerField(null=True, blank=True)
+    restart_time = models.DateTimeField(default=timezone.now)
+    node_name = models.CharField(max_length=128, blank=True, default="")
+    instance_name = models.CharField(max_length=64, blank=True, default="")
+    error_code = models.CharField(max_length=64, blank=True, default="")
+    error_message = models.TextField(blank=True, default="")
+    error_source = models.CharField(max_length=20, blank=True, default="")
+    rule = models.CharField(max_length=64, blank=True, default="")
+    reason = models.TextField(blank=True, default="")
+    cause = models.TextField(blank=True, default="")
+    next_step = models.TextField(blank=True, default="")
+    root_cause = models.BooleanField(default=True)
+    cascades = models.JSONField(default=list, blank=True)  # [{"instance", "error_code", "message"}]
+    log_offset = models.BigIntegerField(null=True, blank=True)  # byte offset of the line the classifier used
+    result = models.CharField(max_length=10, choices=RestartResult.choices, default=RestartResult.PENDING)
+    duration_seconds = models.FloatField(null=True, blank=True)
+    completed_at = models.DateTimeField(null=True, blank=True)
+    idempotency_key = models.CharField(max_length=200, unique=True)
+
+    class Meta:
+        ordering = ["job", "restart_time", "id"]
+
+    def __str__(self):
+        return f"restart {self.number} of job {self.job_id}"
+
+
+class EventType(models.TextChoices):
+    RESTART = "restart", "Restart"
+    JOB_FAILED = "job_failed", "Job failed"
+    HANG = "hang", "Hang"
+    EXIT_HANG = "exit_hang", "Exit hang"
+    C4D = "c4d", "C4D diagnosis"
+    NODE_ISOLATED = "node_isolated", "Node isolated"
+    STACK_ANALYSIS = "stack_analysis", "Stack analysis ready"
+    CUSTOM_MESSAGE = "custom_message", "Custom message"
+    DECISION = "decision", "Monitor decision"
+    STATUS = "status", "Status change"
+    SUGGESTION = "suggestion", "Suggestion"
+    STRAGGLER = "straggler", "Straggler"
+
+
+# The event types people subscribe to with event rules (SPEC section 7).
+NOTIFIABLE_EVENT_TYPES = (
+    EventType.RESTART,
+    EventType.JOB_FAILED,
+    EventType.HANG,
+    EventType.EXIT_HANG,
+    EventType.C4D,
+    EventType.NODE_ISOLATED,
+    EventType.CUSTOM_MESSAGE,
+)
+
+
+class EventLevel(models.TextChoices):
+    INFO = "info"
+    WARNING = "warning"
+    ERROR = "error"
+
+
+class JobEvent(models.Model):
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="events")
+    type = models.CharField(max_length=20, choices=EventType.choices, db_index=True)
+    level = models.CharField(max_length=10, choices=EventLevel.choices, default=EventLevel.INFO)
+    message = models.TextField()
+    payload = models.JSONField(default=dict, blank=True)
+    attempt = models.PositiveIntegerField(null=True, blank=True)
+    instance = models.CharField(max_length=64, blank=True, default="")
+    created_at = models.DateTimeField(default=timezone.now, db_index=True)
+    # Same decision seen twice (re-delivered task, second worker) writes one row.
+    idempotency_key = models.CharField(max_length=200, null=True, blank=True, unique=True)
+
+    class Meta:
+        ordering = ["job", "id"]
+
+    def __str__(self):
+        return f"{self.type}: {self.message[:60]}"
+
+
+class DiagnosisKind(models.TextChoices):
+    STACKS = "stacks", "Stack snapshot"
+    C4D = "c4d", "C4D"
+    STRAGGLER = "straggler", "Straggler"
+
+
+class Diagnosis(models.Model):
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="diagnoses")
+    attempt = models.PositiveIntegerField()
+    kind = models.CharField(max_length=12, choices=DiagnosisKind.choices)
+    trigger = models.CharField(max_length=20, default="hang")  # hang, on_demand, periodic
+    summary = models.TextField()
+    data = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["job", "-created_at", "-id"]
+
+
+class C4DReport(models.Model):
+    """Collective progress that one rank's SDK reported (C4D input)."""
+
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="c4d_reports")
+    attempt = models.PositiveIntegerField()
+    rank = models.PositiveIntegerField()
+    records = models.JSONField(default=list)  # the latest window: [{"seq","op","enter","exit"}]
+    updated_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["job", "attempt", "rank"], name="one_c4d_report_per_rank")]
+
+
+class NodeFault(models.Model):
+    """Classified faults counted per node across all jobs (node reputation)."""
+
+    node = models.CharField(max_length=128, db_index=True)
+    backend = models.CharField(max_length=32, default="local")
+    job = models.ForeignKey(Job, on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
+    error_code = models.CharField(max_length=64)
+    retryable = models.BooleanField(default=True)
+    created_at = models.DateTimeField(default=timezone.now)
