@@ -122,16 +122,18 @@ def record_event(
 
 
 def _announce_event(event_id: int) -> None:
-    # Imported late: the publishing side (Channels, event rules) is optional for
-    # the domain and must never break a state change that already committed.
-    try:
-        from monitoring.publish import event_committed
-    except ImportError:
-        return
-    try:
-        event_committed(event_id)
-    except Exception:  # noqa: BLE001 - telling people must not break the monitor
-        log.exception("could not announce event %s", event_id)
+    """After commit: push the event to the job page (monitoring.publish) and match
+    it against event rules (notifications.dispatch). Telling people must never
+    break a state change that already committed, so failures are only logged."""
+    for module in ("monitoring.publish", "notifications.dispatch"):
+        try:
+            announce = __import__(module, fromlist=["event_committed"]).event_committed
+        except (ImportError, AttributeError):
+            continue
+        try:
+            announce(event_id)
+        except Exception:  # noqa: BLE001
+            log.exception("%s could not announce event %s", module, event_id)
 
 
 # --- submit ---------------------------------------------------------------------

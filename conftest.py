@@ -1,0 +1,158 @@
+"""Fixtures shared by the whole suite: named people in two workspaces (alice
+owns one, bob the other; carol is a viewer beside alice), API clients, and the
+test wiring (Celery runs tasks in-process; the "local" backend is the in-memory
+one unless a test asks for real processes with `local_backend`)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+import pytest
+
+
+def pytest_report_header(config):
+    from django.conf import settings
+
+    db = settings.DATABASES["default"]
+    return [f"vigil: database {db['ENGINE'].rsplit('.', 1)[-1]} {db.get('NAME')}, redis {settings.REDIS_URL}"]
+
+
+@pytest.fixture(autouse=True)
+def _celery_in_process(settings):
+    """Tasks run where they are sent, so a test sees their effects; nothing is
+    left in the real broker's queue for a later run to pick up."""
+    from console.celery import app
+
+    app.conf.task_always_eager = True
+    app.conf.task_eager_propagates = True
+    yield
+    app.conf.task_always_eager = False
+
+
+@pytest.fixture(autouse=True)
+def memory_backend(settings, tmp_path):
+    """The default backend in tests: in memory, fast, state set by the test."""
+    from jobs.backends import get_backend, reset_backends
+
+    settings.JOB_BACKENDS = {
+        "local": {"BACKEND": "jobs.backends.memory.MemoryBackend", "OPTIONS": {}},
+    }
+    reset_backends()
+    yield get_backend("local")
+    reset_backends()
+
+
+@pytest.fixture
+def local_backend(settings, tmp_path, memory_backend):
+    """The real local backend (real processes) in a private data dir; every
+    instance it started is stopped at teardown, even when the test failed."""
+    from jobs.backends import get_backend, reset_backends
+
+    data_dir = tmp_path / "local-backend"
+    settings.JOB_BACKENDS = {
+        "local": {
+            "BACKEND": "jobs.backends.local.LocalBackend",
+            "OPTIONS": {
+                "data_dir": str(data_dir),
+                "redis_url": settings.REDIS_URL,
+                "grace": 2.0,
+                "channel_prefix": f"vigil-test-{os.getpid()}-{tmp_path.name}:",
+            },
+        },
+    }
+    reset_backends()
+    backend = get_backend("local")
+    yield backend
+    stop_all = getattr(backend, "stop_everything", None)
+    if stop_all:
+        stop_all(grace=0.5)
+    reset_backends()
+    shutil.rmtree(data_dir, ignore_errors=True)
+
+
+def _person(django_user_model, name):
+    return django_user_model.objects.create_user(name, f"{name}@example.com", f"{name}-password-123")
+
+
+@pytest.fixture
+def alice(db, django_user_model):
+    return _person(django_user_model, "alice")
+
+
+@pytest.fixture
+def bob(db, django_user_model):
+    return _person(django_user_model, "bob")
+
+
+@pytest.fixture
+def carol(db, django_user_model):
+    return _person(django_user_model, "carol")
+
+
+@pytest.fixture
+def dave(db, django_user_model):
+    return _person(django_user_model, "dave")
+
+
+@pytest.fixture
+def alice_ws(alice, carol, dave):
+    """Alice owns it; carol is a viewer; dave is a member."""
+    from jobs.models import Membership, Role, Workspace
+
+    ws = Workspace.objects.create(name="Alice Lab", slug="alice-lab")
+    Membership.objects.create(workspace=ws, user=alice, role=Role.OWNER)
+    Membership.objects.create(workspace=ws, user=carol, role=Role.VIEWER)
+    Membership.objects.create(workspace=ws, user=dave, role=Role.MEMBER)
+    return ws
+
+
+@pytest.fixture
+def bob_ws(bob):
+    from jobs.models import Membership, Role, Workspace
+
+    ws = Workspace.objects.create(name="Bob Team", slug="bob-team")
+    Membership.objects.create(workspace=ws, user=bob, role=Role.OWNER)
+    return ws
+
+
+def _client_for(user):
+    from rest_framework.test import APIClient
+
+    from jobs.models import ApiToken
+
+    client = APIClient()
+    _, raw = ApiToken.issue(user)
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {raw}")
+    client.user = user
+    return client
+
+
+@pytest.fixture
+def api_as():
+    """api_as(user) -> an APIClient authenticated with a fresh personal token."""
+    return _client_for
+
+
+def pytorch_job(workspace, **overrides) -> dict:
+    """A valid CreateJob body: one Master and N Workers running `command`."""
+    body = {
+        "workspace": workspace.slug if hasattr(workspace, "slug") else workspace,
+        "display_name": "resnet-ddp",
+        "job_type": "PyTorchJob",
+        "job_specs": [
+            {"type": "Master", "pod_count": 1, "resource_config": {"cpu": 1, "memory": "1Gi", "gpu": 0}},
+            {"type": "Worker", "pod_count": 1, "resource_config": {"cpu": 1, "memory": "1Gi", "gpu": 0}},
+        ],
+        "user_command": "echo hello",
+        "envs": {},
+        "backend": "local",
+        "settings": {"enable_error_monitoring_in_aimaster": False, "error_monitoring_args": ""},
+    }
+    body.update(overrides)
+    return body
+
+
+@pytest.fixture
+def job_body():
+    return pytorch_job
