@@ -195,10 +195,13 @@ def _render_rate(rate: float) -> str:
 
 
 def _suggest(given: str, known: list[str]) -> str:
-    close = difflib.get_close_matches(given, known, n=1, cutoff=0.6)
-    if not close:
-        close = difflib.get_close_matches(given.lower().replace("_", "-"), known, n=1, cutoff=0.6)
-    return f"did you mean {close[0]}?" if close else "known: " + ", ".join(known)
+    # Compare ignoring case and '_' vs '-', the usual slips; suggest the original spelling.
+    def fold(name: str) -> str:
+        return name.lower().replace("_", "-")
+
+    folded = {fold(name): name for name in known}
+    close = difflib.get_close_matches(fold(given), list(folded), n=1, cutoff=0.6)
+    return f"did you mean {folded[close[0]]}?" if close else "known: " + ", ".join(known)
 
 
 # --- C4D environment -----------------------------------------------------------------
