@@ -1,0 +1,635 @@
+"""The local backend: instances are processes on this machine, each under a shim.
+
+Layout under the data dir (option `data_dir`):
+
+    <data>/nodes.json                    isolated nodes (atomic writes, flock'd)
+    <data>/jobs/<job_id>/work/           default working directory of every attempt
+    <data>/jobs/<job_id>/attempt-<n>/attempt.json          the handle, ports, placement
+    <data>/jobs/<job_id>/attempt-<n>/<instance>/spec.json  what the shim runs (env, command)
+                                               output.log  combined stdout+stderr
+                                               state.json  shim/child PIDs + start times
+                                               exit.json   exit code, signal, time
+                                               stop.json   a stop was requested (run, time)
+                                               shim.log    the shim's own errors
+
+Everything the backend knows is on disk, written by the shims, so any process
+(console, a Celery worker, a fresh one after a restart) can poll, stop and read
+logs of any attempt: re-adoption is just reading. PIDs are trusted only when
+their /proc start time matches what the shim recorded, so a recycled PID is
+never taken for an instance.
+
+Restarting one instance (Async jobs) keeps its directory: the previous run's
+state.json/exit.json are kept as state.<run>.json/exit.<run>.json, a separator
+line is appended to output.log and a fresh shim starts run n+1.
+
+Virtual nodes: option `nodes` ([{"name", "slots"}]) presents this machine as
+several nodes; an instance takes one slot; placement fills nodes in order,
+skipping isolated and avoided nodes; when no node has a free slot the instance
+is still placed on the least loaded node and its reason says it is
+oversubscribed. Slots are counted within one attempt.
+
+Environment of an instance: a few inherited variables (option `inherit_env`),
+PYTHONUNBUFFERED=1 (so the log's mtime tracks output), then the attempt's env,
+the instance's env, and last the framework and VIGIL_* variables, which the
+user cannot override (frameworks.py says why).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import re
+import select
+import signal as signals
+import socket
+import subprocess
+import sys
+import time
+from contextlib import contextmanager
+from datetime import datetime, timezone
+from urllib.parse import unquote, urlsplit
+
+import psutil
+
+from . import frameworks, shim
+from .base import AttemptLaunch, Backend, BackendError, InstanceState, InstanceStatus, Node
+
+SHIM_PATH = shim.__file__
+SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
+DEFAULT_INHERIT = ("PATH", "HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR", "SHELL")
+LOG = "output.log"
+STOP = "stop.json"
+ATTEMPT = "attempt.json"
+NODES = "nodes.json"
+START_GRACE = 10.0  # seconds a launched instance may stay without state.json before it is LOST
+
+
+class LocalBackend(Backend):
+    can_dump_stacks = True
+    can_isolate_nodes = True
+
+    def __init__(
+        self,
+        name: str = "local",
+        *,
+        data_dir: str | None = None,
+        nodes: list[dict] | None = None,
+        host: str = "127.0.0.1",
+        grace: float = 15.0,
+        kill_wait: float = 5.0,
+        start_timeout: float = 10.0,
+        leftover_grace: float = 2.0,
+        redis_url: str | None = "",
+        channel_prefix: str = "vigil",
+        inherit_env: list[str] | tuple[str, ...] = DEFAULT_INHERIT,
+        python: str | None = None,
+    ):
+        super().__init__(name)
+        data_dir = data_dir or os.environ.get("VIGIL_DATA_DIR") or os.path.join("var", "local-backend")
+        self.data_dir = os.path.abspath(data_dir)
+        self.nodes = self._check_nodes(nodes)
+        self.host = host
+        self.grace = self._positive("grace", grace, zero_ok=True)
+        self.kill_wait = self._positive("kill_wait", kill_wait)
+        self.start_timeout = self._positive("start_timeout", start_timeout)
+        self.leftover_grace = self._positive("leftover_grace", leftover_grace, zero_ok=True)
+        if redis_url == "":
+            redis_url = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
+        self.redis = self._parse_redis(redis_url, channel_prefix)
+        self.inherit_env = tuple(inherit_env)
+        self.python = python or sys.executable
+        os.makedirs(os.path.join(self.data_dir, "jobs"), exist_ok=True)
+
+    # -- options -------------------------------------------------------------
+    @staticmethod
+    def _positive(option, value, zero_ok=False):
+        try:
+            value = float(value)
+        except (TypeError, ValueError):
+            raise BackendError(f"local backend option {option!r}: {value!r} is not a number of seconds")
+        if value < 0 or (value == 0 and not zero_ok):
+            raise BackendError(f"local backend option {option!r}: must be {'>= 0' if zero_ok else '> 0'}")
+        return value
+
+    @staticmethod
+    def _check_nodes(nodes):
+        if nodes is None:
+            return [{"name": socket.gethostname() or "localhost", "slots": os.cpu_count() or 1}]
+        if not isinstance(nodes, (list, tuple)) or not nodes:
+            raise BackendError("local backend option 'nodes': give a non-empty list of {'name', 'slots'}")
+        out, seen = [], set()
+        for i, node in enumerate(nodes):
+            name = node.get("name") if isinstance(node, dict) else None
+            slots = node.get("slots") if isinstance(node, dict) else None
+            if not isinstance(name, str) or not SAFE_NAME.match(name):
+                raise BackendError(f"local backend option 'nodes[{i}].name': {name!r} is not a node name "
+                                   "(letters, digits, '_', '.', '-')")
+            if not isinstance(slots, int) or isinstance(slots, bool) or slots < 1:
+                raise BackendError(f"local backend option 'nodes[{i}].slots': {slots!r} is not an integer >= 1")
+            if name in seen:
+                raise BackendError(f"local backend option 'nodes[{i}].name': {name!r} appears twice")
+            seen.add(name)
+            out.append({"name": name, "slots": slots})
+        return out
+
+    @staticmethod
+    def _parse_redis(url, channel_prefix):
+        if not url:
+            return None
+        parts = urlsplit(url)
+        if parts.scheme != "redis":
+            raise BackendError(f"local backend option 'redis_url': {url!r} is not redis://host:port/db")
+        return {
+            "host": parts.hostname or "127.0.0.1",
+            "port": parts.port or 6379,
+            "username": unquote(parts.username) if parts.username else None,
+            "password": unquote(parts.password) if parts.password else None,
+            "channel": f"{channel_prefix}:instance-exit",
+        }
+
+    @property
+    def exit_channel(self) -> str | None:
+        return self.redis["channel"] if self.redis else None
+
+    # -- paths ---------------------------------------------------------------
+    def attempt_dir(self, job_id, attempt) -> str:
+        return os.path.join(self.data_dir, "jobs", str(job_id), f"attempt-{int(attempt)}")
+
+    def _instance_dir(self, handle, name) -> str:
+        self.check_instance(handle, name)
+        return os.path.join(handle["dir"], name)
+
+    # -- launch --------------------------------------------------------------
+    def launch(self, spec: AttemptLaunch) -> dict:
+        self._check_spec(spec)
+        attempt_dir = self.attempt_dir(spec.job_id, spec.attempt)
+        os.makedirs(os.path.dirname(attempt_dir), exist_ok=True)
+        try:
+            os.mkdir(attempt_dir)  # the claim: a second launch of the same attempt starts nothing
+        except FileExistsError:
+            handle = shim.read_json(os.path.join(attempt_dir, ATTEMPT))
+            if handle is None:
+                raise BackendError(f"attempt {spec.attempt} of job {spec.job_id} is being launched", retryable=True)
+            return handle
+
+        placement = self._place(spec)
+        previous = shim.read_json(os.path.join(self.attempt_dir(spec.job_id, spec.attempt - 1), ATTEMPT)) or {}
+        ports = self._free_ports(len(spec.instances), avoid=set((previous.get("ports") or {}).values()))
+        placements = {
+            inst.name: frameworks.Placement(
+                node=placement[inst.name][0], host=self.host, port=port,
+                dir=os.path.join(attempt_dir, inst.name), slots=1,
+            )
+            for inst, port in zip(spec.instances, ports)
+        }
+        try:
+            setups = frameworks.framework_setup(spec.job_type, spec.attempt, spec.instances, placements)
+        except frameworks.FrameworkError as exc:
+            raise BackendError(str(exc)) from exc
+
+        workdir = spec.workdir or os.path.join(self.data_dir, "jobs", str(spec.job_id), "work")
+        os.makedirs(workdir, exist_ok=True)
+        base = {k: os.environ[k] for k in self.inherit_env if k in os.environ}
+        base["PYTHONUNBUFFERED"] = "1"
+        for inst in spec.instances:
+            idir = placements[inst.name].dir
+            os.mkdir(idir)
+            setup = setups[inst.name]
+            for path, content in setup.files.items():
+                with open(path, "w") as f:
+                    f.write(content)
+            env = frameworks.instance_environment(base, spec.env, inst.env, setup.env)
+            self._write_spec(idir, spec, inst.name, inst.command, env, workdir, run=1)
+            open(os.path.join(idir, LOG), "ab").close()
+
+        handle = {
+            "backend": self.name,
+            "job_id": str(spec.job_id),
+            "attempt": spec.attempt,
+            "job_type": spec.job_type,
+            "dir": attempt_dir,
+            "launched_at": time.time(),
+            "ports": {inst.name: p.port for inst, p in ((i, placements[i.name]) for i in spec.instances)},
+            "instances": [
+                {"name": i.name, "role": i.role, "index": i.index, "rank": i.rank,
+                 "node": placement[i.name][0], "placement_reason": placement[i.name][1]}
+                for i in spec.instances
+            ],
+        }
+        shim.write_json_atomic(os.path.join(attempt_dir, ATTEMPT), handle)
+        self._start_shims(handle, [i.name for i in spec.instances])
+        return handle
+
+    def handle_for(self, job_id, attempt) -> dict:
+        """The handle of an attempt from disk (re-adoption when the caller lost it)."""
+        handle = shim.read_json(os.path.join(self.attempt_dir(job_id, attempt), ATTEMPT))
+        if handle is None:
+            raise BackendError(f"no attempt {attempt} of job {job_id} under {self.data_dir}")
+        return handle
+
+    def _check_spec(self, spec: AttemptLaunch):
+        if not SAFE_NAME.match(str(spec.job_id)):
+            raise BackendError(f"job_id: {spec.job_id!r} must be letters, digits, '_', '.', '-'")
+        if not isinstance(spec.attempt, int) or spec.attempt < 1:
+            raise BackendError(f"attempt: {spec.attempt!r} must be an integer >= 1")
+        if not spec.instances:
+            raise BackendError("instances: at least one instance is needed")
+        names = [i.name for i in spec.instances]
+        for n in names:
+            if not SAFE_NAME.match(n):
+                raise BackendError(f"instances.name: {n!r} must be letters, digits, '_', '.', '-'")
+        if len(set(names)) != len(names):
+            raise BackendError("instances.name: names must be unique")
+        for i in spec.instances:
+            if not isinstance(i.command, str) or not i.command.strip():
+                raise BackendError(f"instances.command: {i.name} has no command")
+        if spec.workdir and not os.path.isdir(spec.workdir):
+            raise BackendError(f"workdir: {spec.workdir!r} is not a directory on this machine")
+
+    def _write_spec(self, idir, spec, name, command, env, workdir, run):
+        data = {
+            "job_id": str(spec.job_id),
+            "attempt": spec.attempt,
+            "instance": name,
+            "command": command,
+            "env": env,
+            "cwd": workdir,
+            "run": run,
+            "log": LOG,
+            "leftover_grace": self.leftover_grace,
+            "redis": self.redis,
+        }
+        path = os.path.join(idir, shim.SPEC)
+        tmp = path + ".tmp"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # may hold the job token
+        with os.fdopen(fd, "w") as f:
+            json.dump(data, f)
+        os.replace(tmp, path)
+
+    def _start_shims(self, handle, names):
+        """Start one shim per name and wait until each has its child running."""
+        pending, launchers = {}, []
+        for name in names:
+            idir = os.path.join(handle["dir"], name)
+            rfd, wfd = os.pipe()
+            with open(os.path.join(idir, "shim.log"), "ab") as shim_log:
+                proc = subprocess.Popen(
+                    [self.python, "-I", "-S", SHIM_PATH, idir, str(wfd)],
+                    stdin=subprocess.DEVNULL, stdout=shim_log, stderr=shim_log,
+                    pass_fds=(wfd,), start_new_session=True, close_fds=True,
+                )
+            os.close(wfd)
+            launchers.append(proc)
+            pending[rfd] = (name, proc, b"")
+        deadline = time.monotonic() + self.start_timeout
+        errors = []
+        try:
+            while pending:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    errors += [f"{n}: the shim did not start within {self.start_timeout:g} s"
+                               for n, _, _ in pending.values()]
+                    break
+                ready, _, _ = select.select(list(pending), [], [], left)
+                for rfd in ready:
+                    name, proc, buf = pending[rfd]
+                    chunk = os.read(rfd, 4096)
+                    if chunk:
+                        pending[rfd] = (name, proc, buf + chunk)
+                        continue
+                    del pending[rfd]
+                    os.close(rfd)
+                    if not buf.startswith(b"ok"):
+                        errors.append(f"{name}: {buf.decode(errors='replace').strip() or 'the shim died'}"
+                                      f" (see {os.path.join(handle['dir'], name, 'shim.log')})")
+        finally:
+            for rfd in pending:
+                os.close(rfd)
+        # The first shim process forks and exits at once; reap it so that a long-lived
+        # worker keeps no zombie (only our own Popen objects: other children are not ours).
+        for proc in launchers:
+            try:
+                proc.wait(timeout=self.start_timeout)
+            except subprocess.TimeoutExpired:
+                errors.append(f"shim launcher {proc.pid} did not exit")
+        if errors:
+            raise BackendError("could not start: " + "; ".join(errors), retryable=True)
+
+    # -- placement & ports -----------------------------------------------------
+    def _place(self, spec: AttemptLaunch) -> dict[str, tuple[str, str]]:
+        nodes = self.list_nodes()
+        avoid = set(spec.avoid_nodes)
+        usable = [n for n in nodes if n.schedulable and n.name not in avoid]
+        if not usable:
+            why = "; ".join(f"{n.name}: {n.reason or 'avoided by this attempt'}" for n in nodes)
+            raise BackendError(f"no schedulable node for job {spec.job_id} ({why})")
+        used = {n.name: 0 for n in usable}
+        out = {}
+        for inst in sorted(spec.instances, key=lambda i: i.rank):
+            free = [n for n in usable if used[n.name] < n.slots]
+            if free:
+                node, reason = free[0], ""
+            else:
+                node = min(usable, key=lambda n: (used[n.name] + 1) / n.slots)
+                reason = f"oversubscribed: node {node.name} has {node.slots} slots, {used[node.name] + 1} instances placed"
+            used[node.name] += 1
+            out[inst.name] = (node.name, reason)
+        return out
+
+    @staticmethod
+    def _free_ports(count, avoid):
+        """`count` distinct free TCP ports, none in `avoid` (the previous attempt's)."""
+        socks, ports = [], []
+        try:
+            while len(ports) < count:
+                s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+                s.bind(("", 0))
+                socks.append(s)  # held open so the next bind cannot return the same port
+                port = s.getsockname()[1]
+                if port not in avoid:
+                    ports.append(port)
+        finally:
+            for s in socks:
+                s.close()
+        return ports
+
+    # -- nodes -------------------------------------------------------------------
+    @contextmanager
+    def _nodes_lock(self):
+        with open(os.path.join(self.data_dir, "nodes.lock"), "a") as f:
+            fcntl.flock(f, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(f, fcntl.LOCK_UN)
+
+    def _isolated(self) -> dict:
+        return (shim.read_json(os.path.join(self.data_dir, NODES)) or {}).get("isolated", {})
+
+    def list_nodes(self) -> list[Node]:
+        isolated = self._isolated()
+        return [
+            Node(n["name"], n["slots"], schedulable=n["name"] not in isolated,
+                 reason=isolated.get(n["name"], {}).get("reason", ""))
+            for n in self.nodes
+        ]
+
+    def _check_node(self, name):
+        if name not in {n["name"] for n in self.nodes}:
+            known = ", ".join(n["name"] for n in self.nodes)
+            raise BackendError(f"node: {name!r} is not a node of this backend (known: {known})")
+
+    def isolate_node(self, name: str, reason: str) -> None:
+        self._check_node(name)
+        with self._nodes_lock():
+            isolated = self._isolated()
+            isolated[name] = {"reason": reason or "isolated", "at": time.time()}
+            shim.write_json_atomic(os.path.join(self.data_dir, NODES), {"isolated": isolated})
+
+    def restore_node(self, name: str) -> None:
+        self._check_node(name)
+        with self._nodes_lock():
+            isolated = self._isolated()
+            isolated.pop(name, None)
+            shim.write_json_atomic(os.path.join(self.data_dir, NODES), {"isolated": isolated})
+
+    # -- poll ----------------------------------------------------------------------
+    def poll(self, handle: dict) -> list[InstanceStatus]:
+        return [self._status(handle, inst) for inst in handle["instances"]]
+
+    def _status(self, handle, inst) -> InstanceStatus:
+        idir = os.path.join(handle["dir"], inst["name"])
+        common = {"name": inst["name"], "role": inst["role"], "index": inst["index"], "node": inst.get("node", "")}
+        try:
+            last_output = os.stat(os.path.join(idir, LOG)).st_mtime
+        except FileNotFoundError:
+            last_output = None
+        state = shim.read_json(os.path.join(idir, shim.STATE))
+        ended = shim.read_json(os.path.join(idir, shim.EXIT))
+        stop = shim.read_json(os.path.join(idir, STOP))
+        run = (shim.read_json(os.path.join(idir, shim.SPEC)) or {}).get("run", 1) if state is None else state.get("run", 1)
+        pid = state.get("child_pid") if state else None
+        started = state.get("started_at") if state else None
+        stopped = stop is not None and stop.get("run") == run
+
+        if ended is not None and ended.get("run", 1) == run:
+            code, sig = ended.get("exit_code"), ended.get("signal")
+            if stopped:
+                st, reason = InstanceState.STOPPED, "stopped on request"
+            elif code == 0 and sig is None:
+                st, reason = InstanceState.SUCCEEDED, ""
+            else:
+                st, reason = InstanceState.FAILED, ended.get("reason", "")
+            return InstanceStatus(state=st, exit_code=code, signal=sig, started_at=ended.get("started_at", started),
+                                  exited_at=ended.get("exited_at"), last_output_at=last_output, reason=reason,
+                                  pid=pid, **common)
+        if state is None:
+            launched = handle.get("launched_at") or 0
+            if stopped:
+                return InstanceStatus(state=InstanceState.STOPPED, reason="stopped before it started",
+                                      last_output_at=last_output, **common)
+            if time.time() - launched < max(START_GRACE, self.start_timeout):
+                return InstanceStatus(state=InstanceState.PENDING, last_output_at=last_output, **common)
+            return InstanceStatus(state=InstanceState.LOST, reason="the shim never started",
+                                  last_output_at=last_output, **common)
+        shim_alive = _same_process(state.get("shim_pid"), state.get("shim_start"), state.get("boot_id"))
+        child_alive = _same_process(pid, state.get("child_start"), state.get("boot_id"))
+        running_reason = inst.get("placement_reason", "")
+        if shim_alive and child_alive:
+            return InstanceStatus(state=InstanceState.RUNNING, started_at=started, last_output_at=last_output,
+                                  reason=running_reason, pid=pid, **common)
+        # The shim writes exit.json the moment the child ends: look again before concluding.
+        ended = shim.read_json(os.path.join(idir, shim.EXIT))
+        if ended is not None and ended.get("run", 1) == run:
+            return self._status(handle, inst)
+        if shim_alive:  # child just ended, exit.json is being written
+            return InstanceStatus(state=InstanceState.RUNNING, started_at=started, last_output_at=last_output,
+                                  reason=running_reason, pid=pid, **common)
+        if child_alive:
+            return InstanceStatus(state=InstanceState.RUNNING, started_at=started, last_output_at=last_output,
+                                  reason="shim lost; the instance still runs but its exit code will be unknown",
+                                  pid=pid, **common)
+        if stopped:
+            return InstanceStatus(state=InstanceState.STOPPED, started_at=started, last_output_at=last_output,
+                                  reason="stopped on request; the shim had died, exit code unknown", pid=pid,
+                                  **common)
+        return InstanceStatus(state=InstanceState.LOST, started_at=started, last_output_at=last_output,
+                              reason="shim lost: the instance and its shim are gone and no exit was recorded "
+                                     "(or the recorded PIDs now belong to other processes)",
+                              pid=pid, **common)
+
+    # -- stop -------------------------------------------------------------------------
+    def stop(self, handle: dict, grace: float | None = None) -> None:
+        self._stop(handle, self.instance_names(handle), grace)
+
+    def stop_instance(self, handle: dict, name: str, grace: float | None = None) -> None:
+        self.check_instance(handle, name)
+        self._stop(handle, [name], grace)
+
+    def _stop(self, handle, names, grace):
+        grace = self.grace if grace is None else self._positive("grace", grace, zero_ok=True)
+        targets = {}
+        now = time.time()
+        for name in names:
+            idir = os.path.join(handle["dir"], name)
+            state = shim.read_json(os.path.join(idir, shim.STATE))
+            run = state.get("run", 1) if state else (shim.read_json(os.path.join(idir, shim.SPEC)) or {}).get("run", 1)
+            ended = shim.read_json(os.path.join(idir, shim.EXIT))
+            if ended is not None and ended.get("run", 1) == run:
+                continue  # already over: its real outcome stands
+            shim.write_json_atomic(os.path.join(idir, STOP), {"run": run, "requested_at": now, "grace": grace})
+            if state is not None:
+                targets[name] = (idir, state, run)
+        if not targets:
+            return
+        for idir, state, _ in targets.values():
+            self._signal(state, signals.SIGTERM)
+        remaining = self._wait_ended(targets, grace)
+        for name in remaining:
+            self._signal(targets[name][1], signals.SIGKILL)
+        remaining = self._wait_ended({n: targets[n] for n in remaining}, self.kill_wait)
+        if remaining:
+            raise BackendError(f"instances still running after SIGKILL: {', '.join(sorted(remaining))}",
+                               retryable=True)
+
+    @staticmethod
+    def _processes(state) -> tuple[int | None, list[int]]:
+        """(process group, every verified live process of the instance except the shim)."""
+        boot = state.get("boot_id")
+        child, shim_pid = state.get("child_pid"), state.get("shim_pid")
+        pids = []
+        roots = []
+        if _same_process(child, state.get("child_start"), boot):
+            pids.append(child)
+            roots.append(child)
+        if _same_process(shim_pid, state.get("shim_start"), boot):
+            roots.append(shim_pid)  # a subreaper: orphaned descendants hang below it
+        for root in roots:
+            try:
+                for p in psutil.Process(root).children(recursive=True):
+                    if p.pid not in pids and p.pid != shim_pid:
+                        pids.append(p.pid)
+            except psutil.Error:
+                pass
+        # Signal the group only if its leader is our child (a dead leader's group may be empty
+        # or, after PID reuse, someone else's; members we found are signalled one by one).
+        pgid = child if child in pids else None
+        return pgid, pids
+
+    def _signal(self, state, sig):
+        pgid, pids = self._processes(state)
+        if pgid is not None:
+            try:
+                os.killpg(pgid, sig)
+            except (ProcessLookupError, PermissionError):
+                pass
+        for pid in pids:
+            try:
+                os.kill(pid, sig)
+            except (ProcessLookupError, PermissionError):
+                pass
+
+    def _wait_ended(self, targets, timeout) -> list[str]:
+        deadline = time.monotonic() + timeout
+        remaining = list(targets)
+        while True:
+            still = []
+            for name in remaining:
+                idir, state, run = targets[name]
+                ended = shim.read_json(os.path.join(idir, shim.EXIT))
+                if ended is not None and ended.get("run", 1) == run:
+                    continue
+                pgid, pids = self._processes(state)
+                if pids or _same_process(state.get("shim_pid"), state.get("shim_start"), state.get("boot_id")):
+                    still.append(name)
+            remaining = still
+            if not remaining or time.monotonic() >= deadline:
+                return remaining
+            time.sleep(0.01)
+
+    # -- restart one instance --------------------------------------------------------
+    def restart_instance(self, handle: dict, name: str) -> dict:
+        idir = self._instance_dir(handle, name)
+        current = [s for s in self.poll(handle) if s.name == name][0]
+        if not current.state.finished and current.state != InstanceState.PENDING:
+            self._stop(handle, [name], None)
+        spec = shim.read_json(os.path.join(idir, shim.SPEC))
+        if spec is None:
+            raise BackendError(f"instance {name}: its spec.json is missing, it cannot be restarted")
+        run = int(spec.get("run", 1))
+        for base in (shim.STATE, shim.EXIT, STOP):
+            stem, ext = os.path.splitext(base)
+            try:
+                os.replace(os.path.join(idir, base), os.path.join(idir, f"{stem}.{run}{ext}"))
+            except FileNotFoundError:
+                pass
+        log = os.path.join(idir, LOG)
+        with open(log, "ab") as f:
+            needs_newline = f.tell() > 0 and _last_byte(log) != b"\n"
+            stamp = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+            f.write((b"\n" if needs_newline else b"")
+                    + f"===== vigil: {name} restarted (run {run + 1} of attempt {handle['attempt']}) at {stamp} =====\n".encode())
+        spec["run"] = run + 1
+        spec["redis"] = self.redis
+        path = os.path.join(idir, shim.SPEC)
+        shim.write_json_atomic(path, spec)
+        os.chmod(path, 0o600)
+        self._start_shims(handle, [name])
+        return handle
+
+    # -- logs ---------------------------------------------------------------------------
+    def log_path(self, handle: dict, name: str) -> str | None:
+        return os.path.join(self._instance_dir(handle, name), LOG)
+
+    def read_log(self, handle: dict, name: str, offset: int = 0, limit: int | None = None) -> bytes:
+        if offset < 0:
+            raise BackendError(f"offset: {offset} must be >= 0")
+        if limit is not None and limit < 0:
+            raise BackendError(f"limit: {limit} must be >= 0 or None")
+        try:
+            with open(self.log_path(handle, name), "rb") as f:
+                f.seek(offset)
+                return f.read() if limit is None else f.read(limit)
+        except FileNotFoundError:
+            return b""
+
+    def tail_log(self, handle: dict, name: str, nbytes: int) -> bytes:
+        if nbytes < 0:
+            raise BackendError(f"nbytes: {nbytes} must be >= 0")
+        try:
+            with open(self.log_path(handle, name), "rb") as f:
+                size = f.seek(0, os.SEEK_END)
+                f.seek(max(0, size - nbytes))
+                return f.read(nbytes)
+        except FileNotFoundError:
+            return b""
+
+    # -- diagnostics --------------------------------------------------------------------
+    def pids(self, handle: dict, name: str) -> list[int]:
+        idir = self._instance_dir(handle, name)
+        state = shim.read_json(os.path.join(idir, shim.STATE))
+        if state is None:
+            return []
+        return self._processes(state)[1]
+
+
+def _same_process(pid, start_ticks, boot=None) -> bool:
+    """Is `pid` alive and the very process that was recorded (same boot, same start time)?"""
+    if not pid or start_ticks is None:
+        return False
+    if boot and boot != _BOOT_ID:
+        return False
+    return shim.proc_start_ticks(pid) == start_ticks
+
+
+def _last_byte(path) -> bytes:
+    with open(path, "rb") as f:
+        size = f.seek(0, os.SEEK_END)
+        if size == 0:
+            return b""
+        f.seek(size - 1)
+        return f.read(1)
+
+
+_BOOT_ID = shim.boot_id()

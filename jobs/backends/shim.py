@@ -1,0 +1,327 @@
+"""The shim that owns one local instance: run it, record how it ended, announce it.
+
+Run by path with the console's python (`python -I -S shim.py <instance dir> <ready fd>`),
+standard library only, so it starts in a few tens of milliseconds and does not
+depend on Django, Redis or the process that launched it:
+
+1. fork once and let the launcher reap the first process at once, so the shim is
+   never a zombie of a long-lived worker; it stays in the new session the
+   launcher gave it (start_new_session), so it outlives the console, the worker
+   and Redis;
+2. become a child subreaper, so descendants that leave the instance's process
+   group are still found (and cleaned up) through the shim;
+3. run the user command with /bin/sh -c in its own process group, with the
+   instance's log file (O_APPEND) as stdout and stderr: the child writes the
+   log itself, so nothing is lost if the shim dies, and the log's mtime is the
+   last output time;
+4. write state.json (shim and child PIDs with their /proc start times, so a
+   later reader can tell a recycled PID from ours), then report "ok" on the
+   ready pipe;
+5. when the child ends, write exit.json (exit code, signal, time) atomically
+   FIRST, then PUBLISH the exit on Redis over a raw socket with a short
+   deadline; a Redis that is down costs at most a refused connection;
+6. end whatever the instance left behind (SIGTERM, then SIGKILL).
+
+spec.json (written by the backend) holds: command, env, cwd, job_id, attempt,
+instance, run, log, leftover_grace and redis ({host, port, username, password,
+channel} or null).
+"""
+
+import json
+import os
+import signal
+import socket
+import sys
+import time
+
+STATE = "state.json"
+EXIT = "exit.json"
+SPEC = "spec.json"
+REDIS_DEADLINE = 0.5  # seconds; the exit is already on disk, this only speeds the monitor up
+
+
+# -- helpers shared with local.py (it imports this module) -----------------
+
+
+def proc_start_ticks(pid):
+    """The start time of `pid` in clock ticks since boot, or None if it is gone or a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            data = f.read()
+    except (FileNotFoundError, ProcessLookupError, PermissionError):
+        return None
+    # comm (field 2) may hold spaces and parentheses: split after the last ')'.
+    fields = data[data.rindex(b")") + 2 :].split()
+    if fields[0] in (b"Z", b"X"):
+        return None
+    return int(fields[19])
+
+
+def boot_id():
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            return f.read().strip()
+    except OSError:
+        return ""
+
+
+def write_json_atomic(path, data):
+    """Write JSON to `path` so readers see the old file or the new one, never a part."""
+    tmp = f"{path}.tmp.{os.getpid()}"
+    with open(tmp, "w") as f:
+        json.dump(data, f)
+    os.replace(tmp, path)
+
+
+def read_json(path):
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except FileNotFoundError:
+        return None
+    except ValueError:
+        return None
+
+
+def resp_command(*args):
+    out = [b"*%d\r\n" % len(args)]
+    for a in args:
+        if isinstance(a, str):
+            a = a.encode()
+        out.append(b"$%d\r\n%s\r\n" % (len(a), a))
+    return b"".join(out)
+
+
+def publish(redis, payload, deadline=REDIS_DEADLINE):
+    """PUBLISH `payload` on redis["channel"]; True if Redis answered. Never raises."""
+    if not redis:
+        return False
+    end = time.monotonic() + deadline
+    try:
+        with socket.create_connection((redis["host"], int(redis["port"])), timeout=deadline) as s:
+            commands = []
+            if redis.get("password"):
+                if redis.get("username"):
+                    commands.append(resp_command("AUTH", redis["username"], redis["password"]))
+                else:
+                    commands.append(resp_command("AUTH", redis["password"]))
+            commands.append(resp_command("PUBLISH", redis["channel"], payload))
+            s.sendall(b"".join(commands))
+            replies = b""
+            while replies.count(b"\r\n") < len(commands):
+                left = end - time.monotonic()
+                if left <= 0:
+                    return False
+                s.settimeout(left)
+                chunk = s.recv(4096)
+                if not chunk:
+                    return False
+                replies += chunk
+            return not any(line.startswith(b"-") for line in replies.split(b"\r\n"))
+    except (OSError, ValueError):
+        return False
+
+
+def descendants(root_pids):
+    """PIDs of every live descendant of `root_pids` (scans /proc; cleanup path only)."""
+    children = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                data = f.read()
+        except OSError:
+            continue
+        fields = data[data.rindex(b")") + 2 :].split()
+        if fields[0] in (b"Z", b"X"):
+            continue
+        children.setdefault(int(fields[1]), []).append(int(entry))
+    found, todo = [], list(root_pids)
+    while todo:
+        pid = todo.pop()
+        for child in children.get(pid, ()):
+            if child not in found:
+                found.append(child)
+                todo.append(child)
+    return found
+
+
+# -- the shim itself -----------------------------------------------------
+
+
+def _set_child_subreaper():
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
+    except (OSError, AttributeError):
+        pass  # without it, orphans go to init; stop still finds the process group
+
+
+def _signal_all(pgid, pids, sig):
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+    for pid in pids:
+        try:
+            os.kill(pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+def _reap_nohang():
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+
+
+def _end_leftovers(pgid, grace):
+    """After the instance ended: SIGTERM what it left running, SIGKILL after `grace`."""
+    me = os.getpid()
+    left = descendants([me])
+    if not left and not _group_alive(pgid):
+        return
+    _signal_all(pgid, left, signal.SIGTERM)
+    end = time.monotonic() + grace
+    while time.monotonic() < end:
+        _reap_nohang()
+        left = descendants([me])
+        if not left and not _group_alive(pgid):
+            return
+        time.sleep(0.02)
+    _signal_all(pgid, descendants([me]), signal.SIGKILL)
+    time.sleep(0.05)
+    _reap_nohang()
+
+
+def _group_alive(pgid):
+    try:
+        os.killpg(pgid, 0)
+        return True
+    except (ProcessLookupError, PermissionError):
+        return False
+
+
+def run(instance_dir, ready_fd):
+    spec = read_json(os.path.join(instance_dir, SPEC))
+    if spec is None:
+        os.write(ready_fd, b"error spec.json missing or unreadable\n")
+        return 2
+    run_no = spec.get("run", 1)
+    exit_path = os.path.join(instance_dir, EXIT)
+    log_path = os.path.join(instance_dir, spec.get("log", "output.log"))
+    _set_child_subreaper()
+    log_fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+
+    import subprocess  # here, not at the top: the fork above should be as cheap as possible
+
+    started_at = time.time()
+    try:
+        child = subprocess.Popen(
+            ["/bin/sh", "-c", spec["command"]],
+            cwd=spec.get("cwd") or instance_dir,
+            env=spec.get("env") or {},
+            stdin=subprocess.DEVNULL,
+            stdout=log_fd,
+            stderr=log_fd,
+            process_group=0,
+            close_fds=True,
+        )
+    except OSError as exc:
+        # The command could not even start (missing workdir, no /bin/sh): say so in the
+        # log, record it as exit code 127 like a shell would, and announce it.
+        os.write(log_fd, f"vigil: cannot start the instance: {exc}\n".encode())
+        exited_at = time.time()
+        record = {"exit_code": 127, "signal": None, "exited_at": exited_at, "started_at": started_at,
+                  "run": run_no, "reason": f"cannot start: {exc}"}
+        write_json_atomic(exit_path, record)
+        os.write(ready_fd, b"ok 0\n")
+        os.close(ready_fd)
+        _announce(spec, record)
+        return 0
+    os.close(log_fd)
+    pid = child.pid
+    state = {
+        "shim_pid": os.getpid(),
+        "shim_start": proc_start_ticks(os.getpid()),
+        "child_pid": pid,
+        "child_start": proc_start_ticks(pid),  # the child is ours until we reap it, so this is safe
+        "pgid": pid,
+        "boot_id": boot_id(),
+        "started_at": started_at,
+        "run": run_no,
+    }
+    write_json_atomic(os.path.join(instance_dir, STATE), state)
+    os.write(ready_fd, b"ok %d\n" % pid)
+    os.close(ready_fd)
+
+    # Signals sent to the shim itself (shutdown of the machine, a person) go to the instance.
+    def forward(signum, _frame):
+        try:
+            os.killpg(pid, signum)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, forward)
+
+    while True:
+        try:
+            reaped, status = os.waitpid(-1, 0)
+        except ChildProcessError:  # cannot happen while the child is ours; be safe
+            status = 255 << 8
+            break
+        if reaped == pid:
+            break
+    exited_at = time.time()
+    if os.WIFSIGNALED(status):
+        exit_code, sig = None, os.WTERMSIG(status)
+    else:
+        exit_code, sig = os.WEXITSTATUS(status), None
+    record = {"exit_code": exit_code, "signal": sig, "exited_at": exited_at, "started_at": started_at,
+              "run": run_no}
+    write_json_atomic(exit_path, record)  # on disk before anyone is told
+    _announce(spec, record)
+    _end_leftovers(pid, float(spec.get("leftover_grace", 2.0)))
+    return 0
+
+
+def _announce(spec, record):
+    payload = json.dumps(
+        {
+            "job_id": spec.get("job_id"),
+            "attempt": spec.get("attempt"),
+            "instance": spec.get("instance"),
+            "exit_code": record["exit_code"],
+            "signal": record["signal"],
+            "exited_at": record["exited_at"],
+            "run": record["run"],
+        }
+    )
+    publish(spec.get("redis"), payload)
+
+
+def main(argv):
+    instance_dir, ready_fd = argv[1], int(argv[2])
+    # First process: the launcher waits for it. The forked one is the shim proper.
+    if os.fork() > 0:
+        os._exit(0)
+    try:
+        return run(instance_dir, ready_fd)
+    except BaseException as exc:  # noqa: BLE001 - report anything to the launcher, then die
+        try:
+            os.write(ready_fd, f"error {type(exc).__name__}: {exc}\n".encode())
+        except OSError:
+            pass
+        raise
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

@@ -1,0 +1,354 @@
+"""What runs inside a Slurm allocation for the Slurm backend: the supervisor and the instance wrapper.
+
+The Slurm backend copies this file, base.py and frameworks.py into the attempt's
+directory (which every node of the cluster can read) and submits a batch script
+that runs `python3 slurm_step.py supervise <attempt_dir>` on the first node.
+
+- The supervisor decides placement within the allocation Slurm gave (block
+  distribution over SLURM_JOB_NODELIST / SLURM_TASKS_PER_NODE), computes the
+  framework environment with frameworks.py (MASTER_ADDR is the first node), then
+  starts one `srun --exact -n1 -N1 -w <node>` step per instance and waits. It also
+  picks up restart requests the console writes into `requests/` (Async jobs
+  restart one instance as a new step in the same allocation), and it records an
+  exit for a step whose wrapper died without writing one.
+- The instance wrapper (`slurm_step.py instance <attempt_dir> <name> <run>`) runs
+  the user's command with its output in the instance's log, forwards SIGTERM, and
+  writes the exit code, signal and time atomically before the step ends; then it
+  announces the exit on Redis when it can reach it.
+
+Standard library only: it runs on cluster nodes, not in the console's venv.
+Files of an attempt directory (all JSON written by write-to-temp + rename):
+
+    attempt.json                      what to run (written by the backend)
+    allocation.json                   placements and per-instance env (supervisor)
+    stop.json                         the console asked to stop the attempt
+    requests/restart-<name>-<run>.json  the console asks for run <run> of <name>
+    instances/<name>/output.log       the instance's stdout+stderr, all runs
+    instances/<name>/run-<run>.json   started: node, pid, step id, time
+    instances/<name>/exit-<run>.json  ended: exit code, signal, time, reason
+    instances/<name>/stop-<run>.json  the console asked to stop this run
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+import zlib
+from urllib.parse import unquote, urlparse
+
+try:  # imported as part of jobs.backends
+    from .base import InstanceLaunch
+    from .frameworks import Placement, framework_setup, instance_environment
+except ImportError:  # run as a script from the attempt's runtime copy
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from vigil_runtime.base import InstanceLaunch  # type: ignore[no-redef]
+    from vigil_runtime.frameworks import (  # type: ignore[no-redef]
+        Placement,
+        framework_setup,
+        instance_environment,
+    )
+
+EXIT_CHANNEL = "vigil:instance-exit"
+POLL_INTERVAL = 0.3
+
+
+# -- files ---------------------------------------------------------------------
+
+
+def write_json(path: str, data: dict) -> None:
+    """Write atomically: readers on other nodes see the old file or the whole new one."""
+    tmp = f"{path}.tmp-{socket.gethostname()}-{os.getpid()}"
+    with open(tmp, "w") as fh:
+        json.dump(data, fh)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+def read_json(path: str) -> dict | None:
+    try:
+        with open(path) as fh:
+            return json.load(fh)
+    except (FileNotFoundError, json.JSONDecodeError):
+        return None
+
+
+def instance_dir(attempt_dir: str, name: str) -> str:
+    return os.path.join(attempt_dir, "instances", name)
+
+
+def run_file(attempt_dir: str, name: str, run: int) -> str:
+    return os.path.join(instance_dir(attempt_dir, name), f"run-{run}.json")
+
+
+def exit_file(attempt_dir: str, name: str, run: int) -> str:
+    return os.path.join(instance_dir(attempt_dir, name), f"exit-{run}.json")
+
+
+def stop_file(attempt_dir: str, name: str, run: int) -> str:
+    return os.path.join(instance_dir(attempt_dir, name), f"stop-{run}.json")
+
+
+def log_file(attempt_dir: str, name: str) -> str:
+    return os.path.join(instance_dir(attempt_dir, name), "output.log")
+
+
+def restart_request(attempt_dir: str, name: str, run: int) -> str:
+    return os.path.join(attempt_dir, "requests", f"restart-{name}-{run}.json")
+
+
+# -- placement (pure) ---------------------------------------------------------------
+
+
+def expand_tasks_per_node(text: str) -> list[int]:
+    """SLURM_TASKS_PER_NODE "2(x3),1" -> [2, 2, 2, 1]."""
+    out: list[int] = []
+    for part in filter(None, text.split(",")):
+        m = re.fullmatch(r"(\d+)(?:\(x(\d+)\))?", part.strip())
+        if not m:
+            raise ValueError(f"SLURM_TASKS_PER_NODE: cannot read {text!r}")
+        out.extend([int(m.group(1))] * int(m.group(2) or 1))
+    return out
+
+
+def place_instances(ranked_names: list[str], nodes: list[str], slots: list[int]) -> dict[str, str]:
+    """Block distribution as Slurm does for tasks: fill the first node's slots, then the next."""
+    if len(nodes) != len(slots):
+        raise ValueError(f"{len(nodes)} nodes but {len(slots)} task counts")
+    order = [node for node, n in zip(nodes, slots) for _ in range(n)]
+    if len(order) < len(ranked_names):
+        raise ValueError(f"the allocation has {len(order)} task slots for {len(ranked_names)} instances")
+    return dict(zip(ranked_names, order))
+
+
+def attempt_ports(job_id: str, attempt: int, count: int, base: int, span: int) -> list[int]:
+    """One port per instance, different from the previous attempt's (so a lingering
+    rendezvous of attempt n-1 cannot capture attempt n), spread per job."""
+    offset = zlib.crc32(str(job_id).encode()) % span
+    return [base + (offset + attempt * count + i) % span for i in range(count)]
+
+
+# -- Redis announcement (plain RESP, no client library on the nodes) ----------------------
+
+
+def announce_exit(redis_url: str, payload: dict, timeout: float = 1.0) -> bool:
+    if not redis_url:
+        return False
+    u = urlparse(redis_url)
+    if u.scheme not in ("redis", ""):
+        return False
+
+    def bulk(*args: str) -> bytes:
+        out = [f"*{len(args)}\r\n".encode()]
+        for a in args:
+            b = a.encode()
+            out.append(f"${len(b)}\r\n".encode() + b + b"\r\n")
+        return b"".join(out)
+
+    try:
+        with socket.create_connection((u.hostname or "127.0.0.1", u.port or 6379), timeout=timeout) as s:
+            if u.password:
+                creds = (unquote(u.username), unquote(u.password)) if u.username else (unquote(u.password),)
+                s.sendall(bulk("AUTH", *creds))
+                if not s.recv(256).startswith(b"+OK"):
+                    return False
+            s.sendall(bulk("PUBLISH", EXIT_CHANNEL, json.dumps(payload)))
+            return s.recv(256).startswith(b":")
+    except OSError:
+        return False
+
+
+# -- the supervisor ------------------------------------------------------------------
+
+
+def _hostnames(nodelist: str) -> list[str]:
+    out = subprocess.run(["scontrol", "show", "hostnames", nodelist], capture_output=True, text=True, check=True)
+    return out.stdout.split()
+
+
+def allocate(attempt_dir: str, spec: dict) -> dict:
+    """Decide placement and environment once per attempt; written to allocation.json."""
+    opts = spec["options"]
+    nodes = _hostnames(os.environ["SLURM_JOB_NODELIST"])
+    slots = expand_tasks_per_node(os.environ.get("SLURM_TASKS_PER_NODE", str(len(spec["instances"]))))
+    instances = tuple(
+        InstanceLaunch(i["name"], i["role"], i["index"], i["rank"], i["command"], i.get("env") or {})
+        for i in spec["instances"]
+    )
+    ranked = [i.name for i in sorted(instances, key=lambda i: i.rank)]
+    node_of = place_instances(ranked, nodes, slots)
+    ports = attempt_ports(spec["job_id"], spec["attempt"], len(ranked), opts["port_base"], opts["port_span"])
+    placements = {
+        name: Placement(
+            node=node_of[name], host=node_of[name], port=ports[i],
+            dir=instance_dir(attempt_dir, name), slots=opts["slots_per_instance"],
+        )
+        for i, name in enumerate(ranked)
+    }
+    setup = framework_setup(spec["job_type"], spec["attempt"], instances, placements)
+    for s in setup.values():
+        for path, content in s.files.items():
+            with open(path, "w") as fh:
+                fh.write(content)
+    allocation = {
+        "nodes": nodes,
+        "master_addr": nodes[0],
+        "placements": {n: {"node": p.node, "host": p.host, "port": p.port} for n, p in placements.items()},
+        "env": {n: s.env for n, s in setup.items()},
+        "written_at": time.time(),
+    }
+    write_json(os.path.join(attempt_dir, "allocation.json"), allocation)
+    return allocation
+
+
+def srun_argv(attempt_dir: str, spec: dict, name: str, node: str, run: int) -> list[str]:
+    opts = spec["options"]
+    argv = [
+        opts["srun"], "--export=ALL", "--exact", "--ntasks=1", "--nodes=1", f"--nodelist={node}",
+        f"--cpus-per-task={opts['cpus_per_instance']}", f"--job-name={name}",
+        "--kill-on-bad-exit=0", "--quiet",
+        f"--output={instance_dir(attempt_dir, name)}/srun-{run}.log",
+    ]
+    if opts.get("gpus_per_instance"):
+        argv.append(f"--gpus-per-task={opts['gpus_per_instance']}")
+    argv += list(opts.get("srun_options") or ())
+    argv += [opts["python"], os.path.abspath(__file__), "instance", attempt_dir, name, str(run)]
+    return argv
+
+
+def supervise(attempt_dir: str) -> int:
+    spec = read_json(os.path.join(attempt_dir, "attempt.json"))
+    if spec is None:
+        print(f"vigil: no attempt.json in {attempt_dir}", file=sys.stderr)
+        return 2
+    os.makedirs(os.path.join(attempt_dir, "requests"), exist_ok=True)
+    allocation = allocate(attempt_dir, spec)
+    linger = float(spec["options"].get("linger", 0))
+    steps: dict[str, tuple[int, subprocess.Popen]] = {}  # name -> (run, srun process)
+    current = {i["name"]: 0 for i in spec["instances"]}
+    # SIGTERM reaches the batch step only when the whole job is cancelled: let srun
+    # and Slurm end the steps, and leave without waiting for them.
+    signal.signal(signal.SIGTERM, lambda *_: os._exit(143))
+
+    def start(name: str, run: int) -> None:
+        if os.path.exists(stop_file(attempt_dir, name, run)) or os.path.exists(
+            os.path.join(attempt_dir, "stop.json")
+        ):
+            write_json(exit_file(attempt_dir, name, run), {
+                "run": run, "exit_code": None, "signal": None, "exited_at": time.time(),
+                "reason": "stopped before it started"})
+            return
+        node = allocation["placements"][name]["node"]
+        steps[name] = (run, subprocess.Popen(srun_argv(attempt_dir, spec, name, node, run),
+                                             stdin=subprocess.DEVNULL))
+
+    for inst in spec["instances"]:
+        start(inst["name"], 0)
+
+    finished_at: float | None = None
+    while True:
+        for name, (run, proc) in list(steps.items()):
+            rc = proc.poll()
+            if rc is None:
+                continue
+            del steps[name]
+            if read_json(exit_file(attempt_dir, name, run)) is None:
+                # The wrapper was killed (SIGKILL, OOM killer) or never ran: say so.
+                write_json(exit_file(attempt_dir, name, run), {
+                    "run": run, "exit_code": None, "signal": None, "exited_at": time.time(),
+                    "reason": f"step ended without a report from the instance (srun exit {rc})"})
+        for name in current:
+            nxt = current[name] + 1
+            req = restart_request(attempt_dir, name, nxt)
+            if os.path.exists(req) and name not in steps:
+                current[name] = nxt
+                start(name, nxt)
+                os.replace(req, req + ".done")
+        if not steps:
+            results = [read_json(exit_file(attempt_dir, n, r)) or {} for n, r in current.items()]
+            all_ok = all(r.get("exit_code") == 0 for r in results)
+            stopping = os.path.exists(os.path.join(attempt_dir, "stop.json"))
+            finished_at = finished_at or time.time()
+            if all_ok or stopping or time.time() - finished_at >= linger:
+                return 0 if all_ok else 1
+        else:
+            finished_at = None
+        time.sleep(POLL_INTERVAL)
+
+
+# -- the instance wrapper ----------------------------------------------------------------
+
+
+def command_argv(command) -> list[str]:
+    if isinstance(command, (list, tuple)):
+        return [str(c) for c in command]
+    return ["/bin/sh", "-c", command]
+
+
+def run_instance(attempt_dir: str, name: str, run: int) -> int:
+    spec = read_json(os.path.join(attempt_dir, "attempt.json")) or {}
+    allocation = read_json(os.path.join(attempt_dir, "allocation.json")) or {}
+    inst = next(i for i in spec["instances"] if i["name"] == name)
+    fw_env = dict(allocation["env"][name])
+    if spec["job_type"] == "PyTorchJob":
+        # Tools that read Slurm's task variables (Lightning, submitit) see the
+        # instance's place in the job, not the single task of its own step.
+        fw_env.update(SLURM_PROCID=fw_env["RANK"], SLURM_NTASKS=fw_env["WORLD_SIZE"],
+                      SLURM_LOCALID=fw_env["LOCAL_RANK"], SLURM_NODEID=fw_env["NODE_RANK"])
+    env = instance_environment(os.environ, spec.get("env") or {}, inst.get("env") or {}, fw_env)
+    env["VIGIL_SLURM_STEP"] = f"{os.environ.get('SLURM_JOB_ID', '')}.{os.environ.get('SLURM_STEP_ID', '')}"
+    node = os.environ.get("SLURMD_NODENAME") or socket.gethostname()
+    workdir = spec.get("workdir") or instance_dir(attempt_dir, name)
+
+    log = open(log_file(attempt_dir, name), "ab", buffering=0)
+    try:
+        child = subprocess.Popen(command_argv(inst["command"]), cwd=workdir, env=env, stdout=log,
+                                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+    except OSError as exc:
+        log.write(f"vigil: cannot start {inst['command']!r}: {exc}\n".encode())
+        write_json(exit_file(attempt_dir, name, run), {
+            "run": run, "exit_code": 127, "signal": None, "exited_at": time.time(),
+            "reason": f"cannot start: {exc}"})
+        return 127
+    started_at = time.time()
+    write_json(run_file(attempt_dir, name, run), {
+        "run": run, "node": node, "pid": child.pid, "started_at": started_at,
+        "step": env["VIGIL_SLURM_STEP"]})
+
+    def forward(signum, _frame):
+        try:
+            os.killpg(child.pid, signum)
+        except ProcessLookupError:
+            pass
+
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2):
+        signal.signal(sig, forward)
+    rc = child.wait()
+    exited_at = time.time()
+    log.close()
+    code, sig = (None, -rc) if rc < 0 else (rc, None)
+    write_json(exit_file(attempt_dir, name, run), {
+        "run": run, "exit_code": code, "signal": sig, "exited_at": exited_at, "reason": ""})
+    announce_exit(spec["options"].get("redis_url", ""), {
+        "job_id": spec["job_id"], "attempt": spec["attempt"], "instance": name,
+        "exit_code": code, "signal": sig, "exited_at": exited_at})
+    return rc if rc >= 0 else 128 - rc
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) >= 2 and argv[0] == "supervise":
+        return supervise(argv[1])
+    if len(argv) >= 4 and argv[0] == "instance":
+        return run_instance(argv[1], argv[2], int(argv[3]))
+    print("usage: slurm_step.py supervise <attempt_dir> | instance <attempt_dir> <name> <run>", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
