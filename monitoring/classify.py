@@ -1,0 +1,295 @@
+"""Classifying a failed instance, and picking the root cause among several (SPEC 4, 9).
+
+Pure: no Django, no clock. Precedence, first that applies:
+1. a decisive backend reason (OOMKilled, ImagePullBackOff, NodeLost, ...);
+2. the job's retryable keywords: literal, case-insensitive substrings, never regular
+   expressions; a match makes the failure retryable;
+3. the catalog (`monitoring.catalog`): specific signatures beat the generic uncaught-Python-
+   exception one; among several, the one on the latest line of the tail wins (the most
+   recent error), and on the same line the earlier catalog entry wins;
+4. the exit status: killed by a signal (or exit code 128+N) without other evidence is
+   retryable; 127 and 126 are a missing / non-executable command; any other non-zero exit
+   code is a crash that is not retried.
+Only the last 64 KiB of the tail are read. Matching is linear in the size of the tail:
+catalog patterns are compiled once at import, and keywords are searched with str.rfind.
+"""
+
+from __future__ import annotations
+
+import signal as _signal
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+
+from monitoring.catalog import BACKEND_SIGNATURES, LOG_SIGNATURES, Signature
+
+__all__ = [
+    "TAIL_LIMIT_BYTES", "MAX_USER_KEYWORDS", "MAX_KEYWORD_LENGTH", "ROOT_CAUSE_WINDOW_SECONDS",
+    "ErrorSource", "FailureInput", "Classification", "classify_failure",
+    "FailureObservation", "pick_root_cause", "prepare_tail",
+]
+
+TAIL_LIMIT_BYTES = 64 * 1024
+MAX_USER_KEYWORDS = 100
+MAX_KEYWORD_LENGTH = 256
+ROOT_CAUSE_WINDOW_SECONDS = 1.0
+_MESSAGE_LIMIT = 300
+
+
+class ErrorSource(StrEnum):
+    EXIT_CODE = "ExitCode"
+    LOG = "Log"
+    BACKEND = "Backend"
+    USER_KEYWORD = "UserKeyword"
+    HANG = "Hang"
+    EXIT_HANG = "ExitHang"
+    C4D = "C4D"
+
+
+@dataclass(frozen=True)
+class FailureInput:
+    exit_code: int | None
+    signal: int | None
+    log_tail: bytes | str
+    backend_reason: str = ""
+    user_keywords: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Classification:
+    retryable: bool
+    rule: str
+    error_code: str
+    message: str
+    source: ErrorSource
+    cause: str
+    next_step: str
+    cascade_like: bool  # a symptom that peers show when another rank died
+
+
+def prepare_tail(log_tail: bytes | bytearray | memoryview | str) -> str:
+    """The last 64 KiB of a tail as text (UTF-8, bad bytes replaced), line ends normalised.
+
+    Carriage returns become newlines so progress-bar output splits into lines.
+    """
+    if isinstance(log_tail, str):
+        data = log_tail.encode("utf-8", "replace")
+    elif isinstance(log_tail, (bytes, bytearray, memoryview)):
+        data = bytes(log_tail)
+    else:
+        raise TypeError(f"log_tail: expected bytes or str, got {type(log_tail).__name__}")
+    text = data[-TAIL_LIMIT_BYTES:].decode("utf-8", "replace")
+    return text.replace("\r\n", "\n").replace("\r", "\n")
+
+
+def _check_input(f: FailureInput) -> None:
+    for name in ("exit_code", "signal"):
+        value = getattr(f, name)
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool)):
+            raise ValueError(f"{name}: expected an integer or None, got {value!r}")
+    if f.signal is not None and not 0 < f.signal < 128:
+        raise ValueError(f"signal: expected a signal number from 1 to 127, got {f.signal}")
+    if f.exit_code == 0 and f.signal is None:
+        raise ValueError("exit_code: 0 means the instance succeeded; only failures can be classified")
+    if not isinstance(f.backend_reason, str):
+        raise ValueError(f"backend_reason: expected a string, got {type(f.backend_reason).__name__}")
+    keywords = f.user_keywords
+    if isinstance(keywords, str) or not isinstance(keywords, Sequence):
+        raise ValueError("user_keywords: expected a tuple of strings")
+    if len(keywords) > MAX_USER_KEYWORDS:
+        raise ValueError(f"user_keywords: at most {MAX_USER_KEYWORDS} keywords, got {len(keywords)}")
+    for i, kw in enumerate(keywords):
+        if not isinstance(kw, str) or not kw.strip():
+            raise ValueError(f"user_keywords[{i}]: expected a non-empty string, got {kw!r}")
+        if len(kw) > MAX_KEYWORD_LENGTH:
+            raise ValueError(f"user_keywords[{i}]: at most {MAX_KEYWORD_LENGTH} characters, got {len(kw)}")
+
+
+def _one_line(text: str) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= _MESSAGE_LIMIT else text[: _MESSAGE_LIMIT - 1] + "…"
+
+
+def _from_signature(
+    sig: Signature, source: ErrorSource, groups: dict[str, str | None], line: str = "",
+) -> Classification:
+    message = sig.message
+    if "{" in message:
+        message = message.format_map({k: (v or "").strip() for k, v in groups.items()})
+        message = message.rstrip(": ")
+    elif line.strip():
+        # The log line itself is the most useful part of a restart record's message.
+        message = f"{message}: {line.strip()}"
+    return Classification(
+        retryable=sig.retryable, rule=sig.rule, error_code=sig.error_code,
+        message=_one_line(message), source=source, cause=sig.cause,
+        next_step=sig.next_step, cascade_like=sig.cascade_like,
+    )
+
+
+def _by_backend_reason(reason: str) -> Classification | None:
+    reason = reason.strip()
+    if not reason:
+        return None
+    for sig in BACKEND_SIGNATURES:
+        if sig.pattern.fullmatch(reason):
+            return _from_signature(sig, ErrorSource.BACKEND, {})
+    return None
+
+
+def _by_keyword(text: str, keywords: Iterable[str]) -> Classification | None:
+    # Literal search on case-folded text: str.rfind is linear (two-way search) whatever
+    # the keyword holds, so "a.*b" only ever matches the four characters a . * b.
+    folded = text.casefold()
+    best: tuple[int, str] | None = None
+    for kw in keywords:
+        at = folded.rfind(kw.casefold())
+        if at >= 0 and (best is None or at > best[0]):
+            best = (at, kw)
+    if best is None:
+        return None
+    kw = best[1]
+    return Classification(
+        retryable=True, rule="user-keyword", error_code="USER_KEYWORD",
+        message=_one_line(f'The log contains the retryable keyword "{kw}"'),
+        source=ErrorSource.USER_KEYWORD,
+        cause=f'The log holds "{kw}", which this job lists as a retryable error.',
+        next_step="The job is retried automatically. Remove the keyword from the job's retryable "
+                  "errors if this failure should not be retried.",
+        cascade_like=False,
+    )
+
+
+def _by_catalog(text: str) -> Classification | None:
+    best_key: tuple[bool, int, int] | None = None
+    best: tuple[Signature, dict[str, str | None], str] | None = None
+    for order, sig in enumerate(LOG_SIGNATURES):
+        last = None
+        for last in sig.pattern.finditer(text):
+            pass
+        if last is None:
+            continue
+        line_start = text.rfind("\n", 0, last.start()) + 1
+        key = (sig.specific, line_start, -order)
+        if best_key is None or key > best_key:
+            line_end = text.find("\n", last.end())
+            line = text[line_start: line_end if line_end >= 0 else len(text)]
+            best_key, best = key, (sig, last.groupdict(), line)
+    if best is None:
+        return None
+    return _from_signature(best[0], ErrorSource.LOG, best[1], best[2])
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return _signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
+def _by_exit_status(exit_code: int | None, signum: int | None) -> Classification:
+    if signum is None and exit_code is not None:
+        if exit_code < 0:           # subprocess convention: -N is killed by signal N
+            signum = -exit_code
+        elif 128 < exit_code <= 128 + 64:  # shell convention: 128+N is killed by signal N
+            signum = exit_code - 128
+    if signum is not None:
+        name = _signal_name(signum)
+        shown = f"exit code {exit_code}, " if exit_code not in (None, -signum) else ""
+        return Classification(
+            retryable=True, rule="killed-by-signal", error_code=name.upper().replace(" ", "_"),
+            message=f"Killed by {name} ({shown}signal {signum})",
+            source=ErrorSource.EXIT_CODE,
+            cause=f"The instance was killed by {name} with no error in its log: usually the node, "
+                  "the scheduler or a person stopped it, not the program.",
+            next_step="The job is retried automatically. If it repeats on the same node, check "
+                      "that node's health and memory.",
+            cascade_like=signum in (_signal.SIGTERM, _signal.SIGHUP, _signal.SIGINT),
+        )
+    if exit_code is None:
+        return Classification(
+            retryable=True, rule="exit-status-unknown", error_code="EXIT_UNKNOWN",
+            message="The instance ended without an exit status",
+            source=ErrorSource.EXIT_CODE,
+            cause="The instance disappeared without an exit status; its process or node was lost.",
+            next_step="The job is retried automatically. If it repeats on the same node, check that node.",
+            cascade_like=False,
+        )
+    if exit_code == 127:
+        return Classification(
+            retryable=False, rule="command-not-found", error_code="EXIT_CODE_127",
+            message="Exit code 127: the command was not found",
+            source=ErrorSource.EXIT_CODE,
+            cause="The command to run does not exist on the instance (exit code 127).",
+            next_step="Check the spelling of the command and that the program is installed in the "
+                      "image or on PATH, then submit the job again.",
+            cascade_like=False,
+        )
+    if exit_code == 126:
+        return Classification(
+            retryable=False, rule="command-not-executable", error_code="EXIT_CODE_126",
+            message="Exit code 126: the command could not be executed",
+            source=ErrorSource.EXIT_CODE,
+            cause="The command exists but could not be run: it is not executable or not a program.",
+            next_step="Make the script executable (chmod +x) or run it through its interpreter "
+                      "(python, bash), then submit the job again.",
+            cascade_like=False,
+        )
+    return Classification(
+        retryable=False, rule="crashed-with-exit-code", error_code=f"EXIT_CODE_{exit_code}",
+        message=f"Crashed with exit code {exit_code}",
+        source=ErrorSource.EXIT_CODE,
+        cause=f"The program crashed with exit code {exit_code} and its log names no known error.",
+        next_step="Read the instance log: the last lines before the exit show what went wrong.",
+        cascade_like=False,
+    )
+
+
+def classify_failure(f: FailureInput) -> Classification:
+    """Classify one failed instance. Raises ValueError for a success or malformed input."""
+    _check_input(f)
+    by_backend = _by_backend_reason(f.backend_reason)
+    if by_backend is not None:
+        return by_backend
+    text = prepare_tail(f.log_tail)
+    return (
+        _by_keyword(text, f.user_keywords)
+        or _by_catalog(text)
+        or _by_exit_status(f.exit_code, f.signal)
+    )
+
+
+# ---- root cause among several failed instances (SPEC 9) -------------------------------
+
+@dataclass(frozen=True)
+class FailureObservation:
+    instance: str            # "worker-1"
+    role: str
+    index: int
+    exited_at: float | None  # epoch seconds; None when the backend does not know
+    classification: Classification
+
+
+def pick_root_cause(
+    observations: Iterable[FailureObservation],
+) -> tuple[FailureObservation, tuple[FailureObservation, ...]]:
+    """The failure that most likely caused the others, and the others (cascades).
+
+    The earliest exit wins. Exits within ROOT_CAUSE_WINDOW_SECONDS of the earliest are
+    treated as simultaneous (clocks and polling blur the order); among those a failure
+    that is not cascade-like (a real crash, not a peer's "connection reset") wins.
+    Unknown exit times sort last. Cascades are returned in exit order.
+    """
+    obs = list(observations)
+    if not obs:
+        raise ValueError("observations: at least one failed instance is needed")
+
+    def when(o: FailureObservation) -> float:
+        return float("inf") if o.exited_at is None else o.exited_at
+
+    ordered = sorted(obs, key=lambda o: (when(o), o.role, o.index, o.instance))
+    first = when(ordered[0])
+    window = [o for o in ordered if when(o) <= first + ROOT_CAUSE_WINDOW_SECONDS]
+    root = next((o for o in window if not o.classification.cascade_like), ordered[0])
+    cascades = tuple(o for o in ordered if o is not root)
+    return root, cascades
