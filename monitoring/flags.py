@@ -49,7 +49,7 @@ import difflib
 import math
 import re
 import shlex
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Callable
 
