@@ -1,0 +1,672 @@
+"""The Slurm backend: an attempt is one Slurm job whose steps are the instances.
+
+Everything goes through Slurm's own commands (sbatch, srun, squeue --json,
+sacct, scancel, scontrol, sinfo --json), run with a timeout; nothing talks to
+slurmctld directly. The attempt's directory lives under `log_dir`, which must be
+the same path on the console and on every node (a shared filesystem): the batch
+script, the supervisor (slurm_step.py) and the instances' logs and exit files
+are there. That directory plus the Slurm job id in the handle is all that is
+needed to re-adopt an attempt after the console restarts.
+
+OPTIONS (settings.JOB_BACKENDS["slurm"]["OPTIONS"]), all optional but log_dir:
+
+    log_dir            shared directory for attempts (same path on every node)
+    partition, account sbatch -p / -A ("" = cluster default)
+    sbatch_options     extra sbatch arguments, e.g. ["--qos=high", "--time=1-0"]
+    srun_options       extra srun arguments for every instance step, e.g. ["--mem-per-cpu=4G"]
+    cpus_per_instance  CPUs per instance step (1); gpus_per_instance (0 = none)
+    export             sbatch --export value ("NONE": the console's env stays home)
+    commands           {"sbatch": "/opt/slurm/bin/sbatch", ...} paths of the tools
+    environment        extra env for the tools, e.g. {"SLURM_CONF": "/etc/slurm/x.conf"}
+    command_timeout    seconds a Slurm command may take before Slurm counts as down (30)
+    python             Python 3 on the nodes, for the supervisor and wrapper ("python3")
+    py_spy             py-spy on the nodes, for stack dumps ("py-spy")
+    grace              seconds between SIGTERM and SIGKILL when stopping (15)
+    linger             seconds a finished allocation with a failure waits for a
+                       restart request before it ends (60)
+    port_base, port_span  instance ports (MASTER_PORT, TF) are taken from this range
+    redis_url          where instances announce their exit ("" = don't)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import shutil
+import socket
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import slurm_step as step
+from .base import AttemptLaunch, Backend, BackendError, InstanceState, InstanceStatus, Node
+
+TOOLS = ("sbatch", "srun", "squeue", "sacct", "scancel", "scontrol", "sinfo")
+
+# Slurm job states (squeue / scontrol / sacct spell them the same way).
+ACTIVE_STATES = frozenset({"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED",
+                           "STAGE_OUT", "RESIZING", "REQUEUED", "SIGNALING", "STOPPED"})
+WAITING_STATES = frozenset({"PENDING", "CONFIGURING", "REQUEUED", "RESV_DEL_HOLD", "REQUEUE_HOLD",
+                            "REQUEUE_FED"})
+# Where Slurm ended the job itself, its word is the instance's reason.
+SLURM_FAILURE_STATES = frozenset({"NODE_FAIL", "TIMEOUT", "PREEMPTED", "OUT_OF_MEMORY", "BOOT_FAIL",
+                                  "DEADLINE", "CANCELLED", "FAILED", "REVOKED", "SPECIAL_EXIT"})
+
+# Node states in which Slurm places nothing new.
+UNSCHEDULABLE_NODE_STATES = frozenset({"DOWN", "DRAIN", "DRAINED", "DRAINING", "FAIL", "FAILING",
+                                       "MAINT", "NOT_RESPONDING", "NO_RESPOND", "POWERED_DOWN",
+                                       "POWERING_DOWN", "POWER_DOWN", "REBOOT_REQUESTED",
+                                       "REBOOT_ISSUED", "RESERVED", "FUTURE", "UNKNOWN", "INVALID",
+                                       "INVALID_REG"})
+
+# Slurm's words for "it is not there right now"; anything else a command
+# refuses with is taken as a permanent refusal of this request.
+TRANSIENT_MARKERS = ("unable to contact slurm controller", "socket timed out", "connection refused",
+                     "temporarily unavailable", "try again", "slurm_receive_msg", "communication",
+                     "zero bytes were transmitted", "timed out", "slurmctld", "not responding",
+                     "qosmaxsubmitjob", "assocmaxsubmitjob", "maxsubmitjob", "busy",
+                     "munge", "authentication")
+
+DEFAULTS = {
+    "log_dir": "",
+    "partition": "",
+    "account": "",
+    "sbatch_options": (),
+    "srun_options": (),
+    "cpus_per_instance": 1,
+    "gpus_per_instance": 0,
+    "slots_per_instance": 1,
+    "export": "NONE",
+    "commands": {},
+    "environment": {},
+    "command_timeout": 30.0,
+    "python": "python3",
+    "py_spy": "py-spy",
+    "grace": 15.0,
+    "linger": 60.0,
+    "port_base": 29500,
+    "port_span": 20000,
+    "redis_url": "",
+    "stop_poll_interval": 0.25,
+}
+
+
+def _option_error(name: str, accepted: str, value) -> BackendError:
+    return BackendError(f"JOB_BACKENDS['slurm']['OPTIONS'][{name!r}] = {value!r}: expected {accepted}")
+
+
+def check_options(options: dict) -> dict:
+    """Merged with the defaults and checked; a bad option names itself and what it accepts."""
+    unknown = sorted(set(options) - set(DEFAULTS))
+    if unknown:
+        raise BackendError(f"JOB_BACKENDS['slurm']['OPTIONS'] has unknown option(s) {', '.join(unknown)} "
+                           f"(accepted: {', '.join(sorted(DEFAULTS))})")
+    o = {**DEFAULTS, **options}
+    if not o["log_dir"] or not os.path.isabs(str(o["log_dir"])):
+        raise _option_error("log_dir", "an absolute path shared by the console and all nodes", o["log_dir"])
+    for name in ("partition", "account", "export", "python", "py_spy", "redis_url"):
+        if not isinstance(o[name], str):
+            raise _option_error(name, "a string", o[name])
+    for name in ("sbatch_options", "srun_options"):
+        if isinstance(o[name], str) or not all(isinstance(a, str) for a in o[name]):
+            raise _option_error(name, "a list of argument strings", o[name])
+        o[name] = tuple(o[name])
+    for name in ("cpus_per_instance", "slots_per_instance"):
+        if not isinstance(o[name], int) or o[name] < 1:
+            raise _option_error(name, "an integer >= 1", o[name])
+    if not isinstance(o["gpus_per_instance"], int) or o["gpus_per_instance"] < 0:
+        raise _option_error("gpus_per_instance", "an integer >= 0", o["gpus_per_instance"])
+    for name in ("command_timeout", "grace", "linger", "stop_poll_interval"):
+        if not isinstance(o[name], (int, float)) or o[name] < 0:
+            raise _option_error(name, "a number of seconds >= 0", o[name])
+    if not isinstance(o["port_base"], int) or not isinstance(o["port_span"], int) or not (
+        1024 <= o["port_base"] and o["port_span"] >= 1 and o["port_base"] + o["port_span"] <= 65536
+    ):
+        raise _option_error("port_base/port_span", "1024 <= port_base, port_base + port_span <= 65536",
+                            (o["port_base"], o["port_span"]))
+    if not isinstance(o["commands"], dict) or set(o["commands"]) - set(TOOLS):
+        raise _option_error("commands", f"a dict with keys among {', '.join(TOOLS)}", o["commands"])
+    if not isinstance(o["environment"], dict):
+        raise _option_error("environment", "a dict of environment variables", o["environment"])
+    return o
+
+
+RUNTIME_BASE = """\
+# Written by jobs/backends/slurm.py: the part of base.py that frameworks.py needs on the nodes.
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class InstanceLaunch:
+    name: str
+    role: str
+    index: int
+    rank: int
+    command: str
+    env: dict = field(default_factory=dict)
+"""
+
+
+# -- Slurm's view of a job (pure parsing) ------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SlurmJob:
+    job_id: str
+    state: str  # RUNNING, PENDING, NODE_FAIL, ... ; "" when Slurm no longer knows the job
+    reason: str = ""  # state reason: Resources, Priority, ReqNodeNotAvail, ...
+    nodes: str = ""
+    start_time: float | None = None
+    end_time: float | None = None
+
+    @property
+    def known(self) -> bool:
+        return bool(self.state)
+
+    @property
+    def active(self) -> bool:
+        return self.state in ACTIVE_STATES
+
+    @property
+    def waiting(self) -> bool:
+        return self.state in WAITING_STATES
+
+
+def _number(value):
+    """22.05 gives plain numbers, 23.02+ {"set": true, "number": n}."""
+    if isinstance(value, dict):
+        return value.get("number") if value.get("set", True) and not value.get("infinite") else None
+    return value
+
+
+def _state_word(value) -> str:
+    """22.05 gives "RUNNING", 23.02+ ["RUNNING", "COMPLETING"]; the first word is the base state."""
+    if isinstance(value, list):
+        return str(value[0]).upper() if value else ""
+    return str(value or "").split()[0].upper() if value else ""
+
+
+def job_from_squeue_json(data: dict, job_id: str) -> SlurmJob | None:
+    # Some versions ignore -j with --json and list every job: pick ours.
+    for j in data.get("jobs", ()):
+        if str(_number(j.get("job_id"))) == str(job_id):
+            start = _number(j.get("start_time")) or None
+            state = _state_word(j.get("job_state"))
+            end = _number(j.get("end_time")) if state not in ACTIVE_STATES else None
+            reason = str(j.get("state_reason") or "")
+            return SlurmJob(str(job_id), state, "" if reason == "None" else reason,
+                            str(j.get("nodes") or ""), float(start) if start else None,
+                            float(end) if end else None)
+    return None
+
+
+def job_from_scontrol(text: str, job_id: str) -> SlurmJob | None:
+    """`scontrol show job -o <id>`: one line of Key=Value pairs."""
+    fields = {}
+    for token in text.split():
+        key, _, value = token.partition("=")
+        fields.setdefault(key, value)
+    if fields.get("JobId") != str(job_id):
+        return None
+    reason = fields.get("Reason", "")
+    return SlurmJob(str(job_id), fields.get("JobState", "").upper(), "" if reason == "None" else reason,
+                    fields.get("NodeList", "") if fields.get("NodeList") != "(null)" else "")
+
+
+def job_from_sacct(text: str, job_id: str) -> SlurmJob | None:
+    """`sacct -X -n -P -o JobID,State,Reason,NodeList`: "123|NODE_FAIL|None|n1"."""
+    for line in text.splitlines():
+        parts = line.split("|")
+        if len(parts) >= 4 and parts[0] == str(job_id):
+            state = parts[1].split()[0].upper() if parts[1] else ""
+            reason = "" if parts[2] == "None" else parts[2]
+            return SlurmJob(str(job_id), state, reason, parts[3] if parts[3] != "None assigned" else "")
+    return None
+
+
+# -- nodes (pure parsing) -----------------------------------------------------------------
+
+
+def _node_state_words(state, flags=()) -> set[str]:
+    words = set()
+    for item in (state if isinstance(state, list) else [state]):
+        for w in str(item or "").replace("+", " ").split():
+            if w.endswith("*"):
+                words.add("NOT_RESPONDING")
+                w = w.rstrip("*")
+            words.add(w.upper())
+    words.update(str(f).upper() for f in flags or ())
+    return words
+
+
+def nodes_from_sinfo_json(data: dict) -> list[Node]:
+    seen: dict[str, Node] = {}
+    for n in data.get("nodes", ()):
+        name = n.get("name") or n.get("hostname")
+        if not name or name in seen:
+            continue
+        words = _node_state_words(n.get("state"), n.get("state_flags"))
+        seen[name] = Node(name=name, slots=int(_number(n.get("cpus")) or 0),
+                          schedulable=not (words & UNSCHEDULABLE_NODE_STATES),
+                          reason=str(n.get("reason") or ""))
+    return list(seen.values())
+
+
+def nodes_from_sinfo_text(text: str) -> list[Node]:
+    """`sinfo -h -N -o %N|%c|%T|%E` (one line per node and partition)."""
+    seen: dict[str, Node] = {}
+    for line in text.splitlines():
+        parts = line.split("|", 3)
+        if len(parts) < 4 or parts[0] in seen:
+            continue
+        words = _node_state_words(parts[2])
+        reason = "" if parts[3].strip() == "none" else parts[3].strip()
+        seen[parts[0]] = Node(parts[0], int(parts[1]) if parts[1].isdigit() else 0,
+                              not (words & UNSCHEDULABLE_NODE_STATES), reason)
+    return list(seen.values())
+
+
+# -- instance status (pure) ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class InstanceFiles:
+    """What the wrapper and supervisor left on disk for the instance's current run."""
+
+    run: int
+    started: dict | None  # run-<run>.json
+    exited: dict | None  # exit-<run>.json
+    stop_requested_at: float | None  # stop-<run>.json or the attempt's stop.json
+    last_output_at: float | None  # mtime of output.log
+
+
+def instance_status(inst: dict, files: InstanceFiles, job: SlurmJob) -> InstanceStatus:
+    """One instance's status from its files and Slurm's view of the job."""
+    started = files.started or {}
+    base = dict(name=inst["name"], role=inst["role"], index=inst["index"],
+                started_at=started.get("started_at"), last_output_at=files.last_output_at,
+                node=started.get("node", ""), pid=started.get("pid"))
+    stop_at = files.stop_requested_at
+    if files.exited is not None:
+        ex = files.exited
+        code, sig, at = ex.get("exit_code"), ex.get("signal"), ex.get("exited_at")
+        if stop_at is not None and (at is None or at >= stop_at - 1):
+            state = InstanceState.STOPPED
+        elif code == 0:
+            state = InstanceState.SUCCEEDED
+        elif code is None and sig is None:
+            # The wrapper never reported: Slurm's own word for the job explains it best.
+            state = InstanceState.LOST
+        else:
+            state = InstanceState.FAILED
+        reason = ex.get("reason") or ""
+        if state in (InstanceState.FAILED, InstanceState.LOST) and job.state in SLURM_FAILURE_STATES - {"FAILED"}:
+            reason = _slurm_reason(job, base["node"])
+            state = InstanceState.FAILED if job.state == "NODE_FAIL" else state
+        return InstanceStatus(**base, state=state, exit_code=code, signal=sig, exited_at=at, reason=reason)
+    if job.waiting:
+        return InstanceStatus(**base, state=InstanceState.PENDING, reason=job.reason or job.state)
+    if job.active:
+        if files.started:
+            return InstanceStatus(**base, state=InstanceState.RUNNING)
+        why = "restart requested, step starting" if files.run else "step starting"
+        return InstanceStatus(**base, state=InstanceState.PENDING, reason=why)
+    # The job is over and this run left no exit record.
+    ended = job.end_time
+    if stop_at is not None:
+        return InstanceStatus(**base, state=InstanceState.STOPPED, exited_at=ended, reason="stopped")
+    if not job.known:
+        return InstanceStatus(**base, state=InstanceState.LOST, exited_at=ended,
+                              reason=f"Slurm no longer knows job {job.job_id} and the instance left no exit record")
+    if job.state in SLURM_FAILURE_STATES:
+        state = InstanceState.FAILED if job.state == "NODE_FAIL" else InstanceState.LOST
+        return InstanceStatus(**base, state=state, exited_at=ended, reason=_slurm_reason(job, base["node"]))
+    return InstanceStatus(**base, state=InstanceState.LOST, exited_at=ended,
+                          reason=f"Slurm job {job.job_id} ended ({job.state}) before this instance "
+                                 + ("reported an exit" if files.started else "started"))
+
+
+def _slurm_reason(job: SlurmJob, node: str) -> str:
+    where = node or job.nodes
+    return f"{job.state} on {where}" if where else job.state
+
+
+# -- the backend -------------------------------------------------------------------------------
+
+
+class SlurmBackend(Backend):
+    can_dump_stacks = True  # through dump_stacks(): py-spy runs on the instance's node via srun --overlap
+    can_isolate_nodes = True
+
+    def __init__(self, name: str = "slurm", **options):
+        super().__init__(name=name, **options)
+        self.opts = check_options(options)
+        self.log_dir = Path(self.opts["log_dir"])
+
+    # -- running Slurm's commands --------------------------------------------------------
+
+    def _tool(self, name: str) -> str:
+        return self.opts["commands"].get(name) or name
+
+    def _env(self) -> dict:
+        env = {k: v for k, v in os.environ.items()
+               if not k.startswith(("SLURM_", "SBATCH_", "SRUN_", "SQUEUE_", "SINFO_", "SACCT_"))
+               or k == "SLURM_CONF"}
+        env.update({str(k): str(v) for k, v in self.opts["environment"].items()})
+        return env
+
+    def _run(self, tool: str, *args: str, check: bool = True, timeout: float | None = None
+             ) -> subprocess.CompletedProcess:
+        argv = [self._tool(tool), *args]
+        try:
+            res = subprocess.run(argv, capture_output=True, text=True, env=self._env(),
+                                 timeout=timeout or self.opts["command_timeout"], stdin=subprocess.DEVNULL)
+        except FileNotFoundError:
+            raise BackendError(f"Slurm command {argv[0]!r} not found: install the Slurm client tools on the "
+                               f"console host or set OPTIONS['commands'][{tool!r}]") from None
+        except subprocess.TimeoutExpired:
+            raise BackendError(f"Slurm did not answer: `{shlex.join(argv)}` took longer than "
+                               f"{timeout or self.opts['command_timeout']:.0f}s (is slurmctld up?)",
+                               retryable=True) from None
+        if check and res.returncode != 0:
+            raise self._refusal(argv, res)
+        return res
+
+    @staticmethod
+    def _refusal(argv: list[str], res: subprocess.CompletedProcess) -> BackendError:
+        text = (res.stderr or res.stdout or "").strip() or f"exit status {res.returncode}"
+        transient = any(m in text.lower() for m in TRANSIENT_MARKERS)
+        what = "Slurm is unreachable or busy" if transient else "Slurm refused"
+        return BackendError(f"{what}: `{shlex.join(argv[:2])} ...` said: {text[-600:]}", retryable=transient)
+
+    # -- attempts --------------------------------------------------------------------------
+
+    def _attempt_dir(self, spec: AttemptLaunch) -> Path:
+        base = self.log_dir / str(spec.job_id)
+        try:
+            base.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise BackendError(f"cannot create {base} under OPTIONS['log_dir']: {exc}") from exc
+        for k in range(1000):
+            path = base / (f"attempt-{spec.attempt}" + (f"-{k}" if k else ""))
+            try:
+                path.mkdir()
+                return path
+            except FileExistsError:
+                continue
+        raise BackendError(f"too many directories for attempt {spec.attempt} in {base}")
+
+    def _write_runtime(self, attempt_dir: Path) -> None:
+        here = Path(__file__).resolve().parent
+        runtime = attempt_dir / "runtime"
+        pkg = runtime / "vigil_runtime"
+        pkg.mkdir(parents=True)
+        (pkg / "__init__.py").write_text("")
+        # Only InstanceLaunch is needed on the nodes; base.py itself wants Python 3.11 (StrEnum).
+        (pkg / "base.py").write_text(RUNTIME_BASE)
+        shutil.copyfile(here / "frameworks.py", pkg / "frameworks.py")
+        shutil.copyfile(here / "slurm_step.py", runtime / "slurm_step.py")
+
+    def sbatch_argv(self, spec: AttemptLaunch, attempt_dir: Path) -> list[str]:
+        o = self.opts
+        argv = ["--parsable", f"--job-name=vigil-{spec.job_id}-a{spec.attempt}",
+                f"--ntasks={len(spec.instances)}", f"--cpus-per-task={o['cpus_per_instance']}",
+                f"--output={attempt_dir}/batch.log", f"--chdir={attempt_dir}", "--no-requeue",
+                f"--export={o['export']}", f"--comment=vigil job {spec.job_id} attempt {spec.attempt}"]
+        if o["gpus_per_instance"]:
+            argv.append(f"--gpus-per-task={o['gpus_per_instance']}")
+        if o["partition"]:
+            argv.append(f"--partition={o['partition']}")
+        if o["account"]:
+            argv.append(f"--account={o['account']}")
+        if spec.avoid_nodes:
+            argv.append("--exclude=" + ",".join(spec.avoid_nodes))
+        return argv + list(o["sbatch_options"])
+
+    def launch(self, spec: AttemptLaunch) -> dict:
+        if not spec.instances:
+            raise BackendError("AttemptLaunch.instances: at least one instance is needed")
+        attempt_dir = self._attempt_dir(spec)
+        self._write_runtime(attempt_dir)
+        (attempt_dir / "requests").mkdir()
+        for inst in spec.instances:
+            (attempt_dir / "instances" / inst.name).mkdir(parents=True)
+            Path(step.log_file(str(attempt_dir), inst.name)).touch()
+        o = self.opts
+        step.write_json(str(attempt_dir / "attempt.json"), {
+            **spec.to_dict(),
+            "options": {k: o[k] for k in ("cpus_per_instance", "gpus_per_instance", "slots_per_instance",
+                                          "python", "linger", "port_base", "port_span", "redis_url")}
+            | {"srun": self._tool("srun"), "srun_options": list(o["srun_options"])},
+        })
+        script = attempt_dir / "batch.sh"
+        script.write_text(
+            "#!/bin/bash\n"
+            f"# Vigil job {spec.job_id}, attempt {spec.attempt}: supervise one step per instance.\n"
+            f"exec {shlex.quote(o['python'])} {shlex.quote(str(attempt_dir / 'runtime' / 'slurm_step.py'))}"
+            f" supervise {shlex.quote(str(attempt_dir))}\n")
+        res = self._run("sbatch", *self.sbatch_argv(spec, attempt_dir), str(script))
+        job_id = res.stdout.strip().split(";")[0]
+        if not job_id.isdigit():
+            raise BackendError(f"sbatch gave no job id (said {res.stdout.strip()!r})", retryable=True)
+        handle = {
+            "backend": "slurm",
+            "slurm_job_id": job_id,
+            "attempt_dir": str(attempt_dir),
+            "job_id": str(spec.job_id),
+            "attempt": spec.attempt,
+            "instances": [{"name": i.name, "role": i.role, "index": i.index, "rank": i.rank, "run": 0}
+                          for i in spec.instances],
+        }
+        step.write_json(str(attempt_dir / "handle.json"), handle)
+        return handle
+
+    def job(self, handle: dict) -> SlurmJob:
+        """Slurm's view of the attempt's job: squeue --json, else scontrol, else sacct."""
+        job_id = str(handle["slurm_job_id"])
+        res = self._run("squeue", "--json", "--states=all", "-j", job_id, check=False)
+        if res.returncode == 0:
+            try:
+                found = job_from_squeue_json(json.loads(res.stdout), job_id)
+            except json.JSONDecodeError:
+                found = None
+            if found:
+                return found
+        elif "invalid job id" not in (res.stderr or "").lower() and "unrecognized" not in (res.stderr or ""):
+            if "json" not in (res.stderr or "").lower():
+                raise self._refusal([self._tool("squeue"), "--json"], res)
+        res = self._run("scontrol", "show", "job", "-o", job_id, check=False)
+        if res.returncode == 0:
+            found = job_from_scontrol(res.stdout, job_id)
+            if found:
+                return found
+        elif "invalid job id" not in (res.stderr or "").lower():
+            raise self._refusal([self._tool("scontrol"), "show"], res)
+        # Gone from the controller's memory (MinJobAge): accounting may still know.
+        res = self._run("sacct", "-X", "-n", "-P", "-j", job_id, "-o", "JobID,State,Reason,NodeList",
+                        check=False)
+        if res.returncode == 0:
+            found = job_from_sacct(res.stdout, job_id)
+            if found:
+                return found
+        return SlurmJob(job_id, "")
+
+    def _files(self, handle: dict, inst: dict) -> InstanceFiles:
+        d = handle["attempt_dir"]
+        name = inst["name"]
+        run = self._current_run(handle, name)
+        stop = step.read_json(step.stop_file(d, name, run)) or step.read_json(os.path.join(d, "stop.json"))
+        try:
+            mtime = os.stat(step.log_file(d, name)).st_mtime
+        except FileNotFoundError:
+            mtime = None
+        started = step.read_json(step.run_file(d, name, run))
+        # An empty log has not been written to: its mtime is its creation.
+        if mtime is not None and os.path.getsize(step.log_file(d, name)) == 0:
+            mtime = None
+        return InstanceFiles(run=run, started=started, exited=step.read_json(step.exit_file(d, name, run)),
+                             stop_requested_at=(stop or {}).get("requested_at"), last_output_at=mtime)
+
+    @staticmethod
+    def _current_run(handle: dict, name: str) -> int:
+        """The newest run asked for: from the handle, or from requests on disk (another process's)."""
+        inst = Backend.check_instance(handle, name)
+        run = int(inst.get("run", 0))
+        d = handle["attempt_dir"]
+        while os.path.exists(step.restart_request(d, name, run + 1)) or os.path.exists(
+            step.restart_request(d, name, run + 1) + ".done"
+        ):
+            run += 1
+        return run
+
+    def poll(self, handle: dict) -> list[InstanceStatus]:
+        job = self.job(handle)
+        return [instance_status(inst, self._files(handle, inst), job) for inst in handle["instances"]]
+
+    def _wait_for_exits(self, handle: dict, names: list[str], grace: float) -> bool:
+        deadline = time.monotonic() + grace
+        while True:
+            d = handle["attempt_dir"]
+            pending = [n for n in names if step.read_json(step.run_file(d, n, self._current_run(handle, n)))
+                       and not step.read_json(step.exit_file(d, n, self._current_run(handle, n)))]
+            if not pending:
+                return True
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(self.opts["stop_poll_interval"])
+
+    def stop(self, handle: dict, grace: float | None = None) -> None:
+        grace = self.opts["grace"] if grace is None else grace
+        job_id = str(handle["slurm_job_id"])
+        step.write_json(os.path.join(handle["attempt_dir"], "stop.json"),
+                        {"requested_at": time.time(), "grace": grace})
+        job = self.job(handle)
+        if not job.active:
+            return
+        if not job.waiting:
+            # TERM to every step (not the batch supervisor); it ends the job once they are done.
+            self._scancel("--signal=TERM", job_id)
+            if self._wait_for_exits(handle, self.instance_names(handle), grace):
+                self._wait_for_job_end(handle, min(5.0, grace + 1))
+        self._scancel("--signal=KILL", "--full", job_id)
+        self._scancel(job_id)
+
+    def _wait_for_job_end(self, handle: dict, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and self.job(handle).active:
+            time.sleep(self.opts["stop_poll_interval"])
+
+    def _scancel(self, *args: str) -> None:
+        res = self._run("scancel", *args, check=False)
+        text = (res.stderr or "").lower()
+        if res.returncode != 0 and not any(w in text for w in ("already completing", "already completed",
+                                                                  "invalid job id", "completed")):
+            raise self._refusal([self._tool("scancel"), *args], res)
+
+    def stop_instance(self, handle: dict, name: str, grace: float | None = None) -> None:
+        grace = self.opts["grace"] if grace is None else grace
+        d = handle["attempt_dir"]
+        run = self._current_run(handle, name)
+        step.write_json(step.stop_file(d, name, run), {"requested_at": time.time(), "grace": grace})
+        started = step.read_json(step.run_file(d, name, run))
+        if not started or step.read_json(step.exit_file(d, name, run)):
+            return  # not started (the supervisor will not start it) or already over
+        step_id = started.get("step", "")
+        self._scancel("--signal=TERM", step_id)
+        if not self._wait_for_exits(handle, [name], grace):
+            self._scancel("--signal=KILL", step_id)
+            self._wait_for_exits(handle, [name], 5.0)
+
+    def restart_instance(self, handle: dict, name: str) -> dict:
+        job = self.job(handle)
+        if not job.active or job.waiting:
+            raise BackendError(
+                f"cannot restart {name} in Slurm job {handle['slurm_job_id']}: the allocation is "
+                f"{job.state or 'gone'}; restart the whole attempt instead")
+        d = handle["attempt_dir"]
+        run = self._current_run(handle, name)
+        if step.read_json(step.run_file(d, name, run)) and not step.read_json(step.exit_file(d, name, run)):
+            self.stop_instance(handle, name)
+        step.write_json(step.restart_request(d, name, run + 1), {"requested_at": time.time()})
+        new = json.loads(json.dumps(handle))
+        for inst in new["instances"]:
+            if inst["name"] == name:
+                inst["run"] = run + 1
+        return new
+
+    # -- logs ----------------------------------------------------------------------------------
+
+    def log_path(self, handle: dict, name: str) -> str | None:
+        self.check_instance(handle, name)
+        return step.log_file(handle["attempt_dir"], name)
+
+    def read_log(self, handle: dict, name: str, offset: int = 0, limit: int | None = None) -> bytes:
+        try:
+            with open(self.log_path(handle, name), "rb") as fh:
+                fh.seek(max(0, offset))
+                return fh.read() if limit is None else fh.read(limit)
+        except FileNotFoundError:
+            return b""
+
+    def tail_log(self, handle: dict, name: str, nbytes: int) -> bytes:
+        try:
+            with open(self.log_path(handle, name), "rb") as fh:
+                fh.seek(0, os.SEEK_END)
+                fh.seek(max(0, fh.tell() - max(0, nbytes)))
+                return fh.read()
+        except FileNotFoundError:
+            return b""
+
+    # -- nodes -------------------------------------------------------------------------------------
+
+    def list_nodes(self) -> list[Node]:
+        res = self._run("sinfo", "--json", check=False)
+        if res.returncode == 0:
+            try:
+                return nodes_from_sinfo_json(json.loads(res.stdout))
+            except json.JSONDecodeError:
+                pass  # a build without the JSON serializer prints something else
+        elif not any(w in (res.stderr or "").lower() for w in ("json", "unrecognized", "serializer", "plugin")):
+            raise self._refusal([self._tool("sinfo"), "--json"], res)
+        res = self._run("sinfo", "-h", "-N", "-o", "%N|%c|%T|%E")
+        return nodes_from_sinfo_text(res.stdout)
+
+    def isolate_node(self, name: str, reason: str) -> None:
+        if not reason.strip():
+            raise BackendError("isolate_node: reason must name the Vigil job and diagnosis")
+        text = reason if reason.lower().startswith("vigil") else f"Vigil: {reason}"
+        self._run("scontrol", "update", f"NodeName={name}", "State=DRAIN", f"Reason={text}")
+
+    def restore_node(self, name: str) -> None:
+        res = self._run("scontrol", "update", f"NodeName={name}", "State=RESUME", check=False)
+        if res.returncode != 0 and "invalid node state" not in (res.stderr or "").lower():
+            raise self._refusal([self._tool("scontrol"), "update"], res)
+
+    # -- diagnostics ---------------------------------------------------------------------------
+
+    def pids(self, handle: dict, name: str) -> list[int]:
+        """The instance's PID when it runs on this very host (else [], see dump_stacks)."""
+        files = self._files(handle, self.check_instance(handle, name))
+        started = files.started or {}
+        if started.get("pid") and not files.exited and started.get("node") in (
+            socket.gethostname(), socket.gethostname().split(".")[0]
+        ):
+            return [int(started["pid"])]
+        return []
+
+    def dump_stacks(self, handle: dict, name: str, timeout: float = 30.0) -> list[dict]:
+        """py-spy's JSON stacks of the instance, taken on its node by a step that overlaps the job."""
+        files = self._files(handle, self.check_instance(handle, name))
+        started = files.started
+        if not started or files.exited:
+            raise BackendError(f"{name} is not running (no stack to dump)")
+        res = self._run("srun", "--overlap", f"--jobid={handle['slurm_job_id']}", "--ntasks=1", "--nodes=1",
+                        f"--nodelist={started['node']}", "--export=ALL", "--quiet",
+                        self.opts["py_spy"], "dump", "--json", "--pid", str(started["pid"]),
+                        timeout=timeout)
+        try:
+            return json.loads(res.stdout)
+        except json.JSONDecodeError:
+            raise BackendError(f"py-spy gave no JSON for {name}: {res.stdout[-300:]} {res.stderr[-300:]}") from None
