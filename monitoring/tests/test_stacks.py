@@ -1,0 +1,230 @@
+"""Stack snapshots: real py-spy dumps of real hung processes, and their aggregation."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from monitoring import stacks
+from monitoring.stacks import (
+    Frame, ProcessStacks, StackSnapshot, ThreadStack, aggregate_stacks, dump_process_stacks,
+    dump_processes, find_python_processes, parse_py_spy_json,
+)
+
+needs_py_spy = pytest.mark.skipif(stacks.find_py_spy() is None,
+                                  reason="py-spy is not installed (pip install py-spy)")
+
+STUCK = textwrap.dedent("""\
+    import sys, threading, time
+
+    def stuck_here():
+        while True:
+            time.sleep(0.5)
+
+    def waiting_together():
+        while True:
+            time.sleep(0.5)
+
+    def helper():
+        threading.Event().wait()
+
+    threading.Thread(target=helper, name="helper", daemon=True).start()
+    print("ready", flush=True)
+    if sys.argv[1] == "odd":
+        stuck_here()
+    else:
+        waiting_together()
+""")
+
+
+class Processes:
+    def __init__(self):
+        self.procs: list[subprocess.Popen] = []
+
+    def start(self, argv, **kw) -> subprocess.Popen:
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True, **kw)
+        self.procs.append(proc)
+        return proc
+
+    def kill_all(self):
+        for proc in self.procs:
+            if proc.poll() is None:
+                os.kill(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+@pytest.fixture
+def procs():
+    p = Processes()
+    yield p
+    p.kill_all()
+
+
+@pytest.fixture
+def stuck_script(tmp_path) -> Path:
+    path = tmp_path / "stuck.py"
+    path.write_text(STUCK)
+    return path
+
+
+def start_stuck(procs, script, role) -> subprocess.Popen:
+    proc = procs.start([sys.executable, str(script), role])
+    assert proc.stdout.readline().strip() == "ready"
+    return proc
+
+
+@needs_py_spy
+def test_a_dump_of_a_hung_process_names_the_function_and_line_it_is_stuck_in(procs, stuck_script):
+    proc = start_stuck(procs, stuck_script, "odd")
+    dump = dump_process_stacks(proc.pid, timeout=10, instance="worker-0", rank=0)
+    assert dump.ok, dump.error
+    main = next(t for t in dump.threads if t.thread_name == "MainThread")
+    assert main.frames[0] == Frame("stuck_here", "stuck.py", 5, str(stuck_script))
+    assert [f.function for f in main.frames] == ["stuck_here", "<module>"]
+    helper = next(t for t in dump.threads if t.thread_name == "helper")
+    assert helper.idle and not main.idle
+
+
+@needs_py_spy
+def test_eight_processes_where_seven_share_a_stack_make_the_eighth_the_suspect(procs, stuck_script):
+    roles = ["together"] * 7 + ["odd"]
+    started = [start_stuck(procs, stuck_script, role) for role in roles]
+    dumps = dump_processes([(f"worker-{i}", i, p.pid) for i, p in enumerate(started)], timeout=15)
+    assert all(d.ok for d in dumps), [d.error for d in dumps if not d.ok]
+
+    snapshot = StackSnapshot.of(dumps)
+    first = snapshot.stacks[0]
+    assert first.suspect and first.count == 1
+    assert first.frames[0].function == "stuck_here" and first.frames[0].line == 5
+    assert [(t.instance, t.rank, t.pid) for t in first.threads] == [("worker-7", 7, started[7].pid)]
+    shared = next(s for s in snapshot.stacks if s.frames[0].function == "waiting_together")
+    assert shared.count == 7 and not shared.suspect
+    helpers = next(s for s in snapshot.stacks if s.idle)
+    assert helpers.count == 8
+    assert [s for s in snapshot.stacks if s.suspect] == [first]
+    text = snapshot.summary_text()
+    assert "8 process(es): 8 dumped" in text
+    assert "#1 x1 [SUSPECT]: worker-7 rank 7" in text
+    assert "stuck_here (stuck.py:5)" in text
+
+
+@needs_py_spy
+def test_a_process_that_is_gone_gives_an_error_result_not_an_exception(procs):
+    proc = procs.start([sys.executable, "-c", "pass"])
+    proc.wait()
+    dump = dump_process_stacks(proc.pid, timeout=5, instance="worker-3", rank=3)
+    assert not dump.ok and dump.error_code == stacks.PROCESS_GONE
+    assert str(proc.pid) in dump.error and dump.threads == ()
+
+
+@needs_py_spy
+def test_a_process_that_is_not_python_gives_a_not_python_result(procs):
+    proc = procs.start(["sleep", "30"])
+    time.sleep(0.1)
+    dump = dump_process_stacks(proc.pid, timeout=5)
+    assert dump.error_code == stacks.NOT_PYTHON, dump.error
+
+
+@needs_py_spy
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to run py-spy as another user")
+def test_no_ptrace_permission_gives_a_permission_result(procs, stuck_script, tmp_path):
+    proc = start_stuck(procs, stuck_script, "odd")
+    as_nobody = tmp_path / "py-spy-as-nobody"
+    as_nobody.write_text("#!/bin/sh\nexec setpriv --reuid=65534 --regid=65534 --clear-groups "
+                         f"{stacks.find_py_spy()} \"$@\"\n")
+    as_nobody.chmod(0o755)
+    dump = dump_process_stacks(proc.pid, timeout=10, py_spy=str(as_nobody))
+    assert dump.error_code == stacks.PERMISSION_DENIED, dump.error
+    assert "ptrace" in dump.error
+
+
+def test_a_missing_py_spy_gives_a_py_spy_missing_result(tmp_path):
+    dump = dump_process_stacks(os.getpid(), py_spy=str(tmp_path / "no-such-py-spy"))
+    assert dump.error_code == stacks.PY_SPY_MISSING
+
+
+@needs_py_spy
+def test_a_dump_that_takes_too_long_gives_a_timeout_result(procs, tmp_path):
+    slow = tmp_path / "slow-py-spy"
+    slow.write_text("#!/bin/sh\nexec sleep 30\n")
+    slow.chmod(0o755)
+    started = time.monotonic()
+    dump = dump_process_stacks(os.getpid(), timeout=0.5, py_spy=str(slow))
+    assert dump.error_code == stacks.TIMEOUT
+    assert time.monotonic() - started < 5
+
+
+def test_python_processes_under_a_shell_are_found_and_the_shell_is_not(procs):
+    shell = procs.start(["/bin/sh", "-c",
+                         f"{sys.executable} -c 'import time; time.sleep(30)' & "
+                         f"{sys.executable} -c 'import time; time.sleep(30)' & sleep 30; wait"])
+    deadline = time.monotonic() + 10
+    found: list[int] = []
+    while time.monotonic() < deadline and len(found) < 2:
+        found = find_python_processes([shell.pid])
+        time.sleep(0.05)
+    try:
+        children = psutil.Process(shell.pid).children(recursive=True)
+        assert len(found) == 2 and shell.pid not in found
+        assert set(found) <= {c.pid for c in children}
+    finally:
+        for child in psutil.Process(shell.pid).children(recursive=True):
+            child.kill()
+
+
+def test_bad_py_spy_output_is_a_dump_failed_result():
+    dump = parse_py_spy_json("Error: something else", pid=5, instance="worker-0")
+    assert dump.error_code == stacks.DUMP_FAILED and "not a stack dump" in dump.error
+
+
+def thread(name, *frames) -> ThreadStack:
+    return ThreadStack(thread_id=hash(name) & 0xFFFF, thread_name=name,
+                       frames=tuple(Frame(f, "train.py", line) for f, line in frames))
+
+
+def test_aggregation_sorts_suspects_first_then_by_count_and_keeps_idle_threads():
+    def dump(rank, main_frames, idle=True):
+        threads = [thread("MainThread", *main_frames)]
+        if idle:
+            threads.append(ThreadStack(1, "pool", (Frame("Condition.wait", "threading.py", 327),)))
+        return ProcessStacks(pid=100 + rank, instance=f"worker-{rank}", rank=rank,
+                             threads=tuple(threads))
+
+    dumps = [dump(r, [("all_reduce", 10), ("main", 50)]) for r in range(4)]
+    dumps += [dump(r, [("backward", 20), ("main", 51)]) for r in (4, 5)]
+    dumps += [dump(6, [("compute_forever", 30), ("main", 52)], idle=False)]
+    dumps += [ProcessStacks(pid=999, instance="worker-7", rank=7, error_code=stacks.TIMEOUT,
+                            error="py-spy took longer than 5 s")]
+    result = aggregate_stacks(dumps)
+    assert [(s.frames[0].function, s.count, s.suspect, s.idle) for s in result] == [
+        ("compute_forever", 1, True, False),
+        ("backward", 2, False, False),
+        ("all_reduce", 4, False, False),
+        ("Condition.wait", 6, False, True),
+    ]
+    text = StackSnapshot.of(dumps).summary_text()
+    assert "worker-7 (pid 999, rank 7): no stacks: py-spy took longer than 5 s" in text
+    assert "7 dumped, 1 not" in text
+
+
+def test_a_single_thread_alone_is_not_a_suspect():
+    only = ProcessStacks(pid=1, threads=(thread("MainThread", ("main", 1)),))
+    assert [s.suspect for s in aggregate_stacks([only])] == [False]
+
+
+def test_the_same_code_under_different_install_prefixes_groups_together():
+    raw = ('[{"thread_id": 1, "thread_name": "MainThread", "frames": [{"name": "all_reduce", '
+           '"filename": "%s/torch/distributed/distributed_c10d.py", "short_filename": '
+           '"torch/distributed/distributed_c10d.py", "line": 2800}]}]')
+    a = parse_py_spy_json(raw % "/home/a/venv/lib", pid=1, rank=0)
+    b = parse_py_spy_json(raw % "/opt/venv/lib", pid=2, rank=1)
+    [group] = aggregate_stacks([a, b])
+    assert group.count == 2 and group.to_dict()["threads"][1]["rank"] == 1
