@@ -1,0 +1,569 @@
+"""Classifying failed instances: the catalog over realistic log tails, precedence,
+retryable keywords, exit-status fallbacks, and picking the root cause."""
+
+from __future__ import annotations
+
+import re
+import signal
+
+import pytest
+
+from monitoring import catalog
+from monitoring.catalog import BACKEND_SIGNATURES, LOG_SIGNATURES
+from monitoring.classify import (
+    MAX_USER_KEYWORDS,
+    TAIL_LIMIT_BYTES,
+    Classification,
+    ErrorSource,
+    FailureInput,
+    FailureObservation,
+    classify_failure,
+    pick_root_cause,
+)
+
+TRACEBACK_HEAD = (
+    "[rank1]: Traceback (most recent call last):\n"
+    '[rank1]:   File "/workspace/train.py", line 88, in <module>\n'
+    "[rank1]:     main()\n"
+    '[rank1]:   File "/workspace/train.py", line 71, in main\n'
+    "[rank1]:     loss.backward()\n"
+)
+
+# One realistic tail per log signature: (rule, exit code, tail).
+SAMPLES: list[tuple[str, int, str]] = [
+    ("nccl-system-error", 1,
+     "node-1:412:498 [1] NCCL INFO Channel 00/02 :    0   1\n"
+     "node-1:412:498 [1] misc/socket.cc:484 NCCL WARN socketStartConnect: Connect to 10.0.3.7<43185> failed : Software caused connection abort\n"
+     + TRACEBACK_HEAD +
+     "[rank1]: torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:1970, "
+     "unhandled system error (run with NCCL_DEBUG=INFO for details), NCCL version 2.19.3\n"),
+    ("nccl-remote-error", 1,
+     "node-2:77:120 [0] NCCL INFO comm 0x55d1 rank 0 nranks 4 cudaDev 0 busId 1b000 - Abort COMPLETE\n"
+     "RuntimeError: NCCL error in: ../torch/csrc/distributed/c10d/NCCLUtils.hpp:275, remote process exited or there was "
+     "a network error, NCCL version 2.18.1\n"
+     "ncclRemoteError: A call failed possibly due to a network error or a remote process exiting prematurely.\n"),
+    ("nccl-internal-error", 1,
+     "NCCL WARN Cuda failure 'invalid device context'\n"
+     "RuntimeError: NCCL error in: ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:1269, internal error, NCCL version 2.14.3\n"
+     "ncclInternalError: Internal check failed.\n"),
+    ("nccl-cuda-error", 1,
+     "RuntimeError: NCCL error in: ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:1207, unhandled cuda error, NCCL version 2.10.3\n"
+     "ncclUnhandledCudaError: Call to CUDA function failed.\n"),
+    ("nccl-invalid-usage", 1,
+     "node-1:55:55 [0] init.cc:570 NCCL WARN Duplicate GPU detected : rank 1 and rank 0 both on CUDA device 1b000\n"
+     "RuntimeError: NCCL error in: ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:1269, invalid usage, NCCL version 2.14.3\n"
+     "ncclInvalidUsage: This usually reflects invalid usage of NCCL library.\n"),
+    ("nccl-invalid-argument", 1,
+     "RuntimeError: NCCL error in: ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:1191, invalid argument, NCCL version 2.11.4\n"
+     "ncclInvalidArgument: Invalid value for an argument.\n"),
+    ("nccl-watchdog-timeout", -6,
+     "[rank0]:[E1129 10:02:11.512316 412 ProcessGroupNCCL.cpp:616] [Rank 0] Watchdog caught collective operation timeout: "
+     "WorkNCCL(SeqNum=2143, OpType=ALLREDUCE, NumelIn=659, NumelOut=659, Timeout(ms)=600000) ran for 600535 milliseconds before timing out.\n"
+     "terminate called after throwing an instance of 'c10::DistBackendError'\n"),
+    ("nccl-communicator-aborted", 1,
+     "[rank2]:[E ProcessGroupNCCL.cpp:1316] [PG 0 Rank 2] NCCL communicator was aborted on rank 2. Original reason for failure was: "
+     "[PG 0 Rank 2] Timed out\n"),
+    ("nccl-heartbeat-timeout", -6,
+     "[rank3]:[E ProcessGroupNCCL.cpp:1418] [PG 0 Rank 3] Heartbeat monitor timed out! Process will be terminated after dumping debug info. "
+     "workMetaList_.size()=1\n"),
+    ("nccl-ib-completion-error", 1,
+     "gpu-node-12:1203:1290 [5] transport/net_ib.cc:1696 NCCL WARN NET/IB : Got completion from peer 10.1.0.12<52146> with "
+     "status=12 opcode=0 len=0 vendor err 129 (Recv) localGid ::ffff:10.1.0.13 remoteGids::ffff:10.1.0.12\n"),
+    ("gloo-connect-full-mesh-failed", 1,
+     TRACEBACK_HEAD +
+     "[rank1]: torch.distributed.DistNetworkError: Gloo connectFullMesh failed with [../third_party/gloo/gloo/transport/tcp/pair.cc:144] no error\n"),
+    ("gloo-connection-closed", 1,
+     "step 10 loss 0.6931\n" + TRACEBACK_HEAD +
+     "[rank1]: RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed by peer [127.0.0.1]:18127\n"),
+    ("gloo-operation-timeout", 1,
+     "RuntimeError: [../third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:81] Timed out waiting 1800000ms for recv operation to complete\n"),
+    ("connection-reset", 1,
+     "Traceback (most recent call last):\n"
+     '  File "train.py", line 40, in <module>\n'
+     "RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:598] Connection reset by peer\n"),
+    ("connection-refused", 1,
+     "W1129 10:11:01.123 torch/distributed/elastic/rendezvous/c10d_rendezvous_backend.py:... \n"
+     "ConnectionRefusedError: [Errno 111] Connection refused\n"),
+    ("broken-pipe", 1,
+     "RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:575] Write error [10.0.0.4]:32871: Broken pipe\n"),
+    ("no-route-to-host", 1,
+     "node-3:88:140 [0] misc/socket.cc:538 NCCL WARN Net : Connect to 10.0.0.9<41231> failed : No route to host\n"),
+    ("connection-timed-out", 1,
+     "node-3:88:140 [0] misc/socket.cc:456 NCCL WARN Net : Connect to 10.0.0.9<41231> failed : Connection timed out\n"),
+    ("name-resolution-failed", 1,
+     "socket.gaierror: [Errno -3] Temporary failure in name resolution\n"),
+    ("address-in-use", 1,
+     "torch.distributed.DistNetworkError: The server socket has failed to listen on any local network address. port: 29500, "
+     "useIpv6: 0, code: -98, name: EADDRINUSE, message: address already in use\n"),
+    ("store-socket-timeout", 1,
+     TRACEBACK_HEAD +
+     "[rank1]: torch.distributed.DistStoreError: Socket Timeout\n"),
+    ("store-connect-timeout", 1,
+     "torch.distributed.DistNetworkError: The client socket has timed out after 1800000ms while trying to connect to "
+     "(10.0.0.1, 29500).\n"),
+    ("store-clients-timeout", 1,
+     "torch.distributed.DistStoreError: Timed out after 901 seconds waiting for clients. 1/2 clients joined.\n"),
+    ("rendezvous-timeout", 1,
+     "torch.distributed.elastic.rendezvous.api.RendezvousTimeoutError\n"),
+    ("rendezvous-closed", 1,
+     "torch.distributed.elastic.rendezvous.api.RendezvousClosedError\n"),
+    ("rendezvous-connection", 1,
+     "torch.distributed.elastic.rendezvous.api.RendezvousConnectionError: The connection to the C10d store has failed. "
+     "See inner exception for details.\n"),
+    ("cuda-ecc-error", 1,
+     TRACEBACK_HEAD + "[rank1]: RuntimeError: CUDA error: uncorrectable ECC error encountered\n"
+     "[rank1]: CUDA kernel errors might be asynchronously reported at some other API call\n"),
+    ("gpu-xid", -9,
+     "[ 8123.412345] NVRM: Xid (PCI:0000:3b:00): 48, pid=4112, name=python, An uncorrectable double bit error (DBE) has been detected\n"),
+    ("gpu-fallen-off-bus", 1,
+     "[ 9911.100000] NVRM: GPU 0000:3b:00.0: GPU has fallen off the bus.\n"),
+    ("cuda-launch-failure", 1,
+     "RuntimeError: CUDA error: unspecified launch failure\n"
+     "CUDA kernel errors might be asynchronously reported at some other API call, so the stacktrace below might be incorrect.\n"),
+    ("cuda-illegal-memory-access", 1,
+     TRACEBACK_HEAD + "[rank1]: RuntimeError: CUDA error: an illegal memory access was encountered\n"
+     "[rank1]: Compile with `TORCH_USE_CUDA_DSA` to enable device-side assertions.\n"),
+    ("cuda-device-assert", 1,
+     "../aten/src/ATen/native/cuda/Loss.cu:240: nll_loss_forward_reduce_cuda_kernel_2d: block: [0,0,0], thread: [5,0,0] "
+     "Assertion `t >= 0 && t < n_classes` failed.\n"
+     "RuntimeError: CUDA error: device-side assert triggered\n"),
+    ("cuda-no-device", 1,
+     "RuntimeError: CUDA error: no CUDA-capable device is detected\n"),
+    ("cuda-driver-too-old", 1,
+     "RuntimeError: The NVIDIA driver on your system is too old (found version 11040). "
+     "CUDA driver version is insufficient for CUDA runtime version\n"),
+    ("cuda-out-of-memory", 1,
+     TRACEBACK_HEAD +
+     "[rank1]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of "
+     "79.15 GiB of which 1.12 GiB is free.\n"),
+    ("oom-killed", 137,
+     "slurmstepd: error: Detected 1 oom_kill event in StepId=4412.0. Some of the step tasks have been OOM Killed.\n"),
+    ("python-memory-error", 1,
+     "Traceback (most recent call last):\n"
+     '  File "prep.py", line 12, in <module>\n'
+     "    data = np.zeros((1 << 40,))\n"
+     "MemoryError\n"),
+    ("shared-memory-exhausted", 1,
+     "ERROR: Unexpected bus error encountered in worker. This might be caused by insufficient shared memory (shm).\n"),
+    ("dataloader-worker-killed", 1,
+     "RuntimeError: DataLoader worker (pid 4471) is killed by signal: Killed.\n"),
+    ("node-failure", -15,
+     "slurmstepd: error: *** STEP 4412.0 ON gpu-07 CANCELLED AT 2024-05-02T10:00:01 DUE TO NODE FAILURE ***\n"),
+    ("preempted", -15,
+     "slurmstepd: error: *** JOB 4412 ON gpu-07 CANCELLED AT 2024-05-02T10:00:01 DUE TO PREEMPTION ***\n"),
+    ("launcher-received-signal", 1,
+     "torch.distributed.elastic.multiprocessing.api.SignalException: Process 9921 got signal: 15\n"),
+    ("worker-killed-by-signal", 1,
+     "W1129 10:00:00.000 torch/distributed/elastic/multiprocessing/api.py:858] Sending process 9922 closing signal SIGTERM\n"
+     "E1129 10:00:00.100 torch/distributed/elastic/multiprocessing/api.py:833] failed (exitcode: -9) local_rank: 1 (pid: 9923)\n"
+     "Signal 9 (SIGKILL) received by PID 9923\n"),
+    ("python-import-error", 1,
+     "Traceback (most recent call last):\n"
+     '  File "/workspace/train.py", line 3, in <module>\n'
+     "    import deepspeed\n"
+     "ModuleNotFoundError: No module named 'deepspeed'\n"),
+    ("python-syntax-error", 1,
+     '  File "/workspace/train.py", line 14\n'
+     "    for step in range(10)\n"
+     "                         ^\n"
+     "SyntaxError: expected ':'\n"),
+    ("file-not-found", 1,
+     "Traceback (most recent call last):\n"
+     '  File "/workspace/train.py", line 20, in <module>\n'
+     "FileNotFoundError: [Errno 2] No such file or directory: '/data/imagenet/train.lst'\n"),
+    ("command-not-found", 127,
+     "/bin/sh: 1: torchrunn: not found\n"),
+    ("exec-format-error", 1,
+     'time="2024-10-21T12:59:35Z" level=error msg="fail to start program with error: fork/exec /bin/sh: exec format error"\n'),
+    ("permission-denied", 126,
+     "/bin/sh: 1: ./run_train.sh: Permission denied\n"),
+    ("disk-full", 1,
+     "[2024-10-21 20:59:33] serialize_file(_flatten(tensors), filename, metadata=metadata)\n"
+     '[2024-10-21 20:59:33] safetensors_rust.SafetensorError: Error while serializing: IoError(Os { code: 28, kind: StorageFull, '
+     'message: "No space left on device" })\n'
+     '[2024-10-21 20:59:35] time="2024-10-21T12:59:35Z" level=info msg="program stopped with status:exit status 1" program=/bin/sh\n'),
+    ("loss-is-nan", 1,
+     "iter 1200 | lr 3.0e-04 | loss 2.113\n"
+     "FloatingPointError: Loss became infinite or NaN at iteration=1201!\n"),
+    ("python-exception", 1,
+     TRACEBACK_HEAD +
+     "[rank1]:   File \"/workspace/model.py\", line 30, in forward\n"
+     "[rank1]:     x = x.view(b, -1, self.dim)\n"
+     "[rank1]: ValueError: expected 3 dimensions, got 2\n"),
+]
+
+
+def classify(tail, exit_code=1, sig=None, reason="", keywords=()):
+    return classify_failure(FailureInput(exit_code, sig, tail, reason, tuple(keywords)))
+
+
+# ---- the catalog ---------------------------------------------------------------------
+
+@pytest.mark.parametrize("rule, exit_code, tail", SAMPLES, ids=[s[0] for s in SAMPLES])
+def test_each_log_signature_classifies_its_realistic_tail(rule, exit_code, tail):
+    sig = catalog.signature(rule)
+    got = classify(tail, exit_code=exit_code)
+    assert got.rule == rule
+    assert got.source is ErrorSource.LOG
+    assert got.retryable is sig.retryable
+    assert got.cascade_like is sig.cascade_like
+    assert got.error_code == sig.error_code
+    assert got.cause == sig.cause and got.next_step == sig.next_step
+    assert "\n" not in got.message and got.message
+
+
+def test_every_log_signature_has_a_realistic_sample():
+    assert {s.rule for s in LOG_SIGNATURES} == {rule for rule, _, _ in SAMPLES}
+
+
+def test_catalog_holds_at_least_thirty_documented_signatures_with_unique_rules():
+    assert len(LOG_SIGNATURES) >= 30
+    rules = [s.rule for s in LOG_SIGNATURES]
+    assert len(rules) == len(set(rules))
+    for sig in LOG_SIGNATURES + BACKEND_SIGNATURES:
+        assert sig.documented, sig.rule
+        assert sig.cause.endswith(".") and sig.next_step.endswith("."), sig.rule
+        for name in re.findall(r"{(\w+)}", sig.message):
+            assert name in sig.pattern.groupindex, (sig.rule, name)
+
+
+def test_only_the_uncaught_python_exception_is_generic():
+    assert [s.rule for s in LOG_SIGNATURES if not s.specific] == ["python-exception"]
+
+
+def test_catalog_patterns_start_with_a_literal_or_a_line_anchor():
+    # Keeps every search linear: no pattern can start a scan at every position of a line.
+    for sig in LOG_SIGNATURES:
+        assert not sig.pattern.pattern.startswith((".", "[^", "\\s", "\\w", "(?:.")), sig.rule
+
+
+def test_python_exception_message_names_the_exception_and_its_text():
+    got = classify(TRACEBACK_HEAD + "[rank1]: KeyError: 'labels'\n")
+    assert got.rule == "python-exception"
+    assert got.message == "KeyError: 'labels'"
+    assert got.retryable is False
+
+
+@pytest.mark.parametrize("last_line", [
+    "TypeError: forward() missing 1 required positional argument: 'x'",
+    "AssertionError",
+    "ZeroDivisionError: division by zero",
+    "IndexError: list index out of range",
+    "AttributeError: 'NoneType' object has no attribute 'shape'",
+])
+def test_user_code_exceptions_are_not_retryable(last_line):
+    got = classify("Traceback (most recent call last):\n  File \"t.py\", line 1\n" + last_line + "\n")
+    assert (got.rule, got.retryable) == ("python-exception", False)
+    assert got.message.startswith(last_line.split(":")[0])
+
+
+def test_a_warning_that_mentions_an_exception_mid_line_is_not_a_crash():
+    got = classify("WARNING: caught ValueError: retrying batch\n", exit_code=3)
+    assert got.rule == "crashed-with-exit-code"
+
+
+def test_torchrun_child_failed_summary_does_not_hide_the_child_error():
+    tail = (
+        "[rank1]: ValueError: bad batch\n"
+        "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: \n"
+        "============================================================\n"
+        "train.py FAILED\n"
+    )
+    assert classify(tail).message == "ValueError: bad batch"
+
+
+def test_gpu_xid_message_names_the_xid():
+    got = classify("NVRM: Xid (PCI:0000:3b:00): 79, pid=0, GPU has fallen off the bus.\n", exit_code=-9)
+    assert got.rule in ("gpu-xid", "gpu-fallen-off-bus")
+    assert classify("NVRM: Xid (PCI:0000:3b:00): 48, pid=4112, DBE\n").message == "The NVIDIA driver reported Xid 48"
+
+
+# ---- backend reasons -------------------------------------------------------------------
+
+@pytest.mark.parametrize("reason, rule, retryable", [
+    ("OOMKilled", "oom-killed", False),
+    ("OUT_OF_MEMORY", "oom-killed", False),
+    ("ImagePullBackOff", "image-pull-failed", False),
+    ("ErrImagePull", "image-pull-failed", False),
+    ("Evicted", "preempted", True),
+    ("PREEMPTED", "preempted", True),
+    ("NodeLost", "node-lost", True),
+    ("NODE_FAIL", "node-lost", True),
+    ("Unschedulable", "waiting-for-resources", True),
+])
+def test_decisive_backend_reason_classifies_before_the_log(reason, rule, retryable):
+    got = classify("RuntimeError: Connection reset by peer\n", exit_code=137, reason=reason,
+                   keywords=("connection reset",))
+    assert (got.rule, got.retryable, got.source) == (rule, retryable, ErrorSource.BACKEND)
+
+
+def test_oom_killed_tells_to_raise_the_memory():
+    got = classify("", exit_code=137, reason="OOMKilled")
+    assert "memory" in got.cause and "Raise the memory" in got.next_step
+
+
+def test_image_pull_failure_explains_the_image_could_not_be_pulled():
+    got = classify("", exit_code=1, reason="ImagePullBackOff")
+    assert "image could not be" in got.cause.lower() or "could not be downloaded" in got.cause
+
+
+def test_waiting_for_resources_is_explained():
+    got = classify("", exit_code=1, reason="FailedScheduling")
+    assert "waited a long time" in got.cause
+
+
+def test_a_non_decisive_backend_reason_lets_the_log_decide():
+    got = classify("ModuleNotFoundError: No module named 'apex'\n", reason="Error")
+    assert (got.rule, got.source) == ("python-import-error", ErrorSource.LOG)
+
+
+# ---- precedence --------------------------------------------------------------------
+
+def test_runtime_error_wrapping_connection_reset_is_the_comm_error_not_a_user_bug():
+    got = classify(TRACEBACK_HEAD + "[rank1]: RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:598] "
+                   "Connection reset by peer [10.0.0.2]:40112\n")
+    assert (got.rule, got.retryable) == ("connection-reset", True)
+
+
+def test_specific_signature_beats_a_later_generic_exception():
+    tail = ("node-1 NCCL WARN socketProgress: Connection closed by remote peer node-2<5011>\n"
+            + TRACEBACK_HEAD + "[rank1]: RuntimeError: collective failed\n")
+    assert classify(tail).rule == "gloo-connection-closed"
+
+
+def test_the_most_recent_of_several_specific_errors_wins():
+    first = classify("RuntimeError: CUDA out of memory. Tried to allocate 1 GiB\n"
+                     "ConnectionResetError: [Errno 104] Connection reset by peer\n")
+    assert first.rule == "connection-reset"
+    second = classify("ConnectionResetError: [Errno 104] Connection reset by peer\n"
+                      "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1 GiB\n")
+    assert (second.rule, second.retryable) == ("cuda-out-of-memory", False)
+
+
+def test_on_one_line_the_narrower_catalog_entry_wins():
+    got = classify("torch.distributed.DistNetworkError: Gloo connectFullMesh failed with "
+                   "[../third_party/gloo/gloo/transport/tcp/pair.cc:144] Connection refused\n")
+    assert got.rule == "gloo-connect-full-mesh-failed"
+
+
+def test_import_error_for_a_missing_shared_library_is_an_import_error():
+    got = classify("ImportError: libcudnn.so.8: cannot open shared object file: No such file or directory\n")
+    assert got.rule == "python-import-error"
+    assert got.message.startswith("ImportError: libcudnn.so.8")
+
+
+def test_bare_killed_with_exit_137_is_a_retryable_sigkill_not_oom():
+    got = classify("/bin/sh: line 1:  4242 Killed                  python train.py\n", exit_code=137)
+    assert (got.rule, got.retryable, got.error_code) == ("killed-by-signal", True, "SIGKILL")
+    assert "exit code 137" in got.message
+
+
+def test_oom_killer_evidence_in_the_log_makes_exit_137_an_oom_kill():
+    got = classify("[ 812.3] Out of memory: Killed process 4242 (python) total-vm:98765432kB\nKilled\n",
+                   exit_code=137)
+    assert (got.rule, got.retryable) == ("oom-killed", False)
+
+
+def test_cuda_out_of_memory_is_not_retryable():
+    got = classify("torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 MiB\n")
+    assert got.retryable is False and got.error_code == "CUDA_OOM"
+
+
+# ---- retryable keywords ------------------------------------------------------------
+
+def test_user_keyword_matches_case_insensitively_and_makes_the_failure_retryable():
+    got = classify("ValueError: Connect Timeout while fetching shard 7\n", keywords=("connect timeout",))
+    assert (got.rule, got.retryable, got.source) == ("user-keyword", True, ErrorSource.USER_KEYWORD)
+    assert '"connect timeout"' in got.message
+
+
+def test_user_keyword_beats_a_non_retryable_catalog_signature():
+    got = classify("torch.OutOfMemoryError: CUDA out of memory. error_yyy\n", keywords=("ERROR_YYY",))
+    assert got.retryable is True and got.source is ErrorSource.USER_KEYWORD
+
+
+def test_user_keyword_is_literal_not_a_regular_expression():
+    assert classify("ValueError: aXYZb\n", keywords=("a.*b",)).rule == "python-exception"
+    assert classify("ValueError: saw a.*b in the input\n", keywords=("a.*b",)).rule == "user-keyword"
+
+
+def test_regex_metacharacters_in_keywords_are_harmless():
+    keywords = ("(a+)+$", "[", "\\", "(?P<x>", "*")
+    got = classify("ValueError: " + "a" * 5000 + "!\n", keywords=keywords)
+    assert got.rule == "python-exception"
+    assert classify("ValueError: got [ here\n", keywords=keywords).rule == "user-keyword"
+
+
+def test_the_keyword_appearing_last_in_the_log_is_named():
+    got = classify("error_aaa then later error_bbb\n", keywords=("error_bbb", "error_aaa"))
+    assert '"error_bbb"' in got.message
+    got = classify("error_bbb then later error_aaa\n", keywords=("error_bbb", "error_aaa"))
+    assert '"error_aaa"' in got.message
+
+
+def test_keyword_matching_builds_no_regular_expression(monkeypatch):
+    # Structural guarantee of linear time whatever the keywords: classification compiles
+    # nothing at call time (catalog patterns are compiled at import), so no keyword can
+    # become a pattern. 100 adversarial keywords over a full 64 KiB tail.
+    calls = []
+
+    def spy(name):
+        def record(*args, **kwargs):
+            calls.append((name, args))
+            raise AssertionError(f"re.{name} called during classification")
+        return record
+
+    for name in ("compile", "search", "match", "fullmatch", "finditer", "findall", "sub", "split"):
+        monkeypatch.setattr(re, name, spy(name))
+    keywords = tuple("(a|aa)*" + "a" * i + "$" for i in range(MAX_USER_KEYWORDS))
+    tail = ("a" * 120 + "\n") * (TAIL_LIMIT_BYTES // 121 + 10)
+    got = classify(tail, keywords=keywords, exit_code=2)
+    assert calls == []
+    assert got.rule == "crashed-with-exit-code"
+
+
+def test_more_than_a_hundred_keywords_are_rejected_naming_the_field():
+    with pytest.raises(ValueError, match="user_keywords: at most 100"):
+        classify("x", keywords=tuple(f"k{i}" for i in range(101)))
+
+
+def test_an_empty_keyword_is_rejected_because_it_would_match_everything():
+    with pytest.raises(ValueError, match=r"user_keywords\[1\]"):
+        classify("x", keywords=("fine", "  "))
+
+
+# ---- the tail ---------------------------------------------------------------------
+
+def test_only_the_last_64_kib_of_the_tail_are_read():
+    old = "ModuleNotFoundError: No module named 'x'\n"
+    tail = old + "." * TAIL_LIMIT_BYTES
+    assert classify(tail, exit_code=5).rule == "crashed-with-exit-code"
+    assert classify(old + "." * (TAIL_LIMIT_BYTES - len(old)), exit_code=5).rule == "python-import-error"
+
+
+def test_bytes_with_invalid_utf8_are_decoded_with_replacement():
+    tail = b"\xff\xfe garbage \xc3\n" + "[rank0]: ValueError: ünicode ok\n".encode()
+    got = classify(tail)
+    assert got.message == "ValueError: ünicode ok"
+
+
+def test_carriage_return_progress_bars_do_not_hide_an_exception_line():
+    tail = " 10%|#   | 1/10\r 20%|##  | 2/10\rValueError: bad label 7\n"
+    assert classify(tail).message == "ValueError: bad label 7"
+
+
+def test_a_log_tail_of_the_wrong_type_is_rejected_naming_the_field():
+    with pytest.raises(TypeError, match="log_tail"):
+        classify_failure(FailureInput(1, None, 42))  # type: ignore[arg-type]
+
+
+# ---- exit status fallbacks --------------------------------------------------------
+
+def test_exit_code_zero_is_not_a_failure():
+    with pytest.raises(ValueError, match="exit_code: 0"):
+        classify("all done\n", exit_code=0)
+
+
+def test_unknown_nonzero_exit_is_a_non_retryable_crash_that_points_at_the_log():
+    got = classify("step 3 loss 0.5\n", exit_code=3)
+    assert (got.rule, got.retryable, got.source, got.error_code) == (
+        "crashed-with-exit-code", False, ErrorSource.EXIT_CODE, "EXIT_CODE_3")
+    assert got.message == "Crashed with exit code 3"
+    assert "Read the instance log" in got.next_step
+
+
+def test_killed_by_signal_without_evidence_is_retryable():
+    got = classify("step 3 loss 0.5\n", exit_code=None, sig=signal.SIGKILL)
+    assert (got.rule, got.retryable, got.error_code) == ("killed-by-signal", True, "SIGKILL")
+    assert got.cascade_like is False
+
+
+def test_negative_exit_code_is_read_as_a_signal():
+    got = classify("", exit_code=-11)
+    assert (got.rule, got.error_code, got.retryable) == ("killed-by-signal", "SIGSEGV", True)
+
+
+def test_sigterm_is_cascade_like_because_supervisors_stop_peers_with_it():
+    assert classify("", exit_code=143).cascade_like is True
+
+
+def test_exit_127_without_log_is_command_not_found():
+    got = classify("", exit_code=127)
+    assert (got.rule, got.retryable) == ("command-not-found", False)
+
+
+def test_exit_126_without_log_is_command_not_executable():
+    got = classify("", exit_code=126)
+    assert (got.rule, got.retryable) == ("command-not-executable", False)
+
+
+def test_no_exit_status_at_all_is_a_lost_instance_and_retryable():
+    got = classify("", exit_code=None, sig=None)
+    assert (got.rule, got.retryable) == ("exit-status-unknown", True)
+
+
+@pytest.mark.parametrize("field, value", [("exit_code", "1"), ("exit_code", True), ("signal", 0), ("signal", 200)])
+def test_malformed_exit_status_is_rejected_naming_the_field(field, value):
+    kwargs = {"exit_code": 1, "signal": None, "log_tail": ""}
+    kwargs[field] = value
+    with pytest.raises(ValueError, match=field):
+        classify_failure(FailureInput(**kwargs))
+
+
+def test_every_classification_has_a_plain_cause_and_next_step():
+    inputs = [(t, c) for _, c, t in SAMPLES] + [("", 3), ("", -9), ("", 127), ("", 126)]
+    for tail, code in inputs:
+        got = classify(tail, exit_code=code)
+        assert isinstance(got, Classification)
+        assert got.cause and got.next_step and got.message
+
+
+# ---- root cause -------------------------------------------------------------------
+
+def _obs(name, at, tail, code=1):
+    role, index = name.split("-")
+    return FailureObservation(name, role.capitalize(), int(index), at, classify(tail, exit_code=code))
+
+
+RESET = "RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:598] Connection reset by peer\n"
+BUG = "[rank1]: ValueError: bad batch\n"
+
+
+def test_earliest_exit_is_the_root_cause():
+    a = _obs("worker-0", 100.0, BUG)
+    b = _obs("worker-1", 105.0, BUG)
+    root, cascades = pick_root_cause([b, a])
+    assert root is a and cascades == (b,)
+
+
+def test_within_a_second_a_real_crash_beats_a_peers_connection_reset():
+    reset = _obs("worker-0", 100.0, RESET)
+    crash = _obs("worker-1", 100.6, BUG)
+    late = _obs("worker-2", 100.9, RESET)
+    root, cascades = pick_root_cause([reset, late, crash])
+    assert root is crash
+    assert cascades == (reset, late)
+
+
+def test_a_cascade_like_error_more_than_a_second_earlier_stays_the_root():
+    reset = _obs("worker-0", 100.0, RESET)
+    crash = _obs("worker-1", 101.5, BUG)
+    root, _ = pick_root_cause([crash, reset])
+    assert root is reset
+
+
+def test_when_all_are_cascade_like_the_earliest_wins():
+    a = _obs("worker-0", 100.2, RESET)
+    b = _obs("worker-1", 100.1, RESET)
+    assert pick_root_cause([a, b])[0] is b
+
+
+def test_unknown_exit_times_sort_last():
+    known = _obs("worker-0", 100.0, RESET)
+    unknown = _obs("worker-1", None, BUG)
+    assert pick_root_cause([unknown, known])[0] is known
+
+
+def test_root_cause_needs_at_least_one_observation():
+    with pytest.raises(ValueError, match="observations"):
+        pick_root_cause([])
