@@ -18,33 +18,45 @@ def pytest_report_header(config):
     return [f"vigil: database {db['ENGINE'].rsplit('.', 1)[-1]} {db.get('NAME')}, redis {settings.REDIS_URL}"]
 
 
+def _uses_django(request) -> bool:
+    names = set(request.fixturenames)
+    return bool(
+        request.node.get_closest_marker("django_db")
+        or names & {"db", "transactional_db", "settings", "client", "admin_client", "live_server"}
+    )
+
+
 @pytest.fixture(autouse=True)
-def _celery_in_process(settings):
-    """Tasks run where they are sent, so a test sees their effects; nothing is
-    left in the real broker's queue for a later run to pick up."""
+def _test_wiring(request):
+    """For tests that touch Django: Celery tasks run where they are sent (so a test
+    sees their effects and nothing is left in the real broker's queue), and the
+    "local" backend is the in-memory one. Pure tests stay free of Django."""
+    if not _uses_django(request):
+        yield None
+        return
+    settings = request.getfixturevalue("settings")
     from console.celery import app
+    from jobs.backends import get_backend, reset_backends
 
     app.conf.task_always_eager = True
     app.conf.task_eager_propagates = True
-    yield
+    settings.JOB_BACKENDS = {"local": {"BACKEND": "jobs.backends.memory.MemoryBackend", "OPTIONS": {}}}
+    reset_backends()
+    yield get_backend
+    reset_backends()
     app.conf.task_always_eager = False
 
 
-@pytest.fixture(autouse=True)
-def memory_backend(settings, tmp_path):
-    """The default backend in tests: in memory, fast, state set by the test."""
-    from jobs.backends import get_backend, reset_backends
+@pytest.fixture
+def memory_backend(_test_wiring, db):
+    """The default backend in Django tests: in memory, fast, state set by the test."""
+    from jobs.backends import get_backend
 
-    settings.JOB_BACKENDS = {
-        "local": {"BACKEND": "jobs.backends.memory.MemoryBackend", "OPTIONS": {}},
-    }
-    reset_backends()
-    yield get_backend("local")
-    reset_backends()
+    return get_backend("local")
 
 
 @pytest.fixture
-def local_backend(settings, tmp_path, memory_backend):
+def local_backend(settings, tmp_path, _test_wiring):
     """The real local backend (real processes) in a private data dir; every
     instance it started is stopped at teardown, even when the test failed."""
     from jobs.backends import get_backend, reset_backends
