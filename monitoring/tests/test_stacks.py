@@ -228,3 +228,58 @@ def test_the_same_code_under_different_install_prefixes_groups_together():
     b = parse_py_spy_json(raw % "/opt/venv/lib", pid=2, rank=1)
     [group] = aggregate_stacks([a, b])
     assert group.count == 2 and group.to_dict()["threads"][1]["rank"] == 1
+
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "ddp_train.py"
+
+
+def start_ddp(procs, world: int, **env) -> list[subprocess.Popen]:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    started = []
+    for rank in range(world):
+        full = {k: v for k, v in os.environ.items() if not k.startswith(("FAULT", "VIGIL_"))}
+        full.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), WORLD_SIZE=str(world),
+                    RANK=str(rank), VIGIL_EXAMPLE_STEPS="30", VIGIL_EXAMPLE_PG_TIMEOUT="120",
+                    **env)
+        started.append(procs.start([sys.executable, str(EXAMPLE)], env=full,
+                                   stderr=subprocess.DEVNULL))
+    return started
+
+
+def wait_for_line(proc, needle: str, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if needle in line:
+            return
+        if not line and proc.poll() is not None:
+            raise AssertionError(f"pid {proc.pid} exited {proc.returncode} before {needle!r}")
+    raise AssertionError(f"no {needle!r} from pid {proc.pid} within {timeout} s")
+
+
+@needs_py_spy
+@pytest.mark.torch
+@pytest.mark.parametrize("fault, culprit", [("hang_compute", "compute_forever"),
+                                            ("hang_collective", "collective_forever")])
+def test_the_hung_ddp_rank_is_the_suspect_and_its_stack_names_where_it_hangs(procs, fault, culprit):
+    pytest.importorskip("torch", reason="PyTorch is not installed: pip install torch==2.13.0 (CPU)")
+    ranks = start_ddp(procs, 4, FAULT=fault, FAULT_RANK="1", FAULT_STEP="4")
+    wait_for_line(ranks[1], f"entering {culprit}")
+    for rank in (0, 2, 3):
+        wait_for_line(ranks[rank], "step=3 ")
+    time.sleep(1.0)  # let the healthy ranks reach the collective they will wait in
+    dumps = dump_processes([(f"worker-{r}", r, p.pid) for r, p in enumerate(ranks)], timeout=15)
+    assert all(d.ok for d in dumps), [d.error for d in dumps if not d.ok]
+
+    snapshot = StackSnapshot.of(dumps)
+    suspects = [s for s in snapshot.suspects if not s.idle]
+    assert len(suspects) == 1, snapshot.summary_text()
+    assert [t.rank for t in suspects[0].threads] == [1]
+    assert culprit in [f.function for f in suspects[0].frames]
+    waiting = next(s for s in snapshot.stacks if s.count == 3 and not s.idle)
+    assert {t.rank for t in waiting.threads} == {0, 2, 3}
+    assert "all_reduce" in [f.function for f in waiting.frames], snapshot.summary_text()
