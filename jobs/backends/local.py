@@ -483,12 +483,16 @@ class LocalBackend(Backend):
                 targets[name] = (idir, state, run)
         if not targets:
             return
-        for idir, state, _ in targets.values():
-            self._signal(state, signals.SIGTERM)
-        remaining = self._wait_ended(targets, grace)
+        signalled = {name: self._signal(state, signals.SIGTERM) for name, (_, state, _) in targets.items()}
+        remaining = self._wait_ended(targets, grace, signalled)
         for name in remaining:
             self._signal(targets[name][1], signals.SIGKILL)
-        remaining = self._wait_ended({n: targets[n] for n in remaining}, self.kill_wait)
+            for pid in signalled[name]:
+                try:
+                    os.kill(pid, signals.SIGKILL)  # a descendant that ignored SIGTERM, even if orphaned now
+                except (ProcessLookupError, PermissionError):
+                    pass
+        remaining = self._wait_ended({n: targets[n] for n in remaining}, self.kill_wait, signalled)
         if remaining:
             raise BackendError(f"instances still running after SIGKILL: {', '.join(sorted(remaining))}",
                                retryable=True)
@@ -517,8 +521,10 @@ class LocalBackend(Backend):
         pgid = child if child in pids else None
         return pgid, pids
 
-    def _signal(self, state, sig):
+    def _signal(self, state, sig) -> dict[int, int]:
+        """Send `sig` to the instance's group and every verified process; return {pid: start ticks}."""
         pgid, pids = self._processes(state)
+        signalled = {pid: t for pid in pids if (t := shim.proc_start_ticks(pid)) is not None}
         if pgid is not None:
             try:
                 os.killpg(pgid, sig)
@@ -529,18 +535,23 @@ class LocalBackend(Backend):
                 os.kill(pid, sig)
             except (ProcessLookupError, PermissionError):
                 pass
+        return signalled
 
-    def _wait_ended(self, targets, timeout) -> list[str]:
+    def _wait_ended(self, targets, timeout, signalled) -> list[str]:
+        """Wait until each target's exit is recorded and every process we signalled is gone."""
         deadline = time.monotonic() + timeout
         remaining = list(targets)
         while True:
             still = []
             for name in remaining:
                 idir, state, run = targets[name]
+                if any(shim.proc_start_ticks(pid) == t for pid, t in signalled.get(name, {}).items()):
+                    still.append(name)
+                    continue
                 ended = shim.read_json(os.path.join(idir, shim.EXIT))
                 if ended is not None and ended.get("run", 1) == run:
                     continue
-                pgid, pids = self._processes(state)
+                _, pids = self._processes(state)
                 if pids or _same_process(state.get("shim_pid"), state.get("shim_start"), state.get("boot_id")):
                     still.append(name)
             remaining = still
@@ -604,6 +615,48 @@ class LocalBackend(Backend):
                 return f.read(nbytes)
         except FileNotFoundError:
             return b""
+
+    # -- housekeeping ----------------------------------------------------------------
+    def attempt_handles(self) -> list[dict]:
+        """Handles of every attempt under the data dir (for re-adoption and cleanup)."""
+        handles = []
+        jobs_dir = os.path.join(self.data_dir, "jobs")
+        for job in sorted(os.listdir(jobs_dir)) if os.path.isdir(jobs_dir) else ():
+            job_dir = os.path.join(jobs_dir, job)
+            for entry in sorted(os.listdir(job_dir)):
+                if entry.startswith("attempt-"):
+                    handle = shim.read_json(os.path.join(job_dir, entry, ATTEMPT))
+                    if handle is not None:
+                        handles.append(handle)
+        return handles
+
+    def stop_everything(self, grace: float = 0.5) -> list[int]:
+        """Stop every instance under the data dir, then SIGKILL any shim or process
+        still recorded in a state file (current or archived). Returns the PIDs killed
+        in that second pass. For test teardown and for decommissioning a data dir."""
+        for handle in self.attempt_handles():
+            try:
+                self.stop(handle, grace=grace)
+            except BackendError:
+                pass
+        killed = []
+        for handle in self.attempt_handles():
+            for inst in handle["instances"]:
+                idir = os.path.join(handle["dir"], inst["name"])
+                for entry in os.listdir(idir):
+                    if not (entry.startswith("state") and entry.endswith(".json")):
+                        continue
+                    state = shim.read_json(os.path.join(idir, entry)) or {}
+                    _, pids = self._processes(state)
+                    if _same_process(state.get("shim_pid"), state.get("shim_start"), state.get("boot_id")):
+                        pids.append(state["shim_pid"])
+                    for pid in pids:
+                        try:
+                            os.kill(pid, signals.SIGKILL)
+                            killed.append(pid)
+                        except (ProcessLookupError, PermissionError):
+                            pass
+        return killed
 
     # -- diagnostics --------------------------------------------------------------------
     def pids(self, handle: dict, name: str) -> list[int]:

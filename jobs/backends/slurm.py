@@ -303,7 +303,10 @@ def instance_status(inst: dict, files: InstanceFiles, job: SlurmJob) -> Instance
             state = InstanceState.FAILED
         reason = ex.get("reason") or ""
         if state in (InstanceState.FAILED, InstanceState.LOST) and job.state in SLURM_FAILURE_STATES - {"FAILED"}:
-            reason = _slurm_reason(job, base["node"])
+            # Slurm's word alone ("NODE_FAIL", "PREEMPTED", "OUT_OF_MEMORY"): classification
+            # matches it whole; the node is in `node`.
+            reason = job.state
+            base["node"] = base["node"] or job.nodes
             state = InstanceState.FAILED if job.state == "NODE_FAIL" else state
         return InstanceStatus(**base, state=state, exit_code=code, signal=sig, exited_at=at, reason=reason)
     if job.waiting:
@@ -322,15 +325,13 @@ def instance_status(inst: dict, files: InstanceFiles, job: SlurmJob) -> Instance
                               reason=f"Slurm no longer knows job {job.job_id} and the instance left no exit record")
     if job.state in SLURM_FAILURE_STATES:
         state = InstanceState.FAILED if job.state == "NODE_FAIL" else InstanceState.LOST
-        return InstanceStatus(**base, state=state, exited_at=ended, reason=_slurm_reason(job, base["node"]))
+        base["node"] = base["node"] or job.nodes
+        return InstanceStatus(**base, state=state, exited_at=ended, reason=job.state)
     return InstanceStatus(**base, state=InstanceState.LOST, exited_at=ended,
                           reason=f"Slurm job {job.job_id} ended ({job.state}) before this instance "
                                  + ("reported an exit" if files.started else "started"))
 
 
-def _slurm_reason(job: SlurmJob, node: str) -> str:
-    where = node or job.nodes
-    return f"{job.state} on {where}" if where else job.state
 
 
 # -- the backend -------------------------------------------------------------------------------
