@@ -1,0 +1,256 @@
+"""The restart decision: what the monitor does when an instance fails or the job hangs.
+
+SPEC section 3's rules, applied in order, plus the restart-loop breaker of section 9:
+1. the job was stopped by a person -> nothing;
+2. policy Never -> the job fails;
+3. with ExitCodeAndErrorMsg a non-retryable classification fails the job
+   (with OnFailure every failure qualifies);
+4. the same error (rule, role, index) now occurred more than --max-num-of-same-error
+   times -> the job fails;
+5. the fraction of failed worker instances is over --max-tolerated-failure-rate
+   (-1 = off) -> the job fails;
+6. Async: restart the failed instance alone, unless it is a PS or Chief (whole-job
+   restart); Sync: whole-job restart;
+7. a whole-job restart needs --enable-job-restart=True and fewer than
+   --max-num-of-job-restart restarts so far; otherwise the job fails. The breaker: when
+   the last 3 whole-job restarts in a row made no training progress, the job fails.
+A hang, an exit hang or a C4D error goes through rules 1 and 7 (and the breaker).
+
+Pure: the caller gathers the history, persists the decision and builds its idempotency key.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from types import MappingProxyType
+
+from monitoring.classify import Classification, ErrorSource
+from monitoring.flags import ExecutionMode, FaultToleranceConfig, FaultTolerantPolicy
+
+__all__ = [
+    "RESTART_LOOP_LIMIT", "WHOLE_JOB_ROLES", "Action", "Step", "InstanceFailure", "DetectedProblem",
+    "Trigger", "JobHistory", "Decision", "decide",
+]
+
+# Whole-job restarts in a row without training progress that stop the job (SPEC 9).
+RESTART_LOOP_LIMIT = 3
+# Roles whose failure needs a whole-job restart even in Async mode (SPEC 3, rule 6).
+WHOLE_JOB_ROLES = frozenset({"ps", "chief"})
+
+
+class Action(StrEnum):
+    RESTART_JOB = "restart_job"
+    RESTART_INSTANCE = "restart_instance"
+    FAIL_JOB = "fail_job"
+    NOTHING = "nothing"
+
+
+class Step(StrEnum):
+    """Which rule decided (SPEC 3's rule number in the comment)."""
+
+    STOPPED_BY_USER = "stopped_by_user"        # 1
+    POLICY_NEVER = "policy_never"              # 2
+    NOT_RETRYABLE = "not_retryable"            # 3
+    SAME_ERROR_LIMIT = "same_error_limit"      # 4
+    FAILURE_RATE = "failure_rate"              # 5
+    INSTANCE_RESTART = "instance_restart"      # 6 (Async)
+    RESTART_DISABLED = "restart_disabled"      # 7
+    RESTART_BUDGET = "restart_budget"          # 7
+    RESTART_LOOP = "restart_loop"              # SPEC 9 breaker
+    JOB_RESTART = "job_restart"                # 6 + 7 passed
+
+
+@dataclass(frozen=True)
+class InstanceFailure:
+    instance: str  # "worker-1"
+    role: str      # "Worker", "PS", "Chief", "Master", ...
+    index: int
+    node: str
+    classification: Classification
+
+    @property
+    def source(self) -> ErrorSource:
+        return self.classification.source
+
+
+_PROBLEM_SOURCES = (ErrorSource.HANG, ErrorSource.EXIT_HANG, ErrorSource.C4D)
+
+
+@dataclass(frozen=True)
+class DetectedProblem:
+    """A hang, an exit hang or a C4D error: a restart trigger without a failed instance."""
+
+    source: ErrorSource
+    message: str
+
+    def __post_init__(self) -> None:
+        if self.source not in _PROBLEM_SOURCES:
+            raise ValueError(f"source: expected one of {', '.join(_PROBLEM_SOURCES)}, got {self.source!r}")
+        if not isinstance(self.message, str) or not self.message.strip():
+            raise ValueError("message: expected a non-empty description of the problem")
+
+
+Trigger = InstanceFailure | DetectedProblem
+
+
+def _non_negative_int(name: str, value: object) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise ValueError(f"{name}: expected a non-negative integer, got {value!r}")
+
+
+@dataclass(frozen=True)
+class JobHistory:
+    stopped_by_user: bool = False
+    job_restarts_so_far: int = 0
+    # (rule, role, index) -> occurrences before this one, across attempts
+    same_error_counts: Mapping[tuple[str, str, int], int] = field(default_factory=dict)
+    failed_worker_instances_now: int = 0   # including the one failing now, if a worker
+    total_worker_instances: int = 0
+    consecutive_restarts_without_progress: int = 0
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.stopped_by_user, bool):
+            raise ValueError(f"stopped_by_user: expected True or False, got {self.stopped_by_user!r}")
+        for name in ("job_restarts_so_far", "failed_worker_instances_now", "total_worker_instances",
+                     "consecutive_restarts_without_progress"):
+            _non_negative_int(name, getattr(self, name))
+        if self.failed_worker_instances_now > self.total_worker_instances:
+            raise ValueError(
+                f"failed_worker_instances_now: {self.failed_worker_instances_now} is more than "
+                f"total_worker_instances ({self.total_worker_instances})")
+        for key, count in self.same_error_counts.items():
+            if not (isinstance(key, tuple) and len(key) == 3):
+                raise ValueError(f"same_error_counts: keys are (rule, role, index), got {key!r}")
+            _non_negative_int(f"same_error_counts[{key!r}]", count)
+        object.__setattr__(self, "same_error_counts", MappingProxyType(dict(self.same_error_counts)))
+
+    def same_error_count(self, rule: str, role: str, index: int) -> int:
+        return self.same_error_counts.get((rule, role, index), 0)
+
+
+@dataclass(frozen=True)
+class Decision:
+    action: Action
+    reason: str   # a full sentence shown to the user
+    step: Step
+
+
+def _what_failed(t: InstanceFailure) -> str:
+    c = t.classification
+    return f"{t.instance} failed with {c.rule} ({c.message})"
+
+
+def _flag_bool(value: bool) -> str:
+    return "True" if value else "False"
+
+
+def _whole_job_restart(config: FaultToleranceConfig, history: JobHistory, why: str, prefix: str = "") -> Decision:
+    """Rule 7 and the restart-loop breaker."""
+    if not config.enable_job_restart:
+        return Decision(
+            Action.FAIL_JOB,
+            f"Not restarted: {prefix}whole-job restarts are off "
+            f"(--enable-job-restart={_flag_bool(config.enable_job_restart)}), so the job fails; {why}.",
+            Step.RESTART_DISABLED,
+        )
+    done, budget = history.job_restarts_so_far, config.max_num_of_job_restart
+    if done >= budget:
+        return Decision(
+            Action.FAIL_JOB,
+            f"Not restarted: the job has already been restarted {done} of {budget} times "
+            f"(--max-num-of-job-restart={budget}); {why}.",
+            Step.RESTART_BUDGET,
+        )
+    stalled = history.consecutive_restarts_without_progress
+    if stalled >= RESTART_LOOP_LIMIT:
+        return Decision(
+            Action.FAIL_JOB,
+            f"Not restarted: the last {stalled} whole-job restarts in a row made no training "
+            f"progress, so another restart would most likely fail the same way; {why}.",
+            Step.RESTART_LOOP,
+        )
+    return Decision(
+        Action.RESTART_JOB,
+        f"Restarting the whole job (restart {done + 1} of {budget}): {prefix}{why}.",
+        Step.JOB_RESTART,
+    )
+
+
+def _decide_problem(config: FaultToleranceConfig, history: JobHistory, t: DetectedProblem) -> Decision:
+    what = {ErrorSource.HANG: "the job hung", ErrorSource.EXIT_HANG: "the job did not exit",
+            ErrorSource.C4D: "C4D found a faulty rank"}[t.source]
+    why = f"{what}: {t.message.strip().rstrip('.')}"
+    if history.stopped_by_user:
+        return Decision(Action.NOTHING,
+                        f"No action: the job was stopped by a person, and the monitor never restarts "
+                        f"a stopped job ({why}).", Step.STOPPED_BY_USER)
+    return _whole_job_restart(config, history, why)
+
+
+def _decide_failure(config: FaultToleranceConfig, history: JobHistory, t: InstanceFailure) -> Decision:
+    c = t.classification
+    failed = _what_failed(t)
+    # 1
+    if history.stopped_by_user:
+        return Decision(Action.NOTHING,
+                        f"No action: the job was stopped by a person, and the monitor never restarts "
+                        f"a stopped job ({failed}).", Step.STOPPED_BY_USER)
+    # 2
+    if config.fault_tolerant_policy == FaultTolerantPolicy.NEVER:
+        return Decision(Action.FAIL_JOB,
+                        f"Not restarted: the fault-tolerant policy is Never "
+                        f"(--fault-tolerant-policy=Never), so the job fails; {failed}.",
+                        Step.POLICY_NEVER)
+    # 3
+    if config.fault_tolerant_policy == FaultTolerantPolicy.EXIT_CODE_AND_ERROR_MSG and not c.retryable:
+        return Decision(Action.FAIL_JOB,
+                        f"Not restarted: {failed}, which a restart cannot fix "
+                        f"(--fault-tolerant-policy=ExitCodeAndErrorMsg). {c.cause} {c.next_step}",
+                        Step.NOT_RETRYABLE)
+    # 4
+    occurrences = history.same_error_count(c.rule, t.role, t.index) + 1
+    limit = config.max_num_of_same_error
+    if occurrences > limit:
+        return Decision(Action.FAIL_JOB,
+                        f"Not restarted: the error {c.rule} has now occurred {occurrences} times on "
+                        f"{t.instance}, more than --max-num-of-same-error={limit}; {failed}.",
+                        Step.SAME_ERROR_LIMIT)
+    # 5
+    threshold = config.max_tolerated_failure_rate
+    if threshold >= 0 and history.total_worker_instances > 0:
+        rate = history.failed_worker_instances_now / history.total_worker_instances
+        if rate > threshold:
+            return Decision(Action.FAIL_JOB,
+                            f"Not restarted: {history.failed_worker_instances_now} of "
+                            f"{history.total_worker_instances} worker instances have failed "
+                            f"({rate:.0%}), more than --max-tolerated-failure-rate={threshold:g}; {failed}.",
+                            Step.FAILURE_RATE)
+    # 6
+    qualifies = "a retryable error" if c.retryable else "an error (every failure qualifies with OnFailure)"
+    if config.job_execution_mode == ExecutionMode.ASYNC:
+        if t.role.casefold() not in WHOLE_JOB_ROLES:
+            return Decision(Action.RESTART_INSTANCE,
+                            f"Restarting {t.instance} alone: the job runs in Async mode and "
+                            f"{t.instance} failed with {qualifies}: {c.rule} ({c.message}).",
+                            Step.INSTANCE_RESTART)
+        prefix = f"{t.instance} is a {t.role}, whose failure needs a whole-job restart even in Async mode; "
+    else:
+        prefix = ""
+    # 7
+    return _whole_job_restart(config, history, f"{t.instance} failed with {qualifies}: {c.rule} ({c.message})",
+                              prefix)
+
+
+def decide(config: FaultToleranceConfig, history: JobHistory, trigger: Trigger) -> Decision:
+    """What to do about one trigger; see the module docstring for the rules."""
+    if not isinstance(config, FaultToleranceConfig):
+        raise ValueError(f"config: expected a FaultToleranceConfig, got {type(config).__name__}")
+    if not isinstance(history, JobHistory):
+        raise ValueError(f"history: expected a JobHistory, got {type(history).__name__}")
+    if isinstance(trigger, InstanceFailure):
+        return _decide_failure(config, history, trigger)
+    if isinstance(trigger, DetectedProblem):
+        return _decide_problem(config, history, trigger)
+    raise ValueError(f"trigger: expected an InstanceFailure or a DetectedProblem, got {type(trigger).__name__}")
