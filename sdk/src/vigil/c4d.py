@@ -321,6 +321,8 @@ def instrument_torch_distributed(enabled: Optional[bool] = None) -> bool:
 
 def uninstrument_torch_distributed() -> None:
     """Put torch.distributed's own collectives back."""
+    if not _originals:
+        return
     try:
         import torch.distributed as dist
     except Exception:
