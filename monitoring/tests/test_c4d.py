@@ -1,0 +1,190 @@
+"""C4D classification over reported collective records (pure: no clock, no processes)."""
+
+from __future__ import annotations
+
+import pytest
+
+from monitoring.c4d import (
+    C4DKind, C4DResult, C4DState, CollectiveRecord, analyze_collectives, visible,
+)
+from monitoring.flags import C4DEnvs, C4DLogLevel
+
+ENVS = C4DEnvs(hang_timeout_us=10_000_000, hang_times=3)  # 10 s
+T0 = 1_000_000.0
+STEP = 0.1       # seconds per step outside collectives
+COMM = 0.01      # seconds inside a collective once every rank has arrived
+
+
+def healthy(ranks=4, steps=10, extra_outside=None, extra_comm=None):
+    """Records of `steps` all_reduce calls where every rank behaves, except the extras
+    given per rank (seconds added outside / inside each collective)."""
+    extra_outside = extra_outside or {}
+    extra_comm = extra_comm or {}
+    recs = {r: [] for r in range(ranks)}
+    t = T0
+    for seq in range(1, steps + 1):
+        enters = {r: t + STEP + extra_outside.get(r, 0.0) for r in range(ranks)}
+        all_in = max(enters.values())
+        for r in range(ranks):
+            recs[r].append(CollectiveRecord(seq, "all_reduce", enters[r],
+                                            all_in + COMM + extra_comm.get(r, 0.0)))
+        t = max(rec[-1].exit for rec in recs.values())
+    return recs, t
+
+
+def kinds(result: C4DResult):
+    return [(v.rank, v.kind, v.severity) for v in result.verdicts]
+
+
+def test_healthy_ranks_get_no_verdict():
+    recs, t = healthy()
+    assert analyze_collectives(recs, ENVS, now=t + 0.05).verdicts == ()
+
+
+def test_a_rank_that_never_enters_the_collective_the_others_wait_in_is_a_non_comm_hang():
+    recs, t = healthy()
+    for r in (0, 2, 3):
+        recs[r].append(CollectiveRecord(11, "all_reduce", t + STEP))
+    result = analyze_collectives(recs, ENVS, now=t + 30)
+    assert kinds(result) == [(1, C4DKind.NON_COMM_HANG, C4DLogLevel.WARNING)]
+    v = result.verdicts[0]
+    assert v.evidence["waiting_ranks"] == [0, 2, 3] and v.evidence["seq"] == 11
+    assert "Rank 1 never entered all_reduce #11" in v.message
+    assert "hung outside communication" in v.message
+
+
+def test_waiting_less_than_the_hang_timeout_is_not_a_hang():
+    recs, t = healthy()
+    for r in (0, 2, 3):
+        recs[r].append(CollectiveRecord(11, "all_reduce", t + STEP))
+    assert analyze_collectives(recs, ENVS, now=t + 9).verdicts == ()
+
+
+def test_a_rank_stuck_in_a_collective_the_others_finished_is_a_comm_hang():
+    recs, t = healthy()
+    recs[2].append(CollectiveRecord(11, "all_reduce", t + STEP))
+    for r in (0, 1, 3):
+        recs[r].append(CollectiveRecord(11, "all_reduce", t + STEP, t + STEP + COMM))
+        recs[r].append(CollectiveRecord(12, "all_reduce", t + 2 * STEP))  # waiting for rank 2
+    result = analyze_collectives(recs, ENVS, now=t + 40)
+    assert kinds(result) == [(2, C4DKind.COMM_HANG, C4DLogLevel.WARNING)]
+    assert result.verdicts[0].evidence["finished_ranks"] == [0, 1, 3]
+    assert "already finished: it is hung in communication" in result.verdicts[0].message
+
+
+def test_a_rank_in_a_collective_nobody_else_joined_is_a_comm_hang():
+    """The example's hang_collective: rank 1 waits in a broadcast while the others wait
+    in the step's all_reduce; both are the 11th call of each rank."""
+    recs, t = healthy()
+    recs[1].append(CollectiveRecord(11, "broadcast", t + 0.001))
+    for r in (0, 2, 3):
+        recs[r].append(CollectiveRecord(11, "all_reduce", t + STEP))
+    result = analyze_collectives(recs, ENVS, now=t + 60)
+    assert kinds(result) == [(1, C4DKind.COMM_HANG, C4DLogLevel.WARNING)]
+    assert result.verdicts[0].evidence["peers_op"] == "all_reduce"
+
+
+def test_all_ranks_stuck_in_the_same_collective_blame_no_single_rank():
+    recs, t = healthy()
+    for r in range(4):
+        recs[r].append(CollectiveRecord(11, "all_reduce", t + STEP + r))  # rank 3 last in
+    result = analyze_collectives(recs, ENVS, now=t + 60)
+    assert kinds(result) == [(None, C4DKind.COMM_HANG, C4DLogLevel.WARNING)]
+    v = result.verdicts[0]
+    assert v.evidence["last_to_enter"] == 3 and v.evidence["ranks"] == [0, 1, 2, 3]
+    assert "no single rank can be blamed" in v.message
+    assert result.state.count(None) == 1
+
+
+def test_a_rank_that_reported_nothing_is_hung_before_its_first_collective_when_world_size_is_known():
+    recs = {r: [CollectiveRecord(1, "all_reduce", T0)] for r in (0, 1, 3)}
+    result = analyze_collectives(recs, ENVS, now=T0 + 20, world_size=4)
+    assert kinds(result) == [(2, C4DKind.NON_COMM_HANG, C4DLogLevel.WARNING)]
+    assert "has not entered any collective" in result.verdicts[0].message
+
+
+def test_a_hang_becomes_an_error_after_hang_times_consecutive_checks_and_resets_when_it_clears():
+    recs, t = healthy()
+    for r in (0, 2, 3):
+        recs[r].append(CollectiveRecord(11, "all_reduce", t + STEP))
+    state = C4DState()
+    severities = []
+    for check in range(4):
+        result = analyze_collectives(recs, ENVS, now=t + 20 + check * 10, state=state)
+        severities.append(result.verdicts[0].severity)
+        state = result.state
+    assert severities == [C4DLogLevel.WARNING, C4DLogLevel.WARNING,
+                          C4DLogLevel.ERROR, C4DLogLevel.ERROR]
+    assert state.count(1) == 4 and [v.rank for v in result.errors] == [1]
+    assert "reached C4D_HANG_TIMES=3" in result.verdicts[0].message
+    # The state survives a JSON round trip (the monitor stores it between ticks).
+    assert C4DState.from_dict(state.to_dict()) == state
+
+    # Rank 1 catches up: the hang clears and the count starts again from zero.
+    recs[1].append(CollectiveRecord(11, "all_reduce", t + 80))
+    for r in range(4):
+        recs[r][-1] = CollectiveRecord(11, "all_reduce", recs[r][-1].enter, t + 80.01)
+    cleared = analyze_collectives(recs, ENVS, now=t + 81, state=state)
+    assert cleared.verdicts == () and cleared.state.count(1) == 0
+
+
+def test_a_rank_that_keeps_the_others_waiting_is_non_comm_slow_with_severity_by_magnitude():
+    recs, t = healthy(extra_outside={3: 0.5})  # 6x the peers' 0.1 s
+    result = analyze_collectives(recs, ENVS, now=t)
+    assert kinds(result) == [(3, C4DKind.NON_COMM_SLOW, C4DLogLevel.WARNING)]
+    assert "consistently slower outside collectives" in result.verdicts[0].message
+
+    recs, t = healthy(extra_outside={3: 0.08})  # 1.8x
+    assert kinds(analyze_collectives(recs, ENVS, now=t)) == [
+        (3, C4DKind.NON_COMM_SLOW, C4DLogLevel.INFO)]
+
+
+def test_a_rank_slow_inside_collectives_is_comm_slow_and_early_arrivals_are_not():
+    recs, t = healthy(extra_comm={0: 0.05}, extra_outside={2: 0.002})  # 6x inside
+    assert kinds(analyze_collectives(recs, ENVS, now=t)) == [
+        (0, C4DKind.COMM_SLOW, C4DLogLevel.WARNING)]
+
+
+def test_slowness_needs_consistency_not_one_bad_collective():
+    recs, t = healthy()
+    one = recs[1][4]
+    recs[1][4] = CollectiveRecord(one.seq, one.op, one.enter + 1.0, one.exit + 1.0)
+    for r in (0, 2, 3):  # the others waited for it that once
+        rec = recs[r][4]
+        recs[r][4] = CollectiveRecord(rec.seq, rec.op, rec.enter, rec.exit + 1.0)
+    for r in range(4):  # shift the later calls by the same second
+        recs[r][5:] = [CollectiveRecord(x.seq, x.op, x.enter + 1.0, x.exit + 1.0)
+                       for x in recs[r][5:]]
+    assert analyze_collectives(recs, ENVS, now=t + 2).verdicts == ()
+
+
+def test_verdicts_are_filtered_by_the_c4d_log_level():
+    recs, t = healthy(extra_outside={3: 0.08})  # an Info
+    for r in (0, 1, 3):
+        recs[r].append(CollectiveRecord(11, "all_reduce", t + STEP))
+    result = analyze_collectives(recs, ENVS, now=t + 30)
+    assert kinds(result) == [(2, C4DKind.NON_COMM_HANG, C4DLogLevel.WARNING),
+                             (3, C4DKind.NON_COMM_SLOW, C4DLogLevel.INFO)]
+    assert [v.rank for v in result.shown(C4DLogLevel.INFO)] == [2, 3]
+    assert [v.rank for v in result.shown("Warning")] == [2]
+    assert result.shown(C4DLogLevel.ERROR) == []
+    with pytest.raises(ValueError, match="c4d_log_level: 'Debug' is not one of Info, Warning, Error"):
+        visible(result.verdicts, "Debug")
+
+
+def test_records_from_json_are_validated_naming_the_field():
+    rec = CollectiveRecord.from_dict({"seq": 3, "op": "all_reduce", "enter": 5.0, "exit": None})
+    assert rec == CollectiveRecord(3, "all_reduce", 5.0, None)
+    assert analyze_collectives({0: [rec.to_dict()]}, ENVS, now=6.0).verdicts == ()
+    for bad, field in (({"seq": "3", "op": "x", "enter": 1.0}, "seq"),
+                       ({"seq": 3, "op": "", "enter": 1.0}, "op"),
+                       ({"seq": 3, "op": "x", "enter": "now"}, "enter"),
+                       ({"seq": 3, "op": "x", "enter": 2.0, "exit": 1.0}, "exit")):
+        with pytest.raises(ValueError, match=f"^{field}:"):
+            CollectiveRecord.from_dict(bad)
+
+
+def test_the_rank_left_waiting_by_a_straggler_is_not_called_comm_slow():
+    recs, t = healthy(ranks=2, extra_outside={1: 0.5})  # rank 0 waits 0.5 s in every call
+    assert kinds(analyze_collectives(recs, ENVS, now=t)) == [
+        (1, C4DKind.NON_COMM_SLOW, C4DLogLevel.WARNING)]
