@@ -1,0 +1,206 @@
+"""Hang and exit-hang detection, the next check time, and the suggested hang interval."""
+
+from __future__ import annotations
+
+import pytest
+
+from monitoring.classify import ErrorSource
+from monitoring.flags import ExecutionMode, FaultToleranceConfig, parse_flags
+from monitoring.hang import (
+    InstanceActivity,
+    check_exit_hang,
+    check_hang,
+    effective_hang_interval,
+    next_check_at,
+    plan_hang_check,
+    suggest_hang_interval,
+)
+from monitoring.policy import Action, JobHistory, decide
+
+START = 1_000.0
+HANG_ON = parse_flags("--enable-job-hang-detection=True --job-hang-interval=60")
+EXIT_ON = parse_flags("--enable-job-exit-hang-detection=True --job-exit-hang-interval=30")
+
+
+def running(name: str, last: float | None) -> InstanceActivity:
+    return InstanceActivity(name, True, last)
+
+
+def exited(name: str, code: int, at: float) -> InstanceActivity:
+    return InstanceActivity(name, False, at, exit_code=code, exited_at=at)
+
+
+WORKERS = [running("worker-0", START + 10), running("worker-1", START + 25)]
+
+
+# ---- job hang -----------------------------------------------------------------------
+
+def test_all_running_instances_silent_for_the_interval_is_a_hang():
+    v = check_hang(HANG_ON, None, WORKERS, START, now=START + 25 + 60)
+    assert v is not None
+    assert (v.silent_seconds, v.interval, v.last_writer, v.source) == (60.0, 60, "worker-1", ErrorSource.HANG)
+    assert v.silent_instances == ("worker-0", "worker-1")
+    assert "silent for 60 s" in v.message and "hang interval of 60 s" in v.message
+    assert "worker-1 wrote last" in v.message
+
+
+def test_one_instance_still_writing_means_no_hang():
+    assert check_hang(HANG_ON, None, WORKERS, START, now=START + 25 + 59.9) is None
+
+
+def test_an_instance_that_never_wrote_counts_from_the_attempt_start():
+    quiet = [running("worker-0", None), running("worker-1", None)]
+    assert check_hang(HANG_ON, None, quiet, START, now=START + 59) is None
+    v = check_hang(HANG_ON, None, quiet, START, now=START + 61)
+    assert v is not None and v.last_writer is None
+    assert "since the attempt started 61 s ago" in v.message
+
+
+def test_output_from_an_earlier_attempt_does_not_count():
+    stale = [running("worker-0", START - 500)]
+    assert check_hang(HANG_ON, None, stale, START, now=START + 30) is None
+
+
+def test_exited_instances_do_not_keep_a_job_alive_or_hang_it():
+    inst = [exited("worker-0", 0, START + 100), running("worker-1", START + 5)]
+    v = check_hang(HANG_ON, None, inst, START, now=START + 70)
+    assert v is not None and v.silent_instances == ("worker-1",)
+    assert check_hang(HANG_ON, None, [exited("worker-0", 1, START + 1)], START, now=START + 999) is None
+
+
+def test_hang_detection_off_never_reports_a_hang():
+    assert check_hang(FaultToleranceConfig(), None, WORKERS, START, now=START + 99_999) is None
+
+
+def test_job_hang_interval_flag_sets_the_interval():
+    cfg = parse_flags("--enable-job-hang-detection=True --job-hang-interval=1800")
+    assert check_hang(cfg, None, WORKERS, START, now=START + 25 + 1799) is None
+    assert check_hang(cfg, None, WORKERS, START, now=START + 25 + 1800).interval == 1800
+
+
+def test_hang_detection_applies_to_sync_jobs_only():
+    # Async configs refuse hang detection at parse time; a stored one is still ignored.
+    async_cfg = object.__new__(FaultToleranceConfig)
+    object.__setattr__(async_cfg, "__dict__", {**HANG_ON.__dict__, "job_execution_mode": ExecutionMode.ASYNC})
+    assert check_hang(async_cfg, None, WORKERS, START, now=START + 99_999) is None
+
+
+def test_runtime_interval_override_replaces_the_configured_one():
+    assert check_hang(HANG_ON, 10, WORKERS, START, now=START + 35).interval == 10
+    assert check_hang(HANG_ON, 600, WORKERS, START, now=START + 25 + 100) is None
+
+
+def test_runtime_interval_minus_one_suspends_hang_detection():
+    assert check_hang(HANG_ON, -1, WORKERS, START, now=START + 99_999) is None
+    assert effective_hang_interval(HANG_ON, -1) is None
+
+
+@pytest.mark.parametrize("bad", [0, -2, 1.5, "60", True])
+def test_bad_runtime_interval_is_rejected_naming_the_field(bad):
+    with pytest.raises(ValueError, match="job_hang_interval"):
+        check_hang(HANG_ON, bad, WORKERS, START, now=START)
+
+
+def test_c4d_flag_asks_the_hang_verdict_to_run_c4d():
+    cfg = parse_flags("--enable-job-hang-detection=True --job-hang-interval=60 --enable-c4d-hang-detection=True")
+    assert check_hang(cfg, None, WORKERS, START, now=START + 200).run_c4d is True
+    assert check_hang(HANG_ON, None, WORKERS, START, now=START + 200).run_c4d is False
+
+
+def test_hang_verdict_feeds_the_restart_decision():
+    cfg = parse_flags("--enable-job-hang-detection=True --job-hang-interval=60 --enable-job-restart=True")
+    v = check_hang(cfg, None, WORKERS, START, now=START + 200)
+    d = decide(cfg, JobHistory(), v.to_trigger())
+    assert d.action is Action.RESTART_JOB and "the job hung" in d.reason
+
+
+# ---- exit hang ----------------------------------------------------------------------
+
+def test_job_not_finished_within_the_exit_interval_after_the_first_success_is_an_exit_hang():
+    inst = [exited("worker-0", 0, START + 100), exited("worker-2", 0, START + 110), running("worker-1", START + 120)]
+    assert check_exit_hang(EXIT_ON, inst, now=START + 129) is None
+    v = check_exit_hang(EXIT_ON, inst, now=START + 130)
+    assert v is not None
+    assert (v.first_finished, v.waited_seconds, v.interval, v.still_running) == ("worker-0", 30.0, 30, ("worker-1",))
+    assert v.source is ErrorSource.EXIT_HANG
+    assert "worker-0 finished 30 s ago but worker-1 is still running" in v.message
+
+
+def test_exit_hang_needs_a_successful_exit():
+    inst = [exited("worker-0", 1, START + 100), running("worker-1", START + 100)]
+    assert check_exit_hang(EXIT_ON, inst, now=START + 10_000) is None
+
+
+def test_a_finished_job_has_no_exit_hang():
+    inst = [exited("worker-0", 0, START + 100), exited("worker-1", 0, START + 200)]
+    assert check_exit_hang(EXIT_ON, inst, now=START + 10_000) is None
+
+
+def test_exit_hang_detection_off_never_reports():
+    inst = [exited("worker-0", 0, START + 100), running("worker-1", START)]
+    assert check_exit_hang(FaultToleranceConfig(), inst, now=START + 10_000) is None
+
+
+def test_job_exit_hang_interval_flag_sets_the_interval():
+    cfg = parse_flags("--enable-job-exit-hang-detection=True --job-exit-hang-interval=600")
+    inst = [exited("worker-0", 0, START), running("worker-1", START)]
+    assert check_exit_hang(cfg, inst, now=START + 599) is None
+    assert check_exit_hang(cfg, inst, now=START + 600).interval == 600
+
+
+# ---- when to check next -------------------------------------------------------------
+
+def test_next_check_is_when_the_latest_writer_reaches_the_interval():
+    assert next_check_at(HANG_ON, None, WORKERS, START) == START + 25 + 60
+    assert next_check_at(HANG_ON, 5, WORKERS, START) == START + 25 + 5
+
+
+def test_next_check_is_the_earlier_of_hang_and_exit_hang():
+    both = FaultToleranceConfig(enable_job_hang_detection=True, job_hang_interval=60,
+                                enable_job_exit_hang_detection=True, job_exit_hang_interval=30)
+    inst = [exited("worker-0", 0, START + 20), running("worker-1", START + 40)]
+    assert next_check_at(both, None, inst, START) == START + 50
+    plan = plan_hang_check(both, None, inst, START, now=START + 45)
+    assert plan.hang is None and plan.exit_hang is None and plan.next_check_at == START + 50
+    plan = plan_hang_check(both, None, inst, START, now=START + 50)
+    assert plan.exit_hang is not None and plan.hang is None
+
+
+def test_nothing_to_watch_has_no_next_check():
+    assert next_check_at(FaultToleranceConfig(), None, WORKERS, START) is None
+    assert next_check_at(HANG_ON, -1, WORKERS, START) is None
+    assert next_check_at(HANG_ON, None, [], START) is None
+
+
+# ---- suggested hang interval --------------------------------------------------------
+
+def _watchdog(ms: int) -> str:
+    return (f"[rank0]:[E1129 10:02:11.512316 412 ProcessGroupNCCL.cpp:616] [Rank 0] Watchdog caught collective "
+            f"operation timeout: WorkNCCL(SeqNum=2143, OpType=ALLREDUCE, NumelIn=659, NumelOut=659, "
+            f"Timeout(ms)={ms}) ran for {ms + 535} milliseconds before timing out.")
+
+
+@pytest.mark.parametrize("ms, interval", [(600_000, 450), (1_800_000, 1500), (3_600_000, 3000), (900_000, 750)])
+def test_suggested_interval_is_timeout_minus_max_150s_or_a_sixth(ms, interval):
+    s = suggest_hang_interval("step 1\n" + _watchdog(ms) + "\nterminate called after throwing\n")
+    assert (s.timeout_seconds, s.interval) == (ms // 1000, interval)
+    assert f"--job-hang-interval={interval}" in s.message
+    assert s.line.startswith("[rank0]:[E1129") and s.line.endswith("before timing out.")
+
+
+def test_suggestion_uses_the_shortest_timeout_in_the_log():
+    s = suggest_hang_interval(_watchdog(1_800_000) + "\n" + _watchdog(600_000) + "\n")
+    assert s.interval == 450
+
+
+def test_a_short_timeout_still_gets_a_positive_interval():
+    assert suggest_hang_interval(_watchdog(120_000)).interval == 60
+
+
+def test_bytes_logs_are_read_too():
+    assert suggest_hang_interval(_watchdog(600_000).encode()).interval == 450
+
+
+def test_no_watchdog_line_means_no_suggestion():
+    assert suggest_hang_interval("Watchdog caught collective operation timeout without details\n") is None
+    assert suggest_hang_interval("") is None
