@@ -5,6 +5,8 @@ PyTorchJob. It trains a tiny model on synthetic data and prints one line per ste
 
     2026-11-29T23:59:01.123456Z step=12 rank=1 loss=0.4312 step_time=0.051
 
+step_time is the rank's own seconds for the step, without waiting for slower peers.
+
 Environment:
     MASTER_ADDR, MASTER_PORT, WORLD_SIZE, RANK   env:// rendezvous (required)
     VIGIL_EXAMPLE_STEPS        steps to train (default 50)
@@ -269,11 +271,16 @@ def main() -> int:
         # call the SDK's C4D instrumentation sees (DDP's gradient all-reduce runs in
         # C++ and is invisible to it). A rank hung before here is hung in compute.
         mean = loss.detach().clone()
+        t_wait = time.perf_counter()
         dist.all_reduce(mean)
+        waited = time.perf_counter() - t_wait
         mean /= world
         loss.backward()  # DDP all-reduces the gradients here
         opt.step()
-        step_time = time.perf_counter() - t0
+        # The rank's own time for the step: without the wait for slower peers in the
+        # loss all-reduce, so a straggler shows in its own line (in synchronous
+        # training every rank's wall-clock step is the slowest rank's).
+        step_time = time.perf_counter() - t0 - waited
         local = loss.item()
         say(f"step={step} rank={rank} loss={local:.4f} step_time={step_time:.3f}")
         if progress is not None and rank == 0:
