@@ -172,7 +172,29 @@ class LocalBackend(Backend):
             if handle is None:
                 raise BackendError(f"attempt {spec.attempt} of job {spec.job_id} is being launched", retryable=True)
             return handle
+        try:
+            return self._launch_claimed(spec, attempt_dir)
+        except BaseException:
+            self._abandon(attempt_dir)
+            raise
 
+    def _abandon(self, attempt_dir):
+        """A launch failed half-way: stop what started and move the directory aside, so
+        that the attempt can be launched again and the failed try stays readable."""
+        handle = shim.read_json(os.path.join(attempt_dir, ATTEMPT))
+        if handle is not None:
+            try:
+                self.stop(handle, grace=min(self.grace, 1.0))
+            except BackendError:
+                pass
+        parent, base = os.path.split(attempt_dir)
+        aside = os.path.join(parent, f"failed-{base}-{time.time():.0f}-{os.getpid()}")
+        try:
+            os.rename(attempt_dir, aside)
+        except OSError:
+            pass
+
+    def _launch_claimed(self, spec: AttemptLaunch, attempt_dir: str) -> dict:
         placement = self._place(spec)
         previous = shim.read_json(os.path.join(self.attempt_dir(spec.job_id, spec.attempt - 1), ATTEMPT)) or {}
         ports = self._free_ports(len(spec.instances), avoid=set((previous.get("ports") or {}).values()))

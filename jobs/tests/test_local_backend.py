@@ -484,3 +484,13 @@ def test_importing_the_backends_does_not_touch_django_settings():
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, timeout=30)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "False"
+
+
+def test_a_launch_that_fails_half_way_can_be_tried_again(backends):
+    backend = backends()
+    with pytest.raises(BackendError, match="instances.role"):
+        backend.launch(AttemptLaunch("job1", 1, "PyTorchJob", (InstanceLaunch("ps-0", "PS", 0, 0, "true"),)))
+    handle = backend.launch(attempt("true"))
+    [status] = wait_finished(backend, handle)
+    assert status.state == InstanceState.SUCCEEDED
+    assert any(p.name.startswith("failed-attempt-1-") for p in (backends.data_dir / "jobs/job1").iterdir())
