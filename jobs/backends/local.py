@@ -233,6 +233,9 @@ class LocalBackend(Backend):
             "dir": attempt_dir,
             "launched_at": time.time(),
             "ports": {inst.name: p.port for inst, p in ((i, placements[i.name]) for i in spec.instances)},
+            # PyTorch's rendezvous port (rank 0's), kept on the Attempt row; None for other frameworks.
+            "master_port": (placements[min(spec.instances, key=lambda i: i.rank).name].port
+                            if spec.job_type == frameworks.PYTORCH else None),
             "instances": [
                 {"name": i.name, "role": i.role, "index": i.index, "rank": i.rank,
                  "node": placement[i.name][0], "placement_reason": placement[i.name][1]}

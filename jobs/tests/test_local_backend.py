@@ -242,6 +242,7 @@ def test_every_instance_gets_exactly_its_pytorch_variables(backends):
     wait_finished(backend, handle)
 
     port = handle["ports"]["master-0"]
+    assert handle["master_port"] == port
     seen = {i["name"]: backend.read_log(handle, i["name"]).decode() for i in handle["instances"]}
     # 4 slots per node: master-0..worker-2 fill node-a, worker-3 and worker-4 go to node-b.
     assert seen == {
@@ -287,7 +288,7 @@ def test_a_new_attempt_never_reuses_the_previous_attempts_master_port(backends):
     ports = []
     for n in (1, 2, 3):
         handle = backend.launch(attempt("true", number=n, job_type="PyTorchJob", replicas={"Master": 1, "Worker": 1}))
-        ports.append(handle["ports"]["master-0"])
+        ports.append(handle["master_port"])
     assert ports[0] != ports[1] and ports[1] != ports[2]
 
 
