@@ -285,12 +285,7 @@ class LocalBackend(Backend):
             "leftover_grace": self.leftover_grace,
             "redis": self.redis,
         }
-        path = os.path.join(idir, shim.SPEC)
-        tmp = path + ".tmp"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # may hold the job token
-        with os.fdopen(fd, "w") as f:
-            json.dump(data, f)
-        os.replace(tmp, path)
+        _write_private_json(os.path.join(idir, shim.SPEC), data)
 
     def _start_shims(self, handle, names):
         """Start one shim per name and wait until each has its child running."""
@@ -608,9 +603,7 @@ class LocalBackend(Backend):
                     + f"===== vigil: {name} restarted (run {run + 1} of attempt {handle['attempt']}) at {stamp} =====\n".encode())
         spec["run"] = run + 1
         spec["redis"] = self.redis
-        path = os.path.join(idir, shim.SPEC)
-        shim.write_json_atomic(path, spec)
-        os.chmod(path, 0o600)
+        _write_private_json(os.path.join(idir, shim.SPEC), spec)
         self._start_shims(handle, [name])
         return handle
 
@@ -699,6 +692,15 @@ def _same_process(pid, start_ticks, boot=None) -> bool:
     if boot and boot != _BOOT_ID:
         return False
     return shim.proc_start_ticks(pid) == start_ticks
+
+
+def _write_private_json(path, data) -> None:
+    """Atomically write a file only its owner can read (spec.json holds the job token)."""
+    tmp = f"{path}.tmp.{os.getpid()}"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        json.dump(data, f)
+    os.replace(tmp, path)
 
 
 def _last_byte(path) -> bytes:
