@@ -475,9 +475,8 @@ class SlurmBackend(Backend):
                 found = None
             if found:
                 return found
-        elif "invalid job id" not in (res.stderr or "").lower() and "unrecognized" not in (res.stderr or ""):
-            if "json" not in (res.stderr or "").lower():
-                raise self._refusal([self._tool("squeue"), "--json"], res)
+        # Not listed, no --json in this build, or the controller is down (22.05 then still
+        # exits 0 with "errors"): scontrol answers with Slurm's own words.
         res = self._run("scontrol", "show", "job", "-o", job_id, check=False)
         if res.returncode == 0:
             found = job_from_scontrol(res.stdout, job_id)
@@ -626,9 +625,13 @@ class SlurmBackend(Backend):
         res = self._run("sinfo", "--json", check=False)
         if res.returncode == 0:
             try:
-                return nodes_from_sinfo_json(json.loads(res.stdout))
+                data = json.loads(res.stdout)
             except json.JSONDecodeError:
-                pass  # a build without the JSON serializer prints something else
+                data = None  # a build without the JSON serializer prints something else
+            # With the controller down, 22.05 exits 0 with "errors" and no nodes: the text
+            # form below then fails with Slurm's own words.
+            if isinstance(data, dict) and not data.get("errors"):
+                return nodes_from_sinfo_json(data)
         elif not any(w in (res.stderr or "").lower() for w in ("json", "unrecognized", "serializer", "plugin")):
             raise self._refusal([self._tool("sinfo"), "--json"], res)
         res = self._run("sinfo", "-h", "-N", "-o", "%N|%c|%T|%E")

@@ -307,6 +307,7 @@ def run_instance(attempt_dir: str, name: str, run: int) -> int:
     workdir = spec.get("workdir") or instance_dir(attempt_dir, name)
 
     log = open(log_file(attempt_dir, name), "ab", buffering=0)
+    started_at = time.time()  # before the child can write its first line
     try:
         child = subprocess.Popen(command_argv(inst["command"]), cwd=workdir, env=env, stdout=log,
                                  stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
@@ -316,7 +317,6 @@ def run_instance(attempt_dir: str, name: str, run: int) -> int:
             "run": run, "exit_code": 127, "signal": None, "exited_at": time.time(),
             "reason": f"cannot start: {exc}"})
         return 127
-    started_at = time.time()
     write_json(run_file(attempt_dir, name, run), {
         "run": run, "node": node, "pid": child.pid, "started_at": started_at,
         "step": env["VIGIL_SLURM_STEP"]})

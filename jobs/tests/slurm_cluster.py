@@ -210,7 +210,24 @@ PartitionName={self.partition} Nodes={self.hostname} Default=YES MaxTime=INFINIT
         self._wait_for(f"node {self.hostname} to be idle in sinfo",
                        lambda: self.node_state() == "idle", timeout)
 
+    def cancel_all_jobs(self, timeout: float = 20) -> None:
+        """Cancel every job and wait until slurmd has ended their processes."""
+        if self.processes.get("slurmctld") is None or self.processes["slurmctld"].poll() is not None:
+            return
+        try:
+            self.run("scancel", "--full", "--signal=KILL", "--state=RUNNING", "--user=root", check=False)
+            self.run("scancel", "--user=root", check=False)
+            deadline = time.monotonic() + timeout
+            while time.monotonic() < deadline:
+                res = self.run("squeue", "-h", "-o", "%i %T", check=False)
+                if res.returncode == 0 and not res.stdout.strip():
+                    return
+                time.sleep(0.5)
+        except subprocess.TimeoutExpired:
+            pass
+
     def stop(self) -> None:
+        self.cancel_all_jobs()
         # slurmd first so no step outlives its daemon; then the controller; munge last.
         for name in ("slurmd", "slurmctld", "munged"):
             proc = self.processes.get(name)
@@ -243,6 +260,8 @@ def start_cluster(root: Path | None = None, timeout: float = 60) -> SlurmCluster
 
 if __name__ == "__main__":
     c = start_cluster()
+    # A background shell ignores SIGINT: let SIGTERM stop the cluster too.
+    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
     print(f"export SLURM_CONF={c.conf}\nshared dir: {c.shared_dir}\nCtrl-C stops the cluster.", flush=True)
     try:
         signal.pause()

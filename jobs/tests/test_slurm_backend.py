@@ -1,0 +1,328 @@
+"""The Slurm backend against a real single-node Slurm cluster started by the test session.
+
+The cluster (munged, slurmctld, slurmd on 127.0.0.1, see slurm_cluster.py) is
+started once per session and stopped by PID at the end; tests that need it are
+marked `slurm` and skip with the reason where the daemons cannot run (not root,
+binaries missing). The first tests are pure: Slurm's outputs parsed without Slurm.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from jobs.backends.base import AttemptLaunch, BackendError, InstanceLaunch, InstanceState
+from jobs.backends.frameworks import build_instances
+from jobs.backends.slurm import (
+    InstanceFiles,
+    SlurmBackend,
+    SlurmJob,
+    check_options,
+    instance_status,
+    job_from_sacct,
+    job_from_scontrol,
+    job_from_squeue_json,
+    nodes_from_sinfo_json,
+    nodes_from_sinfo_text,
+)
+from jobs.backends.slurm_step import attempt_ports, expand_tasks_per_node, place_instances
+from jobs.tests.slurm_cluster import SlurmCluster, start_cluster, why_cluster_cannot_run
+
+PY_SPY = str(Path(sys.executable).parent / "py-spy")
+WORKER = {"name": "worker-0", "role": "Worker", "index": 0}
+
+
+# -- pure: Slurm's words parsed -------------------------------------------------------------
+
+
+def test_tasks_per_node_expand_and_instances_fill_nodes_in_rank_order():
+    assert expand_tasks_per_node("2(x2),1") == [2, 2, 1]
+    assert place_instances(["a", "b", "c"], ["n1", "n2"], [2, 1]) == {"a": "n1", "b": "n1", "c": "n2"}
+    with pytest.raises(ValueError, match="2 task slots for 3 instances"):
+        place_instances(["a", "b", "c"], ["n1"], [2])
+
+
+def test_each_attempt_gets_ports_other_than_the_previous_attempts():
+    first = attempt_ports("job-7", 1, 4, 29500, 20000)
+    second = attempt_ports("job-7", 2, 4, 29500, 20000)
+    assert len(set(first)) == 4 and not set(first) & set(second)
+    assert all(29500 <= p < 49500 for p in first + second)
+
+
+def test_squeue_json_of_both_generations_gives_state_and_pending_reason():
+    old = {"jobs": [{"job_id": 3, "job_state": "RUNNING", "state_reason": "None"},
+                    {"job_id": 4, "job_state": "PENDING", "state_reason": "Resources", "nodes": ""}]}
+    new = {"jobs": [{"job_id": {"set": True, "number": 4}, "job_state": ["PENDING"],
+                     "state_reason": "Priority"}]}
+    assert job_from_squeue_json(old, "4") == SlurmJob("4", "PENDING", "Resources", "")
+    assert job_from_squeue_json(new, "4").reason == "Priority"
+    assert job_from_squeue_json(old, "3").reason == ""
+    assert job_from_squeue_json(old, "9") is None
+
+
+def test_scontrol_and_sacct_lines_give_the_job_state():
+    line = "JobId=12 JobName=x JobState=NODE_FAIL Reason=None NodeList=n3"
+    assert job_from_scontrol(line, "12") == SlurmJob("12", "NODE_FAIL", "", "n3")
+    assert job_from_sacct("12|CANCELLED by 0|None|n1,n2\n", "12") == SlurmJob("12", "CANCELLED", "", "n1,n2")
+
+
+def test_drained_and_down_nodes_are_not_schedulable_in_json_and_text():
+    data = {"nodes": [
+        {"name": "a", "cpus": 8, "state": "idle", "state_flags": ["DRAIN"], "reason": "Vigil: job 4"},
+        {"name": "b", "cpus": {"set": True, "number": 4}, "state": ["MIXED"], "reason": ""},
+    ]}
+    assert [(n.name, n.slots, n.schedulable) for n in nodes_from_sinfo_json(data)] == [
+        ("a", 8, False), ("b", 4, True)]
+    text = "a|8|drained|Vigil: job 4\na|8|drained|Vigil: job 4\nb|4|mixed|none\nc|2|idle*|none\n"
+    nodes = nodes_from_sinfo_text(text)
+    assert [(n.name, n.schedulable, n.reason) for n in nodes] == [
+        ("a", False, "Vigil: job 4"), ("b", True, ""), ("c", False, "")]
+
+
+def test_an_instance_left_without_exit_record_by_a_node_failure_is_failed_naming_the_node():
+    files = InstanceFiles(run=0, started={"node": "n3", "pid": 5, "started_at": 1.0}, exited=None,
+                          stop_requested_at=None, last_output_at=2.0)
+    status = instance_status(WORKER, files, SlurmJob("12", "NODE_FAIL", "", "n3"))
+    assert (status.state, status.reason, status.node) == (InstanceState.FAILED, "NODE_FAIL", "n3")
+
+
+def test_an_instance_whose_attempt_was_stopped_is_stopped_not_failed():
+    files = InstanceFiles(run=0, started={"node": "n1"}, stop_requested_at=100.0, last_output_at=None,
+                          exited={"exit_code": None, "signal": 15, "exited_at": 101.0})
+    assert instance_status(WORKER, files, SlurmJob("1", "COMPLETED")).state == InstanceState.STOPPED
+
+
+def test_bad_options_name_the_option_and_what_is_accepted():
+    with pytest.raises(BackendError, match=r"'log_dir'.*absolute path"):
+        check_options({"log_dir": "relative"})
+    with pytest.raises(BackendError, match=r"'srun_options'.*list of argument strings"):
+        check_options({"log_dir": "/x", "srun_options": "--mem=1G"})
+    with pytest.raises(BackendError, match=r"unknown option\(s\) partion"):
+        check_options({"log_dir": "/x", "partion": "gpu"})
+
+
+# -- against the real cluster ------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster():
+    reason = why_cluster_cannot_run()
+    if reason:
+        pytest.skip(reason)
+    cluster = start_cluster(timeout=60)
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture
+def backend(slurm_cluster: SlurmCluster, tmp_path):
+    b = SlurmBackend(log_dir=str(slurm_cluster.shared_dir), environment=slurm_cluster.env,
+                     python=sys.executable, py_spy=PY_SPY, grace=2, linger=10, command_timeout=20)
+    yield b
+    # Whatever a test left behind ends with it.
+    slurm_cluster.cancel_all_jobs()
+
+
+def launch(backend, job_id, instances, job_type="ElasticBatchJob", **kw):
+    return backend.launch(AttemptLaunch(job_id=job_id, attempt=kw.pop("attempt", 1), job_type=job_type,
+                                        instances=tuple(instances), **kw))
+
+
+def wait_for(backend, handle, done, timeout=30.0, interval=0.3):
+    """Poll until done(statuses) holds; returns the statuses. Fails with the last ones seen."""
+    deadline = time.monotonic() + timeout
+    while True:
+        statuses = {s.name: s for s in backend.poll(handle)}
+        if done(statuses):
+            return statuses
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout}s; last poll: {statuses}")
+        time.sleep(interval)
+
+
+def wait_for_node(backend, name, done, timeout=20.0):
+    deadline = time.monotonic() + timeout
+    while True:
+        (node,) = [n for n in backend.list_nodes() if n.name == name]
+        if done(node):
+            return node
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout}s; node {name} is {node}")
+        time.sleep(0.3)
+
+
+def all_finished(statuses):
+    return all(s.state.finished for s in statuses.values())
+
+
+def wait_for_log(backend, handle, name, text: bytes, timeout=30.0):
+    deadline = time.monotonic() + timeout
+    while text not in backend.read_log(handle, name):
+        if time.monotonic() > deadline:
+            pytest.fail(f"{name} never printed {text!r}: {backend.read_log(handle, name)!r}")
+        time.sleep(0.2)
+
+
+@pytest.mark.slurm
+def test_two_instance_pytorch_job_succeeds_with_the_master_on_the_first_node(backend, slurm_cluster):
+    instances = build_instances("PyTorchJob", {"Master": 1, "Worker": 1},
+                                'echo "rank=$RANK world=$WORLD_SIZE master=$MASTER_ADDR:$MASTER_PORT '
+                                'procid=$SLURM_PROCID user=$GREETING"')
+    handle = launch(backend, "ok", instances, job_type="PyTorchJob", env={"GREETING": "hi"})
+    statuses = wait_for(backend, handle, all_finished)
+
+    assert {n: (s.state, s.exit_code, s.signal) for n, s in statuses.items()} == {
+        "master-0": (InstanceState.SUCCEEDED, 0, None), "worker-0": (InstanceState.SUCCEEDED, 0, None)}
+    master = statuses["master-0"]
+    assert master.node == slurm_cluster.hostname
+    # File times come from the kernel's coarse clock, a few ms behind time.time().
+    assert master.started_at - 0.05 <= master.last_output_at <= master.exited_at + 0.05
+    port = json.loads(Path(handle["attempt_dir"], "allocation.json").read_text())["placements"]["master-0"]["port"]
+    for rank, name in enumerate(["master-0", "worker-0"]):
+        assert backend.read_log(handle, name) == (
+            f"rank={rank} world=2 master={slurm_cluster.hostname}:{port} procid={rank} user=hi\n".encode())
+    assert backend.tail_log(handle, "worker-0", 6) == b"er=hi\n"
+
+
+@pytest.mark.slurm
+def test_a_failing_instance_reports_its_exit_code_and_a_killed_one_its_signal(backend):
+    handle = launch(backend, "fails", [
+        InstanceLaunch("worker-0", "Worker", 0, 0, "echo about to fail; exit 3"),
+        InstanceLaunch("worker-1", "Worker", 1, 1, "kill -KILL $$"),
+    ])
+    statuses = wait_for(backend, handle, all_finished)
+
+    assert (statuses["worker-0"].state, statuses["worker-0"].exit_code, statuses["worker-0"].signal) == (
+        InstanceState.FAILED, 3, None)
+    assert (statuses["worker-1"].state, statuses["worker-1"].exit_code, statuses["worker-1"].signal) == (
+        InstanceState.FAILED, None, 9)
+    assert backend.tail_log(handle, "worker-0", 100) == b"about to fail\n"
+
+
+@pytest.mark.slurm
+def test_a_hung_instance_stacks_are_dumped_on_its_node_and_stop_ends_it(backend, tmp_path):
+    program = tmp_path / "hang.py"
+    program.write_text("import time\n\ndef stuck_in_known_function():\n    time.sleep(600)\n\n"
+                       "print('ready', flush=True)\nstuck_in_known_function()\n")
+    handle = launch(backend, "hangs", [InstanceLaunch("worker-0", "Worker", 0, 0,
+                                                      f"exec {sys.executable} {program}")])
+    wait_for_log(backend, handle, "worker-0", b"ready")
+
+    threads = backend.dump_stacks(handle, "worker-0")
+    frames = [f["name"] for t in threads for f in t["frames"]]
+    assert "stuck_in_known_function" in frames
+
+    started = time.monotonic()
+    backend.stop(handle, grace=2)
+    status = wait_for(backend, handle, all_finished, timeout=10)["worker-0"]
+    assert time.monotonic() - started < 8
+    assert (status.state, status.signal) == (InstanceState.STOPPED, 15)
+    assert not backend.job(handle).active
+
+
+@pytest.mark.slurm
+def test_isolating_a_node_drains_it_naming_the_job_and_restore_node_undrains_it(backend, slurm_cluster):
+    node = slurm_cluster.hostname
+    try:
+        backend.isolate_node(node, "job 42 attempt 3: NCCL timeout on this node twice")
+        (drained,) = [n for n in backend.list_nodes() if n.name == node]
+        assert not drained.schedulable
+        assert drained.reason == "Vigil: job 42 attempt 3: NCCL timeout on this node twice"
+    finally:
+        backend.restore_node(node)
+    # Slurm flags a resumed node NOT_RESPONDING until its next ping of slurmd.
+    restored = wait_for_node(backend, node, lambda n: n.schedulable)
+    assert restored.reason == "" and restored.slots == slurm_cluster.cpus
+    backend.restore_node(node)  # restoring a schedulable node is a no-op, not an error
+
+
+@pytest.mark.slurm
+def test_an_attempt_waiting_for_a_full_node_is_pending_with_slurms_reason(backend, slurm_cluster):
+    blocker = slurm_cluster.run("sbatch", "--parsable", f"--ntasks={slurm_cluster.cpus}", "--output=/dev/null",
+                                "--wrap=sleep 120").stdout.strip()
+    try:
+        handle = launch(backend, "waits", [InstanceLaunch("worker-0", "Worker", 0, 0, "true")])
+        statuses = wait_for(backend, handle, lambda s: s["worker-0"].reason in ("Resources", "Priority"),
+                            timeout=20)
+        assert statuses["worker-0"].state == InstanceState.PENDING
+        backend.stop(handle, grace=1)
+        assert wait_for(backend, handle, all_finished, timeout=10)["worker-0"].state == InstanceState.STOPPED
+    finally:
+        slurm_cluster.run("scancel", blocker, check=False)
+
+
+@pytest.mark.slurm
+def test_a_fresh_backend_readopts_a_running_attempt_from_its_handle(backend, slurm_cluster):
+    handle = launch(backend, "readopt", [InstanceLaunch("worker-0", "Worker", 0, 0, "echo up; sleep 2")])
+    wait_for_log(backend, handle, "worker-0", b"up")
+    stored = json.loads(json.dumps(handle))  # as the Attempt row keeps it
+
+    fresh = SlurmBackend(log_dir=str(slurm_cluster.shared_dir), environment=slurm_cluster.env,
+                         python=sys.executable)
+    assert fresh.poll(stored)[0].state == InstanceState.RUNNING
+    done = wait_for(fresh, stored, all_finished)["worker-0"]
+    assert (done.state, done.exit_code) == (InstanceState.SUCCEEDED, 0)
+
+
+@pytest.mark.slurm
+def test_async_restart_runs_the_failed_instance_again_as_a_new_step_of_the_same_job(backend, tmp_path):
+    marker = tmp_path / "failed-once"
+    handle = launch(backend, "async", [
+        InstanceLaunch("worker-0", "Worker", 0, 0, "sleep 20"),
+        InstanceLaunch("worker-1", "Worker", 1, 1,
+                       f'if [ -e {marker} ]; then echo second run; else touch {marker}; exit 5; fi'),
+    ])
+    first = wait_for(backend, handle, lambda s: s["worker-1"].state.finished)["worker-1"]
+    assert (first.state, first.exit_code) == (InstanceState.FAILED, 5)
+
+    handle = backend.restart_instance(handle, "worker-1")
+    statuses = wait_for(backend, handle, lambda s: s["worker-1"].state == InstanceState.SUCCEEDED)
+    assert statuses["worker-0"].state == InstanceState.RUNNING  # its step was left alone
+    assert backend.read_log(handle, "worker-1") == b"second run\n"
+    steps = [json.loads(p.read_text())["step"] for p in sorted(
+        Path(handle["attempt_dir"], "instances", "worker-1").glob("run-*.json"))]
+    assert [s.split(".")[0] for s in steps] == [handle["slurm_job_id"]] * 2 and steps[0] != steps[1]
+    backend.stop(handle, grace=1)
+
+
+@pytest.mark.slurm
+def test_a_node_failure_fails_the_instance_with_node_fail_and_the_node(backend, slurm_cluster):
+    handle = launch(backend, "nodefail", [InstanceLaunch("worker-0", "Worker", 0, 0, "echo up; sleep 60")])
+    wait_for_log(backend, handle, "worker-0", b"up")
+    try:
+        slurm_cluster.run("scontrol", "update", f"NodeName={slurm_cluster.hostname}", "State=DOWN",
+                          "Reason=test: node lost")
+        status = wait_for(backend, handle, all_finished, timeout=15)["worker-0"]
+    finally:
+        backend.restore_node(slurm_cluster.hostname)
+    assert (status.state, status.reason, status.node) == (InstanceState.FAILED, "NODE_FAIL", slurm_cluster.hostname)
+    wait_for_node(backend, slurm_cluster.hostname, lambda n: n.schedulable)
+
+
+@pytest.mark.slurm
+def test_an_unknown_partition_is_a_permanent_refusal(slurm_cluster):
+    b = SlurmBackend(log_dir=str(slurm_cluster.shared_dir), environment=slurm_cluster.env,
+                     partition="no-such-partition")
+    with pytest.raises(BackendError) as err:
+        launch(b, "refused", [InstanceLaunch("worker-0", "Worker", 0, 0, "true")])
+    assert not err.value.retryable and "Invalid partition" in str(err.value)
+
+
+@pytest.mark.slurm
+def test_slurm_down_is_a_retryable_error_saying_so(slurm_cluster, tmp_path):
+    dead = tmp_path / "dead.conf"
+    dead.write_text("\n".join(
+        "SlurmctldPort=9" if line.startswith("SlurmctldPort=") else line
+        for line in slurm_cluster.conf.read_text().splitlines()) + "\n")
+    b = SlurmBackend(log_dir=str(slurm_cluster.shared_dir), environment={"SLURM_CONF": str(dead)},
+                     command_timeout=20)
+    with pytest.raises(BackendError) as err:
+        launch(b, "down", [InstanceLaunch("worker-0", "Worker", 0, 0, "true")])
+    assert err.value.retryable
+    assert "Unable to contact slurm controller" in str(err.value)
