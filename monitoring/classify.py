@@ -5,8 +5,10 @@ Pure: no Django, no clock. Precedence, first that applies:
 2. the job's retryable keywords: literal, case-insensitive substrings, never regular
    expressions; a match makes the failure retryable;
 3. the catalog (`monitoring.catalog`): specific signatures beat the generic uncaught-Python-
-   exception one; among several, the one on the latest line of the tail wins (the most
-   recent error), and on the same line the earlier catalog entry wins;
+   exception one when they appear inside or after the traceback of that exception (one
+   seen only earlier in the log is stale: start-up retry warnings, say); among several
+   specific ones, the one on the latest line of the tail wins (the most recent error),
+   and on the same line the earlier catalog entry wins;
 4. the exit status: killed by a signal (or exit code 128+N) without other evidence is
    retryable; 127 and 126 are a missing / non-executable command; any other non-zero exit
    code is a crash that is not retried.
@@ -16,6 +18,7 @@ catalog patterns are compiled once at import, and keywords are searched with str
 
 from __future__ import annotations
 
+import re
 import signal as _signal
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -160,9 +163,38 @@ def _by_keyword(text: str, keywords: Iterable[str]) -> Classification | None:
     )
 
 
+_TRACEBACK_HEADER = "Traceback (most recent call last):"
+_CHAIN_MARKERS = ("During handling of the above exception", "The above exception was the direct cause")
+
+
+def _exception_block_start(text: str, pos: int) -> int:
+    """Where the traceback that ends at `pos` begins, following chained exceptions back.
+
+    0 when no traceback header precedes it (then the whole tail counts as its context).
+    """
+    start = text.rfind(_TRACEBACK_HEADER, 0, pos)
+    if start < 0:
+        return 0
+    while True:
+        # "The above exception was the direct cause..." sits just above a chained header.
+        if not any(marker in text[max(0, start - 200):start] for marker in _CHAIN_MARKERS):
+            break
+        earlier = text.rfind(_TRACEBACK_HEADER, 0, start)
+        if earlier < 0:
+            break
+        start = earlier
+    return text.rfind("\n", 0, start) + 1
+
+
 def _by_catalog(text: str) -> Classification | None:
-    best_key: tuple[bool, int, int] | None = None
-    best: tuple[Signature, dict[str, str | None], str] | None = None
+    """The latest specific signature, or the generic exception when it is more relevant.
+
+    A specific signature inside or after the final traceback beats the generic exception
+    (a RuntimeError wrapping "Connection reset by peer" is the communication error). One
+    seen only before that traceback is stale (e.g. rendezvous "Connection refused" retry
+    warnings at start-up) and the exception that ended the program wins.
+    """
+    found: dict[bool, tuple[tuple[int, int], Signature, re.Match[str], int]] = {}
     for order, sig in enumerate(LOG_SIGNATURES):
         last = None
         for last in sig.pattern.finditer(text):
@@ -170,14 +202,20 @@ def _by_catalog(text: str) -> Classification | None:
         if last is None:
             continue
         line_start = text.rfind("\n", 0, last.start()) + 1
-        key = (sig.specific, line_start, -order)
-        if best_key is None or key > best_key:
-            line_end = text.find("\n", last.end())
-            line = text[line_start: line_end if line_end >= 0 else len(text)]
-            best_key, best = key, (sig, last.groupdict(), line)
-    if best is None:
+        key = (line_start, -order)
+        if sig.specific not in found or key > found[sig.specific][0]:
+            found[sig.specific] = (key, sig, last, line_start)
+    specific, generic = found.get(True), found.get(False)
+    if specific is not None and generic is not None:
+        if specific[3] < _exception_block_start(text, generic[3]):
+            specific = None
+    chosen = specific or generic
+    if chosen is None:
         return None
-    return _from_signature(best[0], ErrorSource.LOG, best[1], best[2])
+    _, sig, match, line_start = chosen
+    line_end = text.find("\n", match.end())
+    line = text[line_start: line_end if line_end >= 0 else len(text)]
+    return _from_signature(sig, ErrorSource.LOG, match.groupdict(), line)
 
 
 def _signal_name(number: int) -> str:

@@ -325,9 +325,37 @@ def test_runtime_error_wrapping_connection_reset_is_the_comm_error_not_a_user_bu
     assert (got.rule, got.retryable) == ("connection-reset", True)
 
 
-def test_specific_signature_beats_a_later_generic_exception():
-    tail = ("node-1 NCCL WARN socketProgress: Connection closed by remote peer node-2<5011>\n"
-            + TRACEBACK_HEAD + "[rank1]: RuntimeError: collective failed\n")
+def test_a_specific_cause_chained_into_the_final_traceback_beats_the_generic_exception():
+    tail = (
+        "Traceback (most recent call last):\n"
+        '  File "/workspace/data.py", line 41, in fetch\n'
+        "ConnectionResetError: [Errno 104] Connection reset by peer\n"
+        "\n"
+        "The above exception was the direct cause of the following exception:\n"
+        "\n"
+        "Traceback (most recent call last):\n"
+        '  File "/workspace/train.py", line 12, in <module>\n'
+        "RuntimeError: could not fetch shard 7\n"
+    )
+    got = classify(tail)
+    assert (got.rule, got.retryable) == ("connection-reset", True)
+
+
+def test_startup_connection_refused_warnings_do_not_hide_a_later_user_bug():
+    # torch's rendezvous retries print these while the master starts; the run then went on.
+    tail = (
+        "[W socket.cpp:697] [c10d] The client socket has failed to connect to [::ffff:10.0.0.1]:29500 "
+        "(errno: 111 - Connection refused).\n"
+        "step 1 loss 2.30\nstep 2 loss 2.11\n"
+        + TRACEBACK_HEAD + "[rank1]: ValueError: expected 3 dimensions, got 2\n"
+    )
+    got = classify(tail)
+    assert (got.rule, got.retryable) == ("python-exception", False)
+
+
+def test_without_a_traceback_header_a_specific_signature_beats_a_generic_line():
+    tail = ("NCCL WARN socketProgress: Connection closed by remote peer node-2<5011>\n"
+            "RuntimeError: collective failed\n")
     assert classify(tail).rule == "gloo-connection-closed"
 
 
