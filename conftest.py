@@ -69,7 +69,7 @@ def local_backend(settings, tmp_path, _test_wiring):
                 "data_dir": str(data_dir),
                 "redis_url": settings.REDIS_URL,
                 "grace": 2.0,
-                "channel_prefix": f"vigil-test-{os.getpid()}-{tmp_path.name}:",
+                "channel_prefix": f"vigil-test-{os.getpid()}-{tmp_path.name}",
             },
         },
     }

@@ -220,6 +220,12 @@ VIGIL_CONSOLE_URL = os.environ.get("VIGIL_CONSOLE_URL", "http://127.0.0.1:8000")
 # the console's own operating-system user.
 VIGIL_LOCAL_SUBMIT_ROLES = env_list("VIGIL_LOCAL_SUBMIT_ROLES", "owner,admin")
 VIGIL_STOP_GRACE_SECONDS = float(os.environ.get("VIGIL_STOP_GRACE_SECONDS", "15"))
+# Tearing down a failed attempt before a restart: its ranks are broken anyway, and
+# every second here is lost training time.
+VIGIL_RESTART_GRACE_SECONDS = float(os.environ.get("VIGIL_RESTART_GRACE_SECONDS", "3"))
+
+# Where the shims announce instance exits (the local backend's channel_prefix + ":instance-exit").
+VIGIL_EXIT_CHANNEL = os.environ.get("VIGIL_EXIT_CHANNEL", "vigil:instance-exit")
 
 JOB_BACKENDS = {
     "local": {

@@ -1,0 +1,39 @@
+# Two commands: `make run` (the console, embedded defaults) and `make test` (the suite).
+PYTHON ?= python3
+VENV := .venv
+BIN := $(CURDIR)/$(VENV)/bin
+PYTEST_ARGS ?=
+export PATH := $(BIN):$(PATH)
+
+.PHONY: run test venv install install-test clean-data
+
+$(BIN)/python:
+	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "Vigil needs Python 3.11 or newer"'
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+
+$(VENV)/.installed-run: requirements.txt sdk/pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -r requirements.txt
+	$(BIN)/python -m pip install --quiet -e ./sdk
+	touch $@
+
+$(VENV)/.installed-test: requirements.txt requirements-test.txt sdk/pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -r requirements-test.txt
+	$(BIN)/python -m pip install --quiet -e ./sdk
+	touch $@
+
+venv: $(BIN)/python
+install: $(VENV)/.installed-run
+install-test: $(VENV)/.installed-test
+
+run: $(VENV)/.installed-run
+	$(BIN)/python manage.py migrate --noinput -v0
+	$(BIN)/python manage.py collectstatic --noinput -v0
+	$(BIN)/python manage.py bootstrap
+	$(BIN)/python -m console.devredis -- $(BIN)/honcho -f Procfile start
+
+test: $(VENV)/.installed-test
+	$(BIN)/python -m console.devredis -- $(BIN)/python -m pytest $(PYTEST_ARGS)
+
+clean-data:
+	rm -rf var/

@@ -1,0 +1,41 @@
+"""First start: an admin user, a demo workspace and an API token, printed once
+(and kept in VIGIL_DATA_DIR/first-start.txt, readable only by this user)."""
+
+import os
+import secrets
+
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.core.management.base import BaseCommand
+
+from jobs.models import ApiToken, Membership, Role, Workspace
+
+
+class Command(BaseCommand):
+    help = "Create the first admin user, a demo workspace and an API token if there is no user yet."
+
+    def handle(self, **options):
+        url = settings.VIGIL_CONSOLE_URL
+        notes = settings.DATA_DIR / "first-start.txt"
+        User = get_user_model()
+        if User.objects.exists():
+            hint = f" (first-start credentials in {notes})" if notes.exists() else ""
+            self.stdout.write(f"Vigil console: {url}  — log in with your account{hint}.")
+            return
+        password = secrets.token_urlsafe(12)
+        admin = User.objects.create_superuser("admin", "admin@localhost", password)
+        ws = Workspace.objects.create(name="Demo", slug="demo")
+        Membership.objects.create(workspace=ws, user=admin, role=Role.OWNER)
+        _, token = ApiToken.issue(admin, name="first start")
+        text = (
+            f"Vigil console: {url}\n"
+            f"  user:      admin\n"
+            f"  password:  {password}\n"
+            f"  workspace: demo\n"
+            f"  API token: {token}   (curl -H 'Authorization: Bearer {token}' {url}/api/v1/jobs/)\n"
+        )
+        fd = os.open(notes, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        self.stdout.write(self.style.SUCCESS("First start: created the admin user and a demo workspace."))
+        self.stdout.write(text)

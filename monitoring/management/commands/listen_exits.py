@@ -1,0 +1,45 @@
+"""Turn the shims' exit announcements (Redis PUBLISH) into immediate monitor
+ticks, so a failed rank is handled within milliseconds instead of at the next
+sweep. Losing an announcement costs at most one sweep interval: the exit is on
+disk before it is announced."""
+
+import json
+import logging
+import time
+
+import redis
+from django.conf import settings
+from django.core.management.base import BaseCommand
+
+from monitoring.tasks import run_job
+
+log = logging.getLogger(__name__)
+
+
+class Command(BaseCommand):
+    help = "Listen for instance exits announced by the backends and tick their jobs at once."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--channel", default=settings.VIGIL_EXIT_CHANNEL)
+
+    def handle(self, channel, **options):
+        self.stdout.write(f"listening for instance exits on {settings.REDIS_URL} channel {channel}")
+        while True:
+            try:
+                client = redis.Redis.from_url(settings.REDIS_URL)
+                pubsub = client.pubsub(ignore_subscribe_messages=True)
+                pubsub.subscribe(channel)
+                for message in pubsub.listen():
+                    self.dispatch(message.get("data"))
+            except redis.RedisError as exc:
+                log.warning("exit listener lost Redis (%s); reconnecting in 1 s", exc)
+                time.sleep(1)
+
+    def dispatch(self, data) -> None:
+        try:
+            payload = json.loads(data)
+            job_id = int(payload["job_id"])
+        except (TypeError, ValueError, KeyError):
+            log.warning("ignoring a malformed exit announcement: %r", data)
+            return
+        run_job.delay(job_id)

@@ -1,0 +1,619 @@
+"""One monitor tick over one job: read the backend's view of the current attempt,
+run the pure checks (classification, decision rules, hang, exit hang), apply
+what they decide. Every step is small and idempotent:
+
+- instance rows follow the backend (`sync_instances`);
+- a failed instance is handled once: a compare-and-set on its `handled_exit_key`
+  lets only one worker act on one exit;
+- a whole-job restart moves `current_attempt` from n to n+1 with a compare-and-set,
+  in the same transaction as its RestartRecord, its events and the new Attempt
+  row; a second worker, a re-delivered task or a late exit announcement finds
+  n+1 already there and does nothing;
+- launching the new attempt and stopping the old one happen after commit and are
+  repeated by the sweep until done (`recover`), so a worker killed between the
+  decision and the launch leaves exactly one new attempt behind.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from datetime import timezone as dt_timezone
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from jobs import actions
+from jobs.backends.base import BackendError, InstanceState
+from jobs.models import (
+    FINISHED_JOB_STATUSES,
+    LIVE_ATTEMPT_STATUSES,
+    Attempt,
+    AttemptStatus,
+    EventLevel,
+    EventType,
+    Instance,
+    InstanceStatus,
+    Job,
+    JobStatus,
+    NodeFault,
+    RestartKind,
+    RestartRecord,
+    RestartResult,
+)
+from monitoring.classify import (
+    Classification,
+    ErrorSource,
+    FailureInput,
+    FailureObservation,
+    classify_failure,
+    pick_root_cause,
+)
+from monitoring.flags import ExecutionMode, FaultToleranceConfig
+from monitoring.policy import Action, DetectedProblem, InstanceFailure, JobHistory, decide
+
+log = logging.getLogger(__name__)
+
+TAIL_BYTES = 64 * 1024
+# A failure that looks like a peer's symptom waits this long for the real cause
+# to show up before it is decided on (SPEC 9: root cause first).
+CASCADE_SETTLE_SECONDS = 1.0
+# An attempt queued this long without being taken by a launch task is re-enqueued.
+RELAUNCH_AFTER = timedelta(seconds=10)
+# How often the slower checks (watchdog hints in logs) run per job.
+LOG_SCAN_EVERY = timedelta(seconds=30)
+# Lines that show training progress without the SDK: "step=12", "Step 12", "iteration 5", "epoch 3".
+PROGRESS_RE = re.compile(rb"(?i)\b(?:step|iter(?:ation)?|epoch)\b\s*[=:#]?\s*\d+")
+
+_STATE_TO_STATUS = {
+    InstanceState.PENDING: InstanceStatus.PENDING,
+    InstanceState.RUNNING: InstanceStatus.RUNNING,
+    InstanceState.SUCCEEDED: InstanceStatus.SUCCEEDED,
+    InstanceState.FAILED: InstanceStatus.FAILED,
+    InstanceState.STOPPED: InstanceStatus.STOPPED,
+    InstanceState.LOST: InstanceStatus.LOST,
+}
+
+
+@dataclass
+class TickResult:
+    job_id: int
+    action: str = "none"
+    reason: str = ""
+    notes: list[str] = field(default_factory=list)
+
+
+def _dt(epoch: float | None) -> datetime | None:
+    return datetime.fromtimestamp(epoch, tz=dt_timezone.utc) if epoch is not None else None
+
+
+def _epoch(value: datetime | None) -> float | None:
+    return value.timestamp() if value is not None else None
+
+
+def config_of(job: Job) -> FaultToleranceConfig:
+    return FaultToleranceConfig.from_dict(job.ft_config or {})
+
+
+# --- the tick ------------------------------------------------------------------------
+
+
+def run_job(job_id: int, now: datetime | None = None) -> TickResult:
+    """One tick over one job. Safe to run concurrently and repeatedly."""
+    now = now or timezone.now()
+    result = TickResult(job_id)
+    job = Job.objects.filter(pk=job_id).select_related("workspace").first()
+    if job is None or job.status in FINISHED_JOB_STATUSES:
+        if job is not None:
+            stop_orphaned_attempts(job)
+        return result
+    if job.status == JobStatus.STOPPING:
+        actions.finish_stop(job.pk)
+        result.action = "stopped"
+        return result
+    recover(job, now)
+    attempt = Attempt.objects.filter(job=job, number=job.current_attempt).first()
+    if attempt is None or not attempt.backend_handle or attempt.status not in LIVE_ATTEMPT_STATUSES:
+        return result
+    backend = actions.get_backend_for(job)
+    try:
+        statuses = backend.poll(attempt.backend_handle)
+    except BackendError as exc:
+        result.notes.append(f"poll failed: {exc}")
+        if not exc.retryable:
+            actions.fail_job(job, f"The backend lost attempt {attempt.number}: {exc.message}",
+                             key=f"poll-failed:{job.pk}:{attempt.number}")
+        return result
+    instances = sync_instances(attempt, statuses)
+    note_first_output(job, attempt, instances)
+    if job.status in (JobStatus.QUEUING, JobStatus.RESTARTING, JobStatus.CREATING) and any(
+        i.status == InstanceStatus.RUNNING for i in instances
+    ):
+        actions.mark_running(job, attempt)
+        job.refresh_from_db()
+    complete_pending_restart(job, attempt, instances)
+
+    if all(i.status == InstanceStatus.SUCCEEDED for i in instances) and instances:
+        actions.succeed_job(job, attempt)
+        result.action = "succeeded"
+        return result
+
+    failed = [i for i in instances if i.status in (InstanceStatus.FAILED, InstanceStatus.LOST) and not i.handled_exit_key]
+    if failed:
+        handled = handle_failures(job, attempt, instances, failed, backend, now)
+        if handled:
+            result.action, result.reason = handled
+            return result
+
+    if job.fault_tolerance and job.status == JobStatus.RUNNING:
+        problem = check_problems(job, attempt, instances, now)
+        if problem:
+            result.action, result.reason = problem
+            return result
+        scan_logs_for_hints(job, attempt, instances, backend, now)
+    return result
+
+
+def live_job_ids() -> list[int]:
+    return list(
+        Job.objects.filter(status__in=[JobStatus.CREATING, JobStatus.QUEUING, JobStatus.RUNNING,
+                                       JobStatus.RESTARTING, JobStatus.STOPPING]).values_list("pk", flat=True)
+    )
+
+
+def sweep(now: datetime | None = None) -> int:
+    """Tick every live job once, in this process."""
+    ids = live_job_ids()
+    for job_id in ids:
+        try:
+            run_job(job_id, now)
+        except Exception:  # noqa: BLE001 - one broken job must not stop the others
+            log.exception("monitor tick of job %s failed", job_id)
+    return len(ids)
+
+
+# --- small steps ---------------------------------------------------------------------
+
+
+def sync_instances(attempt: Attempt, statuses) -> list[Instance]:
+    """Make the Instance rows say what the backend says; write only what changed."""
+    rows = {i.name: i for i in attempt.instances.all()}
+    changed = []
+    fields = ("status", "node", "exit_code", "signal", "backend_reason", "started_at", "exited_at", "last_output_at")
+    for s in statuses:
+        row = rows.get(s.name)
+        if row is None:
+            continue
+        new = {
+            "status": _STATE_TO_STATUS[s.state],
+            "node": s.node or row.node,
+            "exit_code": s.exit_code,
+            "signal": s.signal,
+            "backend_reason": (s.reason or "")[:256],
+            "started_at": _dt(s.started_at) or row.started_at,
+            "exited_at": _dt(s.exited_at),
+            "last_output_at": _dt(s.last_output_at),
+        }
+        if any(getattr(row, k) != v for k, v in new.items()):
+            for k, v in new.items():
+                setattr(row, k, v)
+            changed.append(row)
+    if changed:
+        Instance.objects.bulk_update(changed, fields)
+    return list(rows.values())
+
+
+def note_first_output(job: Job, attempt: Attempt, instances: list[Instance]) -> None:
+    if attempt.running_at is None:
+        outputs = [i.last_output_at for i in instances if i.last_output_at]
+        if outputs:
+            first = min(outputs)
+            Attempt.objects.filter(pk=attempt.pk, running_at__isnull=True).update(running_at=first)
+            attempt.running_at = first
+
+
+def complete_pending_restart(job: Job, attempt: Attempt, instances: list[Instance]) -> None:
+    """A whole-job restart has worked once every instance of the new attempt runs."""
+    if attempt.number < 2 or not instances or not all(i.status == InstanceStatus.RUNNING for i in instances):
+        return
+    now = timezone.now()
+    for record in RestartRecord.objects.filter(job=job, new_attempt=attempt.number, result=RestartResult.PENDING):
+        if RestartRecord.objects.filter(pk=record.pk, result=RestartResult.PENDING).update(
+            result=RestartResult.SUCCEEDED, completed_at=now,
+            duration_seconds=(now - record.restart_time).total_seconds(),
+        ):
+            actions.record_event(
+                job, EventType.DECISION,
+                f"Restart {record.number} succeeded: all {len(instances)} instances of attempt "
+                f"{attempt.number} are running ({(now - record.restart_time).total_seconds():.1f} s after the decision).",
+                attempt=attempt.number, key=f"restart-done:{record.pk}",
+            )
+
+
+def recover(job: Job, now: datetime) -> None:
+    """Finish what a dead worker left half-done: launch a queued attempt nobody
+    took, and stop attempts older than the current one that still run."""
+    queued = Attempt.objects.filter(
+        job=job, number=job.current_attempt, status=AttemptStatus.QUEUING, queued_at__lt=now - RELAUNCH_AFTER
+    ).first()
+    if queued is not None:
+        actions.enqueue_launch(job.pk, queued.number)
+    stop_orphaned_attempts(job, below=job.current_attempt)
+
+
+def stop_orphaned_attempts(job: Job, below: int | None = None) -> None:
+    qs = Attempt.objects.filter(job=job, status__in=LIVE_ATTEMPT_STATUSES)
+    if below is not None:
+        qs = qs.filter(number__lt=below)
+    elif job.status not in FINISHED_JOB_STATUSES:
+        return
+    for old in qs:
+        stop_attempt(job, old, reason="superseded" if below else f"job {job.status.lower()}")
+
+
+def stop_attempt(job: Job, attempt: Attempt, *, reason: str, grace: float | None = None) -> None:
+    now = timezone.now()
+    Attempt.objects.filter(pk=attempt.pk, stopping_at__isnull=True).update(stopping_at=now)
+    if attempt.backend_handle:
+        try:
+            actions.get_backend_for(job).stop(
+                attempt.backend_handle, grace=settings.VIGIL_RESTART_GRACE_SECONDS if grace is None else grace
+            )
+        except BackendError as exc:
+            log.warning("stopping attempt %s of job %s failed: %s", attempt.number, job.pk, exc)
+            if exc.retryable:
+                return  # the next sweep tries again
+    final = AttemptStatus.FAILED if reason != "succeeded" else AttemptStatus.SUCCEEDED
+    Attempt.objects.filter(pk=attempt.pk, status__in=LIVE_ATTEMPT_STATUSES).update(
+        status=final, ended_at=timezone.now(), reason=attempt.reason or reason
+    )
+    attempt.instances.filter(status__in=[InstanceStatus.RUNNING, InstanceStatus.PENDING]).update(
+        status=InstanceStatus.STOPPED, exited_at=timezone.now()
+    )
+
+
+# --- failures ------------------------------------------------------------------------
+
+
+def keywords_of(job: Job) -> tuple[str, ...]:
+    seen: list[str] = []
+    for k in list(job.retryable_keywords or []) + list(job.sdk_retryable_keywords or []):
+        if k and k not in seen:
+            seen.append(k)
+    return tuple(seen[:100])
+
+
+def classify_instance(job: Job, attempt: Attempt, inst: Instance, backend) -> tuple[Classification, int | None]:
+    """Classify one failed instance from its exit and log tail; also returns the
+    byte offset of the line the classifier used, when it can tell."""
+    try:
+        tail = backend.tail_log(attempt.backend_handle, inst.name, TAIL_BYTES)
+    except BackendError:
+        tail = b""
+    exit_code = inst.exit_code
+    if exit_code == 0 and inst.signal is None:
+        exit_code = None  # a LOST instance with no exit code
+    c = classify_failure(
+        FailureInput(exit_code=exit_code, signal=inst.signal, log_tail=tail,
+                     backend_reason=inst.backend_reason or ("lost" if inst.status == InstanceStatus.LOST else ""),
+                     user_keywords=keywords_of(job))
+    )
+    return c, _line_offset(backend, attempt, inst, tail, c)
+
+
+def _line_offset(backend, attempt, inst, tail: bytes, c: Classification) -> int | None:
+    """Where in the log the line the message quotes starts (for 'jump to error')."""
+    try:
+        path = backend.log_path(attempt.backend_handle, inst.name)
+        import os
+
+        size = os.path.getsize(path) if path else None
+    except (BackendError, OSError):
+        size = None
+    if size is None or not tail:
+        return None
+    quote = c.message.split(": ", 1)[-1].strip().rstrip("…")[:80].encode()
+    if not quote:
+        return None
+    pos = tail.rfind(quote)
+    if pos < 0:
+        return None
+    line_start = tail.rfind(b"\n", 0, pos) + 1
+    return size - len(tail) + line_start
+
+
+def history_of(job: Job, attempt: Attempt, instances: list[Instance], failing: Instance | None) -> JobHistory:
+    counts: dict[tuple[str, str, int], int] = {}
+    for rule, name in RestartRecord.objects.filter(job=job, root_cause=True).values_list("rule", "instance_name"):
+        role_index = name.rsplit("-", 1)
+        if len(role_index) == 2 and role_index[1].isdigit():
+            inst = next((i for i in instances if i.name == name), None)
+            role = inst.role if inst else role_index[0].capitalize()
+            key = (rule, role, int(role_index[1]))
+            counts[key] = counts.get(key, 0) + 1
+    workers = [i for i in instances if i.role == "Worker"]
+    failed_workers = [i for i in workers if i.status in (InstanceStatus.FAILED, InstanceStatus.LOST)]
+    return JobHistory(
+        stopped_by_user=bool(job.stop_requested),
+        job_restarts_so_far=RestartRecord.objects.filter(job=job, kind=RestartKind.JOB).count(),
+        same_error_counts=counts,
+        failed_worker_instances_now=len(failed_workers),
+        total_worker_instances=len(workers),
+        consecutive_restarts_without_progress=restarts_without_progress(job),
+    )
+
+
+def restarts_without_progress(job: Job) -> int:
+    """Whole-job restarts in a row (most recent first) whose attempt made no progress."""
+    count = 0
+    for made_progress in (
+        Attempt.objects.filter(job=job, number__lt=job.current_attempt).order_by("-number").values_list("made_progress", flat=True)
+    ):
+        if made_progress:
+            break
+        count += 1
+    return min(count, RestartRecord.objects.filter(job=job, kind=RestartKind.JOB).count())
+
+
+def attempt_made_progress(job: Job, attempt: Attempt, instances: list[Instance], backend) -> bool:
+    if attempt.first_progress_at is not None:
+        return True
+    for inst in instances:
+        try:
+            tail = backend.tail_log(attempt.backend_handle, inst.name, TAIL_BYTES)
+        except BackendError:
+            continue
+        if PROGRESS_RE.search(tail):
+            return True
+    return False
+
+
+def handle_failures(job, attempt, instances, failed, backend, now) -> tuple[str, str] | None:
+    """Classify the failed instances, pick the root cause, decide, apply."""
+    observations = []
+    offsets = {}
+    for inst in failed:
+        c, offset = classify_instance(job, attempt, inst, backend)
+        offsets[inst.name] = offset
+        observations.append(
+            FailureObservation(instance=inst.name, role=inst.role, index=inst.index,
+                               exited_at=_epoch(inst.exited_at), classification=c)
+        )
+    root, cascades = pick_root_cause(observations)
+    still_running = any(i.status == InstanceStatus.RUNNING for i in instances)
+    if (root.classification.cascade_like and still_running and root.exited_at is not None
+            and now.timestamp() < root.exited_at + CASCADE_SETTLE_SECONDS):
+        return None  # the real cause may still be exiting; decide on a later tick
+    root_inst = next(i for i in failed if i.name == root.instance)
+
+    if not job.fault_tolerance:
+        return fail_without_monitoring(job, attempt, root_inst, root.classification, cascades)
+
+    config = config_of(job)
+    decision = decide(
+        config, history_of(job, attempt, instances, root_inst),
+        InstanceFailure(instance=root_inst.name, role=root_inst.role, index=root_inst.index,
+                        node=root_inst.node, classification=root.classification),
+    )
+    exit_key = f"{attempt.number}:{root_inst.name}:{root_inst.restarts}"
+    # Only one worker acts on one exit.
+    if not Instance.objects.filter(pk=root_inst.pk, handled_exit_key="").update(handled_exit_key=exit_key):
+        return None
+    if decision.action == Action.RESTART_INSTANCE:
+        # Async: the other failed instances are handled on their own later ticks.
+        restart_instance(job, attempt, root_inst, root.classification, decision, offsets.get(root_inst.name))
+        return "restart_instance", decision.reason
+    # Sync (or a fail): the other failures of this attempt are cascades of the root.
+    for o in cascades:
+        Instance.objects.filter(attempt=attempt, name=o.instance, handled_exit_key="").update(
+            handled_exit_key=f"cascade-of:{exit_key}")
+    count_node_fault(job, root_inst, root.classification)
+    cascade_info = [{"instance": o.instance, "error_code": o.classification.error_code,
+                     "message": o.classification.message} for o in cascades]
+    if decision.action == Action.RESTART_JOB:
+        restart_job(job, attempt, instances, backend, decision.reason, ErrorSource(root.classification.source),
+                    root_inst=root_inst, classification=root.classification, cascades=cascade_info,
+                    log_offset=offsets.get(root_inst.name))
+        return "restart_job", decision.reason
+    if decision.action == Action.FAIL_JOB:
+        fail_and_stop(job, attempt, decision.reason, key=f"failed:{job.pk}:{exit_key}",
+                      payload={"rule": root.classification.rule, "error_code": root.classification.error_code,
+                               "instance": root_inst.name, "step": decision.step, "cascades": cascade_info,
+                               "cause": root.classification.cause, "next_step": root.classification.next_step})
+        return "fail_job", decision.reason
+    actions.record_event(job, EventType.DECISION, decision.reason, attempt=attempt.number,
+                         instance=root_inst.name, key=f"decision:{job.pk}:{exit_key}")
+    return "nothing", decision.reason
+
+
+def fail_without_monitoring(job, attempt, inst, c: Classification, cascades) -> tuple[str, str]:
+    """Fault tolerance off: the first failure fails the job, with its cause."""
+    if not Instance.objects.filter(pk=inst.pk, handled_exit_key="").update(handled_exit_key=f"nofault:{attempt.number}"):
+        return "none", ""
+    what = f"exit code {inst.exit_code}" if inst.signal is None else f"signal {inst.signal}"
+    reason = (f"{inst.name} failed ({what}): {c.message}. {c.cause} {c.next_step} "
+              "Automatic fault tolerance is off for this job, so it was not restarted.")
+    fail_and_stop(job, attempt, reason, key=f"failed:{job.pk}:{attempt.number}",
+                  payload={"rule": c.rule, "error_code": c.error_code, "instance": inst.name,
+                           "cascades": [o.instance for o in cascades]})
+    return "fail_job", reason
+
+
+def fail_and_stop(job: Job, attempt: Attempt, reason: str, *, key: str, payload: dict) -> None:
+    if actions.fail_job(job, reason, key=key, payload=payload):
+        Attempt.objects.filter(pk=attempt.pk).update(reason=reason[:2000])
+        attempt.reason = reason
+        stop_attempt(job, attempt, reason="failed")
+
+
+def count_node_fault(job: Job, inst: Instance, c: Classification) -> None:
+    if inst.node:
+        NodeFault.objects.create(node=inst.node, backend=job.backend, job=job, error_code=c.error_code,
+                                 retryable=c.retryable)
+
+
+def restart_instance(job, attempt, inst, c: Classification, decision, log_offset) -> None:
+    backend = actions.get_backend_for(job)
+    number = RestartRecord.objects.filter(job=job, kind=RestartKind.INSTANCE).count() + 1
+    with transaction.atomic():
+        record = RestartRecord.objects.create(
+            job=job, number=number, kind=RestartKind.INSTANCE, attempt=attempt.number, new_attempt=attempt.number,
+            node_name=inst.node, instance_name=inst.name, error_code=c.error_code, error_message=c.message,
+            error_source=c.source, rule=c.rule, reason=decision.reason, cause=c.cause, next_step=c.next_step,
+            log_offset=log_offset, idempotency_key=f"instance:{job.pk}:{attempt.number}:{inst.name}:{inst.restarts}",
+        )
+        actions.record_event(job, EventType.RESTART, decision.reason, level=EventLevel.WARNING, attempt=attempt.number,
+                             instance=inst.name, key=f"restart:{record.idempotency_key}",
+                             payload={"kind": "instance", "rule": c.rule, "error_code": c.error_code, "record": record.pk})
+    started = time.monotonic()
+    try:
+        handle = backend.restart_instance(attempt.backend_handle, inst.name)
+    except BackendError as exc:
+        RestartRecord.objects.filter(pk=record.pk).update(result=RestartResult.FAILED, completed_at=timezone.now())
+        fail_and_stop(job, attempt, f"Could not restart {inst.name}: {exc.message}",
+                      key=f"instance-restart-failed:{record.pk}", payload={"instance": inst.name})
+        return
+    Attempt.objects.filter(pk=attempt.pk).update(backend_handle=handle)
+    Instance.objects.filter(pk=inst.pk).update(
+        status=InstanceStatus.RUNNING, exit_code=None, signal=None, exited_at=None, backend_reason="",
+        restarts=inst.restarts + 1, handled_exit_key="", started_at=timezone.now(),
+    )
+    RestartRecord.objects.filter(pk=record.pk).update(
+        result=RestartResult.SUCCEEDED, completed_at=timezone.now(), duration_seconds=time.monotonic() - started
+    )
+    Job.objects.filter(pk=job.pk).update(restart_count=job.restart_count + 1)
+
+
+def restart_job(job, attempt, instances, backend, reason: str, source: ErrorSource, *, root_inst=None,
+                classification: Classification | None = None, cascades=(), log_offset=None,
+                message: str = "") -> bool:
+    """Whole-job restart: attempt n -> n+1, exactly once."""
+    n = attempt.number
+    now = timezone.now()
+    progress = attempt_made_progress(job, attempt, instances, backend)
+    c = classification
+    with transaction.atomic():
+        moved = Job.objects.filter(
+            pk=job.pk, current_attempt=n, status__in=[JobStatus.RUNNING, JobStatus.QUEUING], stop_requested=False
+        ).update(status=JobStatus.RESTARTING, current_attempt=n + 1, restart_count=job.restart_count + 1,
+                 reason=reason, updated_at=now)
+        if not moved:
+            return False
+        number = RestartRecord.objects.filter(job=job, kind=RestartKind.JOB).count() + 1
+        RestartRecord.objects.create(
+            job=job, number=number, kind=RestartKind.JOB, attempt=n, new_attempt=n + 1, restart_time=now,
+            node_name=root_inst.node if root_inst else "", instance_name=root_inst.name if root_inst else "",
+            error_code=c.error_code if c else source.upper(), error_message=c.message if c else message or reason,
+            error_source=source, rule=c.rule if c else source.lower(), reason=reason,
+            cause=c.cause if c else "", next_step=c.next_step if c else "", cascades=list(cascades),
+            log_offset=log_offset, idempotency_key=f"job:{job.pk}:{n}",
+        )
+        Attempt.objects.filter(pk=attempt.pk).update(made_progress=progress, reason=reason[:2000])
+        Attempt.objects.create(job=job, number=n + 1, detected_failure_at=now)
+        actions.record_event(job, EventType.RESTART, reason, level=EventLevel.WARNING, attempt=n,
+                             instance=root_inst.name if root_inst else "", key=f"restart:job:{job.pk}:{n}",
+                             payload={"kind": "job", "new_attempt": n + 1, "source": str(source),
+                                      "rule": c.rule if c else "", "error_code": c.error_code if c else "",
+                                      "cascades": list(cascades), "progress": progress})
+    job.current_attempt = n + 1
+    job.status = JobStatus.RESTARTING
+    # Tear down the old attempt, then start the new one at once (not via the
+    # queue: every second here is lost training); the sweep repeats either if
+    # this worker dies in between.
+    stop_attempt(job, attempt, reason="restarted")
+    actions.launch_attempt(job.pk, n + 1)
+    return True
+
+
+# --- hangs ---------------------------------------------------------------------------
+
+
+def check_problems(job: Job, attempt: Attempt, instances: list[Instance], now: datetime) -> tuple[str, str] | None:
+    """Hang and exit hang (Sync jobs with the detections on)."""
+    from monitoring import hang
+
+    config = config_of(job)
+    if config.job_execution_mode != ExecutionMode.SYNC:
+        return None
+    activity = [hang.InstanceActivity(
+        name=i.name,
+        running=i.status == InstanceStatus.RUNNING,
+        last_output_at=_epoch(i.last_output_at),
+        exit_code=i.exit_code,
+        exited_at=_epoch(i.exited_at),
+    ) for i in instances]
+    started = _epoch(attempt.starting_at) or _epoch(attempt.queued_at)
+    verdict = hang.check_hang(config, job.hang_interval_override, activity, started, now.timestamp())
+    if verdict is not None:
+        return on_problem(job, attempt, instances, ErrorSource.HANG, EventType.HANG, verdict.message, now)
+    verdict = hang.check_exit_hang(config, activity, now.timestamp())
+    if verdict is not None:
+        return on_problem(job, attempt, instances, ErrorSource.EXIT_HANG, EventType.EXIT_HANG, verdict.message, now)
+    return None
+
+
+def on_problem(job, attempt, instances, source: ErrorSource, event_type: str, message: str, now) -> tuple[str, str]:
+    key = f"{event_type}:{job.pk}:{attempt.number}"
+    event = actions.record_event(job, event_type, message, level=EventLevel.ERROR, attempt=attempt.number, key=key)
+    if event is None:
+        return "none", ""  # another worker is already handling this attempt's hang
+    if source == ErrorSource.HANG:
+        diagnose_hang(job, attempt, instances)
+    backend = actions.get_backend_for(job)
+    decision = decide(config_of(job), history_of(job, attempt, instances, None), DetectedProblem(source, message))
+    if decision.action == Action.RESTART_JOB:
+        restart_job(job, attempt, instances, backend, decision.reason, source, message=message)
+        return "restart_job", decision.reason
+    if decision.action == Action.FAIL_JOB:
+        fail_and_stop(job, attempt, decision.reason, key=f"failed:{job.pk}:{key}", payload={"source": str(source)})
+        return "fail_job", decision.reason
+    actions.record_event(job, EventType.DECISION, decision.reason, attempt=attempt.number, key=f"decision:{key}")
+    return "nothing", decision.reason
+
+
+def diagnose_hang(job, attempt, instances) -> None:
+    """Stack snapshot (and C4D) before any restart, when the backend allows it."""
+    try:
+        from monitoring.diagnose import on_hang
+    except ImportError:
+        return
+    try:
+        on_hang(job, attempt, instances)
+    except Exception:  # noqa: BLE001 - a failed diagnosis must not block the restart
+        log.exception("hang diagnosis of job %s failed", job.pk)
+
+
+def scan_logs_for_hints(job, attempt, instances, backend, now) -> None:
+    """Every LOG_SCAN_EVERY: a watchdog timeout in a log suggests a hang interval."""
+    from monitoring import hang
+
+    state = job.monitor_state or {}
+    last = state.get("log_scan_at")
+    if last and now.timestamp() - last < LOG_SCAN_EVERY.total_seconds():
+        return
+    state["log_scan_at"] = now.timestamp()
+    for inst in instances:
+        if state.get("watchdog_suggested"):
+            break
+        try:
+            tail = backend.tail_log(attempt.backend_handle, inst.name, TAIL_BYTES)
+        except BackendError:
+            continue
+        suggestion = hang.suggest_hang_interval(tail.decode("utf-8", "replace"))
+        if suggestion is not None:
+            state["watchdog_suggested"] = suggestion.interval
+            actions.record_event(
+                job, EventType.SUGGESTION, suggestion.message, attempt=attempt.number, instance=inst.name,
+                payload={"suggested_hang_interval": suggestion.interval, "line": suggestion.line[:500],
+                         "watchdog_timeout": suggestion.timeout_seconds},
+                key=f"watchdog:{job.pk}",
+            )
+    Job.objects.filter(pk=job.pk).update(monitor_state=state)
+    job.monitor_state = state
+
+
+__all__ = ["run_job", "sweep", "TickResult", "restart_job"]

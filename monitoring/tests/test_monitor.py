@@ -1,0 +1,328 @@
+"""The monitor tick over the in-memory backend: decisions, records, idempotency.
+Real processes are in test_monitor_local.py."""
+
+import time
+
+import pytest
+import time_machine
+from django.utils import timezone
+
+from jobs.models import Attempt, Instance, Job, JobEvent, JobStatus, RestartRecord
+from monitoring import monitor
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+SYNC = "--job-execution-mode=Sync --enable-job-restart=True --max-num-of-job-restart=3 --fault-tolerant-policy=ExitCodeAndErrorMsg"
+ASYNC = "--job-execution-mode=Async --fault-tolerant-policy=OnFailure"
+NCCL = b"RuntimeError: NCCL error in: ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:1331, unhandled system error, NCCL version 2.18.1\n"
+BUG = b'Traceback (most recent call last):\n  File "train.py", line 3, in <module>\n    raise ValueError("bad shape")\nValueError: bad shape\n'
+
+
+def submit(api, ws, body, args=SYNC, **over):
+    b = body(ws, settings={"enable_error_monitoring_in_aimaster": bool(args), "error_monitoring_args": args or ""}, **over)
+    r = api.post("/api/v1/jobs/", b, format="json")
+    assert r.status_code == 201, r.content
+    return Job.objects.get(pk=r.json()["id"])
+
+
+def settled(job_id):
+    """A tick after the cascade settle window (a lone NCCL symptom waits for its cause)."""
+    return monitor.run_job(job_id, now=timezone.now() + timezone.timedelta(seconds=monitor.CASCADE_SETTLE_SECONDS + 0.5))
+
+
+def handle_of(job, number=None):
+    return Attempt.objects.get(job=job, number=number or Job.objects.get(pk=job.pk).current_attempt).backend_handle
+
+
+@pytest.fixture
+def owner_api(alice_ws, alice, api_as):
+    return api_as(alice)
+
+
+def test_a_launched_job_runs_and_succeeds_when_every_instance_exits_0(alice_ws, owner_api, job_body, memory_backend):
+    job = submit(owner_api, alice_ws, job_body)
+    job.refresh_from_db()
+    assert job.status == JobStatus.RUNNING
+    h = handle_of(job)
+    for name in ("master-0", "worker-0"):
+        memory_backend.finish(h, name, exit_code=0)
+    assert monitor.run_job(job.pk).action == "succeeded"
+    job.refresh_from_db()
+    assert job.status == JobStatus.SUCCEEDED
+    assert set(Instance.objects.filter(attempt__job=job).values_list("status", flat=True)) == {"Succeeded"}
+
+
+def test_sync_job_restarts_on_a_retryable_error_with_a_full_record(alice_ws, owner_api, job_body, memory_backend):
+    job = submit(owner_api, alice_ws, job_body)
+    h = handle_of(job)
+    memory_backend.write_log(h, "worker-0", b"step=1 loss=0.5\n" + NCCL)
+    memory_backend.finish(h, "worker-0", exit_code=1)
+    result = settled(job.pk)
+    assert result.action == "restart_job", result
+    job.refresh_from_db()
+    assert job.current_attempt == 2 and job.restart_count == 1
+    assert job.status == JobStatus.RUNNING  # attempt 2 launched at once
+    record = RestartRecord.objects.get(job=job)
+    assert record.kind == "job" and record.attempt == 1 and record.new_attempt == 2
+    assert record.instance_name == "worker-0" and record.node_name == "mem-0"
+    assert record.error_source == "Log" and record.error_code and "NCCL" in record.error_message
+    assert "restart 1 of 3" in record.reason
+    old = Attempt.objects.get(job=job, number=1)
+    assert old.status == "Failed" and old.made_progress is True and old.ended_at is not None
+    assert memory_backend.stopped and memory_backend.stopped[0][1] == 1
+    assert JobEvent.objects.filter(job=job, type="restart").count() == 1
+    # The new attempt's instances all run: the restart is recorded as succeeded with its duration.
+    monitor.run_job(job.pk)
+    record.refresh_from_db()
+    assert record.result == "Succeeded" and record.duration_seconds is not None
+
+
+def test_sync_job_fails_fast_on_a_user_bug_with_the_cause(alice_ws, owner_api, job_body, memory_backend):
+    job = submit(owner_api, alice_ws, job_body)
+    h = handle_of(job)
+    memory_backend.write_log(h, "master-0", BUG)
+    memory_backend.finish(h, "master-0", exit_code=1)
+    assert monitor.run_job(job.pk).action == "fail_job"
+    job.refresh_from_db()
+    assert job.status == JobStatus.FAILED
+    assert "ValueError" in job.reason and "cannot fix" in job.reason
+    assert job.current_attempt == 1 and not RestartRecord.objects.filter(job=job).exists()
+    failed = JobEvent.objects.get(job=job, type="job_failed")
+    assert failed.payload["instance"] == "master-0"
+
+
+def test_the_same_monitor_tick_twice_restarts_once(alice_ws, owner_api, job_body, memory_backend):
+    job = submit(owner_api, alice_ws, job_body)
+    h = handle_of(job)
+    memory_backend.write_log(h, "worker-0", NCCL)
+    memory_backend.finish(h, "worker-0", exit_code=1)
+    settled(job.pk)
+    settled(job.pk)
+    from monitoring.tasks import run_job as task
+
+    task.delay(job.pk)  # a re-delivered task
+    job.refresh_from_db()
+    assert job.current_attempt == 2
+    assert Attempt.objects.filter(job=job).count() == 2
+    assert RestartRecord.objects.filter(job=job).count() == 1
+
+
+def test_restart_job_is_compare_and_set_on_the_attempt_number(alice_ws, owner_api, job_body, memory_backend):
+    job = submit(owner_api, alice_ws, job_body)
+    attempt = Attempt.objects.get(job=job, number=1)
+    instances = list(attempt.instances.all())
+    assert monitor.restart_job(job, attempt, instances, memory_backend, "first", monitor.ErrorSource.HANG, message="m")
+    stale = Job.objects.get(pk=job.pk)
+    stale.current_attempt = 1  # a second worker that read the job before the restart
+    assert not monitor.restart_job(stale, attempt, instances, memory_backend, "second", monitor.ErrorSource.HANG, message="m")
+    assert Attempt.objects.filter(job=job).count() == 2
+
+
+def test_budget_exhausted_fails_the_job_and_says_why(alice_ws, owner_api, job_body, memory_backend):
+    job = submit(owner_api, alice_ws, job_body, args="--enable-job-restart=True --max-num-of-job-restart=1")
+    for attempt in (1, 2):
+        h = handle_of(job, attempt)
+        memory_backend.write_log(h, "worker-0", b"step=3\n" + NCCL)
+        memory_backend.finish(h, "worker-0", exit_code=1)
+        settled(job.pk)
+        job.refresh_from_db()
+    assert job.status == JobStatus.FAILED
+    assert "restarted 1 of 1 times" in job.reason
+    assert Attempt.objects.filter(job=job).count() == 2
+
+
+def test_restarts_off_means_a_retryable_failure_still_fails(alice_ws, owner_api, job_body, memory_backend):
+    job = submit(owner_api, alice_ws, job_body, args="--fault-tolerant-policy=ExitCodeAndErrorMsg")
+    h = handle_of(job)
+    memory_backend.write_log(h, "worker-0", NCCL)
+    memory_backend.finish(h, "worker-0", exit_code=1)
+    settled(job.pk)
+    job.refresh_from_db()
+    assert job.status == JobStatus.FAILED and "--enable-job-restart=False" in job.reason
+
+
+def test_async_job_restarts_only_the_failed_worker(alice_ws, owner_api, job_body, memory_backend):
+    job = submit(owner_api, alice_ws, job_body, args=ASYNC, job_type="TFJob",
+                 job_specs=[{"type": "PS", "pod_count": 1}, {"type": "Worker", "pod_count": 3}])
+    h = handle_of(job)
+    memory_backend.write_log(h, "worker-1", BUG)
+    memory_backend.finish(h, "worker-1", exit_code=1)
+    assert monitor.run_job(job.pk).action == "restart_instance"
+    job.refresh_from_db()
+    assert job.current_attempt == 1 and job.status == JobStatus.RUNNING
+    assert memory_backend.restarted == [(str(job.pk), 1, "worker-1")]
+    w1 = Instance.objects.get(attempt__job=job, name="worker-1")
+    assert w1.status == "Running" and w1.restarts == 1
+    record = RestartRecord.objects.get(job=job)
+    assert record.kind == "instance" and record.instance_name == "worker-1" and record.result == "Succeeded"
+    others = Instance.objects.filter(attempt__job=job).exclude(name="worker-1")
+    assert all(i.restarts == 0 for i in others)
+
+
+def test_async_ps_failure_needs_a_whole_job_restart(alice_ws, owner_api, job_body, memory_backend):
+    job = submit(owner_api, alice_ws, job_body, args=ASYNC + " --enable-job-restart=True", job_type="TFJob",
+                 job_specs=[{"type": "PS", "pod_count": 1}, {"type": "Worker", "pod_count": 2}])
+    h = handle_of(job)
+    memory_backend.finish(h, "ps-0", exit_code=None, signal=9)
+    assert monitor.run_job(job.pk).action == "restart_job"
+
+
+def test_same_error_cap_counts_across_attempts(alice_ws, owner_api, job_body, memory_backend):
+    job = submit(owner_api, alice_ws, job_body, args=SYNC.replace("=3", "=10") + " --max-num-of-same-error=2")
+    for attempt in (1, 2, 3):
+        h = handle_of(job, attempt)
+        memory_backend.write_log(h, "worker-0", b"step=5\n" + NCCL)
+        memory_backend.finish(h, "worker-0", exit_code=1)
+        settled(job.pk)
+        job.refresh_from_db()
+    assert job.status == JobStatus.FAILED
+    assert "occurred 3 times on worker-0" in job.reason
+    assert RestartRecord.objects.filter(job=job).count() == 2
+
+
+def test_failure_rate_over_the_threshold_fails_an_async_job(alice_ws, owner_api, job_body, memory_backend):
+    job = submit(owner_api, alice_ws, job_body, args=ASYNC + " --max-tolerated-failure-rate=0.3",
+                 job_type="ElasticBatchJob", job_specs=[{"type": "Worker", "pod_count": 4}])
+    h = handle_of(job)
+    memory_backend.finish(h, "worker-0", exit_code=1)
+    assert monitor.run_job(job.pk).action == "restart_instance"  # 1 of 4 = 25 %
+    h = handle_of(job)
+    memory_backend.finish(h, "worker-1", exit_code=1)
+    memory_backend.finish(h, "worker-2", exit_code=1)
+    monitor.run_job(job.pk)
+    job.refresh_from_db()
+    assert job.status == JobStatus.FAILED and "--max-tolerated-failure-rate=0.3" in job.reason
+
+
+def test_a_person_stop_wins_over_a_pending_failure(alice_ws, owner_api, job_body, memory_backend):
+    job = submit(owner_api, alice_ws, job_body)
+    h = handle_of(job)
+    memory_backend.write_log(h, "worker-0", NCCL)
+    memory_backend.finish(h, "worker-0", exit_code=1)
+    owner_api.post(f"/api/v1/jobs/{job.pk}/stop/")
+    settled(job.pk)
+    job.refresh_from_db()
+    assert job.status == JobStatus.STOPPED
+    assert job.current_attempt == 1 and not RestartRecord.objects.exists()
+
+
+def test_root_cause_first_a_crash_beats_the_peers_connection_resets(alice_ws, owner_api, job_body, memory_backend):
+    job = submit(owner_api, alice_ws, job_body, job_specs=[{"type": "Master", "pod_count": 1}, {"type": "Worker", "pod_count": 3}])
+    h = handle_of(job)
+    t = time.time() - 5
+    memory_backend.write_log(h, "worker-1", BUG)
+    memory_backend.finish(h, "worker-1", exit_code=1, now=t)
+    for i, name in enumerate(("master-0", "worker-0", "worker-2")):
+        memory_backend.write_log(h, name, b"RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed by peer [127.0.0.1]:5111\n")
+        memory_backend.finish(h, name, exit_code=1, now=t + 0.05 * (i + 1))
+    monitor.run_job(job.pk)
+    job.refresh_from_db()
+    assert job.status == JobStatus.FAILED  # the root cause is the user bug, not the resets
+    failed = JobEvent.objects.get(job=job, type="job_failed")
+    assert failed.payload["instance"] == "worker-1"
+    assert sorted(c["instance"] for c in failed.payload["cascades"]) == ["master-0", "worker-0", "worker-2"]
+
+
+def test_a_lone_cascade_symptom_waits_briefly_for_the_real_cause(alice_ws, owner_api, job_body, memory_backend):
+    job = submit(owner_api, alice_ws, job_body)
+    h = handle_of(job)
+    now = time.time()
+    memory_backend.write_log(h, "master-0", b"RuntimeError: Connection reset by peer\n")
+    memory_backend.finish(h, "master-0", exit_code=1, now=now)
+    with time_machine.travel(now + 0.2, tick=False):
+        assert monitor.run_job(job.pk).action == "none"
+    memory_backend.write_log(h, "worker-0", BUG)
+    memory_backend.finish(h, "worker-0", exit_code=1, now=now + 0.3)
+    with time_machine.travel(now + 0.5, tick=False):
+        monitor.run_job(job.pk)
+    assert JobEvent.objects.get(job=job, type="job_failed").payload["instance"] == "worker-0"
+
+
+def test_hang_of_all_instances_restarts_the_job(alice_ws, owner_api, job_body, memory_backend):
+    job = submit(owner_api, alice_ws, job_body, args=SYNC + " --enable-job-hang-detection=True --job-hang-interval=2")
+    h = handle_of(job)
+    start = time.time()
+    for name in ("master-0", "worker-0"):
+        memory_backend.write_log(h, name, b"step=1\n", now=start)
+    with time_machine.travel(start + 1.5, tick=False):
+        assert monitor.run_job(job.pk).action == "none"
+    with time_machine.travel(start + 2.5, tick=False):
+        assert monitor.run_job(job.pk).action == "restart_job"
+    record = RestartRecord.objects.get(job=job)
+    assert record.error_source == "Hang"
+    assert JobEvent.objects.filter(job=job, type="hang").count() == 1
+
+
+def test_runtime_interval_override_and_suspension(alice_ws, owner_api, job_body, memory_backend):
+    job = submit(owner_api, alice_ws, job_body, args=SYNC + " --enable-job-hang-detection=True --job-hang-interval=2")
+    owner_api.patch(f"/api/v1/jobs/{job.pk}/runtime/", {"job_hang_interval": -1}, format="json")
+    h = handle_of(job)
+    start = time.time()
+    memory_backend.write_log(h, "master-0", b"x\n", now=start)
+    with time_machine.travel(start + 100, tick=False):
+        assert monitor.run_job(job.pk).action == "none"
+    owner_api.patch(f"/api/v1/jobs/{job.pk}/runtime/", {"job_hang_interval": 50}, format="json")
+    with time_machine.travel(start + 101, tick=False):
+        assert monitor.run_job(job.pk).action == "restart_job"
+
+
+def test_exit_hang_restarts_when_one_instance_finished_long_ago(alice_ws, owner_api, job_body, memory_backend):
+    job = submit(owner_api, alice_ws, job_body, args=SYNC + " --enable-job-exit-hang-detection=True --job-exit-hang-interval=5")
+    h = handle_of(job)
+    t = time.time()
+    memory_backend.finish(h, "worker-0", exit_code=0, now=t)
+    with time_machine.travel(t + 3, tick=False):
+        assert monitor.run_job(job.pk).action == "none"
+    with time_machine.travel(t + 6, tick=False):
+        assert monitor.run_job(job.pk).action == "restart_job"
+    assert RestartRecord.objects.get(job=job).error_source == "ExitHang"
+
+
+def test_restart_loop_breaker_stops_three_restarts_without_progress(alice_ws, owner_api, job_body, memory_backend):
+    job = submit(owner_api, alice_ws, job_body, args=SYNC.replace("=3", "=10"))
+    for attempt in (1, 2, 3, 4):
+        h = handle_of(job, attempt)
+        memory_backend.write_log(h, "worker-0", b"initialising...\n" + NCCL)
+        memory_backend.finish(h, "worker-0", exit_code=1)
+        settled(job.pk)
+        job.refresh_from_db()
+    assert job.status == JobStatus.FAILED
+    assert "no training progress" in job.reason
+    assert RestartRecord.objects.filter(job=job).count() == 3
+
+
+def test_without_fault_tolerance_the_first_failure_fails_the_job_with_its_cause(alice_ws, owner_api, job_body, memory_backend):
+    job = submit(owner_api, alice_ws, job_body, args="")
+    h = handle_of(job)
+    memory_backend.write_log(h, "worker-0", NCCL)
+    memory_backend.finish(h, "worker-0", exit_code=1)
+    settled(job.pk)
+    job.refresh_from_db()
+    assert job.status == JobStatus.FAILED and "fault tolerance is off" in job.reason
+    assert ("stopped" in {s.state for s in memory_backend.poll(h)})
+
+
+def test_a_watchdog_timeout_in_a_log_suggests_a_hang_interval(alice_ws, owner_api, job_body, memory_backend):
+    job = submit(owner_api, alice_ws, job_body)
+    h = handle_of(job)
+    memory_backend.write_log(h, "worker-0", b"[Rank 1] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=5, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600023 milliseconds before timing out.\n")
+    monitor.run_job(job.pk)
+    event = JobEvent.objects.get(job=job, type="suggestion")
+    assert event.payload["suggested_hang_interval"] == 450
+    monitor.run_job(job.pk, now=timezone.now() + timezone.timedelta(minutes=5))
+    assert JobEvent.objects.filter(job=job, type="suggestion").count() == 1
+
+
+def test_sweep_relaunches_an_attempt_that_no_worker_took(alice_ws, owner_api, job_body, memory_backend):
+    job = submit(owner_api, alice_ws, job_body)
+    attempt = Attempt.objects.get(job=job, number=1)
+    # Pretend the worker died after deciding a restart but before launching attempt 2.
+    Job.objects.filter(pk=job.pk).update(current_attempt=2, status=JobStatus.RESTARTING)
+    Attempt.objects.create(job=job, number=2, queued_at=timezone.now() - timezone.timedelta(seconds=30))
+    monitor.run_job(job.pk)
+    job.refresh_from_db()
+    assert job.status == JobStatus.RUNNING
+    assert Attempt.objects.get(job=job, number=2).backend_handle
+    assert Attempt.objects.get(pk=attempt.pk).status == "Failed"  # superseded attempt stopped
+    monitor.run_job(job.pk)
+    assert Attempt.objects.filter(job=job).count() == 2
