@@ -1,0 +1,302 @@
+"""Outbound safety: every connection a notification makes goes through here.
+
+A channel's URL is typed by a workspace admin, so it must not become a way to
+reach the console's own network (loopback, private ranges, link-local, the cloud
+metadata service...). Three places check: saving a channel, "Send test", and each
+delivery attempt, and a redirect is checked hop by hop.
+
+How the check cannot be dodged:
+- Hosts are resolved with getaddrinfo and *every* address is checked, so the odd
+  spellings (`2130706433`, `0x7f.1`, `[::ffff:127.0.0.1]`, `a@127.0.0.1`,
+  `0.0.0.0`) end up as the address they really mean.
+- While `guarded()` is active, urllib3 (and so requests, and apprise's HTTP
+  services) connects through `_checked_create_connection`: it resolves once,
+  checks what it resolved and connects to exactly those addresses, by IP. A name
+  that resolves to a public address at check time and a private one a moment
+  later (DNS rebinding) therefore never reaches the private one. TLS SNI and the
+  Host header still carry the name, because urllib3 takes those from the URL.
+- The webhook transport follows redirects itself (at most MAX_REDIRECTS), checking
+  each Location before connecting to it.
+
+Addresses listed in settings.VIGIL_OUTBOUND_ALLOW (IPs or CIDRs) are let
+through, except the metadata addresses, which are never allowed.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import ipaddress
+import socket
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from urllib.parse import urljoin, urlsplit
+
+from django.conf import settings
+
+HTTP_SCHEMES = ("http", "https")
+MAX_REDIRECTS = 3
+MAX_RESPONSE_BYTES = 64 * 1024
+
+# Cloud instance-metadata endpoints: refused even when an allow-list covers them.
+METADATA_ADDRESSES = frozenset(
+    ipaddress.ip_address(a)
+    for a in (
+        "169.254.169.254",  # AWS, GCP, Azure, OpenStack, DigitalOcean
+        "169.254.170.2",  # AWS ECS task metadata
+        "fd00:ec2::254",  # AWS IPv6
+        "100.100.100.200",  # Alibaba Cloud
+        "168.63.129.16",  # Azure wire server
+    )
+)
+SHARED_ADDRESS_SPACE = ipaddress.ip_network("100.64.0.0/10")
+
+
+class OutboundError(Exception):
+    """A connection could not be made; `permanent` says whether retrying can help."""
+
+    permanent = False
+
+
+class RefusedDestination(OutboundError):
+    """The destination is not one Vigil will connect to (permanent)."""
+
+    permanent = True
+
+
+class UnresolvableHost(OutboundError):
+    """DNS gave no answer; may be temporary."""
+
+
+# --- the pure part: is this address acceptable? ----------------------------------
+
+
+def parse_allow_list(entries) -> tuple:
+    networks = []
+    for entry in entries or ():
+        try:
+            networks.append(ipaddress.ip_network(str(entry).strip(), strict=False))
+        except ValueError:
+            raise ValueError(
+                f"VIGIL_OUTBOUND_ALLOW: {entry!r} is not an IP address or CIDR (e.g. 127.0.0.1 or 10.0.0.0/8)"
+            ) from None
+    return tuple(networks)
+
+
+def refusal_reason(address, allow=()) -> str | None:
+    """Why `address` may not be contacted, or None when it may."""
+    ip = ipaddress.ip_address(str(address).split("%", 1)[0])
+    if ip.version == 6:
+        # An IPv4 address wrapped in IPv6 is judged as the IPv4 address it carries.
+        embedded = ip.ipv4_mapped or ip.sixtofour or (ip.teredo[1] if ip.teredo else None)
+        if embedded is not None:
+            ip = embedded
+    if ip in METADATA_ADDRESSES:
+        return f"{ip} is a cloud metadata address"
+    if any(ip.version == net.version and ip in net for net in allow):
+        return None
+    if ip.is_unspecified:
+        return f"{ip} is the unspecified address"
+    if ip.is_loopback:
+        return f"{ip} is a loopback address"
+    if ip.is_link_local:
+        return f"{ip} is a link-local address"
+    if ip.version == 4 and ip in SHARED_ADDRESS_SPACE:
+        return f"{ip} is in the shared address space (100.64.0.0/10)"
+    if ip.is_multicast:
+        return f"{ip} is a multicast address"
+    if ip.is_private:
+        return f"{ip} is a private address"
+    if ip.is_reserved:
+        return f"{ip} is a reserved address"
+    if not ip.is_global:
+        return f"{ip} is not a public address"
+    return None
+
+
+# --- resolving and checking ------------------------------------------------------
+
+
+def allowed_networks() -> tuple:
+    return parse_allow_list(getattr(settings, "VIGIL_OUTBOUND_ALLOW", ()))
+
+
+def resolve_checked(host: str, port: int, allow=None) -> list[tuple]:
+    """getaddrinfo results for host:port, all of them acceptable; raises
+    RefusedDestination naming the first unacceptable address."""
+    if not host:
+        raise RefusedDestination("the URL has no host")
+    allow = allowed_networks() if allow is None else allow
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except (socket.gaierror, UnicodeError) as exc:
+        raise UnresolvableHost(f"could not resolve {host}: {exc}") from None
+    if not infos:
+        raise UnresolvableHost(f"could not resolve {host}")
+    for info in infos:
+        reason = refusal_reason(info[4][0], allow)
+        if reason:
+            shown = host if host == info[4][0] else f"{host} resolves to {info[4][0]}, which"
+            raise RefusedDestination(f"refused destination: {shown} is not allowed ({reason})")
+    return infos
+
+
+@dataclass(frozen=True)
+class Destination:
+    url: str
+    scheme: str
+    host: str
+    port: int
+
+
+def parse_destination(url: str, schemes=HTTP_SCHEMES) -> Destination:
+    """Split a URL into scheme, host and port, refusing other schemes and
+    malformed hosts/ports. No network."""
+    try:
+        parts = urlsplit(str(url).strip())
+        port = parts.port
+    except ValueError as exc:
+        raise RefusedDestination(f"not a valid URL: {exc}") from None
+    scheme = parts.scheme.lower()
+    if scheme not in schemes:
+        raise RefusedDestination(
+            f"the scheme {scheme + '://' if scheme else '(none)'} is not accepted; use one of: "
+            + ", ".join(s + "://" for s in schemes)
+        )
+    host = parts.hostname or ""
+    if not host:
+        raise RefusedDestination("the URL has no host")
+    default_port = 443 if scheme.endswith("s") else 80
+    return Destination(url=str(url).strip(), scheme=scheme, host=host, port=port or default_port)
+
+
+def check_url(url: str, schemes=HTTP_SCHEMES) -> Destination:
+    """Scheme, host and every resolved address checked (save-time and pre-send)."""
+    dest = parse_destination(url, schemes)
+    resolve_checked(dest.host, dest.port)
+    return dest
+
+
+def check_host(host: str, port: int) -> None:
+    resolve_checked(host, port)
+
+
+# --- the connection guard --------------------------------------------------------
+
+
+@dataclass
+class GuardState:
+    allow: tuple
+    refusals: list = field(default_factory=list)
+
+
+_guard: contextvars.ContextVar[GuardState | None] = contextvars.ContextVar("vigil_outbound_guard", default=None)
+_original_create_connection = None
+
+
+def _checked_create_connection(address, *args, **kwargs):
+    state = _guard.get()
+    if state is None:
+        return _original_create_connection(address, *args, **kwargs)
+    host, port = address
+    try:
+        infos = resolve_checked(host, port, state.allow)
+    except RefusedDestination as exc:
+        # Not an OSError, so urllib3 does not retry or wrap it; recorded because
+        # apprise swallows exceptions and only logs them.
+        state.refusals.append(str(exc))
+        raise
+    except UnresolvableHost as exc:
+        raise socket.gaierror(str(exc)) from None
+    last_error = None
+    for info in infos:
+        try:
+            # Connect to the checked address itself; no second lookup.
+            return _original_create_connection((info[4][0], port), *args, **kwargs)
+        except OSError as exc:
+            last_error = exc
+    raise last_error
+
+
+def _install() -> None:
+    global _original_create_connection
+    if _original_create_connection is not None:
+        return
+    from urllib3 import connection as u3_connection
+    from urllib3.util import connection as u3_util_connection
+
+    _original_create_connection = u3_util_connection.create_connection
+    # urllib3's HTTPConnection calls `connection.create_connection` through the
+    # module, so replacing the module attribute covers every pool. Outside
+    # guarded() the wrapper is a plain pass-through.
+    u3_util_connection.create_connection = _checked_create_connection
+    assert u3_connection.connection is u3_util_connection
+
+
+@contextmanager
+def guarded():
+    """Inside this block every urllib3 connection is resolved, checked and pinned."""
+    _install()
+    state = GuardState(allow=allowed_networks())
+    token = _guard.set(state)
+    try:
+        yield state
+    finally:
+        _guard.reset(token)
+
+
+# --- the one HTTP function -------------------------------------------------------
+
+
+@dataclass
+class HttpResult:
+    status: int
+    url: str
+    body: bytes
+    headers: dict
+
+
+def http_request(method: str, url: str, *, data: bytes | None = None, headers=None, timeout=10.0) -> HttpResult:
+    """Send one request with redirects followed by hand, each hop checked.
+
+    Raises RefusedDestination (permanent) or OutboundError (transient: timeout,
+    connection refused, DNS). An HTTP error status is returned, not raised."""
+    import requests
+
+    headers = dict(headers or {})
+    with guarded(), requests.Session() as session:
+        session.trust_env = False  # no proxy from the environment: we connect where we checked
+        for hop in range(MAX_REDIRECTS + 1):
+            check_url(url)
+            try:
+                resp = session.request(
+                    method, url, data=data, headers=headers, timeout=timeout, allow_redirects=False, stream=True
+                )
+            except RefusedDestination:
+                raise
+            except requests.Timeout as exc:
+                raise OutboundError(f"timed out after {timeout:g} s ({exc.__class__.__name__})") from None
+            except requests.RequestException as exc:
+                raise OutboundError(f"could not connect: {_short(exc)}") from None
+            try:
+                body = resp.raw.read(MAX_RESPONSE_BYTES, decode_content=True) or b""
+            except Exception:  # noqa: BLE001 - a half-read body does not change the outcome
+                body = b""
+            finally:
+                resp.close()
+            location = resp.headers.get("Location")
+            if resp.status_code in (301, 302, 303, 307, 308) and location:
+                if hop == MAX_REDIRECTS:
+                    raise RefusedDestination(f"refused destination: more than {MAX_REDIRECTS} redirects")
+                url = urljoin(url, location)
+                if resp.status_code == 303 or (resp.status_code in (301, 302) and method.upper() == "POST"):
+                    # What browsers and requests do: the redirected request is a GET without body.
+                    method, data = "GET", None
+                    headers.pop("Content-Type", None)
+                continue
+            return HttpResult(status=resp.status_code, url=url, body=body, headers=dict(resp.headers))
+    raise AssertionError("unreachable")
+
+
+def _short(exc: Exception) -> str:
+    text = str(exc)
+    return text if len(text) <= 300 else text[:297] + "..."

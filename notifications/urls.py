@@ -1,0 +1,25 @@
+"""Pages under /workspaces/<slug>/notifications/ (included at the root by console.urls)."""
+
+from django.urls import path
+from django.views.generic import RedirectView
+
+from . import views
+
+app_name = "notifications"
+
+base = "workspaces/<slug:slug>/notifications/"
+
+urlpatterns = [
+    path(base, RedirectView.as_view(pattern_name="notifications:rules"), name="index"),
+    path(base + "channels/", views.channel_list, name="channels"),
+    path(base + "channels/add/", views.channel_add, name="channel-add"),
+    path(base + "channels/<int:channel_id>/edit/", views.channel_edit, name="channel-edit"),
+    path(base + "channels/<int:channel_id>/test/", views.channel_test, name="channel-test"),
+    path(base + "channels/<int:channel_id>/delete/", views.channel_delete, name="channel-delete"),
+    path(base + "rules/", views.rule_list, name="rules"),
+    path(base + "rules/add/", views.rule_add, name="rule-add"),
+    path(base + "rules/<int:rule_id>/edit/", views.rule_edit, name="rule-edit"),
+    path(base + "rules/<int:rule_id>/toggle/", views.rule_toggle, name="rule-toggle"),
+    path(base + "rules/<int:rule_id>/delete/", views.rule_delete, name="rule-delete"),
+    path(base + "rules/<int:rule_id>/deliveries/", views.rule_deliveries, name="rule-deliveries"),
+]

@@ -1,0 +1,187 @@
+"""Pages for channels, event rules and a rule's delivery log. Everyone in the
+workspace sees them (members and viewers with channel URLs masked); owners and
+admins change them; people outside the workspace get 404."""
+
+from __future__ import annotations
+
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied
+from django.core.paginator import Paginator
+from django.db.models import Prefetch
+from django.http import Http404
+from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
+from django.views.decorators.http import require_POST
+
+from jobs.models import ADMIN_ROLES, Workspace
+
+from . import dispatch
+from .forms import ChannelForm, DeliveryFilterForm, EventRuleForm
+from .models import Channel, Delivery, EventRule
+
+
+def _workspace(request, slug) -> tuple[Workspace, bool]:
+    workspace = Workspace.objects.for_user(request.user).filter(slug=slug).first()
+    if workspace is None:
+        raise Http404("No such workspace.")
+    role = workspace.role_of(request.user)
+    return workspace, role in ADMIN_ROLES
+
+
+def _admin_workspace(request, slug) -> Workspace:
+    workspace, is_admin = _workspace(request, slug)
+    if not is_admin:
+        raise PermissionDenied("Only the workspace's owners and admins change notifications.")
+    return workspace
+
+
+def _context(workspace, is_admin, **extra):
+    return {"workspace": workspace, "is_admin": is_admin, **extra}
+
+
+# --- channels ----------------------------------------------------------------------
+
+
+@login_required
+def channel_list(request, slug):
+    workspace, is_admin = _workspace(request, slug)
+    channels = list(Channel.objects.filter(workspace=workspace).order_by("name"))
+    for channel in channels:
+        channel.last = channel.last_delivery()
+    tested = None
+    if request.GET.get("tested", "").isdigit():
+        tested = (
+            Delivery.objects.select_related("channel")
+            .filter(pk=int(request.GET["tested"]), channel__workspace=workspace, is_test=True)
+            .first()
+        )
+    return render(
+        request, "notifications/channels.html", _context(workspace, is_admin, channels=channels, tested=tested)
+    )
+
+
+@login_required
+def channel_add(request, slug):
+    workspace = _admin_workspace(request, slug)
+    form = ChannelForm(request.POST or None, workspace=workspace)
+    if request.method == "POST" and form.is_valid():
+        channel = form.save(commit=False)
+        channel.created_by = request.user
+        channel.save()
+        return redirect("notifications:channels", slug=workspace.slug)
+    return render(request, "notifications/channel_form.html", _context(workspace, True, form=form, channel=None))
+
+
+@login_required
+def channel_edit(request, slug, channel_id):
+    workspace = _admin_workspace(request, slug)
+    channel = get_object_or_404(Channel, pk=channel_id, workspace=workspace)
+    form = ChannelForm(request.POST or None, instance=channel, workspace=workspace)
+    if request.method == "POST" and form.is_valid():
+        form.save()
+        return redirect("notifications:channels", slug=workspace.slug)
+    return render(request, "notifications/channel_form.html", _context(workspace, True, form=form, channel=channel))
+
+
+@login_required
+@require_POST
+def channel_test(request, slug, channel_id):
+    workspace = _admin_workspace(request, slug)
+    channel = get_object_or_404(Channel, pk=channel_id, workspace=workspace)
+    delivery = dispatch.send_test(channel)
+    return redirect(reverse("notifications:channels", kwargs={"slug": workspace.slug}) + f"?tested={delivery.pk}")
+
+
+@login_required
+def channel_delete(request, slug, channel_id):
+    workspace = _admin_workspace(request, slug)
+    channel = get_object_or_404(Channel, pk=channel_id, workspace=workspace)
+    if request.method == "POST":
+        channel.delete()
+        return redirect("notifications:channels", slug=workspace.slug)
+    return render(
+        request,
+        "notifications/confirm_delete.html",
+        _context(workspace, True, thing=f"channel “{channel.name}”", back="notifications:channels"),
+    )
+
+
+# --- event rules --------------------------------------------------------------------
+
+
+@login_required
+def rule_list(request, slug):
+    workspace, is_admin = _workspace(request, slug)
+    rules = EventRule.objects.filter(workspace=workspace).prefetch_related(
+        Prefetch("channels", queryset=Channel.objects.order_by("name"))
+    )
+    return render(request, "notifications/rules.html", _context(workspace, is_admin, rules=rules))
+
+
+@login_required
+def rule_add(request, slug):
+    workspace = _admin_workspace(request, slug)
+    form = EventRuleForm(request.POST or None, workspace=workspace)
+    if request.method == "POST" and form.is_valid():
+        rule = form.save(commit=False)
+        rule.created_by = request.user
+        rule.save()
+        form.save_m2m()
+        return redirect("notifications:rules", slug=workspace.slug)
+    return render(request, "notifications/rule_form.html", _context(workspace, True, form=form, rule=None))
+
+
+@login_required
+def rule_edit(request, slug, rule_id):
+    workspace = _admin_workspace(request, slug)
+    rule = get_object_or_404(EventRule, pk=rule_id, workspace=workspace)
+    form = EventRuleForm(request.POST or None, instance=rule, workspace=workspace)
+    if request.method == "POST" and form.is_valid():
+        form.save()
+        return redirect("notifications:rules", slug=workspace.slug)
+    return render(request, "notifications/rule_form.html", _context(workspace, True, form=form, rule=rule))
+
+
+@login_required
+@require_POST
+def rule_toggle(request, slug, rule_id):
+    workspace = _admin_workspace(request, slug)
+    rule = get_object_or_404(EventRule, pk=rule_id, workspace=workspace)
+    EventRule.objects.filter(pk=rule.pk).update(enabled=not rule.enabled)
+    return redirect("notifications:rules", slug=workspace.slug)
+
+
+@login_required
+def rule_delete(request, slug, rule_id):
+    workspace = _admin_workspace(request, slug)
+    rule = get_object_or_404(EventRule, pk=rule_id, workspace=workspace)
+    if request.method == "POST":
+        rule.delete()
+        return redirect("notifications:rules", slug=workspace.slug)
+    return render(
+        request,
+        "notifications/confirm_delete.html",
+        _context(workspace, True, thing=f"event rule “{rule.name}”", back="notifications:rules"),
+    )
+
+
+@login_required
+def rule_deliveries(request, slug, rule_id):
+    workspace, is_admin = _workspace(request, slug)
+    rule = get_object_or_404(EventRule, pk=rule_id, workspace=workspace)
+    form = DeliveryFilterForm(request.GET or None)
+    deliveries = (
+        Delivery.objects.filter(matched_rules=rule)
+        .select_related("event__job", "channel")
+        .order_by("-created_at", "-id")
+    )
+    event_type = ""
+    if form.is_valid() and form.cleaned_data.get("type"):
+        event_type = form.cleaned_data["type"]
+        deliveries = deliveries.filter(event__type=event_type)
+    page = Paginator(deliveries, 50).get_page(request.GET.get("page"))
+    return render(
+        request,
+        "notifications/deliveries.html",
+        _context(workspace, is_admin, rule=rule, form=form, page=page, event_type=event_type),
+    )
