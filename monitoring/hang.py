@@ -142,7 +142,8 @@ def check_hang(
     if silent < interval:
         return None
     n = len(running)
-    everyone = "the only running instance has" if n == 1 else f"all {n} running instances have"
+    everyone = {1: "the only running instance has", 2: "both running instances have"}.get(
+        n, f"all {n} running instances have")
     if writer is None:
         last = f"none has written anything since the attempt started {silent:.0f} s ago"
     else:
