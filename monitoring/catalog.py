@@ -39,6 +39,14 @@ class Signature:
     cascade_like: bool = False
     specific: bool = True
     documented: str = ""
+    # Whether this can explain a process killed from outside (SIGKILL, SIGTERM, SIGINT,
+    # SIGHUP). None: only retryable signatures can; a user bug ends a program with an
+    # exit code, so a start-up "Permission denied" warning must not explain a SIGKILL.
+    explains_kill: bool | None = None
+
+    @property
+    def can_explain_kill(self) -> bool:
+        return self.retryable if self.explains_kill is None else self.explains_kill
 
 
 # Optional per-line prefixes that launchers add before an exception line:
@@ -428,6 +436,7 @@ LOG_SIGNATURES: tuple[Signature, ...] = (
         message="Killed for running out of memory",
         cause="The system killed the instance because it ran out of memory (the OOM killer).",
         next_step="Raise the memory of the instance (resource_config.memory) and submit the job again.",
+        explains_kill=True,
         documented="Linux mm/oom_kill.c (\"Out of memory: Killed process\"); slurmstepd (\"Detected 1 oom_kill event\")",
     ),
     Signature(
@@ -456,6 +465,7 @@ LOG_SIGNATURES: tuple[Signature, ...] = (
         message="A DataLoader worker process was killed",
         cause="A data-loading worker process was killed, most often because the machine ran out of memory.",
         next_step="Raise the memory of the instance or use fewer DataLoader workers, then submit the job again.",
+        explains_kill=True,
         documented="torch/utils/data/dataloader.py (\"DataLoader worker (pid(s) ...) exited unexpectedly\")",
     ),
     # ---- node loss and preemption --------------------------------------------------

@@ -9,6 +9,9 @@ Pure: no Django, no clock. Precedence, first that applies:
    seen only earlier in the log is stale: start-up retry warnings, say); among several
    specific ones, the one on the latest line of the tail wins (the most recent error),
    and on the same line the earlier catalog entry wins;
+   for a process killed from outside (SIGKILL, SIGTERM, SIGINT, SIGHUP) only signatures
+   that can explain such a kill count (OOM killer, hardware, network, preemption), so a
+   start-up warning such as "Permission denied" does not turn a preemption into a bug;
 4. the exit status: killed by a signal (or exit code 128+N) without other evidence is
    retryable; 127 and 126 are a missing / non-executable command; any other non-zero exit
    code is a crash that is not retried.
@@ -186,16 +189,19 @@ def _exception_block_start(text: str, pos: int) -> int:
     return text.rfind("\n", 0, start) + 1
 
 
-def _by_catalog(text: str) -> Classification | None:
+def _by_catalog(text: str, killed_from_outside: bool = False) -> Classification | None:
     """The latest specific signature, or the generic exception when it is more relevant.
 
     A specific signature inside or after the final traceback beats the generic exception
     (a RuntimeError wrapping "Connection reset by peer" is the communication error). One
     seen only before that traceback is stale (e.g. rendezvous "Connection refused" retry
-    warnings at start-up) and the exception that ended the program wins.
+    warnings at start-up) and the exception that ended the program wins. For a process
+    killed from outside, only signatures that can explain such a kill count.
     """
     found: dict[bool, tuple[tuple[int, int], Signature, re.Match[str], int]] = {}
     for order, sig in enumerate(LOG_SIGNATURES):
+        if killed_from_outside and not sig.can_explain_kill:
+            continue
         last = None
         for last in sig.pattern.finditer(text):
             pass
@@ -225,12 +231,22 @@ def _signal_name(number: int) -> str:
         return f"signal {number}"
 
 
-def _by_exit_status(exit_code: int | None, signum: int | None) -> Classification:
+# Signals that come from outside the program (scheduler, node agent, person, supervisor),
+# unlike SIGABRT or SIGSEGV, which the program's own failure raises.
+_EXTERNAL_SIGNALS = frozenset({_signal.SIGKILL, _signal.SIGTERM, _signal.SIGINT, _signal.SIGHUP})
+
+
+def _effective_signal(exit_code: int | None, signum: int | None) -> int | None:
     if signum is None and exit_code is not None:
         if exit_code < 0:           # subprocess convention: -N is killed by signal N
-            signum = -exit_code
-        elif 128 < exit_code <= 128 + 64:  # shell convention: 128+N is killed by signal N
-            signum = exit_code - 128
+            return -exit_code
+        if 128 < exit_code <= 128 + 64:  # shell convention: 128+N is killed by signal N
+            return exit_code - 128
+    return signum
+
+
+def _by_exit_status(exit_code: int | None, signum: int | None) -> Classification:
+    signum = _effective_signal(exit_code, signum)
     if signum is not None:
         name = _signal_name(signum)
         shown = f"exit code {exit_code}, " if exit_code not in (None, -signum) else ""
@@ -292,7 +308,7 @@ def classify_failure(f: FailureInput) -> Classification:
     text = prepare_tail(f.log_tail)
     return (
         _by_keyword(text, f.user_keywords)
-        or _by_catalog(text)
+        or _by_catalog(text, _effective_signal(f.exit_code, f.signal) in _EXTERNAL_SIGNALS)
         or _by_exit_status(f.exit_code, f.signal)
     )
 

@@ -392,6 +392,28 @@ def test_oom_killer_evidence_in_the_log_makes_exit_137_an_oom_kill():
     assert (got.rule, got.retryable) == ("oom-killed", False)
 
 
+def test_a_startup_warning_does_not_turn_a_sigkill_into_a_user_bug():
+    tail = ("mkdir: cannot create directory '/root/.triton': Permission denied\n"
+            "ls: cannot access '/opt/extra': No such file or directory\n"
+            "step 100 loss 1.93\nstep 101 loss 1.92\n")
+    for code, sig in ((137, None), (-9, None), (None, signal.SIGTERM)):
+        got = classify(tail, exit_code=code, sig=sig)
+        assert (got.rule, got.retryable) == ("killed-by-signal", True), (code, sig)
+
+
+def test_a_retryable_signature_still_explains_a_sigterm():
+    got = classify("slurmstepd: error: *** JOB 4412 ON gpu-07 CANCELLED AT 2024-05-02T10:00:01 DUE TO PREEMPTION ***\n",
+                   exit_code=None, sig=signal.SIGTERM)
+    assert got.rule == "preempted"
+
+
+def test_an_abort_after_a_cuda_bug_keeps_the_bug_as_the_cause():
+    tail = ("terminate called after throwing an instance of 'c10::Error'\n"
+            "  what():  CUDA error: an illegal memory access was encountered\n")
+    got = classify(tail, exit_code=-6)
+    assert (got.rule, got.retryable) == ("cuda-illegal-memory-access", False)
+
+
 def test_cuda_out_of_memory_is_not_retryable():
     got = classify("torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 MiB\n")
     assert got.retryable is False and got.error_code == "CUDA_OOM"
