@@ -32,16 +32,22 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import shutil
 import socket
 import subprocess
 import time
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from pathlib import Path
 
 from . import slurm_step as step
 from .base import AttemptLaunch, Backend, BackendError, InstanceState, InstanceStatus, Node
+
+HANDLE = "handle.json"
+SUBMITTING = "submitting.json"  # written just before sbatch: how to find the job if we die
+SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 
 TOOLS = ("sbatch", "srun", "squeue", "sacct", "scancel", "scontrol", "sinfo")
 
@@ -314,7 +320,7 @@ def instance_status(inst: dict, files: InstanceFiles, job: SlurmJob) -> Instance
     if job.active:
         if files.started:
             return InstanceStatus(**base, state=InstanceState.RUNNING)
-        why = "restart requested, step starting" if files.run else "step starting"
+        why = "restart requested, step starting" if files.run > 1 else "step starting"
         return InstanceStatus(**base, state=InstanceState.PENDING, reason=why)
     # The job is over and this run left no exit record.
     ended = job.end_time
@@ -384,20 +390,23 @@ class SlurmBackend(Backend):
 
     # -- attempts --------------------------------------------------------------------------
 
-    def _attempt_dir(self, spec: AttemptLaunch) -> Path:
-        base = self.log_dir / str(spec.job_id)
-        try:
-            base.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise BackendError(f"cannot create {base} under OPTIONS['log_dir']: {exc}") from exc
-        for k in range(1000):
-            path = base / (f"attempt-{spec.attempt}" + (f"-{k}" if k else ""))
-            try:
-                path.mkdir()
-                return path
-            except FileExistsError:
-                continue
-        raise BackendError(f"too many directories for attempt {spec.attempt} in {base}")
+    def attempt_dir(self, job_id, attempt) -> Path:
+        return self.log_dir / "jobs" / str(job_id) / f"attempt-{int(attempt)}"
+
+    @staticmethod
+    def job_name(job_id, attempt) -> str:
+        return f"vigil-{job_id}-a{attempt}"
+
+    def _check_spec(self, spec: AttemptLaunch) -> None:
+        if not SAFE_NAME.match(str(spec.job_id)):
+            raise BackendError(f"job_id: {spec.job_id!r} must be letters, digits, '_', '.', '-'")
+        if not isinstance(spec.attempt, int) or spec.attempt < 1:
+            raise BackendError(f"attempt: {spec.attempt!r} must be an integer >= 1")
+        if not spec.instances:
+            raise BackendError("instances: at least one instance is needed")
+        for inst in spec.instances:
+            if not SAFE_NAME.match(inst.name):
+                raise BackendError(f"instances.name: {inst.name!r} must be letters, digits, '_', '.', '-'")
 
     def _write_runtime(self, attempt_dir: Path) -> None:
         here = Path(__file__).resolve().parent
@@ -412,7 +421,7 @@ class SlurmBackend(Backend):
 
     def sbatch_argv(self, spec: AttemptLaunch, attempt_dir: Path) -> list[str]:
         o = self.opts
-        argv = ["--parsable", f"--job-name=vigil-{spec.job_id}-a{spec.attempt}",
+        argv = ["--parsable", f"--job-name={self.job_name(spec.job_id, spec.attempt)}",
                 f"--ntasks={len(spec.instances)}", f"--cpus-per-task={o['cpus_per_instance']}",
                 f"--output={attempt_dir}/batch.log", f"--chdir={attempt_dir}", "--no-requeue",
                 f"--export={o['export']}", f"--comment=vigil job {spec.job_id} attempt {spec.attempt}"]
@@ -427,19 +436,63 @@ class SlurmBackend(Backend):
         return argv + list(o["sbatch_options"])
 
     def launch(self, spec: AttemptLaunch) -> dict:
-        if not spec.instances:
-            raise BackendError("AttemptLaunch.instances: at least one instance is needed")
-        attempt_dir = self._attempt_dir(spec)
+        self._check_spec(spec)
+        attempt_dir = self.attempt_dir(spec.job_id, spec.attempt)
+        try:
+            attempt_dir.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise BackendError(f"cannot create {attempt_dir.parent} under OPTIONS['log_dir']: {exc}") from exc
+        try:
+            attempt_dir.mkdir(mode=0o700)  # the claim: a second launch of the same attempt submits nothing
+        except FileExistsError:
+            return self._claimed_handle(spec, attempt_dir)
+        try:
+            return self._launch_claimed(spec, attempt_dir)
+        except BaseException:
+            self._abandon(attempt_dir)
+            raise
+
+    def _claimed_handle(self, spec: AttemptLaunch, attempt_dir: Path) -> dict:
+        """The attempt was launched before (a re-delivered task): its handle, or its Slurm job
+        found by name when the launching process died between sbatch and writing the handle."""
+        handle = step.read_json(str(attempt_dir / HANDLE))
+        if handle is not None:
+            return handle
+        intent = step.read_json(str(attempt_dir / SUBMITTING))
+        if intent is None:
+            raise BackendError(f"attempt {spec.attempt} of job {spec.job_id} is being launched", retryable=True)
+        res = self._run("squeue", "--noheader", "--states=all", f"--name={intent['job_name']}", "--format=%i")
+        ids = res.stdout.split()
+        if ids:
+            return self._write_handle(spec, attempt_dir, ids[0], intent["ports"])
+        if time.time() - intent["at"] < self.opts["command_timeout"] * 2:
+            raise BackendError(f"attempt {spec.attempt} of job {spec.job_id} is being launched", retryable=True)
+        self._abandon(attempt_dir)  # sbatch never got through: launch afresh
+        return self.launch(spec)
+
+    def _abandon(self, attempt_dir: Path) -> None:
+        """Move a failed launch aside so that the attempt can be launched again and the try stays readable."""
+        aside = attempt_dir.with_name(f"failed-{attempt_dir.name}-{time.time():.0f}-{os.getpid()}")
+        try:
+            os.rename(attempt_dir, aside)
+        except OSError:
+            pass
+
+    def _launch_claimed(self, spec: AttemptLaunch, attempt_dir: Path) -> dict:
         self._write_runtime(attempt_dir)
         (attempt_dir / "requests").mkdir()
         for inst in spec.instances:
             (attempt_dir / "instances" / inst.name).mkdir(parents=True)
             Path(step.log_file(str(attempt_dir), inst.name)).touch()
         o = self.opts
+        ranked = [i.name for i in sorted(spec.instances, key=lambda i: i.rank)]
+        ports = dict(zip(ranked, step.attempt_ports(spec.job_id, spec.attempt, len(ranked),
+                                                    o["port_base"], o["port_span"])))
         step.write_json(str(attempt_dir / "attempt.json"), {
             **spec.to_dict(),
+            "ports": ports,
             "options": {k: o[k] for k in ("cpus_per_instance", "gpus_per_instance", "slots_per_instance",
-                                          "python", "linger", "port_base", "port_span", "redis_url")}
+                                          "python", "linger", "redis_url")}
             | {"srun": self._tool("srun"), "srun_options": list(o["srun_options"])},
         })
         script = attempt_dir / "batch.sh"
@@ -448,20 +501,37 @@ class SlurmBackend(Backend):
             f"# Vigil job {spec.job_id}, attempt {spec.attempt}: supervise one step per instance.\n"
             f"exec {shlex.quote(o['python'])} {shlex.quote(str(attempt_dir / 'runtime' / 'slurm_step.py'))}"
             f" supervise {shlex.quote(str(attempt_dir))}\n")
+        job_name = self.job_name(spec.job_id, spec.attempt)
+        step.write_json(str(attempt_dir / SUBMITTING), {"job_name": job_name, "ports": ports, "at": time.time()})
         res = self._run("sbatch", *self.sbatch_argv(spec, attempt_dir), str(script))
         job_id = res.stdout.strip().split(";")[0]
         if not job_id.isdigit():
             raise BackendError(f"sbatch gave no job id (said {res.stdout.strip()!r})", retryable=True)
+        return self._write_handle(spec, attempt_dir, job_id, ports)
+
+    def _write_handle(self, spec: AttemptLaunch, attempt_dir: Path, slurm_job_id: str, ports: dict) -> dict:
+        first = min(spec.instances, key=lambda i: i.rank).name
         handle = {
-            "backend": "slurm",
-            "slurm_job_id": job_id,
+            "backend": self.name,
+            "slurm_job_id": str(slurm_job_id),
             "attempt_dir": str(attempt_dir),
             "job_id": str(spec.job_id),
             "attempt": spec.attempt,
-            "instances": [{"name": i.name, "role": i.role, "index": i.index, "rank": i.rank, "run": 0}
+            "job_type": spec.job_type,
+            "ports": ports,
+            # PyTorch's rendezvous port (rank 0's), kept on the Attempt row; None for other frameworks.
+            "master_port": ports[first] if spec.job_type == "PyTorchJob" else None,
+            "instances": [{"name": i.name, "role": i.role, "index": i.index, "rank": i.rank, "run": 1}
                           for i in spec.instances],
         }
-        step.write_json(str(attempt_dir / "handle.json"), handle)
+        step.write_json(str(attempt_dir / HANDLE), handle)
+        return handle
+
+    def handle_for(self, job_id, attempt) -> dict:
+        """The handle of an attempt from disk (re-adoption when the caller lost it)."""
+        handle = step.read_json(str(self.attempt_dir(job_id, attempt) / HANDLE))
+        if handle is None:
+            raise BackendError(f"no attempt {attempt} of job {job_id} under {self.log_dir}")
         return handle
 
     def job(self, handle: dict) -> SlurmJob:
@@ -513,7 +583,7 @@ class SlurmBackend(Backend):
     def _current_run(handle: dict, name: str) -> int:
         """The newest run asked for: from the handle, or from requests on disk (another process's)."""
         inst = Backend.check_instance(handle, name)
-        run = int(inst.get("run", 0))
+        run = int(inst.get("run", 1))
         d = handle["attempt_dir"]
         while os.path.exists(step.restart_request(d, name, run + 1)) or os.path.exists(
             step.restart_request(d, name, run + 1) + ".done"
@@ -589,6 +659,12 @@ class SlurmBackend(Backend):
         run = self._current_run(handle, name)
         if step.read_json(step.run_file(d, name, run)) and not step.read_json(step.exit_file(d, name, run)):
             self.stop_instance(handle, name)
+        log = step.log_file(d, name)
+        with open(log, "ab") as fh:
+            needs_newline = fh.tell() > 0 and self.tail_log(handle, name, 1) != b"\n"
+            stamp = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+            fh.write((b"\n" if needs_newline else b"") + f"===== vigil: {name} restarted (run {run + 1} of "
+                     f"attempt {handle['attempt']}) at {stamp} =====\n".encode())
         step.write_json(step.restart_request(d, name, run + 1), {"requested_at": time.time()})
         new = json.loads(json.dumps(handle))
         for inst in new["instances"]:
@@ -603,18 +679,24 @@ class SlurmBackend(Backend):
         return step.log_file(handle["attempt_dir"], name)
 
     def read_log(self, handle: dict, name: str, offset: int = 0, limit: int | None = None) -> bytes:
+        if offset < 0:
+            raise BackendError(f"offset: {offset} must be >= 0")
+        if limit is not None and limit < 0:
+            raise BackendError(f"limit: {limit} must be >= 0 or None")
         try:
             with open(self.log_path(handle, name), "rb") as fh:
-                fh.seek(max(0, offset))
+                fh.seek(offset)
                 return fh.read() if limit is None else fh.read(limit)
         except FileNotFoundError:
             return b""
 
     def tail_log(self, handle: dict, name: str, nbytes: int) -> bytes:
+        if nbytes < 0:
+            raise BackendError(f"nbytes: {nbytes} must be >= 0")
         try:
             with open(self.log_path(handle, name), "rb") as fh:
                 fh.seek(0, os.SEEK_END)
-                fh.seek(max(0, fh.tell() - max(0, nbytes)))
+                fh.seek(max(0, fh.tell() - nbytes))
                 return fh.read()
         except FileNotFoundError:
             return b""

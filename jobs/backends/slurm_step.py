@@ -64,7 +64,9 @@ POLL_INTERVAL = 0.3
 def write_json(path: str, data: dict) -> None:
     """Write atomically: readers on other nodes see the old file or the whole new one."""
     tmp = f"{path}.tmp-{socket.gethostname()}-{os.getpid()}"
-    with open(tmp, "w") as fh:
+    # Owner-only: attempt.json holds the job's token, the rest is nobody else's business.
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as fh:
         json.dump(data, fh)
         fh.flush()
         os.fsync(fh.fileno())
@@ -183,13 +185,12 @@ def allocate(attempt_dir: str, spec: dict) -> dict:
     )
     ranked = [i.name for i in sorted(instances, key=lambda i: i.rank)]
     node_of = place_instances(ranked, nodes, slots)
-    ports = attempt_ports(spec["job_id"], spec["attempt"], len(ranked), opts["port_base"], opts["port_span"])
     placements = {
         name: Placement(
-            node=node_of[name], host=node_of[name], port=ports[i],
+            node=node_of[name], host=node_of[name], port=spec["ports"][name],
             dir=instance_dir(attempt_dir, name), slots=opts["slots_per_instance"],
         )
-        for i, name in enumerate(ranked)
+        for name in ranked
     }
     setup = framework_setup(spec["job_type"], spec["attempt"], instances, placements)
     for s in setup.values():
@@ -231,7 +232,7 @@ def supervise(attempt_dir: str) -> int:
     allocation = allocate(attempt_dir, spec)
     linger = float(spec["options"].get("linger", 0))
     steps: dict[str, tuple[int, subprocess.Popen]] = {}  # name -> (run, srun process)
-    current = {i["name"]: 0 for i in spec["instances"]}
+    current = {i["name"]: 1 for i in spec["instances"]}
     # SIGTERM reaches the batch step only when the whole job is cancelled: let srun
     # and Slurm end the steps, and leave without waiting for them.
     signal.signal(signal.SIGTERM, lambda *_: os._exit(143))
@@ -249,7 +250,7 @@ def supervise(attempt_dir: str) -> int:
                                              stdin=subprocess.DEVNULL))
 
     for inst in spec["instances"]:
-        start(inst["name"], 0)
+        start(inst["name"], 1)
 
     finished_at: float | None = None
     while True:
@@ -301,7 +302,9 @@ def run_instance(attempt_dir: str, name: str, run: int) -> int:
         # instance's place in the job, not the single task of its own step.
         fw_env.update(SLURM_PROCID=fw_env["RANK"], SLURM_NTASKS=fw_env["WORLD_SIZE"],
                       SLURM_LOCALID=fw_env["LOCAL_RANK"], SLURM_NODEID=fw_env["NODE_RANK"])
-    env = instance_environment(os.environ, spec.get("env") or {}, inst.get("env") or {}, fw_env)
+    # Unbuffered Python output: the log's mtime is what hang detection watches.
+    base = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    env = instance_environment(base, spec.get("env") or {}, inst.get("env") or {}, fw_env)
     env["VIGIL_SLURM_STEP"] = f"{os.environ.get('SLURM_JOB_ID', '')}.{os.environ.get('SLURM_STEP_ID', '')}"
     node = os.environ.get("SLURMD_NODENAME") or socket.gethostname()
     workdir = spec.get("workdir") or instance_dir(attempt_dir, name)

@@ -259,13 +259,19 @@ def test_an_attempt_waiting_for_a_full_node_is_pending_with_slurms_reason(backen
 
 @pytest.mark.slurm
 def test_a_fresh_backend_readopts_a_running_attempt_from_its_handle(backend, slurm_cluster):
-    handle = launch(backend, "readopt", [InstanceLaunch("worker-0", "Worker", 0, 0, "echo up; sleep 2")])
+    instances = [InstanceLaunch("worker-0", "Worker", 0, 0, "echo up; sleep 2")]
+    handle = launch(backend, "readopt", instances)
     wait_for_log(backend, handle, "worker-0", b"up")
     stored = json.loads(json.dumps(handle))  # as the Attempt row keeps it
 
     fresh = SlurmBackend(log_dir=str(slurm_cluster.shared_dir), environment=slurm_cluster.env,
                          python=sys.executable)
     assert fresh.poll(stored)[0].state == InstanceState.RUNNING
+    # A re-delivered launch task submits nothing new; a lost handle is found on disk.
+    assert launch(fresh, "readopt", instances) == handle
+    assert fresh.handle_for("readopt", 1) == handle
+    assert slurm_cluster.run("squeue", "-h", "--name=vigil-readopt-a1", "-o", "%i").stdout.split() == [
+        handle["slurm_job_id"]]
     done = wait_for(fresh, stored, all_finished)["worker-0"]
     assert (done.state, done.exit_code) == (InstanceState.SUCCEEDED, 0)
 
@@ -284,7 +290,9 @@ def test_async_restart_runs_the_failed_instance_again_as_a_new_step_of_the_same_
     handle = backend.restart_instance(handle, "worker-1")
     statuses = wait_for(backend, handle, lambda s: s["worker-1"].state == InstanceState.SUCCEEDED)
     assert statuses["worker-0"].state == InstanceState.RUNNING  # its step was left alone
-    assert backend.read_log(handle, "worker-1") == b"second run\n"
+    log = backend.read_log(handle, "worker-1")
+    assert log.startswith(b"===== vigil: worker-1 restarted (run 2 of attempt 1) at ")
+    assert log.endswith(b" =====\nsecond run\n")
     steps = [json.loads(p.read_text())["step"] for p in sorted(
         Path(handle["attempt_dir"], "instances", "worker-1").glob("run-*.json"))]
     assert [s.split(".")[0] for s in steps] == [handle["slurm_job_id"]] * 2 and steps[0] != steps[1]
