@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 
 from monitoring.classify import ErrorSource
@@ -80,9 +82,9 @@ def test_job_hang_interval_flag_sets_the_interval():
 
 
 def test_hang_detection_applies_to_sync_jobs_only():
-    # Async configs refuse hang detection at parse time; a stored one is still ignored.
-    async_cfg = object.__new__(FaultToleranceConfig)
-    object.__setattr__(async_cfg, "__dict__", {**HANG_ON.__dict__, "job_execution_mode": ExecutionMode.ASYNC})
+    # Async configs refuse hang detection when built; one stored before that check is still ignored.
+    async_cfg = copy.copy(HANG_ON)
+    object.__setattr__(async_cfg, "job_execution_mode", ExecutionMode.ASYNC)
     assert check_hang(async_cfg, None, WORKERS, START, now=START + 99_999) is None
 
 
