@@ -119,7 +119,9 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
             "timeout": 30,
         }
     )
-    DATABASES["default"]["TEST"] = {"NAME": str(DATA_DIR / "test-vigil.sqlite3")}
+    # A file (not :memory:) so that subprocesses of a test (a daphne, a Celery
+    # worker) can share it; one per test run so that parallel runs never collide.
+    DATABASES["default"]["TEST"] = {"NAME": str(DATA_DIR / f"test-vigil-{os.getpid()}.sqlite3")}
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
