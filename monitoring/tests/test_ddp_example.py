@@ -136,3 +136,23 @@ def test_nccl_fault_prints_a_retryable_nccl_error_and_exits_1(ranks):
 def test_sigkill_fault_kills_the_rank_with_that_signal(ranks):
     results = ranks.finish(ranks.start(world=2, FAULT="sigkill", FAULT_STEP="2"))
     assert results[1][0] == -signal.SIGKILL
+
+
+def test_exit_hang_fault_exits_one_rank_with_0_while_its_peers_stay_blocked(ranks):
+    procs = ranks.start(world=3, FAULT="exit_hang", FAULT_RANK="1", FAULT_STEP="3")
+    code, out, _ = ranks.finish([procs[1]])[0]
+    assert code == 0 and "finished early (injected exit hang)" in out
+    time.sleep(2.0)
+    assert procs[0].poll() is None and procs[2].poll() is None  # still waiting for rank 1
+
+
+def test_nan_fault_turns_the_loss_nan_and_training_goes_on(ranks):
+    results = ranks.finish(ranks.start(world=2, FAULT="nan", FAULT_STEP="4"))
+    assert [code for code, _, _ in results] == [0, 0]
+    losses = [m["loss"] for m in step_lines(results[1][1])]
+    assert losses[:3] != ["nan"] * 3 and losses[3:] == ["nan"] * 17
+
+
+def test_an_unknown_fault_is_rejected_naming_the_accepted_ones(ranks):
+    code, _, err = ranks.finish(ranks.start(world=1, FAULT="melt"))[0]
+    assert code == 1 and "FAULT='melt' is not valid: expected one of crash, nccl" in err
