@@ -181,7 +181,10 @@ def _whole_job_restart(config: FaultToleranceConfig, history: JobHistory, why: s
 def _decide_problem(config: FaultToleranceConfig, history: JobHistory, t: DetectedProblem) -> Decision:
     what = {ErrorSource.HANG: "the job hung", ErrorSource.EXIT_HANG: "the job did not exit",
             ErrorSource.C4D: "C4D found a faulty rank"}[t.source]
-    why = f"{what}: {t.message.strip().rstrip('.')}"
+    message = t.message.strip().rstrip(".")
+    if message[:1].isupper() and message[1:2].islower():  # "All 4 ..." reads "all 4 ..." mid-sentence
+        message = message[0].lower() + message[1:]
+    why = f"{what}: {message}"
     if history.stopped_by_user:
         return Decision(Action.NOTHING,
                         f"No action: the job was stopped by a person, and the monitor never restarts "
