@@ -195,3 +195,17 @@ def test_the_default_monitor_is_made_from_the_environment(in_job):
     assert jm.send_custom_message("hi").ok()
     assert jm.get_monitor() is jm.get_monitor()
     assert in_job.bodies("messages") == [{"content": "hi"}]
+
+
+def test_a_bad_sdk_timeout_in_the_environment_falls_back_to_two_seconds(console, capsys):
+    monitor = jm.Monitor(environ=job_env(console.url, VIGIL_SDK_TIMEOUT="soon"))
+    assert monitor.timeout == 2.0
+    assert "vigil: VIGIL_SDK_TIMEOUT='soon' is not a positive number of seconds; using 2" in capsys.readouterr().err
+
+
+def test_the_package_exposes_report_progress_for_scripts_that_only_import_vigil(in_job):
+    import vigil
+
+    assert vigil.report_progress(step=7, metrics={"loss": 0.5}).ok()
+    assert in_job.wait_for(lambda c: c.bodies("progress"), timeout=3)
+    assert in_job.bodies("progress") == [{"step": 7, "metrics": {"loss": 0.5}}]
