@@ -7,13 +7,15 @@ from celery import shared_task
 from . import dispatch
 
 
-@shared_task(bind=True, acks_late=True, ignore_result=True, max_retries=None)
-def deliver(self, delivery_id: int) -> str:
-    """One attempt; a transient failure comes back after the configured delay
-    (VIGIL_NOTIFY_RETRY_DELAYS, exponential by default: 2 s, 8 s)."""
+@shared_task(acks_late=True, ignore_result=True)
+def deliver(delivery_id: int) -> str:
+    """One attempt. A transient failure enqueues the next attempt after the
+    configured delay (VIGIL_NOTIFY_RETRY_DELAYS, by default 2 s then 8 s); the
+    attempt count lives on the Delivery row, so a re-delivered message cannot
+    add attempts (the row is claimed compare-and-set)."""
     outcome = dispatch.attempt_delivery(delivery_id)
     if outcome.retry_in is not None:
-        raise self.retry(countdown=outcome.retry_in)
+        dispatch.enqueue(delivery_id, countdown=outcome.retry_in)
     return outcome.status
 
 
