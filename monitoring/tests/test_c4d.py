@@ -1,6 +1,18 @@
-"""C4D classification over reported collective records (pure: no clock, no processes)."""
+"""C4D classification over reported collective records: pure cases first, then real DDP
+ranks reporting through the real SDK to a loopback receiver."""
 
 from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 import pytest
 
@@ -188,3 +200,89 @@ def test_the_rank_left_waiting_by_a_straggler_is_not_called_comm_slow():
     recs, t = healthy(ranks=2, extra_outside={1: 0.5})  # rank 0 waits 0.5 s in every call
     assert kinds(analyze_collectives(recs, ENVS, now=t)) == [
         (1, C4DKind.NON_COMM_SLOW, C4DLogLevel.WARNING)]
+
+
+# --- end to end: real DDP ranks, the real SDK, a real loopback HTTP receiver ------
+
+
+REPO = Path(__file__).resolve().parents[2]
+SDK_SRC = REPO / "sdk" / "src"
+
+
+class C4DReceiver(BaseHTTPRequestHandler):
+    """Takes the SDK's POST .../c4d/ and .../progress/ bodies; keeps the C4D records."""
+
+    records: dict  # rank -> {seq: record}
+    lock = threading.Lock()
+
+    def do_POST(self):  # noqa: N802 (http.server's name)
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        if self.path.endswith("/c4d/"):
+            with self.lock:
+                ranked = self.server.records.setdefault(body["rank"], {})
+                for rec in body["records"]:
+                    ranked[rec["seq"]] = rec  # upsert: the exit arrives in a later flush
+        self.send_response(202)
+        self.send_header("Content-Type", "application/json")
+        self.end_headers()
+        self.wfile.write(b"{}")
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def receiver():
+    server = ThreadingHTTPServer(("127.0.0.1", 0), C4DReceiver)
+    server.records = {}
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield server
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.mark.torch
+@pytest.mark.skipif(not (SDK_SRC / "vigil" / "c4d.py").exists(), reason="the vigil SDK is absent")
+@pytest.mark.parametrize("fault, kind", [("hang_compute", C4DKind.NON_COMM_HANG),
+                                         ("hang_collective", C4DKind.COMM_HANG)])
+def test_the_example_hung_rank_is_named_from_the_records_the_sdk_reports(receiver, fault, kind):
+    pytest.importorskip("torch", reason="PyTorch is not installed: pip install torch==2.13.0 (CPU)")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    procs = []
+    try:
+        for rank in range(4):
+            env = {k: v for k, v in os.environ.items() if not k.startswith(("FAULT", "VIGIL_"))}
+            env.update(
+                MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), WORLD_SIZE="4", RANK=str(rank),
+                FAULT=fault, FAULT_RANK="1", FAULT_STEP="4", VIGIL_EXAMPLE_PG_TIMEOUT="120",
+                PYTHONPATH=os.pathsep.join(filter(None, [str(SDK_SRC), env.get("PYTHONPATH")])),
+                VIGIL_CONSOLE_URL=f"http://127.0.0.1:{receiver.server_address[1]}",
+                VIGIL_JOB_ID="7", VIGIL_JOB_TOKEN="vjt_test", VIGIL_ATTEMPT="1",
+                VIGIL_RANK=str(rank), VIGIL_C4D="1", VIGIL_C4D_FLUSH_SECONDS="0.2",
+            )
+            procs.append(subprocess.Popen([sys.executable, str(REPO / "examples/ddp_train.py")],
+                                          env=env, stdout=subprocess.DEVNULL,
+                                          stderr=subprocess.DEVNULL))
+        envs = C4DEnvs(hang_timeout_us=1_000_000, hang_times=2)
+        deadline = time.monotonic() + 90
+        state, result = C4DState(), None
+        while time.monotonic() < deadline:
+            time.sleep(0.5)
+            with C4DReceiver.lock:
+                records = {r: list(recs.values()) for r, recs in receiver.records.items()}
+            result = analyze_collectives(records, envs, now=time.time(), state=state,
+                                         world_size=4)
+            state = result.state
+            if result.errors:
+                break
+        assert [p.poll() for p in procs] == [None] * 4, "the ranks should still be hung"
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                os.kill(p.pid, signal.SIGKILL)
+            p.wait()
+    assert result is not None and [(v.rank, v.kind) for v in result.errors] == [(1, kind)], \
+        [v.message for v in result.verdicts] if result else None
