@@ -18,6 +18,8 @@ OPTIONS (settings.JOB_BACKENDS["slurm"]["OPTIONS"]), all optional but log_dir:
     export             sbatch --export value ("NONE": the console's env stays home)
     commands           {"sbatch": "/opt/slurm/bin/sbatch", ...} paths of the tools
     environment        extra env for the tools, e.g. {"SLURM_CONF": "/etc/slurm/x.conf"}
+    use_json           ask squeue/sinfo for --json (True); False uses scontrol and sinfo's
+                       text (22.05's squeue --json lists every job whatever -j says)
     command_timeout    seconds a Slurm command may take before Slurm counts as down (30)
     python             Python 3 on the nodes, for the supervisor and wrapper ("python3")
     py_spy             py-spy on the nodes, for stack dumps ("py-spy")
@@ -25,7 +27,8 @@ OPTIONS (settings.JOB_BACKENDS["slurm"]["OPTIONS"]), all optional but log_dir:
     linger             seconds a finished allocation with a failure waits for a
                        restart request before it ends (60)
     port_base, port_span  instance ports (MASTER_PORT, TF) are taken from this range
-    redis_url          where instances announce their exit ("" = don't)
+    redis_url          where instances announce their exit ("" = don't); nodes must reach it
+    channel_prefix     exits are published on "<prefix>:instance-exit" ("vigil")
 """
 
 from __future__ import annotations
@@ -95,7 +98,9 @@ DEFAULTS = {
     "port_base": 29500,
     "port_span": 20000,
     "redis_url": "",
+    "channel_prefix": "vigil",
     "stop_poll_interval": 0.25,
+    "use_json": True,
 }
 
 
@@ -112,7 +117,7 @@ def check_options(options: dict) -> dict:
     o = {**DEFAULTS, **options}
     if not o["log_dir"] or not os.path.isabs(str(o["log_dir"])):
         raise _option_error("log_dir", "an absolute path shared by the console and all nodes", o["log_dir"])
-    for name in ("partition", "account", "export", "python", "py_spy", "redis_url"):
+    for name in ("partition", "account", "export", "python", "py_spy", "redis_url", "channel_prefix"):
         if not isinstance(o[name], str):
             raise _option_error(name, "a string", o[name])
     for name in ("sbatch_options", "srun_options"):
@@ -134,6 +139,8 @@ def check_options(options: dict) -> dict:
                             (o["port_base"], o["port_span"]))
     if not isinstance(o["commands"], dict) or set(o["commands"]) - set(TOOLS):
         raise _option_error("commands", f"a dict with keys among {', '.join(TOOLS)}", o["commands"])
+    if not isinstance(o["use_json"], bool):
+        raise _option_error("use_json", "True or False", o["use_json"])
     if not isinstance(o["environment"], dict):
         raise _option_error("environment", "a dict of environment variables", o["environment"])
     return o
@@ -247,11 +254,11 @@ def _node_state_words(state, flags=()) -> set[str]:
     return words
 
 
-def nodes_from_sinfo_json(data: dict) -> list[Node]:
+def nodes_from_sinfo_json(data: dict, partition: str = "") -> list[Node]:
     seen: dict[str, Node] = {}
     for n in data.get("nodes", ()):
         name = n.get("name") or n.get("hostname")
-        if not name or name in seen:
+        if not name or name in seen or (partition and partition not in (n.get("partitions") or ())):
             continue
         words = _node_state_words(n.get("state"), n.get("state_flags"))
         seen[name] = Node(name=name, slots=int(_number(n.get("cpus")) or 0),
@@ -351,6 +358,10 @@ class SlurmBackend(Backend):
         super().__init__(name=name, **options)
         self.opts = check_options(options)
         self.log_dir = Path(self.opts["log_dir"])
+
+    @property
+    def exit_channel(self) -> str:
+        return f"{self.opts['channel_prefix']}:instance-exit"
 
     # -- running Slurm's commands --------------------------------------------------------
 
@@ -493,7 +504,8 @@ class SlurmBackend(Backend):
             "ports": ports,
             "options": {k: o[k] for k in ("cpus_per_instance", "gpus_per_instance", "slots_per_instance",
                                           "python", "linger", "redis_url")}
-            | {"srun": self._tool("srun"), "srun_options": list(o["srun_options"])},
+            | {"srun": self._tool("srun"), "srun_options": list(o["srun_options"]),
+               "exit_channel": self.exit_channel},
         })
         script = attempt_dir / "batch.sh"
         script.write_text(
@@ -537,8 +549,8 @@ class SlurmBackend(Backend):
     def job(self, handle: dict) -> SlurmJob:
         """Slurm's view of the attempt's job: squeue --json, else scontrol, else sacct."""
         job_id = str(handle["slurm_job_id"])
-        res = self._run("squeue", "--json", "--states=all", "-j", job_id, check=False)
-        if res.returncode == 0:
+        res = self._run("squeue", "--json", "--states=all", "-j", job_id, check=False) if self.opts["use_json"] else None
+        if res is not None and res.returncode == 0:
             try:
                 found = job_from_squeue_json(json.loads(res.stdout), job_id)
             except json.JSONDecodeError:
@@ -704,8 +716,8 @@ class SlurmBackend(Backend):
     # -- nodes -------------------------------------------------------------------------------------
 
     def list_nodes(self) -> list[Node]:
-        res = self._run("sinfo", "--json", check=False)
-        if res.returncode == 0:
+        res = self._run("sinfo", "--json", check=False) if self.opts["use_json"] else None
+        if res is not None and res.returncode == 0:
             try:
                 data = json.loads(res.stdout)
             except json.JSONDecodeError:
@@ -713,10 +725,9 @@ class SlurmBackend(Backend):
             # With the controller down, 22.05 exits 0 with "errors" and no nodes: the text
             # form below then fails with Slurm's own words.
             if isinstance(data, dict) and not data.get("errors"):
-                return nodes_from_sinfo_json(data)
-        elif not any(w in (res.stderr or "").lower() for w in ("json", "unrecognized", "serializer", "plugin")):
-            raise self._refusal([self._tool("sinfo"), "--json"], res)
-        res = self._run("sinfo", "-h", "-N", "-o", "%N|%c|%T|%E")
+                return nodes_from_sinfo_json(data, self.opts["partition"])
+        part = [f"--partition={self.opts['partition']}"] if self.opts["partition"] else []
+        res = self._run("sinfo", "-h", "-N", *part, "-o", "%N|%c|%T|%E")
         return nodes_from_sinfo_text(res.stdout)
 
     def isolate_node(self, name: str, reason: str) -> None:

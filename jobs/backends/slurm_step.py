@@ -139,7 +139,7 @@ def attempt_ports(job_id: str, attempt: int, count: int, base: int, span: int) -
 # -- Redis announcement (plain RESP, no client library on the nodes) ----------------------
 
 
-def announce_exit(redis_url: str, payload: dict, timeout: float = 1.0) -> bool:
+def announce_exit(redis_url: str, payload: dict, channel: str = EXIT_CHANNEL, timeout: float = 1.0) -> bool:
     if not redis_url:
         return False
     u = urlparse(redis_url)
@@ -160,7 +160,7 @@ def announce_exit(redis_url: str, payload: dict, timeout: float = 1.0) -> bool:
                 s.sendall(bulk("AUTH", *creds))
                 if not s.recv(256).startswith(b"+OK"):
                     return False
-            s.sendall(bulk("PUBLISH", EXIT_CHANNEL, json.dumps(payload)))
+            s.sendall(bulk("PUBLISH", channel, json.dumps(payload)))
             return s.recv(256).startswith(b":")
     except OSError:
         return False
@@ -340,7 +340,8 @@ def run_instance(attempt_dir: str, name: str, run: int) -> int:
         "run": run, "exit_code": code, "signal": sig, "exited_at": exited_at, "reason": ""})
     announce_exit(spec["options"].get("redis_url", ""), {
         "job_id": spec["job_id"], "attempt": spec["attempt"], "instance": name,
-        "exit_code": code, "signal": sig, "exited_at": exited_at})
+        "exit_code": code, "signal": sig, "exited_at": exited_at},
+        spec["options"].get("exit_channel") or EXIT_CHANNEL)
     return rc if rc >= 0 else 128 - rc
 
 

@@ -9,11 +9,13 @@ binaries missing). The first tests are pure: Slurm's outputs parsed without Slur
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from pathlib import Path
 
 import pytest
+import redis
 
 from jobs.backends.base import AttemptLaunch, BackendError, InstanceLaunch, InstanceState
 from jobs.backends.frameworks import build_instances
@@ -33,6 +35,7 @@ from jobs.backends.slurm_step import attempt_ports, expand_tasks_per_node, place
 from jobs.tests.slurm_cluster import SlurmCluster, start_cluster, why_cluster_cannot_run
 
 PY_SPY = str(Path(sys.executable).parent / "py-spy")
+REDIS_URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
 WORKER = {"name": "worker-0", "role": "Worker", "index": 0}
 
 
@@ -334,3 +337,47 @@ def test_slurm_down_is_a_retryable_error_saying_so(slurm_cluster, tmp_path):
         launch(b, "down", [InstanceLaunch("worker-0", "Worker", 0, 0, "true")])
     assert err.value.retryable
     assert "Unable to contact slurm controller" in str(err.value)
+
+
+@pytest.mark.slurm
+@pytest.mark.redis
+def test_an_exit_on_a_node_is_announced_over_redis_after_it_is_on_disk(slurm_cluster, tmp_path):
+    b = SlurmBackend(log_dir=str(slurm_cluster.shared_dir), environment=slurm_cluster.env,
+                     python=sys.executable, redis_url=REDIS_URL,
+                     channel_prefix=f"vigil-test-{os.getpid()}-{tmp_path.name}")
+    client = redis.Redis.from_url(REDIS_URL)
+    pubsub = client.pubsub()
+    pubsub.subscribe(b.exit_channel)
+    pubsub.get_message(timeout=1.0)  # the subscribe confirmation
+    try:
+        handle = launch(b, "announce", [InstanceLaunch("worker-0", "Worker", 0, 0, "exit 4")])
+        message = None
+        deadline = time.monotonic() + 20
+        while message is None and time.monotonic() < deadline:
+            message = pubsub.get_message(ignore_subscribe_messages=True, timeout=0.5)
+        assert message is not None, "no exit announcement"
+        payload = json.loads(message["data"])
+        [status] = b.poll(handle)  # what was announced is already on disk
+    finally:
+        pubsub.close()
+        client.close()
+        slurm_cluster.cancel_all_jobs()
+    assert payload == {"job_id": "announce", "attempt": 1, "instance": "worker-0", "exit_code": 4,
+                       "signal": None, "exited_at": status.exited_at}
+    assert status.state == InstanceState.FAILED
+
+
+@pytest.mark.slurm
+def test_without_json_nodes_and_jobs_are_read_from_slurms_text_output(slurm_cluster):
+    b = SlurmBackend(log_dir=str(slurm_cluster.shared_dir), environment=slurm_cluster.env,
+                     python=sys.executable, use_json=False, partition=slurm_cluster.partition)
+    assert [(n.name, n.slots) for n in b.list_nodes()] == [(slurm_cluster.hostname, slurm_cluster.cpus)]
+    try:
+        handle = launch(b, "text", [InstanceLaunch("worker-0", "Worker", 0, 0, "sleep 1")])
+        assert wait_for(b, handle, all_finished)["worker-0"].state == InstanceState.SUCCEEDED
+        deadline = time.monotonic() + 10
+        while b.job(handle).active and time.monotonic() < deadline:
+            time.sleep(0.3)
+        assert b.job(handle).state == "COMPLETED"  # the supervisor ends the job once all succeeded
+    finally:
+        slurm_cluster.cancel_all_jobs()
