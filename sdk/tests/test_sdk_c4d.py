@@ -10,7 +10,7 @@ import time
 import pytest
 
 from conftest import subprocess_env
-from loopback_console import SERVER_ERROR, SilentConsole, job_env
+from loopback_console import SERVER_ERROR, job_env
 from vigil import c4d
 
 

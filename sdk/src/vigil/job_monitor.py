@@ -48,8 +48,7 @@ import time
 import weakref
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
-from vigil._client import (DEFAULT_TIMEOUT, Client, JobEnv, Status, StatusCode,
-                           after_fork_in_child)
+from vigil._client import Client, JobEnv, Status, StatusCode, after_fork_in_child
 
 __all__ = [
     "Monitor", "PyTorchConfig", "TFConfig", "MPIConfig", "ElasticBatchConfig", "Status", "StatusCode",
@@ -546,5 +545,3 @@ def reset_config(params: Optional[Mapping[str, Any]] = None, /, **kwargs: Any) -
 def report_progress(step: Any = None, metrics: Optional[Mapping[str, Any]] = None, **more: Any) -> Status:
     return get_monitor().report_progress(step, metrics, **more)
 
-
-__all__ += ["DEFAULT_TIMEOUT"]
