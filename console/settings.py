@@ -186,6 +186,12 @@ SPECTACULAR_SETTINGS = {
     "DESCRIPTION": "Run distributed deep-learning jobs and keep them alive.",
     "VERSION": "1.0.0",
     "SERVE_INCLUDE_SCHEMA": False,
+    "ENUM_NAME_OVERRIDES": {
+        "JobStatusEnum": "jobs.models.JobStatus",
+        "AttemptStatusEnum": "jobs.models.AttemptStatus",
+        "InstanceStatusEnum": "jobs.models.InstanceStatus",
+        "RestartResultEnum": "jobs.models.RestartResult",
+    },
 }
 
 # --- Redis, Celery, Channels ---------------------------------------------------

@@ -13,7 +13,7 @@ from rest_framework.response import Response
 
 from . import actions
 from .backends.base import BackendError
-from .models import ADMIN_ROLES, WRITE_ROLES, Membership, Role, Workspace
+from .models import ADMIN_ROLES, WRITE_ROLES, Job, Membership, Role, Workspace
 from .serializers import (
     AttemptSerializer,
     DiagnosisSerializer,
@@ -70,6 +70,7 @@ class WorkspaceViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.
 
 class JobViewSet(viewsets.GenericViewSet):
     serializer_class = JobSerializer
+    queryset = Job.objects.none()  # for the schema; get_queryset scopes by membership
 
     def get_queryset(self):
         qs = actions.jobs_for(self.request.user).select_related("workspace")

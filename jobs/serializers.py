@@ -3,7 +3,7 @@ through jobs.actions, which validates with jobs.submission."""
 
 from rest_framework import serializers
 
-from .models import Attempt, Diagnosis, Instance, Job, JobEvent, RestartRecord, Workspace
+from .models import Attempt, Diagnosis, Instance, Job, JobEvent, JobType, RestartRecord, Workspace
 
 
 class WorkspaceSerializer(serializers.ModelSerializer):
@@ -125,7 +125,7 @@ class JobSubmitSerializer(serializers.Serializer):
 
     workspace = serializers.CharField(help_text="id or slug of one of your workspaces")
     display_name = serializers.CharField(max_length=128)
-    job_type = serializers.ChoiceField(choices=["PyTorchJob", "TFJob", "MPIJob", "ElasticBatchJob"])
+    job_type = serializers.ChoiceField(choices=JobType.choices)
     job_specs = serializers.ListField(child=serializers.DictField())
     user_command = serializers.CharField()
     envs = serializers.DictField(child=serializers.CharField(), required=False)
