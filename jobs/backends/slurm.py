@@ -49,6 +49,7 @@ from . import slurm_step as step
 from .base import AttemptLaunch, Backend, BackendError, InstanceState, InstanceStatus, Node
 
 HANDLE = "handle.json"
+STOP = "stop.json"  # the console asked to stop the attempt (the supervisor reads it too)
 SUBMITTING = "submitting.json"  # written just before sbatch: how to find the job if we die
 SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 
@@ -291,7 +292,7 @@ class InstanceFiles:
     run: int
     started: dict | None  # run-<run>.json
     exited: dict | None  # exit-<run>.json
-    stop_requested_at: float | None  # stop-<run>.json or the attempt's stop.json
+    stop_requested_at: float | None  # stop-<run>.json, or stop.json if the run had not ended by then
     last_output_at: float | None  # mtime of output.log
 
 
@@ -305,7 +306,7 @@ def instance_status(inst: dict, files: InstanceFiles, job: SlurmJob) -> Instance
     if files.exited is not None:
         ex = files.exited
         code, sig, at = ex.get("exit_code"), ex.get("signal"), ex.get("exited_at")
-        if stop_at is not None and (at is None or at >= stop_at - 1):
+        if stop_at is not None:
             state = InstanceState.STOPPED
         elif code == 0:
             state = InstanceState.SUCCEEDED
@@ -579,7 +580,10 @@ class SlurmBackend(Backend):
         d = handle["attempt_dir"]
         name = inst["name"]
         run = self._current_run(handle, name)
-        stop = step.read_json(step.stop_file(d, name, run)) or step.read_json(os.path.join(d, "stop.json"))
+        stop = step.read_json(step.stop_file(d, name, run))
+        whole = step.read_json(os.path.join(d, STOP))
+        if stop is None and whole is not None and name not in whole.get("ended", ()):
+            stop = whole  # an instance that had ended before the stop keeps its real outcome
         try:
             mtime = os.stat(step.log_file(d, name)).st_mtime
         except FileNotFoundError:
@@ -622,8 +626,11 @@ class SlurmBackend(Backend):
     def stop(self, handle: dict, grace: float | None = None) -> None:
         grace = self.opts["grace"] if grace is None else grace
         job_id = str(handle["slurm_job_id"])
-        step.write_json(os.path.join(handle["attempt_dir"], "stop.json"),
-                        {"requested_at": time.time(), "grace": grace})
+        d = handle["attempt_dir"]
+        if step.read_json(os.path.join(d, STOP)) is None:
+            ended = [n for n in self.instance_names(handle)
+                     if step.read_json(step.exit_file(d, n, self._current_run(handle, n)))]
+            step.write_json(os.path.join(d, STOP), {"requested_at": time.time(), "grace": grace, "ended": ended})
         job = self.job(handle)
         if not job.active:
             return
@@ -651,10 +658,12 @@ class SlurmBackend(Backend):
         grace = self.opts["grace"] if grace is None else grace
         d = handle["attempt_dir"]
         run = self._current_run(handle, name)
+        if step.read_json(step.exit_file(d, name, run)):
+            return  # already over: its real outcome stands
         step.write_json(step.stop_file(d, name, run), {"requested_at": time.time(), "grace": grace})
         started = step.read_json(step.run_file(d, name, run))
-        if not started or step.read_json(step.exit_file(d, name, run)):
-            return  # not started (the supervisor will not start it) or already over
+        if not started:
+            return  # the supervisor will not start it
         step_id = started.get("step", "")
         self._scancel("--signal=TERM", step_id)
         if not self._wait_for_exits(handle, [name], grace):

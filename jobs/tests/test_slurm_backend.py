@@ -206,6 +206,9 @@ def test_a_failing_instance_reports_its_exit_code_and_a_killed_one_its_signal(ba
     assert (statuses["worker-1"].state, statuses["worker-1"].exit_code, statuses["worker-1"].signal) == (
         InstanceState.FAILED, None, 9)
     assert backend.tail_log(handle, "worker-0", 100) == b"about to fail\n"
+    backend.stop(handle)  # a late stop leaves the real outcome alone
+    assert [(s.state, s.exit_code, s.signal) for s in backend.poll(handle)] == [
+        (InstanceState.FAILED, 3, None), (InstanceState.FAILED, None, 9)]
 
 
 @pytest.mark.slurm
@@ -300,6 +303,9 @@ def test_async_restart_runs_the_failed_instance_again_as_a_new_step_of_the_same_
         Path(handle["attempt_dir"], "instances", "worker-1").glob("run-*.json"))]
     assert [s.split(".")[0] for s in steps] == [handle["slurm_job_id"]] * 2 and steps[0] != steps[1]
     backend.stop(handle, grace=1)
+    statuses = wait_for(backend, handle, all_finished, timeout=10)
+    assert (statuses["worker-0"].state, statuses["worker-1"].state) == (
+        InstanceState.STOPPED, InstanceState.SUCCEEDED)
 
 
 @pytest.mark.slurm
