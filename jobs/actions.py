@@ -224,6 +224,9 @@ def sdk_env(job: Job, attempt: int) -> dict:
     }
     if job.fault_tolerance and ft.get("enable_c4d_hang_detection"):
         env["VIGIL_C4D"] = "1"
+    if job.fault_tolerance:
+        # What the SDK's hang_detect restores when a scope ends (the flag's value).
+        env["VIGIL_JOB_HANG_INTERVAL"] = str(ft.get("job_hang_interval", 1800))
     return env
 
 
