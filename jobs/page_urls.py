@@ -1,0 +1,28 @@
+"""Page URLs of the web console (console.urls includes this module at the root)."""
+
+from django.urls import path
+
+from console import views as console_views
+
+from . import views
+
+app_name = "pages"
+
+urlpatterns = [
+    path("workspaces/<slug:slug>/", console_views.workspace_dashboard, name="workspace"),
+    path("workspaces/<slug:slug>/jobs/", views.job_list, name="job-list"),
+    path("workspaces/<slug:slug>/jobs/new/", views.job_new, name="job-new"),
+    path("workspaces/<slug:slug>/jobs/new/flags/", views.flags_preview, name="flags-preview"),
+    path("workspaces/<slug:slug>/jobs/<int:job_id>/", views.job_detail, name="job-detail"),
+    path("workspaces/<slug:slug>/jobs/<int:job_id>/row/", views.job_row, name="job-row"),
+    path("workspaces/<slug:slug>/jobs/<int:job_id>/parts/<slug:part>/", views.job_fragment, name="job-part"),
+    path("workspaces/<slug:slug>/jobs/<int:job_id>/stop/", views.job_stop, name="job-stop"),
+    path("workspaces/<slug:slug>/jobs/<int:job_id>/token/", views.job_token_reset, name="job-token"),
+    path("workspaces/<slug:slug>/jobs/<int:job_id>/restarts/", views.restart_records, name="restarts"),
+    path("workspaces/<slug:slug>/jobs/<int:job_id>/restarts/aggregated/", views.restart_aggregate,
+         name="restarts-aggregated"),
+    path("workspaces/<slug:slug>/jobs/<int:job_id>/restarts/<int:record_id>/", views.restart_record,
+         name="restart"),
+    path("workspaces/<slug:slug>/jobs/<int:job_id>/attempts/<int:number>/logs/<str:instance>/download/",
+         views.log_download, name="log-download"),
+]

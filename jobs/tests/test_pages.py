@@ -1,0 +1,317 @@
+"""The web console's pages, through Django's test client: who may see and do
+what, the submission form (fields, box, errors in place), the job page and its
+parts, restart records, aggregation, log download."""
+
+from __future__ import annotations
+
+import html as html_lib
+import re
+from datetime import timedelta
+
+import pytest
+from django.urls import reverse
+from django.utils import timezone
+
+from jobs import actions
+from jobs.models import Job, JobStatus, RestartRecord
+
+pytestmark = pytest.mark.django_db
+
+
+def submit(user, body) -> Job:
+    job, _ = actions.submit_job(user, body)
+    actions.launch_attempt(job.pk, 1)
+    job.refresh_from_db()
+    return job
+
+
+def record(job, n, **fields) -> RestartRecord:
+    values = dict(
+        job=job, number=n, kind="job", attempt=n, new_attempt=n + 1, node_name="node-a", instance_name="worker-0",
+        error_code="NCCL_ERROR", error_message="NCCL error: unhandled system error", error_source="Log",
+        reason=f"worker-0 failed with a retryable NCCL error (restart {n})", result="Succeeded",
+        duration_seconds=4.2, idempotency_key=f"rr-{job.pk}-{n}",
+    )
+    values.update(fields)
+    return RestartRecord.objects.create(**values)
+
+
+@pytest.fixture
+def job(alice, alice_ws, job_body):
+    return submit(alice, job_body(alice_ws, settings={
+        "enable_error_monitoring_in_aimaster": True,
+        "error_monitoring_args": "--enable-job-restart=True --max-num-of-job-restart=3"}))
+
+
+def page_urls(ws, job, rec):
+    s, j = ws.slug, job.pk
+    return [
+        reverse("pages:workspace", args=[s]),
+        reverse("pages:job-list", args=[s]),
+        reverse("pages:job-new", args=[s]),
+        reverse("pages:job-detail", args=[s, j]),
+        reverse("pages:job-row", args=[s, j]),
+        reverse("pages:job-part", args=[s, j, "instances"]),
+        reverse("pages:job-part", args=[s, j, "timeline"]),
+        reverse("pages:restarts", args=[s, j]),
+        reverse("pages:restart", args=[s, j, rec.pk]),
+        reverse("pages:restarts-aggregated", args=[s, j]),
+        reverse("pages:log-download", args=[s, j, 1, "worker-0"]),
+    ]
+
+
+def test_every_page_asks_a_logged_out_visitor_to_log_in(client, alice_ws, job):
+    rec = record(job, 1)
+    for url in page_urls(alice_ws, job, rec) + [reverse("dashboard")]:
+        response = client.get(url)
+        assert response.status_code == 302, url
+        assert response["Location"].startswith(reverse("login")), url
+
+
+def test_every_page_is_404_for_another_workspaces_user(client, bob, bob_ws, alice_ws, job):
+    rec = record(job, 1)
+    client.force_login(bob)
+    for url in page_urls(alice_ws, job, rec):
+        assert client.get(url).status_code == 404, url
+    # Alice's job under Bob's own workspace slug is not found either.
+    assert client.get(reverse("pages:job-detail", args=[bob_ws.slug, job.pk])).status_code == 404
+    for name in ("pages:job-stop", "pages:job-token"):
+        assert client.post(reverse(name, args=[alice_ws.slug, job.pk])).status_code == 404
+    job.refresh_from_db()
+    assert job.status == JobStatus.RUNNING and not job.stop_requested
+
+
+def test_a_member_sees_every_page(client, alice, alice_ws, job):
+    rec = record(job, 1)
+    client.force_login(alice)
+    for url in page_urls(alice_ws, job, rec):
+        assert client.get(url).status_code == 200, url
+
+
+def test_viewer_cannot_submit_or_stop(client, carol, alice_ws, job, job_body):
+    client.force_login(carol)
+    new = reverse("pages:job-new", args=[alice_ws.slug])
+    page = client.get(new)
+    assert page.status_code == 403
+    assert "viewer" in page.content.decode()
+    assert client.post(new, {"display_name": "x", "job_type": "PyTorchJob"}).status_code == 403
+    stop = client.post(reverse("pages:job-stop", args=[alice_ws.slug, job.pk]))
+    assert stop.status_code == 403
+    assert client.post(reverse("pages:job-token", args=[alice_ws.slug, job.pk])).status_code == 403
+    job.refresh_from_db()
+    assert job.status == JobStatus.RUNNING and not job.stop_requested
+    assert Job.objects.count() == 1
+    # and the job page offers her no stop button
+    body = client.get(reverse("pages:job-detail", args=[alice_ws.slug, job.pk])).content.decode()
+    assert 'id="stop-job"' not in body
+
+
+def test_owner_stops_a_job_from_its_page(client, alice, alice_ws, job, django_capture_on_commit_callbacks):
+    client.force_login(alice)
+    with django_capture_on_commit_callbacks(execute=True):
+        response = client.post(reverse("pages:job-stop", args=[alice_ws.slug, job.pk]))
+    assert response.status_code == 302
+    job.refresh_from_db()
+    assert job.stop_requested and job.status == JobStatus.STOPPED
+    assert "Stopped by alice" in client.get(response["Location"]).content.decode()
+
+
+def form_data(**overrides) -> dict:
+    data = {
+        "display_name": "bert-pretrain", "job_type": "PyTorchJob", "backend": "local",
+        "user_command": "python train.py", "envs": "EPOCHS=3\nLR=0.1",
+        "role_0_type": "Master", "role_0_replicas": "1", "role_0_cpu": "1", "role_0_memory": "1Gi", "role_0_gpu": "0",
+        "role_1_type": "Worker", "role_1_replicas": "2", "role_1_cpu": "2", "role_1_memory": "2Gi", "role_1_gpu": "1",
+        "fault_tolerance": "on", "job_execution_mode": "Sync", "enable_job_restart": "on",
+        "max_num_of_job_restart": "5", "fault_tolerant_policy": "ExitCodeAndErrorMsg", "max_num_of_same_error": "10",
+        "max_tolerated_failure_rate": "-1", "enable_job_hang_detection": "on", "job_hang_interval": "900",
+        "job_exit_hang_interval": "600", "c4d_log_level": "Warning", "c4d_hang_timeout": "10000000",
+        "c4d_hang_times": "18", "c4d_conn_bw_check_period": "10", "c4d_runtime_log_level": "INFO",
+        "error_monitoring_args": "",
+    }
+    for i in (2, 3):
+        data.update({f"role_{i}_type": "", f"role_{i}_replicas": "1", f"role_{i}_cpu": "1", f"role_{i}_gpu": "0"})
+    data.update(overrides)
+    return {k: v for k, v in data.items() if v is not None}
+
+
+def test_owner_submits_a_job_with_fault_tolerance_and_sees_its_token_once(client, alice, alice_ws):
+    client.force_login(alice)
+    response = client.post(reverse("pages:job-new", args=[alice_ws.slug]), form_data())
+    assert response.status_code == 302, response.content.decode()[:2000]
+    job = Job.objects.get()
+    assert job.fault_tolerance
+    assert job.ft_config["max_num_of_job_restart"] == 5
+    assert job.ft_config["enable_job_hang_detection"] is True and job.ft_config["job_hang_interval"] == 900
+    assert job.envs == {"EPOCHS": "3", "LR": "0.1"}
+    assert job.role_counts() == {"Master": 1, "Worker": 2}
+    assert job.job_specs[1]["resource_config"]["gpu"] == 1
+    first = client.get(response["Location"]).content.decode()
+    token = re.search(r'<code class="token">(vjt_[^<]+)</code>', first)
+    assert token and token.group(1).startswith(job.token_hint)
+    assert "vjt_" not in client.get(response["Location"]).content.decode().replace(job.token_hint, "")
+
+
+def _error_beside(html: str, field_id: str) -> str:
+    """The error text rendered right after the input `field_id`."""
+    m = re.search(rf'id="{field_id}".*?<p class="field-error" id="{field_id}-error">(.*?)</p>', html, re.S)
+    assert m, f"no error beside {field_id}"
+    return html_lib.unescape(re.sub(r"<[^>]+>", "", m.group(1))).strip()
+
+
+def test_bad_values_show_their_errors_beside_their_fields(client, alice, alice_ws):
+    client.force_login(alice)
+    response = client.post(reverse("pages:job-new", args=[alice_ws.slug]), form_data(
+        role_1_gpu="6", job_hang_interval="0", display_name="", envs="NOT A PAIR"))
+    assert response.status_code == 400
+    html = response.content.decode()
+    assert _error_beside(html, "id_job_hang_interval").endswith(
+        "'0' is not accepted; use a positive whole number of seconds, at most 2592000 (30 days)")
+    assert Job.objects.count() == 0
+    # the flag errors come first; once they are fixed the submission's own rules speak
+    response = client.post(reverse("pages:job-new", args=[alice_ws.slug]), form_data(
+        role_1_gpu="6", display_name="", envs="PATH=/tmp"))
+    html = response.content.decode()
+    assert _error_beside(html, "id_role_1_gpu").endswith("Invalid GPU count 6, only supported: [0 1 2 4 8 16]")
+    assert "is required" in _error_beside(html, "id_display_name")
+    assert "PATH" in _error_beside(html, "id_envs")
+    assert 'aria-invalid="true"' in html
+    assert 'value="bert-pretrain"' not in html and "python train.py" in html  # values kept
+    assert Job.objects.count() == 0
+
+
+def test_c4d_without_hang_detection_is_an_error_beside_the_c4d_toggle(client, alice, alice_ws):
+    client.force_login(alice)
+    response = client.post(reverse("pages:job-new", args=[alice_ws.slug]), form_data(
+        enable_job_hang_detection=None, enable_c4d_hang_detection="on"))
+    assert response.status_code == 400
+    assert "needs --enable-job-hang-detection=True" in _error_beside(response.content.decode(),
+                                                                     "id_enable_c4d_hang_detection")
+
+
+def test_the_other_configuration_box_wins_for_the_flags_it_names(client, alice, alice_ws):
+    client.force_login(alice)
+    response = client.post(reverse("pages:job-new", args=[alice_ws.slug]), form_data(
+        enable_job_hang_detection=None,
+        error_monitoring_args="--job-execution-mode=Async --fault-tolerant-policy=OnFailure --max-num-of-job-restart 7"))
+    assert response.status_code == 302
+    job = Job.objects.get()
+    assert job.ft_config["job_execution_mode"] == "Async"
+    assert job.ft_config["fault_tolerant_policy"] == "OnFailure"
+    assert job.ft_config["max_num_of_job_restart"] == 7  # the box, not the field's 5
+    assert job.ft_config["enable_job_restart"] is True  # a field the box does not name
+    # a bad flag in the box is an error beside the box, naming the flag
+    response = client.post(reverse("pages:job-new", args=[alice_ws.slug]), form_data(
+        error_monitoring_args="--job-hang-interval=soon"))
+    assert "--job-hang-interval" in _error_beside(response.content.decode(), "id_error_monitoring_args")
+
+
+def test_flag_preview_shows_the_combined_string_and_which_flags_the_box_overrides(client, alice, alice_ws):
+    client.force_login(alice)
+    html = client.post(reverse("pages:flags-preview", args=[alice_ws.slug]), form_data(
+        error_monitoring_args="--max-num-of-job-restart=9")).content.decode()
+    assert "--enable-job-restart=True" in html and "--max-num-of-job-restart=9" in html
+    assert "overriding their fields" in html
+
+
+def test_a_member_may_not_use_the_local_backend_and_is_told_beside_the_backend(client, dave, alice_ws):
+    client.force_login(dave)
+    response = client.post(reverse("pages:job-new", args=[alice_ws.slug]), form_data())
+    assert response.status_code == 403
+    assert "local backend" in _error_beside(response.content.decode(), "id_backend")
+
+
+def test_clone_fills_the_form_with_the_jobs_settings(client, alice, alice_ws, job):
+    client.force_login(alice)
+    html = client.get(reverse("pages:job-new", args=[alice_ws.slug]) + f"?clone={job.pk}").content.decode()
+    assert 'value="resnet-ddp-copy"' in html
+    assert re.search(r'id="id_fault_tolerance"[^>]*checked', html) or re.search(r'checked[^>]*id="id_fault_tolerance"', html)
+    assert re.search(r'name="max_num_of_job_restart" value="3"', html)
+
+
+def test_job_list_filters_by_status_and_name_and_shows_restarts_and_last_reason(client, alice, alice_ws, job, job_body):
+    other = submit(alice, job_body(alice_ws, display_name="gpt-finetune"))
+    Job.objects.filter(pk=other.pk).update(status=JobStatus.FAILED)
+    Job.objects.filter(pk=job.pk).update(restart_count=2, status=JobStatus.RESTARTING)
+    record(job, 1)
+    record(job, 2, reason="worker-1 lost its node")
+    client.force_login(alice)
+    url = reverse("pages:job-list", args=[alice_ws.slug])
+    html = client.get(url + "?status=Restarting").content.decode()
+    assert "resnet-ddp" in html and "gpt-finetune" not in html
+    assert ">2/3<" in html and "worker-1 lost its node" in html
+    assert "↻" in html and "Restarting" in html
+    html = client.get(url + "?q=gpt").content.decode()
+    assert "gpt-finetune" in html and "resnet-ddp" not in html
+    html = client.get(url + "?q=nothing-like-this").content.decode()
+    assert "No job matches these filters" in html
+
+
+def test_job_page_shows_instances_timeline_monitor_log_and_token_hint(client, alice, alice_ws, job, memory_backend):
+    client.force_login(alice)
+    html = client.get(reverse("pages:job-detail", args=[alice_ws.slug, job.pk])).content.decode()
+    assert 'role="log"' in html and html.count('role="log"') == 1
+    assert "master-0" in html and "worker-0" in html and "mem-0" in html
+    assert '<svg class="timeline"' in html and "Attempt 1" in html
+    assert "Job submitted by alice" in html
+    assert job.token_hint in html
+    assert f'data-ws="/ws/jobs/{job.pk}/"' in html
+
+
+def test_restart_records_open_a_description_and_aggregate_by_code_source_and_node(client, alice, alice_ws, job):
+    r1 = record(job, 1)
+    record(job, 2, root_cause=False, instance_name="worker-1")
+    record(job, 3, error_code="CUDA_XID", error_source="Log", node_name="node-b",
+           restart_time=timezone.now() + timedelta(seconds=5))
+    client.force_login(alice)
+    html = client.get(reverse("pages:restarts", args=[alice_ws.slug, job.pk]) + f"?open={r1.pk}").content.decode()
+    for label in ("Restarts", "Restart Time", "Node Name", "Instance Name", "Error Code", "Error Message", "Error Source"):
+        assert f"<dt>{label}</dt>" in html
+    assert "◆</span> Root cause" in html and "◇</span> Cascade" in html
+    assert f'aria-controls="rr-desc-{r1.pk}"' in html
+    agg = client.get(reverse("pages:restarts-aggregated", args=[alice_ws.slug, job.pk])).content.decode()
+    rows = re.findall(r"<tr>\s*<td class=\"mono\">(\w+)</td><td>(\w+)</td><td class=\"mono\">([\w-]+)</td>\s*"
+                      r"<td class=\"num\">(\d+)</td>", agg)
+    assert rows == [("NCCL_ERROR", "Log", "node-a", "2"), ("CUDA_XID", "Log", "node-b", "1")]
+    assert "1 root" in agg and "1 cascade" in agg
+
+
+def test_log_download_streams_the_whole_log(client, alice, alice_ws, job, memory_backend):
+    handle = job.attempts.get(number=1).backend_handle
+    content = "".join(f"step {i} loss {i / 7:.4f}\n" for i in range(50_000)).encode()
+    memory_backend.write_log(handle, "worker-0", content)
+    client.force_login(alice)
+    response = client.get(reverse("pages:log-download", args=[alice_ws.slug, job.pk, 1, "worker-0"]))
+    assert response.status_code == 200
+    assert "attachment" in response["Content-Disposition"]
+    assert b"".join(response.streaming_content) == content
+    assert client.get(reverse("pages:log-download", args=[alice_ws.slug, job.pk, 1, "worker-9"])).status_code == 404
+
+
+def test_token_reset_shows_the_new_token_once(client, alice, alice_ws, job):
+    client.force_login(alice)
+    old_hint = job.token_hint
+    response = client.post(reverse("pages:job-token", args=[alice_ws.slug, job.pk]), HTTP_HX_REQUEST="true")
+    html = response.content.decode()
+    job.refresh_from_db()
+    assert job.token_hint != old_hint
+    new = re.search(r'id="new-token-value">(vjt_[^<]+)<', html).group(1)
+    assert new.startswith(job.token_hint)
+    assert new not in client.get(reverse("pages:job-detail", args=[alice_ws.slug, job.pk])).content.decode()
+
+
+def test_dashboard_counts_running_restarting_and_recently_failed_jobs(client, alice, alice_ws, job, job_body):
+    failed = submit(alice, job_body(alice_ws, display_name="old-failure"))
+    Job.objects.filter(pk=failed.pk).update(status=JobStatus.FAILED, finished_at=timezone.now() - timedelta(days=2))
+    client.force_login(alice)
+    assert client.get(reverse("dashboard"))["Location"] == reverse("pages:workspace", args=[alice_ws.slug])
+    html = client.get(reverse("pages:workspace", args=[alice_ws.slug])).content.decode()
+    assert re.search(r'<span class="num">1</span> <span class="badge st-running"', html)
+    assert re.search(r'<span class="num">0</span> <span class="badge st-failed"', html)  # two days ago
+    assert "Recent events" in html and "Attempt 1 is running." in html
+
+
+def test_someone_without_a_workspace_is_told_what_to_do(client, bob):
+    client.force_login(bob)
+    html = client.get(reverse("dashboard")).content.decode()
+    assert "You are not in a workspace yet" in html and "/api/v1/workspaces/" in html

@@ -1,0 +1,367 @@
+"""The job pages: list, submission, job page (status, instances, logs, monitor
+log, attempt timeline, token), restart records and their aggregation, log
+downloads. Thin: every change goes through jobs.actions; every lookup is scoped
+to the caller's workspaces, so another workspace's job is 404, never 403."""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+from datetime import timedelta
+
+from django.contrib.auth.decorators import login_required
+from django.core.paginator import Paginator
+from django.db.models import Count, OuterRef, Subquery
+from django.http import FileResponse, Http404, HttpResponse, StreamingHttpResponse
+from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.utils import timezone
+from django.views.decorators.http import require_http_methods, require_POST
+
+from . import actions
+from .backends.base import BackendError
+from .forms import BOOL_FIELDS, EnvLineError, FieldFlagErrors, JobForm, fault_tolerance_from, initial_from_job
+from .models import WRITE_ROLES, Attempt, JobStatus, RestartRecord
+from .submission import SubmissionError
+
+LIST_PAGE_SIZE = 50
+STATUS_ORDER = [s.value for s in JobStatus]
+
+
+# --- lookups ----------------------------------------------------------------------
+
+def workspace_or_404(request, slug):
+    try:
+        workspace = actions.workspace_for(request.user, slug)
+    except actions.NotFound:
+        raise Http404("No such workspace among yours.") from None
+    request.session["workspace"] = workspace.slug
+    return workspace
+
+
+def job_or_404(request, slug, job_id):
+    workspace = workspace_or_404(request, slug)
+    try:
+        job = actions.job_for(request.user, job_id)
+    except actions.NotFound:
+        raise Http404("No such job in this workspace.") from None
+    if job.workspace_id != workspace.pk:
+        raise Http404("No such job in this workspace.")
+    return workspace, job
+
+
+def forbidden(request, workspace, message: str):
+    return render(request, "jobs/forbidden.html", {"workspace": workspace, "message": message}, status=403)
+
+
+def can_write(request, workspace) -> bool:
+    return workspace.role_of(request.user) in WRITE_ROLES
+
+
+def max_restarts(job) -> int:
+    return int((job.ft_config or {}).get("max_num_of_job_restart", 3))
+
+
+# --- job list -----------------------------------------------------------------------
+
+def _last_reason():
+    return Subquery(RestartRecord.objects.filter(job=OuterRef("pk")).order_by("-id").values("reason")[:1])
+
+
+def _list_filters(request):
+    statuses = []
+    for raw in request.GET.getlist("status"):
+        for part in raw.split(","):
+            part = part.strip().capitalize()
+            if part in STATUS_ORDER and part not in statuses:
+                statuses.append(part)
+    return statuses, (request.GET.get("q") or "").strip()[:128]
+
+
+@login_required
+def job_list(request, slug):
+    workspace = workspace_or_404(request, slug)
+    statuses, q = _list_filters(request)
+    base = workspace.jobs.all()
+    if q:
+        base = base.filter(display_name__icontains=q)
+    counts = dict(base.values_list("status").annotate(n=Count("id")).values_list("status", "n"))
+    jobs = base.filter(status__in=statuses) if statuses else base
+    jobs = jobs.select_related("created_by").annotate(last_restart_reason=_last_reason()).order_by("-created_at", "-id")
+    page = Paginator(jobs, LIST_PAGE_SIZE).get_page(request.GET.get("page"))
+    context = {
+        "workspace": workspace,
+        "page": page,
+        "jobs": page.object_list,
+        "statuses": statuses,
+        "q": q,
+        "status_counts": [(s, counts.get(s, 0)) for s in STATUS_ORDER],
+        "total": workspace.jobs.count() if q else sum(counts.values()),
+        "can_write": can_write(request, workspace),
+    }
+    template = "jobs/_job_table.html" if request.htmx and request.htmx.target == "job-table" else "jobs/job_list.html"
+    return render(request, template, context)
+
+
+@login_required
+def job_row(request, slug, job_id):
+    workspace, job = job_or_404(request, slug, job_id)
+    job.last_restart_reason = job.restart_records.order_by("-id").values_list("reason", flat=True).first() or ""
+    return render(request, "jobs/_job_row.html", {"workspace": workspace, "job": job})
+
+
+# --- submission -------------------------------------------------------------------------
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def job_new(request, slug):
+    workspace = workspace_or_404(request, slug)
+    if not can_write(request, workspace):
+        role = workspace.role_of(request.user)
+        return forbidden(request, workspace, f"Your role in {workspace.name} is {role}: you can watch jobs here but "
+                                             "not submit them. Ask an owner or admin for the member role.")
+    status = 200
+    clone_of = None
+    if request.method == "POST":
+        form = JobForm(request.POST)
+        if form.is_valid():
+            try:
+                body = form.request_body(workspace)
+                job, token = actions.submit_job(request.user, body)
+            except EnvLineError as exc:
+                form.add_error("envs", str(exc))
+            except SubmissionError as exc:
+                form.add_submission_errors(exc.errors)
+            except actions.Forbidden as exc:
+                form.add_error("backend", str(exc))
+                status = 403
+            else:
+                request.session[f"new_token_{job.pk}"] = token
+                return redirect("pages:job-detail", slug=workspace.slug, job_id=job.pk)
+        if status == 200:
+            status = 400
+    else:
+        initial = {}
+        if request.GET.get("clone"):
+            _, clone_of = job_or_404(request, slug, request.GET["clone"])
+            initial = initial_from_job(clone_of)
+        form = JobForm(initial=initial)
+    form.mark_invalid()
+    context = {"workspace": workspace, "form": form, "clone_of": clone_of}
+    return render(request, "jobs/job_new.html", context, status=status)
+
+
+@login_required
+@require_POST
+def flags_preview(request, slug):
+    """The flag string the fault-tolerance fields and box combine into (htmx)."""
+    workspace_or_404(request, slug)
+    form = JobForm()
+    raw = {name: request.POST.get(name) for name in request.POST}
+    for name in BOOL_FIELDS:
+        raw[name] = request.POST.get(name) in ("on", "true", "True", "1")
+    try:
+        config, named = fault_tolerance_from(raw)
+        context = {"flags": config.to_flags(), "named": named, "errors": []}
+    except FieldFlagErrors as exc:
+        labels = {name: str(form.fields[name].label) for name in form.fields}
+        context = {"flags": None, "named": [], "errors": [(labels.get(f, f), m) for f, m in exc.errors]}
+    context["enabled"] = bool(request.POST.get("fault_tolerance"))
+    return render(request, "jobs/_flags_preview.html", context)
+
+
+# --- the job page ------------------------------------------------------------------------
+
+def _job_context(request, workspace, job) -> dict:
+    attempts = list(job.attempts.order_by("number"))
+    current = next((a for a in attempts if a.number == job.current_attempt), attempts[-1] if attempts else None)
+    instances = list(current.instances.order_by("rank", "role", "index")) if current else []
+    records = list(job.restart_records.order_by("restart_time", "id"))
+    events = list(job.events.order_by("-id")[:200])[::-1]
+    return {
+        "workspace": workspace,
+        "job": job,
+        "attempts": attempts,
+        "current": current,
+        "instances": instances,
+        "records": records,
+        "events": events,
+        "last_event_id": events[-1].pk if events else 0,
+        "diagnoses": list(job.diagnoses.order_by("-created_at", "-id")[:5]),
+        "max_restarts": max_restarts(job),
+        "can_write": can_write(request, workspace),
+        "live": not job.finished,
+        "now": timezone.now(),
+    }
+
+
+@login_required
+def job_detail(request, slug, job_id):
+    workspace, job = job_or_404(request, slug, job_id)
+    context = _job_context(request, workspace, job)
+    context["new_token"] = request.session.pop(f"new_token_{job.pk}", None)
+    attempt_param = request.GET.get("attempt", "")
+    context["log_attempt"] = int(attempt_param) if attempt_param.isdigit() else None
+    context["log_instance"] = request.GET.get("instance", "")
+    return render(request, "jobs/job_detail.html", context)
+
+
+FRAGMENTS = {
+    "header": "jobs/_job_header.html",
+    "instances": "jobs/_instances.html",
+    "timeline": "jobs/_timeline.html",
+    "restarts": "jobs/_restart_table.html",
+    "diagnoses": "jobs/_diagnoses.html",
+}
+
+
+@login_required
+def job_fragment(request, slug, job_id, part):
+    if part not in FRAGMENTS:
+        raise Http404("No such part of the job page.")
+    workspace, job = job_or_404(request, slug, job_id)
+    return render(request, FRAGMENTS[part], _job_context(request, workspace, job))
+
+
+@login_required
+@require_POST
+def job_stop(request, slug, job_id):
+    workspace, job = job_or_404(request, slug, job_id)
+    try:
+        actions.stop_job(request.user, job)
+    except actions.Forbidden as exc:
+        return forbidden(request, workspace, str(exc))
+    if request.htmx:
+        job.refresh_from_db()
+        return render(request, "jobs/_job_header.html", _job_context(request, workspace, job))
+    return redirect("pages:job-detail", slug=workspace.slug, job_id=job.pk)
+
+
+@login_required
+@require_POST
+def job_token_reset(request, slug, job_id):
+    workspace, job = job_or_404(request, slug, job_id)
+    try:
+        token = actions.reset_job_token(request.user, job)
+    except actions.Forbidden as exc:
+        return forbidden(request, workspace, str(exc))
+    context = {**_job_context(request, workspace, job), "new_token": token}
+    if request.htmx:
+        return render(request, "jobs/_token.html", context)
+    request.session[f"new_token_{job.pk}"] = token
+    return redirect(reverse("pages:job-detail", kwargs={"slug": workspace.slug, "job_id": job.pk}) + "#token")
+
+
+# --- restart records -----------------------------------------------------------------------
+
+@login_required
+def restart_records(request, slug, job_id):
+    workspace, job = job_or_404(request, slug, job_id)
+    context = _job_context(request, workspace, job)
+    context["open_id"] = int(request.GET["open"]) if request.GET.get("open", "").isdigit() else None
+    return render(request, "jobs/restart_records.html", context)
+
+
+@login_required
+def restart_record(request, slug, job_id, record_id):
+    workspace, job = job_or_404(request, slug, job_id)
+    record = job.restart_records.filter(pk=record_id).first()
+    if record is None:
+        raise Http404("No such restart record for this job.")
+    return render(request, "jobs/restart_record.html", {
+        "workspace": workspace, "job": job, "record": record, "max_restarts": max_restarts(job)})
+
+
+def aggregate_faults(records) -> list[dict]:
+    """Restart records grouped by (error code, source, node) with counts, the
+    biggest group first."""
+    groups: dict[tuple, dict] = {}
+    for r in records:
+        key = (r.error_code or "unknown", r.error_source or "unknown", r.node_name or "unknown")
+        g = groups.setdefault(key, {
+            "error_code": key[0], "error_source": key[1], "node_name": key[2], "count": 0,
+            "root_causes": 0, "cascades": 0, "instances": Counter(), "first": r.restart_time,
+            "last": r.restart_time, "message": r.error_message, "records": []})
+        g["count"] += 1
+        g["root_causes" if r.root_cause else "cascades"] += 1
+        g["instances"][r.instance_name or "whole job"] += 1
+        g["first"] = min(g["first"], r.restart_time)
+        g["last"] = max(g["last"], r.restart_time)
+        g["records"].append(r)
+    out = sorted(groups.values(), key=lambda g: (-g["count"], g["error_code"]))
+    for g in out:
+        g["instances"] = ", ".join(f"{name} ×{n}" if n > 1 else name for name, n in g["instances"].most_common())
+    return out
+
+
+@login_required
+def restart_aggregate(request, slug, job_id):
+    workspace, job = job_or_404(request, slug, job_id)
+    records = list(job.restart_records.order_by("restart_time", "id"))
+    return render(request, "jobs/restart_aggregate.html", {
+        "workspace": workspace, "job": job, "groups": aggregate_faults(records), "total": len(records),
+        "max_restarts": max_restarts(job)})
+
+
+# --- logs ----------------------------------------------------------------------------------
+
+CHUNK = 256 * 1024
+
+
+@login_required
+def log_download(request, slug, job_id, number, instance):
+    """Stream one instance's whole log from disk (or from the backend in chunks),
+    never rendering it."""
+    workspace, job = job_or_404(request, slug, job_id)
+    attempt = Attempt.objects.filter(job=job, number=number).first()
+    if attempt is None or not attempt.instances.filter(name=instance).exists():
+        raise Http404("No such instance in this attempt.")
+    filename = f"job{job.pk}-attempt{number}-{instance}.log"
+    if not attempt.backend_handle:
+        response = HttpResponse(b"", content_type="text/plain; charset=utf-8")
+        response["Content-Disposition"] = f'attachment; filename="{filename}"'
+        return response
+    backend = actions.get_backend_for(job)
+    handle = attempt.backend_handle
+    path = None
+    try:
+        path = backend.log_path(handle, instance)
+    except BackendError:
+        path = None
+    if path and os.path.exists(path):
+        return FileResponse(open(path, "rb"), as_attachment=True, filename=filename,
+                            content_type="text/plain; charset=utf-8")
+
+    def chunks():
+        offset = 0
+        while True:
+            try:
+                data = backend.read_log(handle, instance, offset=offset, limit=CHUNK)
+            except BackendError:
+                return
+            if not data:
+                return
+            offset += len(data)
+            yield data
+
+    response = StreamingHttpResponse(chunks(), content_type="text/plain; charset=utf-8")
+    response["Content-Disposition"] = f'attachment; filename="{filename}"'
+    return response
+
+
+# --- dashboard data (console.views renders it) ---------------------------------------------
+
+def dashboard_context(workspace, now=None) -> dict:
+    from .models import JobEvent
+
+    now = now or timezone.now()
+    jobs = workspace.jobs.annotate(last_restart_reason=_last_reason())
+    since = now - timedelta(days=1)
+    return {
+        "running": list(jobs.filter(status=JobStatus.RUNNING).order_by("-created_at")[:20]),
+        "restarting": list(jobs.filter(status=JobStatus.RESTARTING).order_by("-created_at")[:20]),
+        "failed": list(jobs.filter(status=JobStatus.FAILED, finished_at__gte=since).order_by("-finished_at")[:20]),
+        "recent_events": list(
+            JobEvent.objects.filter(job__workspace=workspace).select_related("job").order_by("-id")[:25]),
+        "live_count": workspace.jobs.filter(status__in=[JobStatus.CREATING, JobStatus.QUEUING]).count(),
+    }

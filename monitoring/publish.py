@@ -1,0 +1,145 @@
+"""Pushing what happened to the browsers that watch it (SPEC section 8's `ws`).
+
+Events are rows before they are messages: jobs.actions.record_event writes the
+row and, after commit, calls `event_committed(event_id)`, which reads the row
+back and sends it to the Channels group of its job (`job-<id>`) and of its
+workspace (`workspace-<id>`), followed by the job's current status. A browser
+that was away asks for the events after the last id it saw, so nothing is lost
+and, because every message carries the row's id, nothing is shown twice.
+
+These functions are synchronous (they run in after-commit hooks of views,
+Celery tasks and the monitor) and never raise for a delivery problem: the state
+change they describe has already committed.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from asgiref.sync import async_to_sync
+from channels.layers import get_channel_layer
+
+log = logging.getLogger(__name__)
+
+# Diagnoses are sent with their summary; their full data (stacks, C4D tables) is
+# rendered by the page on demand, so a message stays small.
+SUMMARY_LIMIT = 4000
+
+
+def job_group(job_id: int) -> str:
+    return f"job-{int(job_id)}"
+
+
+def workspace_group(workspace_id: int) -> str:
+    return f"workspace-{int(workspace_id)}"
+
+
+def _iso(value) -> str | None:
+    return value.isoformat() if value else None
+
+
+def event_message(event) -> dict:
+    return {
+        "type": "event",
+        "id": event.pk,
+        "job_id": event.job_id,
+        "event_type": event.type,
+        "label": event.get_type_display(),
+        "level": event.level,
+        "message": event.message,
+        "attempt": event.attempt,
+        "instance": event.instance,
+        "created_at": _iso(event.created_at),
+        "payload": event.payload if _small(event.payload) else {},
+    }
+
+
+def status_message(job) -> dict:
+    ft = job.ft_config or {}
+    return {
+        "type": "status",
+        "job_id": job.pk,
+        "status": job.status,
+        "reason": job.reason,
+        "restart_count": job.restart_count,
+        "max_restarts": int(ft.get("max_num_of_job_restart", 3)),
+        "current_attempt": job.current_attempt,
+        "updated_at": _iso(job.updated_at),
+    }
+
+
+def diagnosis_message(diagnosis) -> dict:
+    summary = diagnosis.summary
+    if len(summary) > SUMMARY_LIMIT:
+        summary = summary[: SUMMARY_LIMIT - 1] + "…"
+    return {
+        "type": "diagnosis",
+        "id": diagnosis.pk,
+        "job_id": diagnosis.job_id,
+        "kind": diagnosis.kind,
+        "label": diagnosis.get_kind_display(),
+        "attempt": diagnosis.attempt,
+        "trigger": diagnosis.trigger,
+        "summary": summary,
+        "created_at": _iso(diagnosis.created_at),
+    }
+
+
+def _small(payload) -> bool:
+    import json
+
+    try:
+        return len(json.dumps(payload, default=str)) <= SUMMARY_LIMIT
+    except (TypeError, ValueError):
+        return False
+
+
+def _send(groups: list[str], messages: list[dict]) -> None:
+    layer = get_channel_layer()
+    if layer is None:
+        return
+
+    async def send_all():
+        for group in groups:
+            for message in messages:
+                await layer.group_send(group, {"type": "job.message", "message": message})
+
+    async_to_sync(send_all)()
+
+
+def event_committed(event_id: int) -> None:
+    """After commit: send the event, the job's status and, for a diagnosis event,
+    the diagnosis, to everyone watching the job or its workspace."""
+    from jobs.models import Diagnosis, JobEvent
+
+    event = JobEvent.objects.select_related("job").filter(pk=event_id).first()
+    if event is None:
+        return
+    job = event.job
+    messages = [event_message(event), status_message(job)]
+    diagnosis_id = (event.payload or {}).get("diagnosis_id") if isinstance(event.payload, dict) else None
+    if diagnosis_id:
+        diagnosis = Diagnosis.objects.filter(pk=diagnosis_id, job_id=job.pk).first()
+        if diagnosis is not None:
+            messages.append(diagnosis_message(diagnosis))
+    _send([job_group(job.pk), workspace_group(job.workspace_id)], messages)
+
+
+def status_changed(job_id: int) -> None:
+    """Send the job's current status (for changes that wrote no event)."""
+    from jobs.models import Job
+
+    job = Job.objects.filter(pk=job_id).first()
+    if job is None:
+        return
+    _send([job_group(job.pk), workspace_group(job.workspace_id)], [status_message(job)])
+
+
+def diagnosis_committed(diagnosis_id: int) -> None:
+    """Send a diagnosis (stack snapshot, C4D verdict) to the job's watchers."""
+    from jobs.models import Diagnosis
+
+    diagnosis = Diagnosis.objects.select_related("job").filter(pk=diagnosis_id).first()
+    if diagnosis is None:
+        return
+    _send([job_group(diagnosis.job_id)], [diagnosis_message(diagnosis)])

@@ -1,0 +1,440 @@
+/* Vigil console: times in the viewer's timezone, live updates over WebSockets,
+   the log view (batched, windowed, pause/resume, resume by byte offset).
+   No build step; htmx does the server-rendered partial swaps. */
+(function () {
+  "use strict";
+
+  var MAX_LINES = 2000;        // line nodes kept in the page
+  var MAX_PENDING = 50000;     // lines held while paused
+
+  // ---- times -------------------------------------------------------------
+  function pad(n) { return (n < 10 ? "0" : "") + n; }
+  function fmtAbs(d) {
+    var now = new Date();
+    var time = pad(d.getHours()) + ":" + pad(d.getMinutes()) + ":" + pad(d.getSeconds());
+    if (d.toDateString() === now.toDateString()) return time;
+    return d.getFullYear() + "-" + pad(d.getMonth() + 1) + "-" + pad(d.getDate()) + " " + time;
+  }
+  function ago(d) {
+    var s = Math.round((Date.now() - d.getTime()) / 1000), future = s < 0, t;
+    s = Math.abs(s);
+    if (s < 60) t = s + "s";
+    else if (s < 3600) t = Math.floor(s / 60) + "m";
+    else if (s < 86400) t = Math.floor(s / 3600) + "h " + Math.floor((s % 3600) / 60) + "m";
+    else t = Math.floor(s / 86400) + "d " + Math.floor((s % 86400) / 3600) + "h";
+    return future ? "in " + t : t + " ago";
+  }
+  function localize(root) {
+    (root || document).querySelectorAll("time[datetime]").forEach(function (el) {
+      var d = new Date(el.getAttribute("datetime"));
+      if (isNaN(d.getTime())) return;
+      el.title = d.toLocaleString(undefined, { dateStyle: "medium", timeStyle: "medium", timeZoneName: "short" }) +
+        "  ·  " + d.toISOString().replace("T", " ").replace(/\.\d+Z$/, " UTC");
+      if (el.hasAttribute("data-abs")) el.textContent = fmtAbs(d);
+      else if (el.hasAttribute("data-ago")) el.textContent = ago(d);
+    });
+  }
+  function timeEl(iso) {
+    var el = document.createElement("time");
+    el.setAttribute("datetime", iso);
+    el.setAttribute("data-abs", "");
+    localize({ querySelectorAll: function () { return [el]; } });
+    return el;
+  }
+
+  // ---- a WebSocket that comes back -----------------------------------------
+  var banner = null, bannerTimer = null;
+  function showBanner(text, keep) {
+    banner = banner || document.getElementById("live-banner");
+    if (!banner) return;
+    clearTimeout(bannerTimer);
+    banner.textContent = text;
+    banner.hidden = false;
+    if (!keep) bannerTimer = setTimeout(function () { banner.hidden = true; }, 2500);
+  }
+
+  function Live(path, handlers) {
+    this.path = path;
+    this.handlers = handlers;
+    this.delay = 500;
+    this.wasOpen = false;
+    this.refused = false;
+    this.connect();
+  }
+  Live.prototype.connect = function () {
+    var self = this;
+    var url = (location.protocol === "https:" ? "wss://" : "ws://") + location.host + this.path;
+    var ws = new WebSocket(url);
+    this.ws = ws;
+    ws.onopen = function () {
+      if (self.wasOpen) showBanner("Live updates are back; nothing was missed.");
+      self.wasOpen = true;
+      self.delay = 500;
+      if (self.handlers.open) self.handlers.open(self);
+    };
+    ws.onmessage = function (e) {
+      var msg;
+      try { msg = JSON.parse(e.data); } catch (err) { return; }
+      if (self.handlers.message) self.handlers.message(msg, self);
+    };
+    ws.onclose = function (e) {
+      if (!self.wasOpen && e.code === 1006 && self.refusedOnce) {
+        showBanner("Live updates are not available for this page (refused). Reload, or log in again.", true);
+        return;
+      }
+      self.refusedOnce = !self.wasOpen;
+      showBanner("Live updates lost — reconnecting…", true);
+      setTimeout(function () { self.connect(); }, self.delay);
+      self.delay = Math.min(self.delay * 2, 5000);
+    };
+  };
+  Live.prototype.send = function (obj) {
+    if (this.ws && this.ws.readyState === 1) this.ws.send(JSON.stringify(obj));
+  };
+
+  // ---- htmx helpers ----------------------------------------------------------
+  var timers = {};
+  function debounce(key, ms, fn) {
+    clearTimeout(timers[key]);
+    timers[key] = setTimeout(fn, ms);
+  }
+  function swap(url, target, how) {
+    if (!window.htmx || !document.querySelector(target)) return;
+    window.htmx.ajax("GET", url, { target: target, swap: how || "innerHTML" });
+  }
+
+  // ---- job list and dashboard --------------------------------------------------
+  function initWorkspace(el) {
+    var slug = el.getAttribute("data-live-workspace");
+    new Live("/ws/workspaces/" + slug + "/", {
+      message: function (msg) {
+        if (msg.type !== "status" && msg.type !== "event") return;
+        var dash = document.getElementById("dashboard");
+        if (dash) {
+          debounce("dash", 400, function () { swap(dash.getAttribute("data-refresh"), "#dashboard"); });
+          return;
+        }
+        if (msg.type !== "status") return;
+        var row = document.getElementById("job-" + msg.job_id);
+        if (row) {
+          debounce("row" + msg.job_id, 250, function () { swap(row.getAttribute("data-job-row"), "#job-" + msg.job_id, "outerHTML"); });
+        } else if (document.getElementById("job-table")) {
+          debounce("table", 500, function () { swap(location.pathname + location.search, "#job-table", "outerHTML"); });
+        }
+      }
+    });
+  }
+
+  // ---- the log view -------------------------------------------------------------
+  var ANSI = /\x1b\[([0-9;]*)m/g;
+  function renderText(parent, text) {
+    // A progress bar redrawn with \r shows its last state.
+    var cr = text.lastIndexOf("\r", text.length - 2);
+    if (cr >= 0) text = text.slice(cr + 1);
+    text = text.replace(/\r$/, "");
+    if (text.indexOf("\x1b") < 0) { parent.textContent = text; return; }
+    var last = 0, cls = [], m;
+    ANSI.lastIndex = 0;
+    while ((m = ANSI.exec(text)) !== null) {
+      if (m.index > last) addSpan(parent, text.slice(last, m.index), cls);
+      cls = sgr(m[1], cls);
+      last = ANSI.lastIndex;
+    }
+    if (last < text.length) addSpan(parent, text.slice(last), cls);
+  }
+  function addSpan(parent, s, cls) {
+    s = s.replace(/\x1b\[[0-9;?]*[A-Za-z]/g, "");
+    if (!s) return;
+    if (!cls.length) { parent.appendChild(document.createTextNode(s)); return; }
+    var span = document.createElement("span");
+    span.className = cls.join(" ");
+    span.textContent = s;
+    parent.appendChild(span);
+  }
+  function sgr(codes, cls) {
+    var out = cls.slice();
+    (codes || "0").split(";").forEach(function (c) {
+      c = parseInt(c || "0", 10);
+      if (c === 0) out = [];
+      else if (c === 1) out.push("a-bold");
+      else if ((c >= 30 && c <= 37) || c === 90) { out = out.filter(function (k) { return !/^a-\d/.test(k); }); out.push("a-" + (c === 37 ? 90 : c)); }
+      else if (c === 39) out = out.filter(function (k) { return !/^a-\d/.test(k); });
+    });
+    return out;
+  }
+
+  function LogView(root, opts) {
+    this.root = root;
+    this.opts = opts;
+    this.queue = [];
+    this.pending = [];
+    this.skipped = 0;
+    this.paused = false;
+    this.count = 0;
+    this.lastAttempt = null;
+    this.programmatic = false;
+    this.bar = document.getElementById("paused-bar");
+    this.barText = document.getElementById("paused-text");
+    var self = this;
+    root.addEventListener("scroll", function () {
+      if (self.programmatic) { self.programmatic = false; return; }
+      var atBottom = root.scrollHeight - root.scrollTop - root.clientHeight < 6;
+      if (!atBottom && !self.paused) self.pause();
+      else if (atBottom && self.paused) self.resume();
+    });
+    root.addEventListener("keydown", function (e) {
+      if (e.key === "End") { e.preventDefault(); self.resume(); }
+    });
+    document.getElementById("log-resume").addEventListener("click", function () { self.resume(); root.focus(); });
+  }
+  LogView.prototype.clear = function () {
+    this.root.textContent = "";
+    this.queue = []; this.pending = []; this.count = 0; this.skipped = 0; this.lastAttempt = null;
+    this.paused = false;
+    this.bar.hidden = true;
+  };
+  LogView.prototype.add = function (msg) {
+    var items = [];
+    if (this.opts.following() && this.lastAttempt !== null && msg.attempt !== this.lastAttempt) {
+      items.push({ sep: "— attempt " + msg.attempt + " —" });
+    }
+    this.lastAttempt = msg.attempt;
+    for (var i = 0; i < msg.lines.length; i++) items.push({ i: msg.instance, t: msg.lines[i] });
+    if (this.paused) {
+      Array.prototype.push.apply(this.pending, items);
+      if (this.pending.length > MAX_PENDING) {
+        this.skipped += this.pending.length - MAX_PENDING;
+        this.pending = this.pending.slice(-MAX_PENDING);
+      }
+      this.barText.textContent = "Paused, " + (this.pending.length + this.skipped).toLocaleString() + " new line" +
+        (this.pending.length + this.skipped === 1 ? "" : "s");
+      return;
+    }
+    Array.prototype.push.apply(this.queue, items);
+    this.schedule();
+  };
+  LogView.prototype.schedule = function () {
+    if (this.scheduled) return;
+    this.scheduled = true;
+    var self = this;
+    requestAnimationFrame(function () { self.scheduled = false; self.flush(); });
+  };
+  LogView.prototype.flush = function () {
+    var items = this.queue;
+    this.queue = [];
+    if (!items.length) return;
+    if (items.length > MAX_LINES) items = items.slice(-MAX_LINES);
+    var empty = document.getElementById("log-empty");
+    if (empty) empty.remove();
+    var frag = document.createDocumentFragment();
+    for (var k = 0; k < items.length; k++) {
+      var it = items[k], ln = document.createElement("div");
+      if (it.sep) { ln.className = "ln sep"; ln.textContent = it.sep; }
+      else {
+        ln.className = "ln";
+        var g = document.createElement("span"); g.className = "g"; g.textContent = it.i;
+        var t = document.createElement("span"); t.className = "t";
+        renderText(t, it.t);
+        if (/\b(error|traceback|exception|fatal)\b/i.test(it.t)) t.classList.add("err");
+        ln.appendChild(g); ln.appendChild(t);
+      }
+      frag.appendChild(ln);
+    }
+    this.root.appendChild(frag);
+    this.count += items.length;
+    var extra = this.count - MAX_LINES;
+    while (extra-- > 0 && this.root.firstChild) { this.root.removeChild(this.root.firstChild); this.count--; }
+    this.toBottom();
+  };
+  LogView.prototype.toBottom = function () {
+    var target = this.root.scrollHeight - this.root.clientHeight;
+    if (Math.abs(this.root.scrollTop - target) > 1) {
+      this.programmatic = true;
+      this.root.scrollTop = target;
+    }
+  };
+  LogView.prototype.pause = function () {
+    this.paused = true;
+    this.barText.textContent = "Paused, 0 new lines";
+    this.bar.hidden = false;
+  };
+  LogView.prototype.resume = function () {
+    if (!this.paused) { this.toBottom(); return; }
+    this.paused = false;
+    this.bar.hidden = true;
+    if (this.skipped) this.queue.push({ sep: "… " + this.skipped.toLocaleString() + " lines skipped while paused; download the log for all of them" });
+    Array.prototype.push.apply(this.queue, this.pending);
+    this.pending = []; this.skipped = 0;
+    this.flush();
+    this.toBottom();
+  };
+
+  // ---- the job page ---------------------------------------------------------------
+  function initJob(el) {
+    var jobId = el.getAttribute("data-job");
+    var lastEvent = parseInt(el.getAttribute("data-last-event") || "0", 10);
+    var status = el.getAttribute("data-status");
+    var currentAttempt = parseInt(el.getAttribute("data-attempt") || "0", 10);
+    var partsBase = el.getAttribute("data-parts").replace(/header\/$/, "");
+    var attemptSel = document.getElementById("log-attempt");
+    var instanceSel = document.getElementById("log-instance");
+    var download = document.getElementById("log-download");
+    var logRoot = document.getElementById("logview");
+    var offsets = {};
+    var live = null;
+    var view = new LogView(logRoot, { following: function () { return !attemptSel.value; } });
+
+    function logSpec() {
+      return {
+        attempt: attemptSel.value ? parseInt(attemptSel.value, 10) : null,
+        instances: instanceSel.value ? [instanceSel.value] : null,
+        offsets: offsets
+      };
+    }
+    function updateDownload() {
+      var inst = instanceSel.value;
+      if (!inst) { download.hidden = true; return; }
+      download.href = logRoot.getAttribute("data-download").replace("ATTEMPT", attemptSel.value || currentAttempt).replace("INSTANCE", encodeURIComponent(inst));
+      download.textContent = "Download " + inst;
+      download.hidden = false;
+    }
+    function updateUrl() {
+      var u = new URL(location.href);
+      if (attemptSel.value) u.searchParams.set("attempt", attemptSel.value); else u.searchParams.delete("attempt");
+      if (instanceSel.value) u.searchParams.set("instance", instanceSel.value); else u.searchParams.delete("instance");
+      history.replaceState(null, "", u.toString());
+    }
+    function resubscribe() {
+      offsets = {};
+      view.clear();
+      updateUrl();
+      updateDownload();
+      if (live) live.send({ type: "logs", attempt: logSpec().attempt, instances: logSpec().instances, offsets: offsets });
+    }
+    attemptSel.addEventListener("change", resubscribe);
+    instanceSel.addEventListener("change", resubscribe);
+    updateDownload();
+    document.getElementById("log-wrap").addEventListener("click", function () {
+      var on = logRoot.classList.toggle("wrap");
+      this.setAttribute("aria-pressed", on ? "true" : "false");
+    });
+    document.addEventListener("keydown", function (e) {
+      var tag = (e.target.tagName || "").toLowerCase();
+      if (tag === "input" || tag === "textarea" || tag === "select" || e.ctrlKey || e.metaKey || e.altKey) return;
+      if (e.key === "w") document.getElementById("log-wrap").click();
+    });
+    document.addEventListener("click", function (e) {
+      var a = e.target.closest && e.target.closest("[data-show-instance]");
+      if (!a) return;
+      e.preventDefault();
+      instanceSel.value = a.getAttribute("data-show-instance");
+      attemptSel.value = "";
+      resubscribe();
+      logRoot.focus();
+      logRoot.scrollIntoView({ block: "nearest" });
+    });
+
+    function refresh(parts) {
+      parts.forEach(function (p) {
+        debounce("part-" + p, 300, function () { swap(partsBase + p + "/", "#part-" + p); });
+      });
+    }
+    function addEvent(msg) {
+      if (document.getElementById("ev-" + msg.id)) return;
+      var list = document.getElementById("events");
+      var empty = document.getElementById("events-empty");
+      if (empty) empty.remove();
+      var li = document.createElement("li");
+      li.className = "ev ev-" + msg.level;
+      li.id = "ev-" + msg.id;
+      li.setAttribute("data-id", msg.id);
+      var lvl = document.createElement("span");
+      lvl.className = "lvl lvl-" + msg.level;
+      lvl.title = msg.level;
+      lvl.textContent = msg.level === "error" ? "✕" : msg.level === "warning" ? "!" : "i";
+      li.appendChild(lvl);
+      li.appendChild(document.createTextNode(" "));
+      li.appendChild(timeEl(msg.created_at));
+      var type = document.createElement("span"); type.className = "ev-type"; type.textContent = " " + msg.label;
+      li.appendChild(type);
+      if (msg.attempt) { var a = document.createElement("span"); a.className = "muted"; a.textContent = " a" + msg.attempt; li.appendChild(a); }
+      if (msg.instance) { var n = document.createElement("span"); n.className = "muted"; n.textContent = " " + msg.instance; li.appendChild(n); }
+      var m = document.createElement("span"); m.className = "ev-msg"; m.textContent = " " + msg.message;
+      li.appendChild(m);
+      var near = list.scrollHeight - list.scrollTop - list.clientHeight < 30;
+      list.appendChild(li);
+      if (near) list.scrollTop = list.scrollHeight;
+    }
+
+    live = new Live(el.getAttribute("data-ws"), {
+      open: function (sock) {
+        sock.send({ type: "hello", after_event: lastEvent, logs: logSpec() });
+      },
+      message: function (msg) {
+        if (msg.type === "log") {
+          var key = msg.attempt + ":" + msg.instance;
+          var have = offsets[key];
+          if (have !== undefined && msg.next_offset <= have) return;  // already shown
+          offsets[key] = msg.next_offset;
+          view.add(msg);
+        } else if (msg.type === "event") {
+          addEvent(msg);
+          if (msg.id > lastEvent) lastEvent = msg.id;
+          refresh(["instances", "timeline", "restarts"]);
+        } else if (msg.type === "status") {
+          if (msg.status !== status) {
+            document.getElementById("status-announcer").textContent = "Job status: " + msg.status + (msg.reason ? ". " + msg.reason : "");
+            document.title = document.title.replace(status, msg.status);
+            status = msg.status;
+            el.setAttribute("data-status", status);
+            refresh(["header", "instances", "timeline"]);
+          }
+          if (msg.current_attempt && msg.current_attempt !== currentAttempt) {
+            currentAttempt = msg.current_attempt;
+            var opt = document.createElement("option");
+            opt.value = currentAttempt; opt.textContent = "Attempt " + currentAttempt;
+            attemptSel.appendChild(opt);
+            refresh(["header", "instances", "timeline", "restarts"]);
+          }
+        } else if (msg.type === "diagnosis") {
+          addEvent({ id: "dg" + msg.id, level: "warning", label: msg.label, created_at: msg.created_at, attempt: msg.attempt, instance: "", message: msg.summary.split("\n")[0] });
+          refresh(["diagnoses"]);
+        }
+      }
+    });
+
+    document.addEventListener("htmx:afterSwap", function (e) {
+      if (e.target.id !== "part-instances") return;
+      // keep the instance choices in step with the current attempt
+      var names = Array.prototype.map.call(e.target.querySelectorAll("[data-show-instance]"), function (a) { return a.getAttribute("data-show-instance"); });
+      var have = Array.prototype.map.call(instanceSel.options, function (o) { return o.value; });
+      names.forEach(function (n) {
+        if (have.indexOf(n) < 0) { var o = document.createElement("option"); o.value = n; o.textContent = n; instanceSel.appendChild(o); }
+      });
+    });
+  }
+
+  // ---- wiring ----------------------------------------------------------------------
+  document.addEventListener("click", function (e) {
+    var btn = e.target.closest && e.target.closest("[data-toggle-row]");
+    if (!btn) return;
+    var row = document.getElementById(btn.getAttribute("aria-controls"));
+    var open = btn.getAttribute("aria-expanded") !== "true";
+    btn.setAttribute("aria-expanded", open ? "true" : "false");
+    if (row) row.hidden = !open;
+  });
+  document.addEventListener("htmx:afterSwap", function (e) { localize(e.target); });
+  document.addEventListener("DOMContentLoaded", function () {
+    localize(document);
+    setInterval(function () { localize(document); }, 15000);
+    var sw = document.querySelector("[data-switcher] select");
+    if (sw) sw.addEventListener("change", function () { location.href = "/workspaces/" + encodeURIComponent(sw.value) + "/"; });
+    var ws = document.querySelector("[data-live-workspace]");
+    if (ws) initWorkspace(ws);
+    var job = document.getElementById("job");
+    if (job) initJob(job);
+    var errs = document.getElementById("form-errors");
+    if (errs) { var first = document.querySelector(".has-error input, .has-error select, .has-error textarea"); (first || errs).focus(); }
+  });
+  window.vigil = { localize: localize };
+})();
