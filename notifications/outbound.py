@@ -104,10 +104,10 @@ def refusal_reason(address, allow=()) -> str | None:
         return f"{ip} is in the shared address space (100.64.0.0/10)"
     if ip.is_multicast:
         return f"{ip} is a multicast address"
-    if ip.is_private:
-        return f"{ip} is a private address"
     if ip.is_reserved:
         return f"{ip} is a reserved address"
+    if ip.is_private:
+        return f"{ip} is a private address"
     if not ip.is_global:
         return f"{ip} is not a public address"
     return None
@@ -123,6 +123,9 @@ def allowed_networks() -> tuple:
 def resolve_checked(host: str, port: int, allow=None) -> list[tuple]:
     """getaddrinfo results for host:port, all of them acceptable; raises
     RefusedDestination naming the first unacceptable address."""
+    host = (host or "").strip()
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]  # apprise keeps an IPv6 literal's brackets
     if not host:
         raise RefusedDestination("the URL has no host")
     allow = allowed_networks() if allow is None else allow
@@ -133,10 +136,11 @@ def resolve_checked(host: str, port: int, allow=None) -> list[tuple]:
     if not infos:
         raise UnresolvableHost(f"could not resolve {host}")
     for info in infos:
-        reason = refusal_reason(info[4][0], allow)
+        address = info[4][0]
+        reason = refusal_reason(address, allow)
         if reason:
-            shown = host if host == info[4][0] else f"{host} resolves to {info[4][0]}, which"
-            raise RefusedDestination(f"refused destination: {shown} is not allowed ({reason})")
+            shown = reason if host == address else f"{host} resolves to {address}; {reason}"
+            raise RefusedDestination(f"refused destination: {shown}")
     return infos
 
 

@@ -69,6 +69,12 @@ def _handler(sink_ref):
     return Handler
 
 
+@pytest.fixture(autouse=True)
+def _fast_password_hashing(settings):
+    """The personas' passwords play no part here; hashing them slowly costs seconds per test."""
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
 @pytest.fixture
 def http_sink():
     ref = [None]
