@@ -64,6 +64,9 @@ WAITING_STATES = frozenset({"PENDING", "CONFIGURING", "REQUEUED", "RESV_DEL_HOLD
 SLURM_FAILURE_STATES = frozenset({"NODE_FAIL", "TIMEOUT", "PREEMPTED", "OUT_OF_MEMORY", "BOOT_FAIL",
                                   "DEADLINE", "CANCELLED", "FAILED", "REVOKED", "SPECIAL_EXIT"})
 
+# Slurm's own verdicts on a job, which say more than an instance's missing exit record.
+SLURM_VERDICTS = frozenset({"NODE_FAIL", "TIMEOUT", "PREEMPTED", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE"})
+
 # Node states in which Slurm places nothing new.
 UNSCHEDULABLE_NODE_STATES = frozenset({"DOWN", "DRAIN", "DRAINED", "DRAINING", "FAIL", "FAILING",
                                        "MAINT", "NOT_RESPONDING", "NO_RESPOND", "POWERED_DOWN",
@@ -296,8 +299,11 @@ class InstanceFiles:
     last_output_at: float | None  # mtime of output.log
 
 
-def instance_status(inst: dict, files: InstanceFiles, job: SlurmJob) -> InstanceStatus:
-    """One instance's status from its files and Slurm's view of the job."""
+def instance_status(inst: dict, files: InstanceFiles, job: SlurmJob, batch_said: str = "") -> InstanceStatus:
+    """One instance's status from its files and Slurm's view of the job.
+
+    `batch_said` is the last line of the batch script's log, which explains an
+    allocation that ended before its instances started (the supervisor failed)."""
     started = files.started or {}
     base = dict(name=inst["name"], role=inst["role"], index=inst["index"],
                 started_at=started.get("started_at"), last_output_at=files.last_output_at,
@@ -337,13 +343,14 @@ def instance_status(inst: dict, files: InstanceFiles, job: SlurmJob) -> Instance
     if not job.known:
         return InstanceStatus(**base, state=InstanceState.LOST, exited_at=ended,
                               reason=f"Slurm no longer knows job {job.job_id} and the instance left no exit record")
-    if job.state in SLURM_FAILURE_STATES:
+    if job.state in SLURM_VERDICTS:
         state = InstanceState.FAILED if job.state == "NODE_FAIL" else InstanceState.LOST
         base["node"] = base["node"] or job.nodes
         return InstanceStatus(**base, state=state, exited_at=ended, reason=job.state)
+    said = f": {batch_said}" if batch_said and not files.started else ""
     return InstanceStatus(**base, state=InstanceState.LOST, exited_at=ended,
                           reason=f"Slurm job {job.job_id} ended ({job.state}) before this instance "
-                                 + ("reported an exit" if files.started else "started"))
+                                 + ("reported an exit" if files.started else "started") + said)
 
 
 
@@ -609,7 +616,8 @@ class SlurmBackend(Backend):
 
     def poll(self, handle: dict) -> list[InstanceStatus]:
         job = self.job(handle)
-        return [instance_status(inst, self._files(handle, inst), job) for inst in handle["instances"]]
+        said = "" if job.active else step.last_line(os.path.join(handle["attempt_dir"], "batch.log"))
+        return [instance_status(inst, self._files(handle, inst), job, said) for inst in handle["instances"]]
 
     def _wait_for_exits(self, handle: dict, names: list[str], grace: float) -> bool:
         deadline = time.monotonic() + grace
@@ -763,16 +771,19 @@ class SlurmBackend(Backend):
         return []
 
     def dump_stacks(self, handle: dict, name: str, timeout: float = 30.0) -> list[dict]:
-        """py-spy's JSON stacks of the instance, taken on its node by a step that overlaps the job."""
+        """Stacks of the instance's Python processes, taken on its node by a step that overlaps
+        the job: [{"pid", "cmdline", "stacks": py-spy's JSON threads or None, "error"}]."""
         files = self._files(handle, self.check_instance(handle, name))
         started = files.started
         if not started or files.exited:
             raise BackendError(f"{name} is not running (no stack to dump)")
+        script = os.path.join(handle["attempt_dir"], "runtime", "slurm_step.py")
         res = self._run("srun", "--overlap", f"--jobid={handle['slurm_job_id']}", "--ntasks=1", "--nodes=1",
                         f"--nodelist={started['node']}", "--export=ALL", "--quiet",
-                        self.opts["py_spy"], "dump", "--json", "--pid", str(started["pid"]),
+                        self.opts["python"], script, "stacks", str(started["pid"]), self.opts["py_spy"],
                         timeout=timeout)
         try:
             return json.loads(res.stdout)
         except json.JSONDecodeError:
-            raise BackendError(f"py-spy gave no JSON for {name}: {res.stdout[-300:]} {res.stderr[-300:]}") from None
+            raise BackendError(f"the stack dump of {name} gave no JSON: {res.stdout[-300:]} "
+                               f"{res.stderr[-300:]}") from None

@@ -169,9 +169,40 @@ def announce_exit(redis_url: str, payload: dict, channel: str = EXIT_CHANNEL, ti
 # -- the supervisor ------------------------------------------------------------------
 
 
+def last_line(path: str, nbytes: int = 2000) -> str:
+    """The last non-empty line of a file ("" if none): the gist of an error log."""
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            fh.seek(max(0, fh.tell() - nbytes))
+            lines = [ln.strip() for ln in fh.read().decode(errors="replace").splitlines() if ln.strip()]
+    except OSError:
+        return ""
+    return lines[-1][:300] if lines else ""
+
+
+def expand_hostlist(text: str) -> list[str]:
+    """Slurm's compressed host list, "gpu[01-03,07],cpu1" -> gpu01 gpu02 gpu03 gpu07 cpu1."""
+    hosts: list[str] = []
+    for m in re.finditer(r"([^,\[]+)(?:\[([^\]]+)\])?", text):
+        prefix, ranges = m.group(1), m.group(2)
+        if ranges is None:
+            hosts.append(prefix)
+            continue
+        for part in ranges.split(","):
+            lo, _, hi = part.partition("-")
+            for n in range(int(lo), int(hi or lo) + 1):
+                hosts.append(f"{prefix}{n:0{len(lo)}d}")
+    return hosts
+
+
 def _hostnames(nodelist: str) -> list[str]:
-    out = subprocess.run(["scontrol", "show", "hostnames", nodelist], capture_output=True, text=True, check=True)
-    return out.stdout.split()
+    try:
+        out = subprocess.run(["scontrol", "show", "hostnames", nodelist], capture_output=True, text=True,
+                             check=True, timeout=30)
+        return out.stdout.split()
+    except (OSError, subprocess.SubprocessError):
+        return expand_hostlist(nodelist)  # scontrol not on this node's PATH
 
 
 def allocate(attempt_dir: str, spec: dict) -> dict:
@@ -260,10 +291,12 @@ def supervise(attempt_dir: str) -> int:
                 continue
             del steps[name]
             if read_json(exit_file(attempt_dir, name, run)) is None:
-                # The wrapper was killed (SIGKILL, OOM killer) or never ran: say so.
+                # The wrapper was killed (SIGKILL, OOM killer) or never ran: say so, in srun's words.
+                said = last_line(os.path.join(instance_dir(attempt_dir, name), f"srun-{run}.log"))
                 write_json(exit_file(attempt_dir, name, run), {
                     "run": run, "exit_code": None, "signal": None, "exited_at": time.time(),
-                    "reason": f"step ended without a report from the instance (srun exit {rc})"})
+                    "reason": f"step ended without a report from the instance (srun exit {rc})"
+                              + (f": {said}" if said else "")})
         for name in current:
             nxt = current[name] + 1
             req = restart_request(attempt_dir, name, nxt)
@@ -345,12 +378,76 @@ def run_instance(attempt_dir: str, name: str, run: int) -> int:
     return rc if rc >= 0 else 128 - rc
 
 
+# -- stack dumps on the node ------------------------------------------------------------------
+
+
+def descendants(root: int) -> list[int]:
+    """`root` and every process below it, from /proc (the user's command may be a shell
+    running Python, or a launcher with worker processes)."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as fh:
+                stat = fh.read()
+        except OSError:
+            continue
+        ppid = int(stat[stat.rindex(")") + 2:].split()[1])
+        children.setdefault(ppid, []).append(int(entry))
+    out, todo = [], [root]
+    while todo:
+        pid = todo.pop(0)
+        out.append(pid)
+        todo.extend(sorted(children.get(pid, ())))
+    return out
+
+
+def dump_stacks(root: int, py_spy: str, timeout: float = 10.0) -> list[dict]:
+    """py-spy's JSON stacks of every Python process of the instance; other processes are skipped."""
+    result = []
+    for pid in descendants(root):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as fh:
+                cmdline = fh.read().replace(b"\0", b" ").decode(errors="replace").strip()
+        except OSError:
+            continue
+        try:
+            done = subprocess.run([py_spy, "dump", "--json", "--pid", str(pid)], capture_output=True,
+                                  text=True, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            result.append({"pid": pid, "cmdline": cmdline, "stacks": None,
+                           "error": f"py-spy took longer than {timeout:g} s"})
+            continue
+        except OSError as exc:
+            return [{"pid": root, "cmdline": "", "stacks": None, "error": f"cannot run {py_spy}: {exc}"}]
+        if done.returncode == 0:
+            try:
+                result.append({"pid": pid, "cmdline": cmdline, "stacks": json.loads(done.stdout), "error": ""})
+                continue
+            except json.JSONDecodeError:
+                pass
+        try:
+            exe = os.path.basename(os.readlink(f"/proc/{pid}/exe"))
+        except OSError:
+            exe = ""
+        if "python version" in done.stderr.lower() and "python" not in exe.lower():
+            continue  # a shell or a launcher that is not Python: nothing to dump
+        first = next((ln for ln in done.stderr.splitlines() if ln.strip()), "no output")
+        result.append({"pid": pid, "cmdline": cmdline, "stacks": None, "error": first.strip()})
+    return result
+
+
 def main(argv: list[str]) -> int:
     if len(argv) >= 2 and argv[0] == "supervise":
         return supervise(argv[1])
     if len(argv) >= 4 and argv[0] == "instance":
         return run_instance(argv[1], argv[2], int(argv[3]))
-    print("usage: slurm_step.py supervise <attempt_dir> | instance <attempt_dir> <name> <run>", file=sys.stderr)
+    if len(argv) >= 3 and argv[0] == "stacks":
+        print(json.dumps(dump_stacks(int(argv[1]), argv[2])))
+        return 0
+    print("usage: slurm_step.py supervise <attempt_dir> | instance <attempt_dir> <name> <run>"
+          " | stacks <pid> <py-spy>", file=sys.stderr)
     return 2
 
 

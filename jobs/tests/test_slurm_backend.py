@@ -31,7 +31,7 @@ from jobs.backends.slurm import (
     nodes_from_sinfo_json,
     nodes_from_sinfo_text,
 )
-from jobs.backends.slurm_step import attempt_ports, expand_tasks_per_node, place_instances
+from jobs.backends.slurm_step import attempt_ports, expand_hostlist, expand_tasks_per_node, place_instances
 from jobs.tests.slurm_cluster import SlurmCluster, start_cluster, why_cluster_cannot_run
 
 PY_SPY = str(Path(sys.executable).parent / "py-spy")
@@ -47,6 +47,17 @@ def test_tasks_per_node_expand_and_instances_fill_nodes_in_rank_order():
     assert place_instances(["a", "b", "c"], ["n1", "n2"], [2, 1]) == {"a": "n1", "b": "n1", "c": "n2"}
     with pytest.raises(ValueError, match="2 task slots for 3 instances"):
         place_instances(["a", "b", "c"], ["n1"], [2])
+
+
+def test_compressed_host_lists_expand_keeping_leading_zeros():
+    assert expand_hostlist("gpu[01-03,07],cpu1,n[9-10]") == ["gpu01", "gpu02", "gpu03", "gpu07", "cpu1", "n9", "n10"]
+
+
+def test_an_allocation_that_ended_before_its_instances_started_says_what_the_batch_script_said():
+    files = InstanceFiles(run=1, started=None, exited=None, stop_requested_at=None, last_output_at=None)
+    status = instance_status(WORKER, files, SlurmJob("8", "FAILED"), "FileNotFoundError: python3")
+    assert status.state == InstanceState.LOST
+    assert status.reason == "Slurm job 8 ended (FAILED) before this instance started: FileNotFoundError: python3"
 
 
 def test_each_attempt_gets_ports_other_than_the_previous_attempts():
@@ -216,20 +227,45 @@ def test_a_hung_instance_stacks_are_dumped_on_its_node_and_stop_ends_it(backend,
     program = tmp_path / "hang.py"
     program.write_text("import time\n\ndef stuck_in_known_function():\n    time.sleep(600)\n\n"
                        "print('ready', flush=True)\nstuck_in_known_function()\n")
+    # Python below a shell, as `cd ... && python train.py` commands run.
     handle = launch(backend, "hangs", [InstanceLaunch("worker-0", "Worker", 0, 0,
-                                                      f"exec {sys.executable} {program}")])
+                                                      f"cd {tmp_path} && {sys.executable} {program}; true")])
     wait_for_log(backend, handle, "worker-0", b"ready")
 
-    threads = backend.dump_stacks(handle, "worker-0")
-    frames = [f["name"] for t in threads for f in t["frames"]]
+    (dump,) = backend.dump_stacks(handle, "worker-0")  # the shell is no Python: skipped
+    assert dump["error"] == "" and str(program) in dump["cmdline"]
+    frames = [f["name"] for t in dump["stacks"] for f in t["frames"]]
     assert "stuck_in_known_function" in frames
 
     started = time.monotonic()
     backend.stop(handle, grace=2)
     status = wait_for(backend, handle, all_finished, timeout=10)["worker-0"]
     assert time.monotonic() - started < 8
-    assert (status.state, status.signal) == (InstanceState.STOPPED, 15)
+    assert status.state == InstanceState.STOPPED
+    assert (status.exit_code, status.signal) in ((None, 15), (143, None))  # TERM, or the shell's report of it
     assert not backend.job(handle).active
+
+
+@pytest.mark.slurm
+def test_an_instance_ignoring_sigterm_is_killed_after_the_grace_period(backend, tmp_path):
+    program = tmp_path / "stubborn.py"
+    program.write_text("import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+                       "print('ready', flush=True)\ntime.sleep(60)\n")
+    handle = launch(backend, "stubborn", [InstanceLaunch("worker-0", "Worker", 0, 0,
+                                                         f"exec {sys.executable} {program}")])
+    wait_for_log(backend, handle, "worker-0", b"ready")
+    pid = backend.poll(handle)[0].pid
+
+    started = time.monotonic()
+    backend.stop(handle, grace=1.5)
+    took = time.monotonic() - started
+    status = wait_for(backend, handle, all_finished, timeout=10)["worker-0"]
+    assert 1.5 <= took < 8
+    assert status.state == InstanceState.STOPPED
+    deadline = time.monotonic() + 5
+    while Path(f"/proc/{pid}").exists():  # the node is this host: the process must be gone
+        assert time.monotonic() < deadline, f"pid {pid} survived the stop"
+        time.sleep(0.1)
 
 
 @pytest.mark.slurm
