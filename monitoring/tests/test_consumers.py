@@ -1,0 +1,184 @@
+"""The live job socket (ws/jobs/<id>/) through the whole ASGI application:
+origin check, session authentication, workspace membership, log batches by
+byte offset, events pushed after commit through the real Redis channel layer,
+and a reconnect that resumes with nothing lost and nothing doubled."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import uuid
+
+import pytest
+from asgiref.sync import async_to_sync, sync_to_async
+from channels.testing import WebsocketCommunicator
+from django.test import Client
+
+from jobs import actions
+from jobs.models import EventType
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.redis]
+
+ORIGIN = b"http://127.0.0.1"
+
+
+@pytest.fixture(autouse=True)
+def private_channel_layer(settings):
+    """The real Redis layer, under a prefix no other test run shares."""
+    settings.CHANNEL_LAYERS = {
+        "default": {
+            "BACKEND": "channels_redis.core.RedisChannelLayer",
+            "CONFIG": {"hosts": [settings.REDIS_URL], "prefix": f"vigil-test-{os.getpid()}-{uuid.uuid4().hex[:8]}"},
+        }
+    }
+
+
+@pytest.fixture
+def app():
+    from console.asgi import application
+
+    return application
+
+
+def session_cookie(user) -> str:
+    client = Client()
+    client.force_login(user)
+    return client.cookies["sessionid"].value
+
+
+def communicator(app, job_id, cookie=None, origin=ORIGIN):
+    """A socket to the job; `cookie` is a session id from session_cookie()."""
+    headers = [(b"host", b"127.0.0.1")]
+    if origin:
+        headers.append((b"origin", origin))
+    if cookie is not None:
+        headers.append((b"cookie", f"sessionid={cookie}".encode()))
+    return WebsocketCommunicator(app, f"/ws/jobs/{job_id}/", headers=headers)
+
+
+async def collect(comm, until, timeout=5.0) -> list[dict]:
+    """Messages until `until(messages)` is true; fails after `timeout` seconds."""
+    messages: list[dict] = []
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not until(messages):
+        remaining = deadline - loop.time()
+        assert remaining > 0, f"timed out; got {[m.get('type') for m in messages]}"
+        messages.append(await comm.receive_json_from(timeout=remaining))
+    return messages
+
+
+def log_lines(messages, instance=None) -> list[str]:
+    out = []
+    for m in messages:
+        if m["type"] == "log" and (instance is None or m["instance"] == instance):
+            out.extend(m["lines"])
+    return out
+
+
+@pytest.fixture
+def running_job(alice, alice_ws, job_body, memory_backend):
+    job, _ = actions.submit_job(alice, job_body(alice_ws))  # launched after commit (Celery in-process)
+    job.refresh_from_db()
+    handle = job.attempts.get(number=1).backend_handle
+    assert handle, "the attempt was launched"
+    return job, handle
+
+
+def test_member_receives_log_batches_and_events(app, alice, running_job, memory_backend):
+    job, handle = running_job
+    memory_backend.write_log(handle, "worker-0", "".join(f"epoch 0 step {i}\n" for i in range(5)))
+    cookie = session_cookie(alice)
+
+    async def scenario():
+        comm = communicator(app, job.pk, cookie)
+        connected, _ = await comm.connect()
+        assert connected
+        await comm.send_json_to({"type": "hello", "after_event": None, "logs": {"attempt": None, "offsets": {}}})
+        first = await collect(comm, lambda ms: len(log_lines(ms, "worker-0")) >= 5)
+        events = [m for m in first if m["type"] == "event"]
+        assert [e["message"] for e in events][:2] == [
+            f"Job submitted by alice: PyTorchJob with 1 Master, 1 Worker.", "Attempt 1 is running."]
+        assert any(m["type"] == "status" and m["status"] == "Running" and m["max_restarts"] == 3 for m in first)
+        batch = next(m for m in first if m["type"] == "log")
+        assert batch["attempt"] == 1 and batch["offset"] == 0
+        assert log_lines(first, "worker-0") == [f"epoch 0 step {i}" for i in range(5)]
+
+        # new output arrives as the next batch, starting where the last one ended
+        memory_backend.write_log(handle, "worker-0", "epoch 1 step 0\npartial line without newline")
+        more = await collect(comm, lambda ms: log_lines(ms, "worker-0") == ["epoch 1 step 0"])
+        assert more[-1]["offset"] == batch["next_offset"]
+
+        # an event committed elsewhere is pushed through the channel layer with its id
+        event = await sync_to_async(actions.record_event)(job, EventType.CUSTOM_MESSAGE, "The loss is NaN.")
+        pushed = await collect(comm, lambda ms: any(m["type"] == "event" for m in ms))
+        got = next(m for m in pushed if m["type"] == "event")
+        assert got["id"] == event.pk and got["message"] == "The loss is NaN." and got["event_type"] == "custom_message"
+        await comm.disconnect()
+
+    async_to_sync(scenario)()
+
+
+@pytest.mark.parametrize("who", ["outsider", "anonymous", "foreign_origin", "no_origin"])
+def test_socket_is_refused_to_anyone_but_a_member_from_this_site(app, who, alice, bob, bob_ws, running_job):
+    job, _ = running_job
+    comm = {
+        "outsider": lambda: communicator(app, job.pk, session_cookie(bob)),
+        "anonymous": lambda: communicator(app, job.pk, None),
+        "foreign_origin": lambda: communicator(app, job.pk, session_cookie(alice), origin=b"https://evil.example.com"),
+        "no_origin": lambda: communicator(app, job.pk, session_cookie(alice), origin=None),
+    }[who]()
+
+    async def scenario():
+        connected, _ = await comm.connect()
+        assert not connected
+        await comm.disconnect()
+
+    async_to_sync(scenario)()
+
+
+def test_an_unknown_job_is_refused_like_a_foreign_one(app, alice, alice_ws):
+    cookie = session_cookie(alice)
+
+    async def scenario():
+        comm = communicator(app, 999_999, cookie)
+        connected, _ = await comm.connect()
+        assert not connected
+
+    async_to_sync(scenario)()
+
+
+def test_reconnect_with_offsets_resumes_without_a_gap_or_a_duplicate(app, alice, running_job, memory_backend):
+    job, handle = running_job
+    written = [f"line {i:05d} " + "x" * (i % 50) for i in range(3000)]
+    cookie = session_cookie(alice)
+
+    async def scenario():
+        memory_backend.write_log(handle, "worker-0", "".join(line + "\n" for line in written[:1000]))
+        comm = communicator(app, job.pk, cookie)
+        assert (await comm.connect())[0]
+        await comm.send_json_to({"type": "hello", "after_event": None,
+                                 "logs": {"attempt": 1, "instances": ["worker-0"], "offsets": {}}})
+        got = await collect(comm, lambda ms: len(log_lines(ms)) >= 1000)
+        last_event = max(m["id"] for m in got if m["type"] == "event")
+        offset = max(m["next_offset"] for m in got if m["type"] == "log")
+        await comm.disconnect()
+
+        # while away: more output and an event
+        memory_backend.write_log(handle, "worker-0", "".join(line + "\n" for line in written[1000:2000]))
+        missed = await sync_to_async(actions.record_event)(job, EventType.HANG, "All instances silent for 30 s.")
+
+        comm = communicator(app, job.pk, cookie)
+        assert (await comm.connect())[0]
+        await comm.send_json_to({"type": "hello", "after_event": last_event,
+                                 "logs": {"attempt": 1, "instances": ["worker-0"], "offsets": {"1:worker-0": offset}}})
+        memory_backend.write_log(handle, "worker-0", "".join(line + "\n" for line in written[2000:]))
+        again = await collect(comm, lambda ms: len(log_lines(ms)) >= 2000)
+        await comm.disconnect()
+        return got, again, missed
+
+    got, again, missed = async_to_sync(scenario)()
+    assert log_lines(got) + log_lines(again) == written
+    assert [m["id"] for m in again if m["type"] == "event"] == [missed.pk]
+    batches = [m for m in got + again if m["type"] == "log"]
+    assert all(a["next_offset"] == b["offset"] for a, b in zip(batches, batches[1:]))
