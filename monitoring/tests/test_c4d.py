@@ -267,7 +267,7 @@ def test_the_example_hung_rank_is_named_from_the_records_the_sdk_reports(receive
                                           env=env, stdout=subprocess.DEVNULL,
                                           stderr=subprocess.DEVNULL))
         envs = C4DEnvs(hang_timeout_us=1_000_000, hang_times=2)
-        deadline = time.monotonic() + 90
+        deadline = time.monotonic() + 180
         state, result = C4DState(), None
         while time.monotonic() < deadline:
             time.sleep(0.5)

@@ -61,7 +61,7 @@ class Ranks:
             started.append(proc)
         return started
 
-    def finish(self, procs, timeout: float = 90.0) -> list[tuple[int, str, str]]:
+    def finish(self, procs, timeout: float = 240.0) -> list[tuple[int, str, str]]:
         deadline = time.monotonic() + timeout
         results = []
         for proc in procs:

@@ -250,7 +250,7 @@ def start_ddp(procs, world: int, **env) -> list[subprocess.Popen]:
     return started
 
 
-def wait_for_line(proc, needle: str, timeout: float = 60) -> None:
+def wait_for_line(proc, needle: str, timeout: float = 180) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         line = proc.stdout.readline()
@@ -271,11 +271,17 @@ def test_the_hung_ddp_rank_is_the_suspect_and_its_stack_names_where_it_hangs(pro
     wait_for_line(ranks[1], f"entering {culprit}")
     for rank in (0, 2, 3):
         wait_for_line(ranks[rank], "step=3 ")
-    time.sleep(1.0)  # let the healthy ranks reach the collective they will wait in
-    dumps = dump_processes([(f"worker-{r}", r, p.pid) for r, p in enumerate(ranks)], timeout=15)
-    assert all(d.ok for d in dumps), [d.error for d in dumps if not d.ok]
-
-    snapshot = StackSnapshot.of(dumps)
+    # The healthy ranks need a moment to reach the collective they will wait in.
+    deadline = time.monotonic() + 60
+    while True:
+        dumps = dump_processes([(f"worker-{r}", r, p.pid) for r, p in enumerate(ranks)],
+                               timeout=15)
+        assert all(d.ok for d in dumps), [d.error for d in dumps if not d.ok]
+        snapshot = StackSnapshot.of(dumps)
+        if any(s.count == 3 and not s.idle for s in snapshot.stacks) \
+                or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
     suspects = [s for s in snapshot.suspects if not s.idle]
     assert len(suspects) == 1, snapshot.summary_text()
     assert [t.rank for t in suspects[0].threads] == [1]

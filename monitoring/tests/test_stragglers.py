@@ -136,7 +136,7 @@ def test_the_slow_rank_of_a_real_ddp_job_is_found_from_its_log(tmp_path):
                        VIGIL_EXAMPLE_PG_TIMEOUT="120")
             procs.append(subprocess.Popen([sys.executable, str(EXAMPLE)], env=env, text=True,
                                           stdout=subprocess.PIPE, stderr=subprocess.DEVNULL))
-        outs = {f"worker-{r}": p.communicate(timeout=120)[0].splitlines()
+        outs = {f"worker-{r}": p.communicate(timeout=240)[0].splitlines()
                 for r, p in enumerate(procs)}
         assert [p.returncode for p in procs] == [0, 0, 0, 0]
     finally:
