@@ -56,11 +56,14 @@ def reason_of(info: EventInfo) -> str:
     return f"error code {code}" if isinstance(code, str) and code else ""
 
 
-_MD_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+\-.!|<>~])")
+# Only what can change inline meaning. Lines never start with user text, so
+# "#", "-", "+" need nothing; intraword "_" is not emphasis in CommonMark, and
+# leaving it alone keeps job names like bert_large clean after Slack conversion.
+_MD_SPECIAL = re.compile(r"([\\`*\[\]<>|~])")
 
 
 def md_escape(text: str) -> str:
-    """Backslash-escape CommonMark punctuation so names like `bert_large*` stay literal."""
+    """Backslash-escape the CommonMark punctuation that would change a name's meaning."""
     return _MD_SPECIAL.sub(r"\\\1", text)
 
 
