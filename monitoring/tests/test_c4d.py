@@ -242,47 +242,85 @@ def receiver():
     server.server_close()
 
 
-@pytest.mark.torch
-@pytest.mark.skipif(not (SDK_SRC / "vigil" / "c4d.py").exists(), reason="the vigil SDK is absent")
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_reporting_ranks(receiver, world: int, **fault) -> list[subprocess.Popen]:
+    """The DDP example as `world` real ranks with the SDK's C4D on, reporting to `receiver`."""
+    port = free_port()
+    procs = []
+    for rank in range(world):
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("FAULT", "VIGIL_"))}
+        env.update(
+            MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), WORLD_SIZE=str(world),
+            RANK=str(rank), VIGIL_EXAMPLE_PG_TIMEOUT="120",
+            PYTHONPATH=os.pathsep.join(filter(None, [str(SDK_SRC), env.get("PYTHONPATH")])),
+            VIGIL_CONSOLE_URL=f"http://127.0.0.1:{receiver.server_address[1]}",
+            VIGIL_JOB_ID="7", VIGIL_JOB_TOKEN="vjt_test", VIGIL_ATTEMPT="1",
+            VIGIL_RANK=str(rank), VIGIL_C4D="1", VIGIL_C4D_FLUSH_SECONDS="0.2", **fault,
+        )
+        procs.append(subprocess.Popen([sys.executable, str(REPO / "examples/ddp_train.py")],
+                                      env=env, stdout=subprocess.DEVNULL,
+                                      stderr=subprocess.DEVNULL))
+    return procs
+
+
+def received(receiver) -> dict:
+    with C4DReceiver.lock:
+        return {r: list(recs.values()) for r, recs in receiver.records.items()}
+
+
+def kill_all(procs) -> None:
+    for p in procs:
+        if p.poll() is None:
+            os.kill(p.pid, signal.SIGKILL)
+        p.wait()
+
+
+def needs_sdk_and_torch(test):
+    test = pytest.mark.skipif(not (SDK_SRC / "vigil" / "c4d.py").exists(),
+                              reason="the vigil SDK (sdk/src/vigil) is absent")(test)
+    return pytest.mark.torch(test)
+
+
+@needs_sdk_and_torch
 @pytest.mark.parametrize("fault, kind", [("hang_compute", C4DKind.NON_COMM_HANG),
                                          ("hang_collective", C4DKind.COMM_HANG)])
 def test_the_example_hung_rank_is_named_from_the_records_the_sdk_reports(receiver, fault, kind):
     pytest.importorskip("torch", reason="PyTorch is not installed: pip install torch==2.13.0 (CPU)")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    procs = []
+    procs = start_reporting_ranks(receiver, 4, FAULT=fault, FAULT_RANK="1", FAULT_STEP="4")
     try:
-        for rank in range(4):
-            env = {k: v for k, v in os.environ.items() if not k.startswith(("FAULT", "VIGIL_"))}
-            env.update(
-                MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), WORLD_SIZE="4", RANK=str(rank),
-                FAULT=fault, FAULT_RANK="1", FAULT_STEP="4", VIGIL_EXAMPLE_PG_TIMEOUT="120",
-                PYTHONPATH=os.pathsep.join(filter(None, [str(SDK_SRC), env.get("PYTHONPATH")])),
-                VIGIL_CONSOLE_URL=f"http://127.0.0.1:{receiver.server_address[1]}",
-                VIGIL_JOB_ID="7", VIGIL_JOB_TOKEN="vjt_test", VIGIL_ATTEMPT="1",
-                VIGIL_RANK=str(rank), VIGIL_C4D="1", VIGIL_C4D_FLUSH_SECONDS="0.2",
-            )
-            procs.append(subprocess.Popen([sys.executable, str(REPO / "examples/ddp_train.py")],
-                                          env=env, stdout=subprocess.DEVNULL,
-                                          stderr=subprocess.DEVNULL))
         envs = C4DEnvs(hang_timeout_us=1_000_000, hang_times=2)
         deadline = time.monotonic() + 180
         state, result = C4DState(), None
         while time.monotonic() < deadline:
             time.sleep(0.5)
-            with C4DReceiver.lock:
-                records = {r: list(recs.values()) for r, recs in receiver.records.items()}
-            result = analyze_collectives(records, envs, now=time.time(), state=state,
+            result = analyze_collectives(received(receiver), envs, now=time.time(), state=state,
                                          world_size=4)
             state = result.state
             if result.errors:
                 break
         assert [p.poll() for p in procs] == [None] * 4, "the ranks should still be hung"
     finally:
-        for p in procs:
-            if p.poll() is None:
-                os.kill(p.pid, signal.SIGKILL)
-            p.wait()
+        kill_all(procs)
     assert result is not None and [(v.rank, v.kind) for v in result.errors] == [(1, kind)], \
         [v.message for v in result.verdicts] if result else None
+
+
+@needs_sdk_and_torch
+def test_the_example_slow_rank_is_non_comm_slow_from_the_records_the_sdk_reports(receiver):
+    pytest.importorskip("torch", reason="PyTorch is not installed: pip install torch==2.13.0 (CPU)")
+    procs = start_reporting_ranks(receiver, 4, FAULT="slow", FAULT_RANK="2", FAULT_STEP="2",
+                                  VIGIL_EXAMPLE_STEPS="16", VIGIL_EXAMPLE_SLOW_SECONDS="0.15")
+    try:
+        assert [p.wait(timeout=240) for p in procs] == [0, 0, 0, 0]
+    finally:
+        kill_all(procs)
+    records = received(receiver)
+    assert sorted(records) == [0, 1, 2, 3] and all(len(r) >= 16 for r in records.values())
+    result = analyze_collectives(records, ENVS, now=time.time())
+    assert [(v.rank, v.kind, v.severity) for v in result.verdicts] == [
+        (2, C4DKind.NON_COMM_SLOW, C4DLogLevel.WARNING)], [v.message for v in result.verdicts]
