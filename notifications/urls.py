@@ -1,7 +1,6 @@
 """Pages under /workspaces/<slug>/notifications/ (included at the root by console.urls)."""
 
 from django.urls import path
-from django.views.generic import RedirectView
 
 from . import views
 
@@ -10,7 +9,7 @@ app_name = "notifications"
 base = "workspaces/<slug:slug>/notifications/"
 
 urlpatterns = [
-    path(base, RedirectView.as_view(pattern_name="notifications:rules"), name="index"),
+    path(base, views.index, name="index"),
     path(base + "channels/", views.channel_list, name="channels"),
     path(base + "channels/add/", views.channel_add, name="channel-add"),
     path(base + "channels/<int:channel_id>/edit/", views.channel_edit, name="channel-edit"),

@@ -8,10 +8,9 @@ from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
 from django.db.models import Prefetch
-from django.http import Http404
+from django.http import Http404, HttpResponseNotAllowed
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
-from django.views.decorators.http import require_POST
 
 from jobs.models import ADMIN_ROLES, Workspace
 
@@ -37,6 +36,12 @@ def _admin_workspace(request, slug) -> Workspace:
 
 def _context(workspace, is_admin, **extra):
     return {"workspace": workspace, "is_admin": is_admin, **extra}
+
+
+@login_required
+def index(request, slug):
+    workspace, _ = _workspace(request, slug)
+    return redirect("notifications:rules", slug=workspace.slug)
 
 
 # --- channels ----------------------------------------------------------------------
@@ -84,10 +89,11 @@ def channel_edit(request, slug, channel_id):
 
 
 @login_required
-@require_POST
 def channel_test(request, slug, channel_id):
     workspace = _admin_workspace(request, slug)
     channel = get_object_or_404(Channel, pk=channel_id, workspace=workspace)
+    if request.method != "POST":
+        return HttpResponseNotAllowed(["POST"])
     delivery = dispatch.send_test(channel)
     return redirect(reverse("notifications:channels", kwargs={"slug": workspace.slug}) + f"?tested={delivery.pk}")
 
@@ -143,10 +149,11 @@ def rule_edit(request, slug, rule_id):
 
 
 @login_required
-@require_POST
 def rule_toggle(request, slug, rule_id):
     workspace = _admin_workspace(request, slug)
     rule = get_object_or_404(EventRule, pk=rule_id, workspace=workspace)
+    if request.method != "POST":
+        return HttpResponseNotAllowed(["POST"])
     EventRule.objects.filter(pk=rule.pk).update(enabled=not rule.enabled)
     return redirect("notifications:rules", slug=workspace.slug)
 
