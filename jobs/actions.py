@@ -450,8 +450,10 @@ def set_hang_interval(job: Job, value, *, source: str) -> None:
     err = hang_interval_error(value)
     if err:
         raise SubmissionError({"job_hang_interval": [err]})
-    Job.objects.filter(pk=job.pk).update(hang_interval_override=value)
+    now = timezone.now()
+    Job.objects.filter(pk=job.pk).update(hang_interval_override=value, hang_interval_set_at=now)
     job.hang_interval_override = value
+    job.hang_interval_set_at = now
     if value is None:
         text = f"Hang interval restored to the job's setting by {source}."
     elif value == -1:

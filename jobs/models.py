@@ -163,6 +163,9 @@ class Job(models.Model):
     sdk_retryable_keywords = models.JSONField(default=list, blank=True)  # set by the SDK at run time
     # Runtime override of the hang interval (API or SDK); -1 suspends hang detection.
     hang_interval_override = models.IntegerField(null=True, blank=True)
+    # When the override last changed: silence before it does not count against the
+    # new interval (hang_detect(-1) around a silent step must not end in a hang).
+    hang_interval_set_at = models.DateTimeField(null=True, blank=True)
 
     status = models.CharField(max_length=12, choices=JobStatus.choices, default=JobStatus.CREATING, db_index=True)
     reason = models.TextField(blank=True, default="")
