@@ -137,10 +137,6 @@ class Transport:
         raise NotImplementedError
 
 
-def _outbound_message(exc: outbound.OutboundError) -> str:
-    return str(exc)
-
-
 class WebhookTransport(Transport):
     kind = "webhook"
     label = "Webhook"

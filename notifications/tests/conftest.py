@@ -124,8 +124,22 @@ _connects: list | None = None
 def _audit(event, args):
     if event == "socket.connect" and _connects is not None:
         address = args[1]
-        if isinstance(address, tuple):
+        if isinstance(address, tuple) and address[1] not in _service_ports():
             _connects.append(address[0])
+
+
+def _service_ports() -> set:
+    """The database's and Redis's ports: their connections are not notifications."""
+    from urllib.parse import urlsplit
+
+    from django.conf import settings
+
+    ports = {int(settings.DATABASES["default"].get("PORT") or 5432)}
+    try:
+        ports.add(urlsplit(settings.REDIS_URL).port or 6379)
+    except ValueError:
+        pass
+    return ports
 
 
 _hook_installed = False
@@ -133,7 +147,8 @@ _hook_installed = False
 
 @pytest.fixture
 def connections():
-    """Every address this process connected a socket to during the test."""
+    """Every address this process connected a socket to during the test
+    (except the database and Redis)."""
     global _connects, _hook_installed
     if not _hook_installed:
         sys.addaudithook(_audit)  # audit hooks cannot be removed; inactive when _connects is None

@@ -59,6 +59,7 @@ def test_webhook_receives_every_event_field_signed_with_the_channel_secret(
     assert body["workspace"] == {"slug": "alice-lab", "name": "Alice Lab"}
     assert body["test"] is False
     assert "Why: NCCL timeout on worker-1 is retryable" in body["text"]
+    assert "127.0.0.1" in connections
     assert_only_loopback(connections)
 
 
