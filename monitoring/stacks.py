@@ -287,8 +287,13 @@ def _error_code_for(stderr: str, pid: int) -> tuple[str, str]:
     text = stderr.lower()
     first = next((ln.strip() for ln in stderr.splitlines() if ln.strip().startswith("Error")),
                  stderr.strip().splitlines()[0] if stderr.strip() else "no output")
-    if not psutil.pid_exists(pid):
+    try:
+        if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
+            return PROCESS_GONE, f"process {pid} has exited (a zombie not yet reaped)"
+    except psutil.NoSuchProcess:
         return PROCESS_GONE, f"process {pid} is gone"
+    except psutil.Error:
+        pass
     if "permission denied" in text or "operation not permitted" in text:
         return PERMISSION_DENIED, (f"no permission to read process {pid} (py-spy needs ptrace: "
                                    f"run as the same user or root, or CAP_SYS_PTRACE): {first}")

@@ -126,6 +126,17 @@ def test_a_process_that_is_gone_gives_an_error_result_not_an_exception(procs):
 
 
 @needs_py_spy
+def test_a_process_that_exited_but_was_not_reaped_is_gone(procs):
+    proc = procs.start([sys.executable, "-c", "pass"])
+    deadline = time.monotonic() + 30
+    while psutil.Process(proc.pid).status() != psutil.STATUS_ZOMBIE:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    dump = dump_process_stacks(proc.pid, timeout=5)
+    assert dump.error_code == stacks.PROCESS_GONE and "zombie" in dump.error
+
+
+@needs_py_spy
 def test_a_process_that_is_not_python_gives_a_not_python_result(procs):
     proc = procs.start(["sleep", "30"])
     time.sleep(0.1)
