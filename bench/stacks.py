@@ -122,11 +122,9 @@ def main() -> int:
         kill(procs)
         procs = []
 
-        try:
-            import torch  # noqa: F401
-            have_torch = True
-        except ImportError:
-            have_torch = False
+        import importlib.util
+
+        have_torch = importlib.util.find_spec("torch") is not None
         if have_torch and args.ddp_ranks > 0:
             with socket.socket() as s:
                 s.bind(("127.0.0.1", 0))

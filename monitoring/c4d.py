@@ -39,7 +39,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from enum import StrEnum
 from statistics import median
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Iterable, Mapping
 
 from monitoring.flags import C4DEnvs, C4DLogLevel
 
