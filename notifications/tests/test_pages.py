@@ -107,9 +107,9 @@ def test_adding_a_channel_with_a_refused_url_shows_the_error_beside_the_url_fiel
     )
     assert response.status_code == 200
     html = response.content.decode()
-    assert 'id="id_url-errors"' in html and "cloud metadata address" in html
+    assert 'id="id_url_error"' in html and "cloud metadata address" in html
     # Beside the field: after its input, before the form's buttons.
-    assert html.index('id="id_url"') < html.index('id="id_url-errors"') < html.index('type="submit">Save')
+    assert html.index('id="id_url"') < html.index('id="id_url_error"') < html.index('type="submit">Save')
     assert not Channel.objects.filter(name="internal").exists()
 
 
@@ -178,7 +178,7 @@ def test_an_admin_creates_edits_toggles_and_deletes_a_rule(setup, alice, page_as
     assert "Tick at least one event type." in errors["event_types"]
     assert "Type a pattern" in errors["job_pattern"][0]
     assert "Choose at least one channel" in errors["channels"][0]
-    assert 'id="id_job_pattern-errors"' in missing.content.decode()
+    assert 'id="id_job_pattern_error"' in missing.content.decode()
 
     created = client.post(
         add,
