@@ -31,7 +31,16 @@ DENIED_ENV_NAMES = frozenset(
         "PYTHONINSPECT",
     }
 )
-RESERVED_ENV_PREFIXES = ("VIGIL_",)
+# Variables Vigil sets for every instance; a job's own value would be replaced,
+# so it is refused instead of silently ignored. (Other VIGIL_* names, such as the
+# SDK's VIGIL_SDK_TIMEOUT, are the job's to set.)
+RESERVED_ENV_NAMES = frozenset(
+    {
+        "VIGIL_CONSOLE_URL", "VIGIL_JOB_ID", "VIGIL_JOB_TOKEN", "VIGIL_ATTEMPT", "VIGIL_ROLE", "VIGIL_INDEX",
+        "VIGIL_RANK", "VIGIL_INSTANCE", "VIGIL_NODE", "VIGIL_C4D", "VIGIL_JOB_HANG_INTERVAL",
+        "VIGIL_INSTANCE_INDEX", "VIGIL_INSTANCE_COUNT", "VIGIL_MPI_HOSTFILE", "VIGIL_MPI_NUM_PROCS",
+    }
+)
 
 MAX_DISPLAY_NAME = 128
 MAX_COMMAND = 64 * 1024
@@ -202,8 +211,8 @@ def _envs(envs, errs: SubmissionErrors) -> dict:
         if name.upper() in DENIED_ENV_NAMES:
             errs.add(path, f"{name} cannot be set for a job (it changes how every process starts).")
             continue
-        if name.upper().startswith(RESERVED_ENV_PREFIXES):
-            errs.add(path, f"{name} is reserved: names starting with VIGIL_ are set by Vigil.")
+        if name in RESERVED_ENV_NAMES:
+            errs.add(path, f"{name} is set by Vigil for every instance and cannot be given by the job.")
             continue
         if isinstance(value, bool) or not isinstance(value, (str, int, float)):
             errs.add(path, "values must be strings.")

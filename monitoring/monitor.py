@@ -435,8 +435,11 @@ def fail_without_monitoring(job, attempt, inst, c: Classification, cascades) -> 
     if not Instance.objects.filter(pk=inst.pk, handled_exit_key="").update(handled_exit_key=f"nofault:{attempt.number}"):
         return "none", ""
     what = f"exit code {inst.exit_code}" if inst.signal is None else f"signal {inst.signal}"
-    reason = (f"{inst.name} failed ({what}): {c.message}. {c.cause} {c.next_step} "
-              "Automatic fault tolerance is off for this job, so it was not restarted.")
+    # The catalog's next step assumes the monitor is on; say what applies instead.
+    advice = ("Turn on automatic fault tolerance to have failures like this one retried."
+              if c.retryable else c.next_step)
+    reason = (f"{inst.name} failed ({what}): {c.message}. {c.cause} "
+              f"Automatic fault tolerance is off for this job, so it was not restarted. {advice}")
     fail_and_stop(job, attempt, reason, key=f"failed:{job.pk}:{attempt.number}",
                   payload={"rule": c.rule, "error_code": c.error_code, "instance": inst.name,
                            "cascades": [o.instance for o in cascades]})
