@@ -1,0 +1,265 @@
+"""A monitor worker dies where it hurts most, with real parts: a real Celery worker
+process (solo pool) on the real Redis, the test database, and the real local
+backend running real instance processes.
+
+The window: a whole-job restart is decided (RestartRecord, Attempt n+1 and the
+events are committed), the worker then tears the old attempt down and launches
+the new one. The old attempt's processes here ignore SIGTERM, so the teardown
+takes VIGIL_RESTART_GRACE_SECONDS; the test SIGKILLs the worker inside it, brings
+a worker back with the beat sweep, and checks that exactly one new attempt exists
+and runs. It also delivers the same monitor task twice to two workers.
+
+The workers use a Redis database of their own (claimed with SET NX, flushed at
+teardown) so their queue never mixes with another run's. Every process started
+here is killed by PID at teardown.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+import redis
+from celery import Celery
+from django.conf import settings as django_settings
+from django.db import connection
+
+from jobs import actions
+from jobs.backends import get_backend, reset_backends
+from jobs.backends.base import InstanceState
+from jobs.models import Attempt, AttemptStatus, Job, JobStatus, RestartRecord
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.redis]
+
+ROOT = Path(__file__).resolve().parents[2]
+CELERY = ROOT / ".venv" / "bin" / "celery"
+SEED_SYNC = ("--job-execution-mode=Sync --enable-job-restart=True --max-num-of-job-restart=3 "
+             "--fault-tolerant-policy=ExitCodeAndErrorMsg")
+TEARDOWN_GRACE = 6.0  # seconds the worker waits for SIGTERM-ignoring ranks: the kill window
+
+# Rank 1 fails once with an NCCL error (a retryable failure); every other run trains
+# "forever", one step line every 0.2 s. With IGNORE_SIGTERM=1 the ranks ignore SIGTERM.
+TRAIN = textwrap.dedent("""
+    import os, signal, sys, time
+    if os.environ.get("IGNORE_SIGTERM") == "1":
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    rank = int(os.environ["RANK"])
+    marker = os.environ["FAULT_ONCE"]
+    if rank == 1:
+        try:
+            os.close(os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+            time.sleep(0.3)
+            sys.stderr.write("RuntimeError: NCCL error in: ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:1331, "
+                             "unhandled system error, NCCL version 2.18.1\\n")
+            sys.exit(1)
+        except FileExistsError:
+            pass
+    step = 0
+    while True:
+        step += 1
+        print(f"step={step} rank={rank} attempt={os.environ.get('VIGIL_ATTEMPT')}", flush=True)
+        time.sleep(0.2)
+""")
+
+
+def wait_until(predicate, timeout: float, what: str, every: float = 0.1):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(every)
+    raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
+
+
+@pytest.fixture
+def private_redis_db():
+    """A Redis database of the real Redis that no parallel run uses: claimed, then flushed."""
+    base = django_settings.REDIS_URL.rsplit("/", 1)[0]
+    claim = f"vigil-test-claim:{os.getpid()}:{uuid.uuid4().hex}"
+    for db in range(15, 0, -1):
+        client = redis.Redis.from_url(f"{base}/{db}")
+        if client.set("vigil-test-claim", claim, nx=True, ex=900):
+            if client.dbsize() == 1:
+                break
+            client.delete("vigil-test-claim")
+        client.close()
+    else:
+        pytest.fail("no free Redis database (1..15) for a private Celery queue")
+    url = f"{base}/{db}"
+    yield url
+    if client.get("vigil-test-claim") == claim.encode():
+        client.flushdb()
+    client.close()
+
+
+@pytest.fixture
+def cluster(settings, tmp_path, private_redis_db, _test_wiring, transactional_db):
+    """The test process and its Celery workers share one data dir, database, Redis DB."""
+    data_dir = tmp_path / "data"
+    settings.JOB_BACKENDS = {
+        "local": {
+            "BACKEND": "jobs.backends.local.LocalBackend",
+            "OPTIONS": {"data_dir": str(data_dir / "local-backend"), "redis_url": private_redis_db, "grace": 2.0},
+        },
+    }
+    reset_backends()
+    backend = get_backend("local")
+    db = connection.settings_dict
+    if db["ENGINE"].endswith("sqlite3"):
+        database_url = f"sqlite:///{db['NAME']}"
+    else:
+        database_url = (f"postgres://{db.get('USER') or ''}:{db.get('PASSWORD') or ''}@{db.get('HOST') or '127.0.0.1'}"
+                        f":{db.get('PORT') or 5432}/{db['NAME']}")
+    env = dict(os.environ, DATABASE_URL=database_url, VIGIL_DATA_DIR=str(data_dir), SECRET_KEY=settings.SECRET_KEY,
+               REDIS_URL=private_redis_db, CELERY_BROKER_URL=private_redis_db,
+               VIGIL_RESTART_GRACE_SECONDS=str(TEARDOWN_GRACE), VIGIL_MONITOR_SWEEP_SECONDS="1")
+    workers: list[subprocess.Popen] = []
+
+    def start_worker(name: str, beat: bool = False) -> subprocess.Popen:
+        log = open(tmp_path / f"{name}.log", "ab")
+        cmd = [str(CELERY), "-A", "console", "worker", "--pool", "solo", "--concurrency", "1", "-n", f"{name}@%h",
+               "--without-mingle", "--without-gossip", "--loglevel", "INFO"]
+        if beat:
+            cmd += ["--beat", "--schedule", str(tmp_path / f"{name}-beat-schedule")]
+        proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        log.close()
+        proc.log_path = tmp_path / f"{name}.log"
+        workers.append(proc)
+        return proc
+
+    client = Celery("vigil-test-client", broker=private_redis_db, set_as_current=False)
+
+    class Cluster:
+        pass
+
+    c = Cluster()
+    c.backend, c.start_worker, c.tmp_path = backend, start_worker, tmp_path
+    c.send = lambda task, *args: client.send_task(task, args=list(args))
+    def tasks_done(task: str) -> int:
+        """Deliveries of `task` the workers finished, from their logs."""
+        return sum(1 for p in workers for line in p.log_path.read_text(errors="replace").splitlines()
+                   if f"Task {task}[" in line and " succeeded in " in line)
+
+    c.tasks_done = tasks_done
+    yield c
+    for proc in workers:
+        if proc.poll() is None:
+            os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(10)
+    # Beat is a thread of the worker; anything the worker forked shares its session.
+    for proc in workers:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+    backend.stop_everything(grace=0.2)
+    client.close()
+    reset_backends()
+
+
+def submit_training_job(cluster, user, workspace, *, ignore_sigterm: bool) -> Job:
+    script = cluster.tmp_path / "train.py"
+    script.write_text(TRAIN)
+    body = {
+        "workspace": workspace.slug,
+        "display_name": "crash-window",
+        "job_type": "PyTorchJob",
+        "job_specs": [{"type": "Master", "pod_count": 1}, {"type": "Worker", "pod_count": 1}],
+        "user_command": f"exec {sys.executable} {script}",
+        "envs": {"FAULT_ONCE": str(cluster.tmp_path / "fault-fired"), "IGNORE_SIGTERM": "1" if ignore_sigterm else "0"},
+        "backend": "local",
+        "settings": {"enable_error_monitoring_in_aimaster": True, "error_monitoring_args": SEED_SYNC},
+    }
+    job, _ = actions.submit_job(user, body)  # launched in this process (Celery is eager here)
+    return job
+
+
+def wait_for_first_failure(cluster, job):
+    handle = Attempt.objects.get(job=job, number=1).backend_handle
+    assert handle, f"attempt 1 was not launched: {Job.objects.get(pk=job.pk).status} {Job.objects.get(pk=job.pk).reason} {Attempt.objects.get(job=job, number=1).reason}"
+    wait_until(lambda: any(s.state == InstanceState.FAILED for s in cluster.backend.poll(handle)), 20,
+               "rank 1 of attempt 1 to fail")
+    return handle
+
+
+def assert_exactly_one_new_attempt_runs(cluster, job, timeout: float):
+    def attempt_2_runs():
+        a = Attempt.objects.filter(job=job, number=2).first()
+        if a is None or a.status != AttemptStatus.RUNNING or not a.backend_handle:
+            return None
+        if Job.objects.get(pk=job.pk).status != JobStatus.RUNNING:  # set just after the attempt's status
+            return None
+        states = [s.state for s in cluster.backend.poll(a.backend_handle)]
+        return a if states and all(s == InstanceState.RUNNING for s in states) else None
+
+    new = wait_until(attempt_2_runs, timeout, "attempt 2 to run with every instance", every=0.25)
+    job.refresh_from_db()
+    assert job.current_attempt == 2 and job.status == JobStatus.RUNNING
+    assert Attempt.objects.filter(job=job).count() == 2
+    assert RestartRecord.objects.filter(job=job).count() == 1
+    old = Attempt.objects.get(job=job, number=1)
+    wait_until(lambda: all(s.state.finished for s in cluster.backend.poll(old.backend_handle)), 15,
+               "every rank of attempt 1 to be gone")
+    attempt_dirs = sorted(p.name for p in Path(new.backend_handle["dir"]).parent.iterdir() if p.name != "work")
+    assert attempt_dirs == ["attempt-1", "attempt-2"], attempt_dirs  # launched once, never half-launched aside
+    # The new attempt trains: both ranks print steps of attempt 2.
+    wait_until(lambda: all(b"attempt=2" in cluster.backend.tail_log(new.backend_handle, n, 4096)
+                           for n in ("master-0", "worker-0")), 15, "both ranks of attempt 2 to log a step")
+
+
+# Needs about 80 s: two Celery worker start-ups, the teardown grace the kill lands in, and
+# above all the dead worker's Redis lock on the job (monitoring.tasks.LOCK_SECONDS = 60 s),
+# which makes every sweep skip the job until it expires; only then does recover() re-launch.
+@pytest.mark.timeout(180)
+def test_worker_killed_between_restart_decision_and_launch_leaves_exactly_one_running_attempt(
+        cluster, alice, alice_ws):
+    job = submit_training_job(cluster, alice, alice_ws, ignore_sigterm=True)
+    wait_for_first_failure(cluster, job)
+    first = cluster.start_worker("first")
+    cluster.send("monitoring.tasks.run_job", job.pk)  # what the exit listener sends
+    t0 = time.monotonic()
+
+    record = wait_until(lambda: RestartRecord.objects.filter(job=job).first(), 60, "the restart decision")
+    print(f"decision {time.monotonic() - t0:.1f} s after the task was sent")
+    # The decision is committed; the worker is now inside the old attempt's teardown.
+    time.sleep(0.5)
+    assert first.poll() is None, first.log_path.read_text()[-3000:]
+    second_attempt = Attempt.objects.get(job=job, number=2)
+    assert not second_attempt.backend_handle, "the worker launched attempt 2 before it could be killed"
+    os.kill(first.pid, signal.SIGKILL)
+    first.wait(10)
+    killed_at = time.monotonic()
+
+    assert record.new_attempt == 2
+    assert Attempt.objects.get(job=job, number=1).status == AttemptStatus.RUNNING  # teardown interrupted
+    assert Attempt.objects.get(job=job, number=2).status == AttemptStatus.QUEUING
+
+    cluster.start_worker("second", beat=True)  # the sweep finishes the dead worker's work
+    assert_exactly_one_new_attempt_runs(cluster, job, timeout=110)
+    print(f"attempt 2 ran {time.monotonic() - killed_at:.1f} s after the worker was killed")
+    assert list(Attempt.objects.filter(job=job).values_list("number", "status")) == [
+        (1, AttemptStatus.FAILED), (2, AttemptStatus.RUNNING)]
+
+
+@pytest.mark.timeout(120)
+def test_the_same_monitor_task_delivered_twice_to_two_workers_restarts_once(cluster, alice, alice_ws):
+    job = submit_training_job(cluster, alice, alice_ws, ignore_sigterm=False)
+    wait_for_first_failure(cluster, job)
+    cluster.start_worker("left")
+    cluster.start_worker("right")
+    cluster.send("monitoring.tasks.run_job", job.pk)
+    cluster.send("monitoring.tasks.run_job", job.pk)
+    assert_exactly_one_new_attempt_runs(cluster, job, timeout=60)
+    # A late third delivery of the same exit changes nothing.
+    cluster.send("monitoring.tasks.run_job", job.pk)
+    wait_until(lambda: cluster.tasks_done("monitoring.tasks.run_job") >= 3, 20, "the third delivery to be processed")
+    assert Attempt.objects.filter(job=job).count() == 2
+    assert RestartRecord.objects.filter(job=job).count() == 1
