@@ -135,13 +135,21 @@ def resolve_checked(host: str, port: int, allow=None) -> list[tuple]:
         raise UnresolvableHost(f"could not resolve {host}: {exc}") from None
     if not infos:
         raise UnresolvableHost(f"could not resolve {host}")
-    for info in infos:
-        address = info[4][0]
+    refusal = first_refusal(host, [info[4][0] for info in infos], allow)
+    if refusal:
+        raise RefusedDestination(refusal)
+    return infos
+
+
+def first_refusal(host: str, addresses, allow=()) -> str | None:
+    """The refusal for the first unacceptable address `host` resolved to: one bad
+    address among good ones is enough to refuse (we might connect to any)."""
+    for address in addresses:
         reason = refusal_reason(address, allow)
         if reason:
             shown = reason if host == address else f"{host} resolves to {address}; {reason}"
-            raise RefusedDestination(f"refused destination: {shown}")
-    return infos
+            return f"refused destination: {shown}"
+    return None
 
 
 @dataclass(frozen=True)

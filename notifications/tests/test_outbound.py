@@ -84,13 +84,19 @@ def test_a_bad_allow_list_entry_names_the_setting():
         outbound.parse_allow_list(["localhost"])
 
 
-def test_every_resolved_address_is_checked(nothing_allowed):
-    # localhost resolves to 127.0.0.1 (and ::1); allowing only one of them is not enough.
+def test_one_bad_address_among_the_resolved_ones_refuses_the_host():
+    assert outbound.first_refusal("hooks.example.com", ["93.184.215.14", "2606:4700::1"]) is None
+    assert outbound.first_refusal("hooks.example.com", ["93.184.215.14", "10.0.0.7"]) == (
+        "refused destination: hooks.example.com resolves to 10.0.0.7; 10.0.0.7 is a private address"
+    )
+
+
+def test_resolving_checks_what_getaddrinfo_returned(nothing_allowed):
     nothing_allowed.VIGIL_OUTBOUND_ALLOW = ["127.0.0.1"]
     infos = outbound.resolve_checked("127.0.0.1", 80)
     assert {ipaddress.ip_address(i[4][0]) for i in infos} == {ipaddress.ip_address("127.0.0.1")}
-    with pytest.raises(outbound.RefusedDestination, match="::1"):
-        outbound.resolve_checked("::1", 80)
+    with pytest.raises(outbound.RefusedDestination, match="::1 is a loopback address"):
+        outbound.resolve_checked("[::1]", 80)
 
 
 # --- refused at save -----------------------------------------------------------------
