@@ -10,6 +10,11 @@ import shutil
 
 import pytest
 
+FAST_HASHER = "django.contrib.auth.hashers.MD5PasswordHasher"
+# Set before anything starts a subprocess (a live server, a worker), so that they
+# check the test people's passwords with the same fast hasher.
+os.environ.setdefault("VIGIL_PASSWORD_HASHERS", FAST_HASHER)
+
 
 def pytest_report_header(config):
     from django.conf import settings
@@ -35,6 +40,7 @@ def _test_wiring(request):
         yield None
         return
     settings = request.getfixturevalue("settings")
+    settings.PASSWORD_HASHERS = [FAST_HASHER]
     from console.celery import app
     from jobs.backends import get_backend, reset_backends
 

@@ -132,6 +132,10 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
 ]
 
+if os.environ.get("VIGIL_PASSWORD_HASHERS"):
+    # The test suite uses a fast hasher (it creates people in almost every test).
+    PASSWORD_HASHERS = env_list("VIGIL_PASSWORD_HASHERS")
+
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"
 USE_I18N = True
@@ -212,6 +216,8 @@ CELERY_BEAT_SCHEDULE = {
         "schedule": MONITOR_SWEEP_SECONDS,
         "options": {"expires": MONITOR_SWEEP_SECONDS * 2},
     },
+    # Re-queues notification deliveries whose task was lost.
+    "notifications-sweep": {"task": "notifications.tasks.sweep_deliveries", "schedule": 60.0},
 }
 
 CHANNEL_LAYERS = {
