@@ -133,6 +133,7 @@ def test_config_sets_the_hang_interval_the_monitor_uses_with_the_rank_as_source(
     assert r.json() == {"job_hang_interval": 10, "changed": True}
     job.refresh_from_db()
     assert job.hang_interval_override == 10
+    assert job.hang_interval_set_at is not None  # the monitor counts silence from here
     [event] = events(job, EventType.DECISION)
     assert event.message == "Hang interval set to 10 s by SDK (rank 1)."
     assert event.payload == {"job_hang_interval": 10, "source": "SDK (rank 1)"}
