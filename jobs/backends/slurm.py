@@ -48,6 +48,7 @@ from pathlib import Path
 from . import slurm_step as step
 from .base import AttemptLaunch, Backend, BackendError, InstanceState, InstanceStatus, Node
 
+KILL_MARGIN = 2.0  # seconds after the grace period before Slurm's SIGKILL backs the wrapper's up
 HANDLE = "handle.json"
 STOP = "stop.json"  # the console asked to stop the attempt (the supervisor reads it too)
 SUBMITTING = "submitting.json"  # written just before sbatch: how to find the job if we die
@@ -332,6 +333,9 @@ def instance_status(inst: dict, files: InstanceFiles, job: SlurmJob, batch_said:
     if job.waiting:
         return InstanceStatus(**base, state=InstanceState.PENDING, reason=job.reason or job.state)
     if job.active:
+        if stop_at is not None and job.state == "COMPLETING":
+            # Killed on request; Slurm finishes the job's bookkeeping for a few seconds more.
+            return InstanceStatus(**base, state=InstanceState.STOPPED, reason="stopped")
         if files.started:
             return InstanceStatus(**base, state=InstanceState.RUNNING)
         why = "restart requested, step starting" if files.run > 1 else "step starting"
@@ -511,7 +515,7 @@ class SlurmBackend(Backend):
             **spec.to_dict(),
             "ports": ports,
             "options": {k: o[k] for k in ("cpus_per_instance", "gpus_per_instance", "slots_per_instance",
-                                          "python", "linger", "redis_url")}
+                                          "python", "linger", "redis_url", "grace")}
             | {"srun": self._tool("srun"), "srun_options": list(o["srun_options"]),
                "exit_channel": self.exit_channel},
         })
@@ -645,7 +649,8 @@ class SlurmBackend(Backend):
         if not job.waiting:
             # TERM to every step (not the batch supervisor); it ends the job once they are done.
             self._scancel("--signal=TERM", job_id)
-            if self._wait_for_exits(handle, self.instance_names(handle), grace):
+            # The wrappers kill after `grace` themselves; Slurm's SIGKILL is the backstop.
+            if self._wait_for_exits(handle, self.instance_names(handle), grace + KILL_MARGIN):
                 self._wait_for_job_end(handle, min(5.0, grace + 1))
         self._scancel("--signal=KILL", "--full", job_id)
         self._scancel(job_id)
@@ -674,7 +679,7 @@ class SlurmBackend(Backend):
             return  # the supervisor will not start it
         step_id = started.get("step", "")
         self._scancel("--signal=TERM", step_id)
-        if not self._wait_for_exits(handle, [name], grace):
+        if not self._wait_for_exits(handle, [name], grace + KILL_MARGIN):
             self._scancel("--signal=KILL", step_id)
             self._wait_for_exits(handle, [name], 5.0)
 

@@ -345,8 +345,11 @@ def run_instance(attempt_dir: str, name: str, run: int) -> int:
     log = open(log_file(attempt_dir, name), "ab", buffering=0)
     started_at = time.time()  # before the child can write its first line
     try:
+        # Its own process group, so that a signal reaches everything the command started;
+        # and killed if this wrapper is, as Slurm's process tracking may miss orphans.
         child = subprocess.Popen(command_argv(inst["command"]), cwd=workdir, env=env, stdout=log,
-                                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+                                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+                                 preexec_fn=_die_with_parent)
     except OSError as exc:
         log.write(f"vigil: cannot start {inst['command']!r}: {exc}\n".encode())
         write_json(exit_file(attempt_dir, name, run), {
@@ -357,15 +360,25 @@ def run_instance(attempt_dir: str, name: str, run: int) -> int:
         "run": run, "node": node, "pid": child.pid, "started_at": started_at,
         "step": env["VIGIL_SLURM_STEP"]})
 
+    kill_at: list[float] = []
+
     def forward(signum, _frame):
-        try:
-            os.killpg(child.pid, signum)
-        except ProcessLookupError:
-            pass
+        _signal_group(child.pid, signum)
+        if signum == signal.SIGTERM and not kill_at:
+            # The grace period is enforced here, on the node: Slurm's own SIGKILL
+            # (the console's backstop) may not reach processes that left the tree.
+            kill_at.append(time.monotonic() + stop_grace(attempt_dir, spec, name, run))
 
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2):
         signal.signal(sig, forward)
-    rc = child.wait()
+    while True:
+        try:
+            rc = child.wait(timeout=POLL_INTERVAL)
+            break
+        except subprocess.TimeoutExpired:
+            if kill_at and time.monotonic() >= kill_at[0]:
+                _signal_group(child.pid, signal.SIGKILL)
+    _signal_group(child.pid, signal.SIGKILL)  # what the command left behind ends with it
     exited_at = time.time()
     log.close()
     code, sig = (None, -rc) if rc < 0 else (rc, None)
@@ -376,6 +389,32 @@ def run_instance(attempt_dir: str, name: str, run: int) -> int:
         "exit_code": code, "signal": sig, "exited_at": exited_at},
         spec["options"].get("exit_channel") or EXIT_CHANNEL)
     return rc if rc >= 0 else 128 - rc
+
+
+def _die_with_parent() -> None:
+    """In the child before exec: SIGKILL when the wrapper dies (Linux PR_SET_PDEATHSIG)."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0)
+    except Exception:  # not Linux or no libc: the process group still catches it
+        pass
+
+
+def _signal_group(pgid: int, signum: int) -> None:
+    try:
+        os.killpg(pgid, signum)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def stop_grace(attempt_dir: str, spec: dict, name: str, run: int) -> float:
+    """Seconds between SIGTERM and SIGKILL: as the console's stop asked, else the backend's."""
+    for path in (stop_file(attempt_dir, name, run), os.path.join(attempt_dir, "stop.json")):
+        asked = read_json(path)
+        if asked and isinstance(asked.get("grace"), (int, float)):
+            return float(asked["grace"])
+    return float(spec["options"].get("grace", 15))
 
 
 # -- stack dumps on the node ------------------------------------------------------------------
