@@ -342,6 +342,12 @@ def run_instance(attempt_dir: str, name: str, run: int) -> int:
     node = os.environ.get("SLURMD_NODENAME") or socket.gethostname()
     workdir = spec.get("workdir") or instance_dir(attempt_dir, name)
 
+    if os.path.exists(stop_file(attempt_dir, name, run)) or os.path.exists(os.path.join(attempt_dir, "stop.json")):
+        # Asked to stop while its step was being created: do not start it at all.
+        write_json(exit_file(attempt_dir, name, run), {
+            "run": run, "exit_code": None, "signal": None, "exited_at": time.time(),
+            "reason": "stopped before it started"})
+        return 0
     log = open(log_file(attempt_dir, name), "ab", buffering=0)
     started_at = time.time()  # before the child can write its first line
     try:
