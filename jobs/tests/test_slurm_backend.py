@@ -31,7 +31,13 @@ from jobs.backends.slurm import (
     nodes_from_sinfo_json,
     nodes_from_sinfo_text,
 )
-from jobs.backends.slurm_step import attempt_ports, expand_hostlist, expand_tasks_per_node, place_instances
+from jobs.backends.slurm_step import (
+    allocate,
+    attempt_ports,
+    expand_hostlist,
+    expand_tasks_per_node,
+    place_instances,
+)
 from jobs.tests.slurm_cluster import SlurmCluster, start_cluster, why_cluster_cannot_run
 
 PY_SPY = str(Path(sys.executable).parent / "py-spy")
@@ -58,6 +64,26 @@ def test_an_allocation_that_ended_before_its_instances_started_says_what_the_bat
     status = instance_status(WORKER, files, SlurmJob("8", "FAILED"), "FileNotFoundError: python3")
     assert status.state == InstanceState.LOST
     assert status.reason == "Slurm job 8 ended (FAILED) before this instance started: FileNotFoundError: python3"
+
+
+def test_a_tf_job_spread_over_two_nodes_gets_the_nodes_in_tf_config(tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", str(tmp_path))  # no scontrol: the host list is expanded here
+    monkeypatch.setenv("SLURM_JOB_NODELIST", "n[1-2]")
+    monkeypatch.setenv("SLURM_TASKS_PER_NODE", "2,1")
+    instances = build_instances("TFJob", {"Chief": 1, "Worker": 2}, "python train.py")
+    for i in instances:
+        (tmp_path / "instances" / i.name).mkdir(parents=True)
+    spec = {"job_id": "tf", "attempt": 1, "job_type": "TFJob",
+            "instances": [dict(vars(i)) for i in instances],
+            "ports": {"chief-0": 30000, "worker-0": 30001, "worker-1": 30002},
+            "options": {"slots_per_instance": 1}}
+    allocation = allocate(str(tmp_path), spec)
+    assert {n: p["node"] for n, p in allocation["placements"].items()} == {
+        "chief-0": "n1", "worker-0": "n1", "worker-1": "n2"}
+    assert json.loads(allocation["env"]["worker-1"]["TF_CONFIG"]) == {
+        "cluster": {"chief": ["n1:30000"], "worker": ["n1:30001", "n2:30002"]},
+        "task": {"type": "worker", "index": 1}}
+    assert json.loads((tmp_path / "allocation.json").read_text()) == allocation
 
 
 def test_each_attempt_gets_ports_other_than_the_previous_attempts():
