@@ -10,8 +10,10 @@ What protects the console: every body is a JSON object of bounded size; a
 message is at most 4,096 characters; at most 100 keywords of at most 256
 characters; at most 5,000 C4D records per call, of which the newest 2,000 per
 rank are kept; and a rate limit per job (throttle scope "sdk", settings
-DEFAULT_THROTTLE_RATES, 429 with Retry-After). Every refusal is
-{"detail": "...", "field": "..."} naming the field and what is accepted.
+DEFAULT_THROTTLE_RATES, 429 with Retry-After) counted over all the job's
+processes together; the settings rate is per process, so a 64-rank job gets 64
+times as many calls. Every refusal is {"detail": "...", "field": "..."} naming
+the field and what is accepted.
 
 Finished jobs (Succeeded, Failed, Stopped) and jobs being stopped:
 - messages, progress and C4D reports are still accepted: they state what the
@@ -257,6 +259,20 @@ def check_c4d(body: dict, current_attempt: int) -> C4DBatch:
     return C4DBatch(rank=rank, attempt=sender.attempt, records=parsed)
 
 
+def processes_of(job_specs: list) -> int:
+    """How many processes of a job may call: one per instance, or one per GPU when an
+    instance has several (torchrun starts a rank per GPU). At least 1, at most 4096."""
+    total = 0
+    for spec in job_specs or []:
+        try:
+            pods = int(spec.get("pod_count", 1))
+            gpus = int((spec.get("resource_config") or {}).get("gpu") or 0)
+        except (TypeError, ValueError, AttributeError):
+            pods, gpus = 1, 0
+        total += max(pods, 0) * max(gpus, 1)
+    return min(max(total, 1), 4096)
+
+
 def merge_c4d_records(kept: list[dict], incoming: list[dict], cap: int = C4D_RECORDS_KEPT_PER_RANK) -> list[dict]:
     """The newest window of one rank's records: a later report of a seq replaces the
     earlier one (an open collective is sent again with its exit), ordered by seq,
@@ -329,7 +345,10 @@ class OwnJobOnly(permissions.BasePermission):
 
 
 class SdkJobThrottle(SimpleRateThrottle):
-    """Calls per job (all its instances together), scope "sdk"."""
+    """Calls per job, all its processes together, scope "sdk". The settings rate is
+    per process (see processes_of): every rank sends progress and C4D flushes about
+    once a second each, so a fixed rate per job would starve a large job's config
+    and messages."""
 
     scope = "sdk"
 
@@ -347,6 +366,11 @@ class SdkJobThrottle(SimpleRateThrottle):
         if not isinstance(job, Job):
             return None
         return self.cache_format % {"scope": self.scope, "ident": f"job-{job.pk}"}
+
+    def allow_request(self, request, view):
+        if isinstance(request.auth, Job):
+            self.num_requests *= processes_of(request.auth.job_specs)
+        return super().allow_request(request, view)
 
 
 class SdkView(APIView):
@@ -379,11 +403,12 @@ class SdkView(APIView):
 
     def throttled(self, request, wait):
         rate = SdkJobThrottle().get_rate()
+        n = processes_of(self.job.job_specs)
         seconds = max(1, math.ceil(wait or 0))
         raise exceptions.Throttled(
             wait=seconds,
-            detail=f"rate limit: at most {rate} SDK calls for job {self.job.pk} (all its instances together); "
-                   f"retry after {seconds} s.")
+            detail=f"rate limit: job {self.job.pk} may make {rate} SDK calls per process ({n} "
+                   f"process{'es' if n != 1 else ''} counted); retry after {seconds} s.")
 
     def handle_exception(self, exc):
         if isinstance(exc, SdkRefusal):

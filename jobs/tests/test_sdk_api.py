@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from rest_framework.test import APIClient
 
 from jobs.models import Attempt, C4DReport, EventType, Job, JobEvent, JobStatus, Workspace
-from jobs.sdk_api import C4D_RECORDS_KEPT_PER_RANK, merge_c4d_records
+from jobs.sdk_api import C4D_RECORDS_KEPT_PER_RANK, merge_c4d_records, processes_of
 from monitoring.monitor import keywords_of
 
 pytestmark = pytest.mark.django_db
@@ -24,10 +24,10 @@ def _fresh_rate_limit():
     cache.clear()
 
 
-def make_job(workspace, *, status=JobStatus.RUNNING, attempts=1, **fields) -> tuple[Job, str]:
+def make_job(workspace, *, status=JobStatus.RUNNING, attempts=1, job_specs=None, **fields) -> tuple[Job, str]:
     job = Job.objects.create(
         workspace=workspace, display_name="resnet", job_type="PyTorchJob",
-        job_specs=[{"type": "Worker", "pod_count": 2}], user_command="python train.py",
+        job_specs=job_specs or [{"type": "Worker", "pod_count": 2}], user_command="python train.py",
         status=status, current_attempt=attempts, **fields,
     )
     for n in range(1, attempts + 1):
@@ -357,17 +357,39 @@ def test_a_body_that_is_not_a_json_object_is_refused(sdk, job):
 
 def test_over_the_rate_a_job_gets_429_with_retry_after_and_other_jobs_are_not_slowed(settings, ws):
     settings.REST_FRAMEWORK = {**settings.REST_FRAMEWORK, "DEFAULT_THROTTLE_RATES": {"sdk": "3/min"}}
-    busy, busy_token = make_job(ws)
-    calm, calm_token = make_job(ws)
+    busy, busy_token = make_job(ws, job_specs=[{"type": "Master", "pod_count": 1}])
+    calm, calm_token = make_job(ws, job_specs=[{"type": "Master", "pod_count": 1}])
     sdk = sdk_client(busy_token)
     codes = [post(sdk, busy.pk, "messages", {"content": f"m{i}"}).status_code for i in range(3)]
     assert codes == [201, 201, 201]
     r = post(sdk, busy.pk, "progress", {"step": 1})  # every endpoint counts towards the job's rate
     assert r.status_code == 429
     assert 1 <= int(r["Retry-After"]) <= 60
-    assert r.json()["detail"].startswith(f"rate limit: at most 3/min SDK calls for job {busy.pk}")
+    assert r.json()["detail"].startswith(f"rate limit: job {busy.pk} may make 3/min SDK calls per process "
+                                         "(1 process counted); retry after")
     assert post(sdk_client(calm_token), calm.pk, "messages", {"content": "hi"}).status_code == 201
     assert len(events(busy, EventType.CUSTOM_MESSAGE)) == 3
+
+
+def test_the_rate_grows_with_the_jobs_processes_so_a_large_job_is_not_starved(settings, ws):
+    settings.REST_FRAMEWORK = {**settings.REST_FRAMEWORK, "DEFAULT_THROTTLE_RATES": {"sdk": "2/min"}}
+    # 2 workers with 2 GPUs each: torchrun starts 4 ranks.
+    job, token = make_job(ws, job_specs=[{"type": "Master", "pod_count": 1},
+                                         {"type": "Worker", "pod_count": 2, "resource_config": {"gpu": 2}}])
+    sdk = sdk_client(token)
+    codes = [post(sdk, job.pk, "progress", {"step": i}).status_code for i in range(11)]
+    assert codes == [202] * 10 + [429]  # 2 per process, 5 processes
+
+
+@pytest.mark.parametrize("specs, n", [
+    ([], 1),
+    ([{"type": "Worker", "pod_count": 3}], 3),
+    ([{"type": "Master", "pod_count": 1}, {"type": "Worker", "pod_count": 2, "resource_config": {"gpu": 8}}], 17),
+    ([{"type": "Worker", "pod_count": "x"}], 1),
+    ([{"type": "Worker", "pod_count": 10_000}], 4096),
+])
+def test_processes_of_a_job_count_one_per_instance_or_per_gpu(specs, n):
+    assert processes_of(specs) == n
 
 
 # --- finished jobs ---------------------------------------------------------------------

@@ -266,6 +266,72 @@ def test_progress_reported_by_the_code_marks_the_attempt_for_the_restart_loop_br
     assert job.last_progress_step == 3 and job.last_progress_at >= attempt.first_progress_at
 
 
+# --- the rate limit and the token, as the code sees them -------------------------------------
+
+
+def test_over_the_rate_the_code_gets_a_not_ok_status_with_the_wait_and_goes_on(
+        api, alice_ws, console, local_backend, tmp_path, settings):
+    settings.REST_FRAMEWORK = {**settings.REST_FRAMEWORK, "DEFAULT_THROTTLE_RATES": {"sdk": "2/min"}}
+    code = script(tmp_path, "chatty.py", """
+        from vigil import job_monitor as jm
+
+        monitor = jm.Monitor(config=jm.PyTorchConfig())
+        for i in range(3):
+            print(monitor.send_custom_message(content="message %d" % i).to_string(), flush=True)
+    """)
+    job = submit(api, alice_ws, f"{PY} {code}", None)
+    job = tick_until(job, finished, local_backend, what="finish")
+    assert job.status == JobStatus.SUCCEEDED, job.reason
+    first, second, third = log_of(local_backend, job).splitlines()
+    assert first == second == "OK"
+    assert third.startswith(f"RATE_LIMITED: rate limit: job {job.pk} may make 2/min SDK calls per process")
+    assert "(HTTP 429, retry after " in third
+    assert [e.message for e in JobEvent.objects.filter(job=job, type=EventType.CUSTOM_MESSAGE).order_by("id")] == [
+        "message 0", "message 1"]
+
+
+RESET_DURING_RUN = """
+    import os, sys, time
+    from vigil import job_monitor as jm
+
+    monitor = jm.Monitor(config=jm.PyTorchConfig())
+    if os.environ["VIGIL_ATTEMPT"] == "1":
+        monitor.set_retryable_errors(["error_yyy"])
+        print("before reset:", monitor.send_custom_message(content="before reset").to_string(), flush=True)
+        marker = os.path.join(os.environ["MARKERS"], "token-reset")
+        deadline = time.monotonic() + 10
+        while not os.path.exists(marker) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        print("after reset:", monitor.send_custom_message(content="after reset").to_string(), flush=True)
+        print("error_yyy happened", file=sys.stderr, flush=True)
+        sys.exit(1)
+    print("attempt 2:", monitor.send_custom_message(content="from attempt 2").to_string(), flush=True)
+"""
+
+
+def test_a_token_reset_refuses_the_running_code_at_once_and_the_next_attempt_gets_the_new_token(
+        api, alice_ws, console, local_backend, tmp_path):
+    code = script(tmp_path, "reset.py", RESET_DURING_RUN)
+    job = submit(api, alice_ws, f"{PY} {code}", SYNC_RESTART, MARKERS=str(tmp_path))
+
+    def said_before_reset(j):
+        attempt = Attempt.objects.filter(job=j, number=1).exclude(backend_handle={}).first()
+        return attempt is not None and "before reset:" in log_of(local_backend, j, 1)
+
+    job = tick_until(job, said_before_reset, local_backend, what="send its first message")
+    r = api.post(f"/api/v1/jobs/{job.pk}/reset-token/")
+    assert r.status_code == 200, r.content
+    (tmp_path / "token-reset").touch()
+    job = tick_until(job, finished, local_backend, what="finish")
+    assert (job.status, job.current_attempt) == (JobStatus.SUCCEEDED, 2), job.reason
+    first = log_of(local_backend, job, 1)
+    assert "before reset: OK" in first
+    assert "after reset: UNAUTHENTICATED: Invalid job token: it was reset" in first
+    assert "attempt 2: OK" in log_of(local_backend, job, 2)
+    assert [e.message for e in JobEvent.objects.filter(job=job, type=EventType.CUSTOM_MESSAGE).order_by("id")] == [
+        "before reset", "from attempt 2"]
+
+
 # --- a console that does not answer ---------------------------------------------------------
 
 
