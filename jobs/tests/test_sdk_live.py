@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from django.core.cache import cache
 
-from jobs.models import Attempt, EventType, Job, JobEvent, JobStatus, RestartRecord
+from jobs.models import Attempt, C4DReport, EventType, Job, JobEvent, JobStatus, RestartRecord
 from monitoring import monitor
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -264,6 +264,29 @@ def test_progress_reported_by_the_code_marks_the_attempt_for_the_restart_loop_br
     attempt = Attempt.objects.get(job=job, number=1)
     assert attempt.made_progress and attempt.first_progress_at is not None
     assert job.last_progress_step == 3 and job.last_progress_at >= attempt.first_progress_at
+
+
+# --- C4D records -------------------------------------------------------------------------------
+
+
+def test_collective_records_of_a_rank_reach_the_console_as_its_c4d_report(
+        api, alice_ws, console, local_backend, tmp_path):
+    code = script(tmp_path, "collectives.py", """
+        import vigil.c4d as c4d
+
+        for op in ("all_reduce", "broadcast", "all_reduce"):
+            with c4d.collective(op):
+                pass
+        print("flush:", c4d.flush().to_string(), flush=True)
+    """)
+    flags = HANG_600 + " --enable-c4d-hang-detection=True"  # gives the instances VIGIL_C4D=1
+    job = submit(api, alice_ws, f"{PY} {code}", flags)
+    job = tick_until(job, finished, local_backend, what="finish")
+    assert job.status == JobStatus.SUCCEEDED, job.reason
+    assert "flush: OK" in log_of(local_backend, job)
+    report = C4DReport.objects.get(job=job, attempt=1, rank=0)
+    assert [(r["seq"], r["op"]) for r in report.records] == [(1, "all_reduce"), (2, "broadcast"), (3, "all_reduce")]
+    assert all(r["exit"] is not None and r["exit"] >= r["enter"] for r in report.records)
 
 
 # --- the rate limit and the token, as the code sees them -------------------------------------
