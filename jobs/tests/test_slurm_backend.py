@@ -161,7 +161,7 @@ def slurm_cluster():
 
 
 @pytest.fixture
-def backend(slurm_cluster: SlurmCluster, tmp_path):
+def backend(slurm_cluster: SlurmCluster):
     b = SlurmBackend(log_dir=str(slurm_cluster.shared_dir), environment=slurm_cluster.env,
                      python=sys.executable, py_spy=PY_SPY, grace=2, linger=10, command_timeout=20)
     yield b
