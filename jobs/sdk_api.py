@@ -36,7 +36,9 @@ from typing import Any
 
 from django.db import transaction
 from django.utils import timezone
-from rest_framework import exceptions, permissions, status
+from drf_spectacular.extensions import OpenApiAuthenticationExtension
+from drf_spectacular.utils import extend_schema, inline_serializer
+from rest_framework import exceptions, permissions, serializers, status
 from rest_framework.authentication import BaseAuthentication, get_authorization_header
 from rest_framework.parsers import JSONParser
 from rest_framework.renderers import JSONRenderer
@@ -331,6 +333,15 @@ class JobTokenAuthentication(BaseAuthentication):
         return self.keyword
 
 
+class JobTokenScheme(OpenApiAuthenticationExtension):
+    target_class = JobTokenAuthentication
+    name = "jobToken"
+
+    def get_security_definition(self, auto_schema):
+        return {"type": "http", "scheme": "bearer",
+                "description": "The job's own token (vjt_...), given to its instances as VIGIL_JOB_TOKEN."}
+
+
 class OwnJobOnly(permissions.BasePermission):
     """A job token reaches its own job's endpoints; any other job is simply not there."""
 
@@ -425,11 +436,25 @@ class SdkView(APIView):
         return check_sender(body, self.job.current_attempt)
 
 
+# OpenAPI only: the views check bodies themselves (SdkRefusal names the field).
+SENDER = {
+    "rank": serializers.IntegerField(required=False, min_value=0),
+    "instance": serializers.CharField(required=False, max_length=MAX_INSTANCE_CHARS),
+    "attempt": serializers.IntegerField(required=False, min_value=0),
+}
+_ERROR = inline_serializer("SdkError", {"detail": serializers.CharField(), "field": serializers.CharField(required=False)})
+ERROR_ANSWERS = {400: _ERROR, 401: _ERROR, 404: _ERROR, 409: _ERROR, 413: _ERROR, 429: _ERROR}
+
+
 class MessageView(SdkView):
     """send_custom_message(content=...): a custom_message event (notified per event rules)."""
 
     max_body_bytes = 64 * KIB
 
+    @extend_schema(
+        request=inline_serializer("SdkMessage", {"content": serializers.CharField(max_length=MAX_MESSAGE_CHARS), **SENDER}),
+        responses={201: inline_serializer("SdkMessageAnswer", {"id": serializers.IntegerField()}), **ERROR_ANSWERS},
+    )
     def post(self, request, job_id):
         body = self.body()
         content = check_message(body)
@@ -448,6 +473,10 @@ class RetryableErrorsView(SdkView):
     max_body_bytes = 256 * KIB
     refused_when_finished = True
 
+    @extend_schema(
+        request=inline_serializer("SdkRetryableErrors", {"keywords": serializers.ListField(child=serializers.CharField(max_length=MAX_KEYWORD_CHARS), max_length=MAX_KEYWORDS), **SENDER}),
+        responses={200: inline_serializer("SdkRetryableErrorsAnswer", {"keywords": serializers.ListField(child=serializers.CharField()), "changed": serializers.BooleanField()}), **ERROR_ANSWERS},
+    )
     def post(self, request, job_id):
         body = self.body()
         keywords = check_keywords(body)
@@ -472,6 +501,10 @@ class ConfigView(SdkView):
 
     refused_when_finished = True
 
+    @extend_schema(
+        request=inline_serializer("SdkConfig", {"job_hang_interval": serializers.IntegerField(help_text="seconds > 0, or -1 to suspend"), **SENDER}),
+        responses={200: inline_serializer("SdkConfigAnswer", {"job_hang_interval": serializers.IntegerField(), "changed": serializers.BooleanField()}), **ERROR_ANSWERS},
+    )
     def post(self, request, job_id):
         body = self.body()
         value = check_config(body)
@@ -487,6 +520,10 @@ class ConfigView(SdkView):
 class ProgressView(SdkView):
     """report_progress(step, metrics): training progress for the restart-loop breaker and goodput."""
 
+    @extend_schema(
+        request=inline_serializer("SdkProgress", {"step": serializers.IntegerField(min_value=0), "metrics": serializers.DictField(child=serializers.FloatField(), required=False), **SENDER}),
+        responses={202: inline_serializer("SdkProgressAnswer", {"step": serializers.IntegerField(), "attempt": serializers.IntegerField()}), **ERROR_ANSWERS},
+    )
     def post(self, request, job_id):
         body = self.body()
         progress = check_progress(body)
@@ -507,6 +544,10 @@ class C4DView(SdkView):
 
     max_body_bytes = 2 * KIB * KIB
 
+    @extend_schema(
+        request=inline_serializer("SdkC4D", {"rank": serializers.IntegerField(min_value=0), "attempt": serializers.IntegerField(min_value=0), "records": serializers.ListField(child=serializers.DictField(), max_length=MAX_C4D_RECORDS_PER_CALL, help_text="[{seq, op, enter, exit}]")}),
+        responses={202: inline_serializer("SdkC4DAnswer", {"rank": serializers.IntegerField(), "attempt": serializers.IntegerField(), "kept": serializers.IntegerField()}), **ERROR_ANSWERS},
+    )
     def post(self, request, job_id):
         batch = check_c4d(self.body(), self.job.current_attempt)
         attempt = batch.attempt or self.job.current_attempt

@@ -408,3 +408,14 @@ def test_a_finished_job_takes_messages_and_reports_but_refuses_config_with_409(w
         assert r.json()["detail"].startswith(f"job {job.pk} is {status}; its configuration can no longer change")
     job.refresh_from_db()
     assert job.hang_interval_override is None and job.sdk_retryable_keywords == []
+
+
+def test_the_openapi_schema_describes_the_sdk_endpoints_and_their_job_token(alice, api_as):
+    r = api_as(alice).get("/api/schema/", HTTP_ACCEPT="application/json")
+    assert r.status_code == 200
+    schema = r.json()
+    for endpoint in ("messages", "retryable-errors", "config", "progress", "c4d"):
+        operation = schema["paths"][f"/api/v1/sdk/jobs/{{job_id}}/{endpoint}/"]["post"]
+        assert operation["security"] == [{"jobToken": []}]
+        assert "requestBody" in operation and "429" in operation["responses"]
+    assert schema["components"]["securitySchemes"]["jobToken"]["scheme"] == "bearer"
