@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -158,6 +159,7 @@ def slurm_cluster():
         yield cluster
     finally:
         cluster.stop()
+        shutil.rmtree(cluster.root, ignore_errors=True)
 
 
 @pytest.fixture
