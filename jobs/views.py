@@ -200,6 +200,7 @@ def job_detail(request, slug, job_id):
     workspace, job = job_or_404(request, slug, job_id)
     context = _job_context(request, workspace, job)
     context["new_token"] = request.session.pop(f"new_token_{job.pk}", None)
+    context["reset_token"] = request.session.pop(f"reset_token_{job.pk}", None)
     attempt_param = request.GET.get("attempt", "")
     context["log_attempt"] = int(attempt_param) if attempt_param.isdigit() else None
     context["log_instance"] = request.GET.get("instance", "")
@@ -245,10 +246,10 @@ def job_token_reset(request, slug, job_id):
         token = actions.reset_job_token(request.user, job)
     except actions.Forbidden as exc:
         return forbidden(request, workspace, str(exc))
-    context = {**_job_context(request, workspace, job), "new_token": token}
+    context = {**_job_context(request, workspace, job), "reset_token": token}
     if request.htmx:
         return render(request, "jobs/_token.html", context)
-    request.session[f"new_token_{job.pk}"] = token
+    request.session[f"reset_token_{job.pk}"] = token
     return redirect(reverse("pages:job-detail", kwargs={"slug": workspace.slug, "job_id": job.pk}) + "#token")
 
 

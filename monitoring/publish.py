@@ -14,7 +14,9 @@ change they describe has already committed.
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import threading
 
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
@@ -24,6 +26,7 @@ log = logging.getLogger(__name__)
 # Diagnoses are sent with their summary; their full data (stacks, C4D tables) is
 # rendered by the page on demand, so a message stays small.
 SUMMARY_LIMIT = 4000
+SEND_TIMEOUT = 10.0  # seconds to wait for a send started from an event-loop thread
 
 
 def job_group(job_id: int) -> str:
@@ -104,7 +107,26 @@ def _send(groups: list[str], messages: list[dict]) -> None:
             for message in messages:
                 await layer.group_send(group, {"type": "job.message", "message": message})
 
-    async_to_sync(send_all)()
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        async_to_sync(send_all)()
+        return
+    # Sync code called from a thread that runs an event loop (async code calling
+    # an action) cannot block on that loop: send from a short-lived thread.
+    errors: list[BaseException] = []
+
+    def run():
+        try:
+            async_to_sync(send_all)()
+        except BaseException as exc:  # noqa: BLE001 - re-raised below in the caller's thread
+            errors.append(exc)
+
+    worker = threading.Thread(target=run, name="vigil-publish", daemon=True)
+    worker.start()
+    worker.join(SEND_TIMEOUT)
+    if errors:
+        raise errors[0]
 
 
 def event_committed(event_id: int) -> None:

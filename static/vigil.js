@@ -28,7 +28,7 @@
     (root || document).querySelectorAll("time[datetime]").forEach(function (el) {
       var d = new Date(el.getAttribute("datetime"));
       if (isNaN(d.getTime())) return;
-      el.title = d.toLocaleString(undefined, { dateStyle: "medium", timeStyle: "medium", timeZoneName: "short" }) +
+      el.title = d.toLocaleString(undefined, { year: "numeric", month: "short", day: "numeric", hour: "2-digit", minute: "2-digit", second: "2-digit", timeZoneName: "short" }) +
         "  ·  " + d.toISOString().replace("T", " ").replace(/\.\d+Z$/, " UTC");
       if (el.hasAttribute("data-abs")) el.textContent = fmtAbs(d);
       else if (el.hasAttribute("data-ago")) el.textContent = ago(d);
@@ -100,7 +100,9 @@
   }
   function swap(url, target, how) {
     if (!window.htmx || !document.querySelector(target)) return;
-    window.htmx.ajax("GET", url, { target: target, swap: how || "innerHTML" });
+    // Each part is its own request source: htmx drops a second request from a
+    // source that has one in flight, and the default source is <body>.
+    window.htmx.ajax("GET", url, { source: target, target: target, swap: how || "innerHTML" });
   }
 
   // ---- job list and dashboard --------------------------------------------------

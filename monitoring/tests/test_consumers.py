@@ -22,13 +22,22 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.redis]
 ORIGIN = b"http://127.0.0.1"
 
 
+def redis_host(settings) -> dict:
+    """The Redis of settings with a read timeout above channels_redis's 5 s
+    BZPOPMIN: redis-py 8's default socket timeout is also 5 s, which drops a
+    consumer whose read loses that race (seen in daphne: redis TimeoutError
+    closing a job socket after 5 s without messages)."""
+    return {"address": settings.REDIS_URL, "socket_timeout": 30}
+
+
 @pytest.fixture(autouse=True)
 def private_channel_layer(settings):
     """The real Redis layer, under a prefix no other test run shares."""
     settings.CHANNEL_LAYERS = {
         "default": {
             "BACKEND": "channels_redis.core.RedisChannelLayer",
-            "CONFIG": {"hosts": [settings.REDIS_URL], "prefix": f"vigil-test-{os.getpid()}-{uuid.uuid4().hex[:8]}"},
+            "CONFIG": {"hosts": [redis_host(settings)],
+                       "prefix": f"vigil-test-{os.getpid()}-{uuid.uuid4().hex[:8]}"},
         }
     }
 
@@ -182,3 +191,4 @@ def test_reconnect_with_offsets_resumes_without_a_gap_or_a_duplicate(app, alice,
     assert [m["id"] for m in again if m["type"] == "event"] == [missed.pk]
     batches = [m for m in got + again if m["type"] == "log"]
     assert all(a["next_offset"] == b["offset"] for a, b in zip(batches, batches[1:]))
+
