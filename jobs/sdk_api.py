@@ -95,6 +95,18 @@ def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+def _storable(text: str, field: str) -> str:
+    """PostgreSQL stores neither NUL characters nor lone UTF-16 surrogates (both valid in JSON)."""
+    if "\x00" in text:
+        raise SdkRefusal(f"{field} contains a NUL character (\\u0000), which cannot be stored; remove it.", field)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise SdkRefusal(f"{field} contains a lone surrogate (an invalid \\ud800-\\udfff escape); "
+                         "send valid Unicode.", field) from None
+    return text
+
+
 def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
@@ -139,6 +151,7 @@ def check_sender(body: dict, current_attempt: int) -> Sender:
     if not isinstance(instance, str) or len(instance) > MAX_INSTANCE_CHARS:
         raise SdkRefusal(f"instance must be a name of at most {MAX_INSTANCE_CHARS} characters, e.g. \"worker-0\".",
                          "instance")
+    _storable(instance, "instance")
     attempt = body.get("attempt")
     if attempt is not None:
         if not _is_int(attempt) or attempt < 0:
@@ -160,7 +173,7 @@ def check_message(body: dict) -> str:
     if len(content) > MAX_MESSAGE_CHARS:
         raise SdkRefusal(f"content is {len(content)} characters; at most {MAX_MESSAGE_CHARS} are accepted.",
                          "content")
-    return content
+    return _storable(content, "content")
 
 
 def check_keywords(body: dict) -> list[str]:
@@ -177,6 +190,7 @@ def check_keywords(body: dict) -> list[str]:
         if len(keyword) > MAX_KEYWORD_CHARS:
             raise SdkRefusal(f"keywords[{i}] is {len(keyword)} characters; at most {MAX_KEYWORD_CHARS} are "
                              "accepted.", f"keywords[{i}]")
+        _storable(keyword, f"keywords[{i}]")
         if keyword not in seen:
             seen.append(keyword)
     return seen
@@ -257,6 +271,7 @@ def check_c4d(body: dict, current_attempt: int) -> C4DBatch:
             raise SdkRefusal(f"records[{i}]: {exc}", field) from None
         if not math.isfinite(rec.enter) or (rec.exit is not None and not math.isfinite(rec.exit)):
             raise SdkRefusal(f"records[{i}]: enter and exit must be finite epoch seconds.", f"records[{i}]")
+        _storable(rec.op, f"records[{i}].op")
         parsed.append(rec.to_dict())
     return C4DBatch(rank=rank, attempt=sender.attempt, records=parsed)
 

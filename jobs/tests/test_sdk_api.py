@@ -342,6 +342,20 @@ def test_100_keywords_of_256_characters_are_taken_and_more_are_refused(sdk, job)
     assert job.sdk_retryable_keywords == most
 
 
+@pytest.mark.parametrize("endpoint, raw, field", [
+    ("messages", '{"content": "loss is NaN\\u0000"}', "content"),
+    ("messages", '{"content": "half an emoji \\ud83d"}', "content"),
+    ("messages", '{"content": "ok", "instance": "worker-0\\u0000"}', "instance"),
+    ("retryable-errors", '{"keywords": ["fine", "nul\\u0000"]}', "keywords[1]"),
+    ("c4d", '{"rank": 0, "attempt": 1, "records": [{"seq": 1, "op": "all\\udc00", "enter": 1.0, "exit": null}]}',
+     "records[0].op"),
+])
+def test_text_the_database_cannot_store_is_refused_naming_the_field(sdk, job, endpoint, raw, field):
+    r = sdk.post(f"/api/v1/sdk/jobs/{job.pk}/{endpoint}/", raw, content_type="application/json")
+    assert (r.status_code, r.json()["field"]) == (400, field), r.content
+    assert not JobEvent.objects.filter(job=job).exists() and not C4DReport.objects.exists()
+
+
 def test_a_body_beyond_the_endpoints_size_is_refused_before_it_is_read(sdk, job):
     r = post(sdk, job.pk, "messages", {"content": "x" * 4000, "padding": "y" * 70_000})
     assert r.status_code == 413 and r.json()["field"] == "body"
