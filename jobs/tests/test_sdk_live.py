@@ -142,7 +142,7 @@ FAIL_ONCE = """
     marker = os.path.join(os.environ["MARKERS"], "failed-once")
     if not os.path.exists(marker):
         open(marker, "w").close()
-        time.sleep(0.3)  # some training before the fault
+        time.sleep(1.0)  # some training before the fault (the monitor reads keywords at the start of a tick)
         print("error_yyy happened", file=sys.stderr, flush=True)
         sys.exit(1)
     print("attempt", os.environ["VIGIL_ATTEMPT"], "trained to the end", flush=True)
