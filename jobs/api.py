@@ -158,6 +158,21 @@ class JobViewSet(viewsets.GenericViewSet):
         job = self.get_job()
         return Response(DiagnosisSerializer(job.diagnoses.all()[:200], many=True).data)
 
+    @extend_schema(request=None, responses={201: DiagnosisSerializer})
+    @action(detail=True, methods=["post"], url_path="diagnoses/stacks")
+    @translate
+    def snapshot_stacks(self, request, pk=None):
+        """Take a stack snapshot of the current attempt now (py-spy on every instance)."""
+        from monitoring.diagnose import snapshot_stacks
+
+        job = self.get_job()
+        actions.require_role(request.user, job.workspace, WRITE_ROLES, "taking a stack snapshot")
+        attempt = job.attempts.filter(number=job.current_attempt).first()
+        if attempt is None or not attempt.backend_handle or job.finished:
+            raise exceptions.ValidationError({"job": ["has no running attempt to take stacks of."]})
+        diagnosis = snapshot_stacks(job, attempt, trigger="on_demand")
+        return Response(DiagnosisSerializer(diagnosis).data, status=status.HTTP_201_CREATED)
+
     @extend_schema(
         parameters=[
             OpenApiParameter("instance", str, description="e.g. worker-0", required=True),

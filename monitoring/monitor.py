@@ -45,6 +45,7 @@ from jobs.models import (
     RestartRecord,
     RestartResult,
 )
+from monitoring import diagnose
 from monitoring.classify import (
     Classification,
     ErrorSource,
@@ -149,12 +150,15 @@ def run_job(job_id: int, now: datetime | None = None) -> TickResult:
             result.action, result.reason = handled
             return result
 
-    if job.fault_tolerance and job.status == JobStatus.RUNNING:
-        problem = check_problems(job, attempt, instances, now)
+    if job.status != JobStatus.RUNNING:
+        return result
+    if job.fault_tolerance:
+        problem = check_problems(job, attempt, instances, now) or check_c4d(job, attempt, instances, now)
         if problem:
             result.action, result.reason = problem
             return result
         scan_logs_for_hints(job, attempt, instances, backend, now)
+    diagnose.check_stragglers(job, attempt, instances, backend, now)
     return result
 
 
@@ -560,7 +564,7 @@ def check_problems(job: Job, attempt: Attempt, instances: list[Instance], now: d
 
 
 def on_problem(job, attempt, instances, source: ErrorSource, event_type: str, message: str, now) -> tuple[str, str]:
-    key = f"{event_type}:{job.pk}:{attempt.number}"
+    key = f"{event_type}:{job.pk}:{attempt.number}:problem"
     event = actions.record_event(job, event_type, message, level=EventLevel.ERROR, attempt=attempt.number, key=key)
     if event is None:
         return "none", ""  # another worker is already handling this attempt's hang
@@ -581,13 +585,30 @@ def on_problem(job, attempt, instances, source: ErrorSource, event_type: str, me
 def diagnose_hang(job, attempt, instances) -> None:
     """Stack snapshot (and C4D) before any restart, when the backend allows it."""
     try:
-        from monitoring.diagnose import on_hang
-    except ImportError:
-        return
-    try:
-        on_hang(job, attempt, instances)
+        diagnose.on_hang(job, attempt, instances)
     except Exception:  # noqa: BLE001 - a failed diagnosis must not block the restart
         log.exception("hang diagnosis of job %s failed", job.pk)
+
+
+def check_c4d(job: Job, attempt: Attempt, instances: list[Instance], now: datetime) -> tuple[str, str] | None:
+    """Every C4D_CONN_BW_CHECK_PERIOD: classify ranks; an Error isolates the rank's
+    node and restarts the job, Warnings and Info are only shown."""
+    config = config_of(job)
+    if not config.enable_c4d_hang_detection:
+        return None
+    state = job.monitor_state or {}
+    if now.timestamp() - state.get("c4d_at", 0) < config.c4d_common_envs.conn_bw_check_period:
+        return None
+    state["c4d_at"] = now.timestamp()
+    job.monitor_state = state
+    result = diagnose.run_c4d(job, attempt, config, now)
+    if not result.errors:
+        return None
+    isolated = [n for n in (diagnose.isolate_for(job, attempt, v) for v in result.errors) if n]
+    message = " ".join(v.message for v in result.errors)
+    if isolated:
+        message += f" Isolated node(s): {', '.join(isolated)}."
+    return on_problem(job, attempt, instances, ErrorSource.C4D, EventType.C4D, message, now)
 
 
 def scan_logs_for_hints(job, attempt, instances, backend, now) -> None:

@@ -1,0 +1,249 @@
+"""The diagnosis shell: stack snapshots, C4D and stragglers for one job, stored
+as Diagnosis rows, summarised in the monitor log and pushed to the job page.
+The judgement is in the pure modules (stacks.aggregate_stacks, c4d.analyze_
+collectives, stragglers.find_stragglers); this module gathers their input from
+the backend and the database and records what they say."""
+
+from __future__ import annotations
+
+import json
+import logging
+from datetime import datetime
+
+from django.db import transaction
+from django.utils import timezone
+
+from jobs import actions
+from jobs.backends.base import BackendError
+from jobs.models import (
+    Attempt,
+    C4DReport,
+    Diagnosis,
+    DiagnosisKind,
+    EventLevel,
+    EventType,
+    Instance,
+    InstanceStatus,
+    Job,
+)
+from monitoring.flags import C4DLogLevel, FaultToleranceConfig
+from monitoring.stacks import (
+    DUMP_FAILED,
+    NOT_PYTHON,
+    ProcessStacks,
+    StackSnapshot,
+    dump_processes,
+    find_python_processes,
+    parse_py_spy_json,
+)
+
+log = logging.getLogger(__name__)
+
+DUMP_TIMEOUT = 5.0
+STRAGGLER_EVERY = 30.0  # seconds between straggler checks of one job
+STRAGGLER_TAIL = 64 * 1024
+
+
+def _now_ts(now: datetime | None) -> float:
+    return (now or timezone.now()).timestamp()
+
+
+def _record_diagnosis(job: Job, attempt: Attempt, kind: str, summary: str, data: dict, trigger: str) -> Diagnosis:
+    diagnosis = Diagnosis.objects.create(job=job, attempt=attempt.number, kind=kind, trigger=trigger,
+                                         summary=summary, data=data)
+    transaction.on_commit(lambda: _push(diagnosis.pk))
+    return diagnosis
+
+
+def _push(diagnosis_id: int) -> None:
+    try:
+        from monitoring.publish import diagnosis_committed
+    except ImportError:
+        return
+    try:
+        diagnosis_committed(diagnosis_id)
+    except Exception:  # noqa: BLE001 - the page missing one push must not break a diagnosis
+        log.exception("could not push diagnosis %s", diagnosis_id)
+
+
+# --- stack snapshots ---------------------------------------------------------------------
+
+
+def _dump_instance(backend, handle: dict, inst: Instance) -> list[ProcessStacks]:
+    """Dumps of one instance's Python processes, by local PIDs or through the backend."""
+    try:
+        pids = backend.pids(handle, inst.name)
+    except BackendError:
+        pids = []
+    if pids:
+        python = find_python_processes(pids)
+        if not python:
+            return [ProcessStacks(pid=pids[0], instance=inst.name, rank=inst.rank, error_code=NOT_PYTHON,
+                                  error=f"no Python process runs under {inst.name} (pids {pids})")]
+        return dump_processes([(inst.name, inst.rank, pid) for pid in python], timeout=DUMP_TIMEOUT)
+    remote = getattr(backend, "dump_stacks", None)
+    if remote is None:
+        return [ProcessStacks(pid=0, instance=inst.name, rank=inst.rank, error_code=DUMP_FAILED,
+                              error=f"the {backend.name} backend cannot reach {inst.name}'s processes")]
+    try:
+        dumped = remote(handle, inst.name)
+    except BackendError as exc:
+        return [ProcessStacks(pid=0, instance=inst.name, rank=inst.rank, error_code=DUMP_FAILED, error=exc.message)]
+    out = []
+    for proc in dumped:
+        if proc.get("stacks") is None:
+            out.append(ProcessStacks(pid=int(proc.get("pid") or 0), instance=inst.name, rank=inst.rank,
+                                     error_code=DUMP_FAILED, error=proc.get("error") or "no stacks"))
+        else:
+            out.append(parse_py_spy_json(json.dumps(proc["stacks"]), int(proc["pid"]), inst.name, inst.rank))
+    return out
+
+
+def snapshot_stacks(job: Job, attempt: Attempt, *, trigger: str = "hang") -> Diagnosis:
+    """Dump every running instance's Python stacks, aggregate them, store and tell."""
+    backend = actions.get_backend_for(job)
+    handle = attempt.backend_handle
+    running = list(attempt.instances.filter(status=InstanceStatus.RUNNING).order_by("rank"))
+    dumps: list[ProcessStacks] = []
+    if not backend.can_dump_stacks:
+        summary = f"Stack snapshot not possible: the {backend.name} backend cannot dump stacks."
+        data = {"processes": [], "stacks": [], "error": summary}
+    elif not running:
+        summary = "Stack snapshot not possible: no instance of this attempt is running."
+        data = {"processes": [], "stacks": [], "error": summary}
+    else:
+        for inst in running:
+            dumps.extend(_dump_instance(backend, handle, inst))
+        snapshot = StackSnapshot.of(dumps)
+        summary = snapshot.summary_text()
+        data = snapshot.to_dict()
+    with transaction.atomic():
+        diagnosis = _record_diagnosis(job, attempt, DiagnosisKind.STACKS, summary, data, trigger)
+        suspects = [s for s in data.get("stacks", []) if s.get("suspect")]
+        headline = summary.splitlines()[0] if summary else "Stack snapshot taken."
+        if suspects:
+            top = suspects[0]
+            where = ", ".join(t.get("instance", "?") for t in top.get("threads", [])[:3])
+            frame = (top.get("frames") or [{}])[0]
+            headline += f" First suspect: {where} in {frame.get('function', '?')} ({frame.get('file', '?')}:{frame.get('line', '?')})."
+        actions.record_event(job, EventType.STACK_ANALYSIS, headline,
+                             level=EventLevel.WARNING if suspects else EventLevel.INFO, attempt=attempt.number,
+                             payload={"diagnosis": diagnosis.pk, "trigger": trigger, "suspects": len(suspects)})
+    return diagnosis
+
+
+# --- C4D ---------------------------------------------------------------------------------
+
+
+def c4d_records(job: Job, attempt: Attempt) -> dict[int, list[dict]]:
+    return {r.rank: r.records for r in C4DReport.objects.filter(job=job, attempt=attempt.number)}
+
+
+def run_c4d(job: Job, attempt: Attempt, config: FaultToleranceConfig, now: datetime | None = None):
+    """Classify ranks from their collective reports; record what the log level shows.
+    Returns the C4DResult (its `errors` are for the monitor to act on)."""
+    from monitoring.c4d import C4DState, analyze_collectives
+
+    state = job.monitor_state or {}
+    c4d_state = C4DState.from_dict(state.get("c4d") if state.get("c4d_attempt") == attempt.number else None)
+    instances = list(attempt.instances.all())
+    result = analyze_collectives(c4d_records(job, attempt), config.c4d_common_envs, _now_ts(now), c4d_state,
+                                 world_size=len(instances))
+    state.update({"c4d": result.state.to_dict(), "c4d_attempt": attempt.number})
+    Job.objects.filter(pk=job.pk).update(monitor_state=state)
+    job.monitor_state = state
+    shown = result.shown(config.c4d_log_level)
+    if shown:
+        by_rank = {i.rank: i for i in instances}
+        verdicts = [{**v.to_dict(), "instance": by_rank[v.rank].name if v.rank in by_rank else "",
+                     "node": by_rank[v.rank].node if v.rank in by_rank else ""} for v in shown]
+        summary = "\n".join(f"[{v.severity}] {v.kind}: {v.message}" for v in shown)
+        with transaction.atomic():
+            diagnosis = _record_diagnosis(job, attempt, DiagnosisKind.C4D, summary, {"verdicts": verdicts}, "periodic")
+            for v, d in zip(shown, verdicts):
+                level = {C4DLogLevel.ERROR: EventLevel.ERROR, C4DLogLevel.WARNING: EventLevel.WARNING}.get(
+                    v.severity, EventLevel.INFO)
+                actions.record_event(
+                    job, EventType.C4D, f"C4D {v.severity}: {v.kind} — {v.message}", level=level,
+                    attempt=attempt.number, instance=d["instance"],
+                    payload={"diagnosis": diagnosis.pk, **d},
+                    key=f"c4d:{job.pk}:{attempt.number}:{v.rank}:{v.kind}:{v.severity}",
+                )
+    return result
+
+
+def isolate_for(job: Job, attempt: Attempt, verdict) -> str | None:
+    """Isolate the node of the rank a C4D Error names; returns the node or None."""
+    if verdict.rank is None:
+        return None
+    inst = attempt.instances.filter(rank=verdict.rank).first()
+    backend = actions.get_backend_for(job)
+    if inst is None or not inst.node or not backend.can_isolate_nodes:
+        return None
+    reason = f"Vigil job {job.pk} ({job.display_name}): C4D {verdict.kind} on rank {verdict.rank}"
+    try:
+        backend.isolate_node(inst.node, reason)
+    except BackendError as exc:
+        actions.record_event(job, EventType.DECISION, f"Could not isolate node {inst.node}: {exc.message}",
+                             level=EventLevel.WARNING, attempt=attempt.number)
+        return None
+    actions.record_event(
+        job, EventType.NODE_ISOLATED,
+        f"Node {inst.node} isolated: {reason}. New attempts avoid it until a person restores it.",
+        level=EventLevel.WARNING, attempt=attempt.number, instance=inst.name,
+        payload={"node": inst.node, "rank": verdict.rank, "kind": str(verdict.kind)},
+        key=f"isolated:{job.pk}:{attempt.number}:{inst.node}",
+    )
+    return inst.node
+
+
+# --- stragglers --------------------------------------------------------------------------
+
+
+def check_stragglers(job: Job, attempt: Attempt, instances: list[Instance], backend, now: datetime) -> list:
+    """Slow ranks from their log timestamps, no SDK needed; at most every STRAGGLER_EVERY s."""
+    from monitoring.stragglers import find_stragglers
+
+    state = job.monitor_state or {}
+    ts = _now_ts(now)
+    if ts - state.get("stragglers_at", 0) < STRAGGLER_EVERY:
+        return []
+    state["stragglers_at"] = ts
+    Job.objects.filter(pk=job.pk).update(monitor_state=state)
+    job.monitor_state = state
+    logs = {}
+    for inst in instances:
+        if inst.status != InstanceStatus.RUNNING:
+            continue
+        try:
+            tail = backend.tail_log(attempt.backend_handle, inst.name, STRAGGLER_TAIL)
+        except BackendError:
+            continue
+        logs[inst.name] = tail.decode("utf-8", "replace").splitlines()[1:]  # the first may be cut
+    if len(logs) < 2:
+        return []
+    verdicts = find_stragglers(logs)
+    if verdicts:
+        summary = "\n".join(v.message for v in verdicts)
+        with transaction.atomic():
+            diagnosis = _record_diagnosis(job, attempt, DiagnosisKind.STRAGGLER, summary,
+                                          {"verdicts": [v.to_dict() for v in verdicts]}, "periodic")
+            for v in verdicts:
+                actions.record_event(
+                    job, EventType.STRAGGLER, v.message,
+                    level=EventLevel.WARNING if v.severity == C4DLogLevel.WARNING else EventLevel.INFO,
+                    attempt=attempt.number, instance=str(v.rank), payload={"diagnosis": diagnosis.pk, **v.to_dict()},
+                    key=f"straggler:{job.pk}:{attempt.number}:{v.rank}",
+                )
+    return verdicts
+
+
+# --- hooks the monitor calls ---------------------------------------------------------------
+
+
+def on_hang(job: Job, attempt: Attempt, instances) -> None:
+    """Before a hang restart: the stacks (and C4D when on) while the ranks still hang."""
+    snapshot_stacks(job, attempt, trigger="hang")
+    config = FaultToleranceConfig.from_dict(job.ft_config or {})
+    if config.enable_c4d_hang_detection:
+        run_c4d(job, attempt, config)
