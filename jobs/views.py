@@ -187,12 +187,21 @@ def _job_context(request, workspace, job) -> dict:
         "records": records,
         "events": events,
         "last_event_id": events[-1].pk if events else 0,
-        "diagnoses": list(job.diagnoses.order_by("-created_at", "-id")[:5]),
+        "diagnoses": [_diagnosis_view(d) for d in job.diagnoses.order_by("-created_at", "-id")[:5]],
         "max_restarts": max_restarts(job),
         "can_write": can_write(request, workspace),
         "live": not job.finished,
         "now": timezone.now(),
     }
+
+
+def _diagnosis_view(diagnosis):
+    """Stacks with the suspects (count 1) first, C4D verdicts by severity."""
+    data = diagnosis.data if isinstance(diagnosis.data, dict) else {}
+    diagnosis.stacks = sorted(data.get("stacks") or [], key=lambda s: (not s.get("suspect"), s.get("count", 0)))
+    order = {"Error": 0, "Warning": 1, "Info": 2}
+    diagnosis.verdicts = sorted(data.get("verdicts") or [], key=lambda v: order.get(v.get("severity"), 3))
+    return diagnosis
 
 
 @login_required

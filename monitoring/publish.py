@@ -130,20 +130,15 @@ def _send(groups: list[str], messages: list[dict]) -> None:
 
 
 def event_committed(event_id: int) -> None:
-    """After commit: send the event, the job's status and, for a diagnosis event,
-    the diagnosis, to everyone watching the job or its workspace."""
-    from jobs.models import Diagnosis, JobEvent
+    """After commit: send the event and the job's status to everyone watching the
+    job or its workspace. (Diagnoses are sent by diagnosis_committed.)"""
+    from jobs.models import JobEvent
 
     event = JobEvent.objects.select_related("job").filter(pk=event_id).first()
     if event is None:
         return
     job = event.job
     messages = [event_message(event), status_message(job)]
-    diagnosis_id = (event.payload or {}).get("diagnosis_id") if isinstance(event.payload, dict) else None
-    if diagnosis_id:
-        diagnosis = Diagnosis.objects.filter(pk=diagnosis_id, job_id=job.pk).first()
-        if diagnosis is not None:
-            messages.append(diagnosis_message(diagnosis))
     _send([job_group(job.pk), workspace_group(job.workspace_id)], messages)
 
 

@@ -315,3 +315,25 @@ def test_someone_without_a_workspace_is_told_what_to_do(client, bob):
     client.force_login(bob)
     html = client.get(reverse("dashboard")).content.decode()
     assert "You are not in a workspace yet" in html and "/api/v1/workspaces/" in html
+
+
+def test_hang_panel_lists_suspect_stacks_first_and_c4d_verdicts_in_words(client, alice, alice_ws, job):
+    from jobs.models import Diagnosis
+
+    frame = {"function": "all_reduce", "file": "distributed_c10d.py", "line": 2050, "path": ""}
+    Diagnosis.objects.create(job=job, attempt=1, kind="stacks", summary="2 distinct stacks", data={"stacks": [
+        {"count": 3, "suspect": False, "idle": False, "frames": [frame],
+         "threads": [{"instance": f"worker-{i}", "rank": i, "pid": 1, "thread_id": 1, "thread_name": "MainThread"}
+                     for i in range(3)]},
+        {"count": 1, "suspect": True, "idle": False,
+         "frames": [{"function": "compute_loss", "file": "train.py", "line": 88, "path": ""}],
+         "threads": [{"instance": "worker-3", "rank": 3, "pid": 2, "thread_id": 1, "thread_name": "MainThread"}]},
+    ]})
+    Diagnosis.objects.create(job=job, attempt=1, kind="c4d", summary="c4d", data={"verdicts": [
+        {"rank": 3, "kind": "RankNonCommHang", "severity": "Error", "message": "rank 3 never entered allreduce #41",
+         "evidence": {}, "instance": "worker-3", "node": "node-b"}]})
+    client.force_login(alice)
+    html = client.get(reverse("pages:job-part", args=[alice_ws.slug, job.pk, "diagnoses"])).content.decode()
+    assert html.index("compute_loss") < html.index("all_reduce")  # the suspect (count 1) first
+    assert "◆</span> Suspect" in html and "worker-0/MainThread, worker-1/MainThread" in html
+    assert "RankNonCommHang" in html and "Error" in html and "never entered allreduce #41" in html

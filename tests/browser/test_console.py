@@ -184,3 +184,20 @@ def test_another_workspaces_user_gets_404_and_a_refused_socket(page_for, alice, 
     assert own.evaluate(probe, f"/ws/jobs/{job.pk}/") == "open"
     actions.stop_job(alice, job)
     actions.finish_stop(job.pk)
+
+
+def test_job_list_shows_status_changes_without_reloading(page_for, alice, alice_ws, job_body, shoot):
+    job, _ = actions.submit_job(alice, job_body(alice_ws, display_name="list-live", user_command="sleep 60"))
+    page = page_for(alice)
+    page.goto(f"/workspaces/{alice_ws.slug}/jobs/")
+    row = page.locator(f"#job-{job.pk}")
+    expect(row).to_contain_text("Running")
+    page.evaluate("window.__same_page = true")
+    actions.stop_job(alice, job)  # here, in the test process: pushed through Redis to the page
+    actions.finish_stop(job.pk)
+    expect(row.locator(".badge")).to_have_text(re.compile("Stopped"), timeout=5_000)
+    assert page.evaluate("window.__same_page") is True  # no reload happened
+    other, _ = actions.submit_job(alice, job_body(alice_ws, display_name="list-new", user_command="sleep 60"))
+    expect(page.locator(f"#job-{other.pk}")).to_be_visible(timeout=5_000)  # a new job appears too
+    actions.stop_job(alice, other)
+    actions.finish_stop(other.pk)
