@@ -378,6 +378,9 @@ def attempt_made_progress(job: Job, attempt: Attempt, instances: list[Instance],
 
 def handle_failures(job, attempt, instances, failed, backend, now) -> tuple[str, str] | None:
     """Classify the failed instances, pick the root cause, decide, apply."""
+    # Keywords the SDK set moments before the crash must count: read them afresh.
+    job.retryable_keywords, job.sdk_retryable_keywords = Job.objects.filter(pk=job.pk).values_list(
+        "retryable_keywords", "sdk_retryable_keywords").get()
     observations = []
     offsets = {}
     for inst in failed:
@@ -553,7 +556,10 @@ def check_problems(job: Job, attempt: Attempt, instances: list[Instance], now: d
         exit_code=i.exit_code,
         exited_at=_epoch(i.exited_at),
     ) for i in instances]
-    started = _epoch(attempt.starting_at) or _epoch(attempt.queued_at)
+    started = _epoch(attempt.starting_at) or _epoch(attempt.queued_at) or now.timestamp()
+    # A changed interval (API, SDK reset_config or the end of a hang_detect scope)
+    # counts silence from the change, not from before it.
+    started = max(started, _epoch(job.hang_interval_set_at) or 0.0)
     verdict = hang.check_hang(config, job.hang_interval_override, activity, started, now.timestamp())
     if verdict is not None:
         return on_problem(job, attempt, instances, ErrorSource.HANG, EventType.HANG, verdict.message, now)

@@ -215,10 +215,6 @@ def test_hang_detect_minus_one_suspends_hang_detection_for_a_silent_step(
     assert "evaluated" in log_of(local_backend, job)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "monitoring.monitor.check_problems counts silence from the last output even when it fell inside a "
-    "suspended (-1) scope, so leaving hang_detect(-1) after a silent step is an instant hang. Fix there: "
-    "started = max(started, _epoch(job.hang_interval_set_at) or 0.0); then remove this mark."))
 def test_leaving_a_suspended_scope_does_not_count_the_silence_inside_it_as_a_hang(
         api, alice_ws, console, local_backend, tmp_path):
     # 4 s silent inside hang_detect(-1), then 1 s silent under the 2 s interval: not a hang.
