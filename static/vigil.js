@@ -426,6 +426,12 @@
     if (row) row.hidden = !open;
   });
   document.addEventListener("htmx:afterSwap", function (e) { localize(e.target); });
+  document.addEventListener("keydown", function (e) {
+    var tag = (e.target.tagName || "").toLowerCase();
+    if (e.key !== "?" || tag === "input" || tag === "textarea" || tag === "select") return;
+    var keys = document.getElementById("keys");
+    if (keys && keys.showModal && !keys.open) { e.preventDefault(); keys.showModal(); }
+  });
   document.addEventListener("DOMContentLoaded", function () {
     localize(document);
     setInterval(function () { localize(document); }, 15000);
