@@ -1,0 +1,110 @@
+"""How late Vigil flags a hang after the hang interval has passed (a benchmark, not a test).
+
+Three real local jobs run at once, with --job-hang-interval 2, 5 and 10 s (Sync, hang
+detection on, restarts on with a budget of 3). Each has 2 ranks (Master + Worker)
+that print a step line every 0.1 s for 1 s and then go silent forever, on every
+attempt. Vigil runs as in production: the Procfile's `worker` (celery worker with
+the 1 s beat sweep) and `exits` processes, a private Redis, a throwaway SQLite
+database in a temporary VIGIL_DATA_DIR (bench/restart_latency.py's VigilStack).
+
+Every attempt gives one sample: lateness = time of the attempt's hang JobEvent -
+(last output of any rank of that attempt + interval). "Last output" is the time
+stamped by the rank in its last line, so it is the truth, not the monitor's view.
+A hang restarts the job, so a job yields up to 4 samples until its budget is spent.
+
+Run:  .venv/bin/python bench/hang_detection.py [--intervals 2,5,10]
+Target: every hang flagged within 1 s after the interval.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from restart_latency import PYTHON, VigilStack, machine_line, wait_until  # noqa: E402
+
+RANK = textwrap.dedent("""
+    import time
+    for step in range(1, 11):
+        print(f"{time.time():.6f} step={step}", flush=True)
+        time.sleep(0.1)
+    while True:  # silent from here on: a hang
+        time.sleep(3600)
+""")
+
+
+def last_output(log: Path) -> float | None:
+    stamps = []
+    for line in log.read_text(errors="replace").splitlines():
+        head = line.split(" ", 1)[0]
+        try:
+            stamps.append(float(head))
+        except ValueError:
+            continue
+    return max(stamps) if stamps else None
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--intervals", default="2,5,10")
+    parser.add_argument("--timeout", type=float, default=180.0)
+    args = parser.parse_args()
+    intervals = [int(x) for x in args.intervals.split(",")]
+
+    print("hang detection lateness: hang event time - (last output + interval)")
+    print(f"  machine: {machine_line()}")
+    stack = VigilStack()
+    try:
+        from jobs.models import Attempt, EventType, Job, JobEvent, JobStatus
+
+        print(f"  Vigil: Procfile processes {stack.commands}; beat sweep every "
+              f"{os.environ.get('VIGIL_MONITOR_SWEEP_SECONDS', '1')} s; private Redis; throwaway data dir")
+        script = Path(stack.tmp) / "silent_rank.py"
+        script.write_text(RANK)
+        jobs = {}
+        for interval in intervals:
+            flags = ("--job-execution-mode=Sync --enable-job-restart=True --max-num-of-job-restart=3 "
+                     f"--enable-job-hang-detection=True --job-hang-interval={interval}")
+            jobs[interval] = stack.submit(f"hang-{interval}s", flags, f"exec {PYTHON} {script}", {},
+                                          roles=(("Master", 1), ("Worker", 1)))
+        print(f"  jobs: {', '.join(f'{i} s -> job {j.pk}' for i, j in jobs.items())}; 2 ranks each, "
+              "10 lines in 1 s then silence\n")
+        wait_until(lambda: all(Job.objects.get(pk=j.pk).status in (JobStatus.FAILED, JobStatus.SUCCEEDED,
+                                                                     JobStatus.STOPPED) for j in jobs.values()),
+                   args.timeout, 0.5)
+        all_late = []
+        for interval, job in jobs.items():
+            job.refresh_from_db()
+            samples = []
+            for ev in JobEvent.objects.filter(job=job, type=EventType.HANG).order_by("attempt"):
+                handle = Attempt.objects.get(job=job, number=ev.attempt).backend_handle
+                outs = [last_output(Path(handle["dir"]) / i["name"] / "output.log") for i in handle["instances"]]
+                outs = [o for o in outs if o is not None]
+                if not outs:
+                    continue
+                late = ev.created_at.timestamp() - (max(outs) + interval)
+                samples.append(late)
+                print(f"  interval {interval:>2} s  attempt {ev.attempt}: hang flagged {late:+.3f} s after the interval")
+            all_late += samples
+            if samples:
+                print(f"  interval {interval:>2} s  -> n={len(samples)} median {statistics.median(samples):+.3f} s "
+                      f"max {max(samples):+.3f} s; job {job.status}: {job.reason[:120]}\n")
+            else:
+                print(f"  interval {interval:>2} s  -> no hang flagged; job {job.status}: {job.reason[:160]}\n")
+        if all_late:
+            worst = max(all_late)
+            print(f"all: n={len(all_late)} median {statistics.median(all_late):+.3f} s, worst {worst:+.3f} s "
+                  f"(target within 1 s: {'MET' if 0 <= worst <= 1.0 else 'MISSED'})")
+    finally:
+        stack.close()
+
+
+if __name__ == "__main__":
+    main()

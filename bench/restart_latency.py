@@ -1,0 +1,393 @@
+"""Fault -> training resumed: Vigil's whole-job restart against torchrun's (a benchmark, not a test).
+
+The job: examples/ddp_train.py with 4 ranks (CPU, gloo), 30 steps of about 50 ms.
+At the line "step=10 rank=1" of the first attempt, this script SIGKILLs rank 1
+from outside (its PID is in its "start ... pid=" line) and notes the time. The
+figure is the time from that kill to the moment all four ranks of the new attempt
+have logged a step (the latest of their first step lines, stamped by the ranks
+themselves); the job then runs to its end and must succeed.
+
+- Vigil: the real Procfile path. A private redis-server, then the Procfile's
+  `worker` (celery worker --beat, prefork, 2 processes) and `exits` (manage.py
+  listen_exits) processes, on a throwaway SQLite database in a temporary
+  VIGIL_DATA_DIR. The job (PyTorchJob, 1 Master + 3 Workers) is submitted with
+  jobs.actions.submit_job, flags --job-execution-mode=Sync --enable-job-restart=True
+  --max-num-of-job-restart=3 --fault-tolerant-policy=ExitCodeAndErrorMsg, on the
+  real local backend. Breakdown from the database: decision (RestartRecord time),
+  attempt launched (Attempt.starting_at).
+- torchrun --standalone --nproc-per-node=4 --max-restarts=3 on the same script,
+  twice: "torchrun (shared store)" with default settings (one rendezvous TCP store
+  for all restarts), and "torchrun (fresh store)" with
+  TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 (PEERS.md: the shared store makes restarts
+  die or hang while connecting).
+
+Runs alternate (Vigil, torchrun shared, torchrun fresh) so that load on the machine
+falls on all three alike. A run that does not resume within --timeout counts as
+"never resumed" and is left out of the median.
+
+Run:  .venv/bin/python bench/restart_latency.py [--runs 5] [--timeout 60]
+Target: Vigil's median at most 1.0x torchrun's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import re
+import shlex
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from datetime import datetime
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+PYTHON = str(ROOT / ".venv" / "bin" / "python")
+TORCHRUN = str(ROOT / ".venv" / "bin" / "torchrun")
+SCRIPT = str(ROOT / "examples" / "ddp_train.py")
+WORLD = 4
+KILL_AT = "step=10 rank=1 "
+FLAGS = ("--job-execution-mode=Sync --enable-job-restart=True --max-num-of-job-restart=3 "
+         "--fault-tolerant-policy=ExitCodeAndErrorMsg")
+TRAIN_ENV = {"VIGIL_EXAMPLE_STEPS": "30", "VIGIL_EXAMPLE_SLEEP": "0.05", "VIGIL_EXAMPLE_PG_TIMEOUT": "60"}
+LINE = re.compile(r"^(?:\[[^\]]*\]:)?(\S+Z) (start|step=\d+) rank=(\d+)(?:.* pid=(\d+))?")
+
+
+def parse(line: str):
+    """(epoch, 'start'|'step', rank, pid) of a ddp_train line, or None."""
+    m = LINE.match(line.strip())
+    if not m:
+        return None
+    stamp = datetime.strptime(m.group(1), "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=None)
+    epoch = (stamp - datetime(1970, 1, 1)).total_seconds()
+    kind = "start" if m.group(2) == "start" else "step"
+    return epoch, kind, int(m.group(3)), int(m.group(4)) if m.group(4) else None
+
+
+def machine_line() -> str:
+    import torch
+
+    return (f"{platform.node()} {platform.platform()}, {os.cpu_count()} CPUs, python {platform.python_version()}, "
+            f"torch {torch.__version__}")
+
+
+def wait_until(predicate, timeout, every=0.01):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(every)
+    return None
+
+
+# --- Vigil: Django on a throwaway database, the Procfile's processes -------------------------------
+
+
+class VigilStack:
+    """A private Redis, a temporary data dir with a migrated SQLite database, the
+    Procfile's worker and exits processes; Django set up in this process too."""
+
+    def __init__(self, extra_env: dict | None = None):
+        from console.devredis import PrivateRedis
+
+        self.tmp = tempfile.mkdtemp(prefix="vigil-bench-")
+        self.redis = PrivateRedis().start()
+        self.env = dict(os.environ, VIGIL_DATA_DIR=self.tmp, REDIS_URL=self.redis.url,
+                        CELERY_BROKER_URL=self.redis.url, DJANGO_SETTINGS_MODULE="console.settings",
+                        VIGIL_CONSOLE_URL="http://127.0.0.1:9", **(extra_env or {}))
+        self.env.pop("DATABASE_URL", None)
+        self.env["PATH"] = f"{ROOT / '.venv' / 'bin'}:{self.env.get('PATH', '')}"
+        os.environ.update({k: self.env[k] for k in ("VIGIL_DATA_DIR", "REDIS_URL", "CELERY_BROKER_URL",
+                                                    "DJANGO_SETTINGS_MODULE", "VIGIL_CONSOLE_URL")})
+        os.environ.pop("DATABASE_URL", None)
+        for k, v in (extra_env or {}).items():
+            os.environ[k] = v
+        import django
+        from django.core.management import call_command
+
+        django.setup()
+        call_command("migrate", verbosity=0, interactive=False)
+        from django.contrib.auth import get_user_model
+
+        from jobs.models import Membership, Role, Workspace
+
+        self.owner = get_user_model().objects.create_user("bench", "bench@example.com", "bench-password-123")
+        self.workspace = Workspace.objects.create(name="Bench", slug="bench")
+        Membership.objects.create(workspace=self.workspace, user=self.owner, role=Role.OWNER)
+        self.procs: list[subprocess.Popen] = []
+        self.commands = {}
+        for line in (ROOT / "Procfile").read_text().splitlines():
+            name, _, cmd = line.partition(":")
+            if name.strip() in ("worker", "exits"):
+                cmd = cmd.strip().replace("var/celerybeat-schedule", f"{self.tmp}/celerybeat-schedule")
+                cmd = re.sub(r"\$\{(\w+):-([^}]*)\}", lambda m: self.env.get(m.group(1), m.group(2)), cmd)
+                self.commands[name.strip()] = cmd
+                log = open(Path(self.tmp) / f"{name.strip()}.log", "ab")
+                self.procs.append(subprocess.Popen(shlex.split(cmd), cwd=ROOT, env=self.env, stdout=log,
+                                                   stderr=subprocess.STDOUT, start_new_session=True))
+                log.close()
+        ok = wait_until(lambda: "ready." in (Path(self.tmp) / "worker.log").read_text(errors="replace"), 60, 0.2)
+        if not ok:
+            raise RuntimeError("the Celery worker did not start:\n" + (Path(self.tmp) / "worker.log").read_text()[-3000:])
+        time.sleep(1.0)  # the exit listener subscribes
+
+    def close(self):
+        for p in self.procs:
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGTERM)
+        for p in self.procs:
+            try:
+                p.wait(10)
+            except subprocess.TimeoutExpired:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait(5)
+        try:
+            from jobs.backends import get_backend
+
+            get_backend("local").stop_everything(grace=0.5)
+        except Exception as exc:  # noqa: BLE001 - cleanup must go on
+            print(f"  (cleanup: {exc})")
+        self.redis.stop()
+        import shutil
+
+        if os.environ.get("BENCH_KEEP"):
+            print(f"  kept {self.tmp} (BENCH_KEEP)")
+        else:
+            shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def submit(self, name: str, flags: str, command: str, env: dict, roles=(("Master", 1), ("Worker", WORLD - 1))):
+        from jobs import actions
+
+        body = {
+            "workspace": self.workspace.slug, "display_name": name, "job_type": "PyTorchJob",
+            "job_specs": [{"type": r, "pod_count": n} for r, n in roles],
+            "user_command": command, "envs": env, "backend": "local",
+            "settings": {"enable_error_monitoring_in_aimaster": True, "error_monitoring_args": flags},
+        }
+        job, _ = actions.submit_job(self.owner, body)
+        return job
+
+
+def handle_of(job, number, timeout=60):
+    from jobs.models import Attempt
+
+    return wait_until(lambda: (Attempt.objects.filter(job=job, number=number).values_list("backend_handle", flat=True)
+                               .first() or None), timeout, 0.02)
+
+
+class LogFollower:
+    """Reads new lines of one instance's output.log."""
+
+    def __init__(self, path):
+        self.path, self.offset, self.buf = path, 0, b""
+
+    def lines(self):
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(self.offset)
+                data = f.read()
+        except FileNotFoundError:
+            return []
+        self.offset += len(data)
+        self.buf += data
+        *done, self.buf = self.buf.split(b"\n")
+        return [d.decode(errors="replace") for d in done]
+
+
+def vigil_run(stack: VigilStack, i: int, timeout: float) -> dict:
+    from jobs.models import Attempt, Job, JobStatus, RestartRecord
+
+    job = stack.submit(f"restart-latency-{i}", FLAGS, f"exec {PYTHON} {SCRIPT}", dict(TRAIN_ENV))
+    h1 = handle_of(job, 1)
+    if not h1:
+        return {"error": "attempt 1 was not launched"}
+    rank_dir = {inst["rank"]: Path(h1["dir"]) / inst["name"] / "output.log" for inst in h1["instances"]}
+    follow = LogFollower(rank_dir[1])
+    pid = None
+    t_kill = None
+    deadline = time.monotonic() + 90
+    while t_kill is None and time.monotonic() < deadline:
+        for line in follow.lines():
+            p = parse(line)
+            if p and p[1] == "start":
+                pid = p[3]
+            if KILL_AT in line and pid:
+                t_kill = time.time()
+                os.kill(pid, signal.SIGKILL)
+                break
+        time.sleep(0.005)
+    if t_kill is None:
+        return {"error": "rank 1 never reached step 10"}
+    h2 = handle_of(job, 2, timeout)
+    if not h2:
+        return {"error": f"no attempt 2 within {timeout:g} s", "kill": t_kill}
+    firsts = {}
+    followers = {inst["rank"]: LogFollower(Path(h2["dir"]) / inst["name"] / "output.log") for inst in h2["instances"]}
+    deadline = time.monotonic() + timeout
+    while len(firsts) < WORLD and time.monotonic() < deadline:
+        for rank, f in followers.items():
+            for line in f.lines():
+                p = parse(line)
+                if p and p[1] == "step" and rank not in firsts:
+                    firsts[rank] = p[0]
+        time.sleep(0.01)
+    done = wait_until(lambda: Job.objects.get(pk=job.pk).status in (JobStatus.SUCCEEDED, JobStatus.FAILED), 90, 0.2)
+    job.refresh_from_db()
+    record = RestartRecord.objects.filter(job=job).first()
+    a2 = Attempt.objects.get(job=job, number=2)
+    out = {"kill": t_kill, "status": job.status if done else f"{job.status} (timed out)",
+           "attempts": Attempt.objects.filter(job=job).count(),
+           "decision": record.restart_time.timestamp() - t_kill if record else None,
+           "launched": a2.starting_at.timestamp() - t_kill if a2.starting_at else None}
+    if len(firsts) < WORLD:
+        out["error"] = f"only ranks {sorted(firsts)} of attempt 2 logged a step within {timeout:g} s"
+        return out
+    out["resumed"] = max(firsts.values()) - t_kill
+    return out
+
+
+# --- torchrun ------------------------------------------------------------------------------------------
+
+
+def torchrun_run(fresh_store: bool, timeout: float) -> dict:
+    env = dict(os.environ, **TRAIN_ENV, PYTHONUNBUFFERED="1")
+    env.pop("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", None)
+    if fresh_store:
+        env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] = "1"
+    proc = subprocess.Popen([TORCHRUN, "--standalone", f"--nproc-per-node={WORLD}", "--max-restarts=3", SCRIPT],
+                            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            start_new_session=True, text=True, bufsize=1)
+    lines: list[tuple[float, str]] = []
+    state = {"pid": {}, "kill": None}
+    killed = threading.Event()
+
+    def read():
+        for line in proc.stdout:
+            lines.append((time.time(), line))
+            p = parse(line)
+            if p and p[1] == "start":
+                state["pid"][p[2]] = p[3]
+            if state["kill"] is None and KILL_AT in line and 1 in state["pid"]:
+                state["kill"] = time.time()
+                os.kill(state["pid"][1], signal.SIGKILL)
+                killed.set()
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    try:
+        if not killed.wait(90):
+            return {"error": "rank 1 never reached step 10"}
+        t_kill = state["kill"]
+
+        def resumed():
+            starts, firsts = {}, {}
+            for _, line in list(lines):
+                p = parse(line)
+                if not p or p[0] < t_kill:
+                    continue
+                if p[1] == "start":
+                    starts[p[2]] = p[0]
+                elif p[1] == "step" and p[2] in starts and p[2] not in firsts:
+                    firsts[p[2]] = p[0]
+            return firsts if len(firsts) == WORLD else None
+
+        firsts = wait_until(resumed, timeout, 0.02)
+        try:
+            code = proc.wait(90 if firsts else 1)
+        except subprocess.TimeoutExpired:
+            code = "timed out"
+        out = {"kill": t_kill, "status": f"exit {code}"}
+        if not firsts:
+            tail = "".join(l for _, l in lines[-6:]).strip().replace("\n", " | ")[-400:]
+            out["error"] = f"never resumed within {timeout:g} s ({tail})"
+            return out
+        out["resumed"] = max(firsts.values()) - t_kill
+        return out
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(10)
+        else:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)  # ranks left behind in the session, if any
+            except ProcessLookupError:
+                pass
+
+
+# --- main ----------------------------------------------------------------------------------------------
+
+
+def summary(name, results):
+    ok = [r["resumed"] for r in results if "resumed" in r]
+    bad = len(results) - len(ok)
+    if not ok:
+        return name, None, f"{name:<26} no run resumed ({bad} of {len(results)} never did)"
+    return name, statistics.median(ok), (
+        f"{name:<26} median {statistics.median(ok):6.2f} s  min {min(ok):6.2f}  max {max(ok):6.2f}  "
+        f"n={len(ok)}" + (f"  never resumed: {bad} of {len(results)}" if bad else ""))
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--timeout", type=float, default=60.0, help="seconds after the kill to give up on a run")
+    parser.add_argument("--only", choices=["vigil", "torchrun"], default=None)
+    args = parser.parse_args()
+
+    print("restart latency: SIGKILL of rank 1 at step 10 -> all 4 ranks of the new attempt logged a step")
+    print(f"  machine: {machine_line()}")
+    print(f"  job: {SCRIPT} with {TRAIN_ENV}, {WORLD} ranks (gloo, CPU); {args.runs} runs per system, interleaved")
+    results = {"Vigil": [], "torchrun (shared store)": [], "torchrun (fresh store)": []}
+    stack = None
+    try:
+        if args.only != "torchrun":
+            stack = VigilStack()
+            print(f"  Vigil: Procfile processes {stack.commands}, private Redis {stack.redis.url}, "
+                  f"throwaway data dir {stack.tmp}; flags {FLAGS}")
+        print("  torchrun: --standalone --nproc-per-node=4 --max-restarts=3; 'shared store' = defaults, "
+              "'fresh store' = TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1\n")
+        for i in range(args.runs):
+            runs = []
+            if stack:
+                runs.append(("Vigil", lambda: vigil_run(stack, i, args.timeout)))
+            if args.only != "vigil":
+                runs.append(("torchrun (shared store)", lambda: torchrun_run(False, args.timeout)))
+                runs.append(("torchrun (fresh store)", lambda: torchrun_run(True, args.timeout)))
+            for name, run in runs:
+                r = run()
+                results[name].append(r)
+                extra = ""
+                if "decision" in r and r["decision"] is not None:
+                    extra = (f"  (decision +{r['decision']:.3f} s, attempt 2 launched +{r['launched']:.3f} s, "
+                             f"job {r['status']})")
+                elif "status" in r:
+                    extra = f"  ({r['status']})"
+                got = f"{r['resumed']:6.2f} s" if "resumed" in r else f"FAILED: {r.get('error')}"
+                print(f"  run {i + 1} {name:<26} {got}{extra}", flush=True)
+    finally:
+        if stack:
+            stack.close()
+    print("\nfault -> all ranks of the new attempt training:")
+    medians = {}
+    for name, rs in results.items():
+        if rs:
+            n, med, text = summary(name, rs)
+            medians[n] = med
+            print("  " + text)
+    v = medians.get("Vigil")
+    for peer in ("torchrun (shared store)", "torchrun (fresh store)"):
+        if v and medians.get(peer):
+            print(f"  Vigil / {peer}: {v / medians[peer]:.2f}x  (target <= 1.0x: "
+                  f"{'MET' if v <= medians[peer] else 'MISSED'})")
+
+
+if __name__ == "__main__":
+    main()
