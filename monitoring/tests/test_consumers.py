@@ -192,3 +192,46 @@ def test_reconnect_with_offsets_resumes_without_a_gap_or_a_duplicate(app, alice,
     batches = [m for m in got + again if m["type"] == "log"]
     assert all(a["next_offset"] == b["offset"] for a, b in zip(batches, batches[1:]))
 
+
+
+def workspace_communicator(app, slug, cookie):
+    return WebsocketCommunicator(app, f"/ws/workspaces/{slug}/", headers=[
+        (b"host", b"127.0.0.1"), (b"origin", ORIGIN), (b"cookie", f"sessionid={cookie}".encode())])
+
+
+def test_workspace_socket_tells_members_of_status_changes_and_refuses_outsiders(app, alice, bob, bob_ws, alice_ws,
+                                                                                running_job):
+    job, _ = running_job
+    member, outsider = session_cookie(alice), session_cookie(bob)
+
+    async def scenario():
+        refused = workspace_communicator(app, alice_ws.slug, outsider)
+        assert not (await refused.connect())[0]
+        comm = workspace_communicator(app, alice_ws.slug, member)
+        assert (await comm.connect())[0]
+        await sync_to_async(actions.stop_job)(alice, job)
+        got = await collect(comm, lambda ms: any(m["type"] == "status" and m["job_id"] == job.pk for m in ms))
+        status = next(m for m in got if m["type"] == "status")
+        assert status["status"] in ("Stopping", "Stopped")
+        await comm.disconnect()
+
+    async_to_sync(scenario)()
+
+
+def test_only_whole_lines_are_sent_unless_a_line_grows_too_long():
+    from monitoring.consumers import MAX_PARTIAL_LINE, complete_lines, split_lines
+
+    assert complete_lines(b"a\nb\npartial") == b"a\nb\n"
+    assert complete_lines(b"partial") == b""
+    assert complete_lines(b"x" * MAX_PARTIAL_LINE) == b"x" * MAX_PARTIAL_LINE
+    assert split_lines(b"one\n\ntwo\n") == ["one", "", "two"]
+    assert split_lines("naïve ✓\n".encode()) == ["naïve ✓"]
+
+
+def test_a_first_view_of_a_long_log_starts_at_a_line_boundary_near_the_end():
+    from monitoring.consumers import INITIAL_TAIL_BYTES, start_offset
+
+    assert start_offset(100, b"") == 0
+    size = INITIAL_TAIL_BYTES + 1000
+    head = b"tail of a line\nnext line\n"
+    assert start_offset(size, head) == 1000 + len(b"tail of a line\n")
