@@ -36,6 +36,8 @@ from asgiref.sync import sync_to_async
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
+from jobs.backends.base import BackendError
+
 from .publish import event_message, job_group, status_message, workspace_group
 
 TICK = 0.1  # seconds between reads of the logs
@@ -284,12 +286,19 @@ class JobConsumer(AsyncJsonWebsocketConsumer):
                     if view is not None:
                         handle, names, backend_name = view
                         if handle:
-                            backend = _backend(backend_name)
-                            for name in names:
+                            try:
+                                backend = _backend(backend_name)
+                            except BackendError:
+                                backend = None
+                            for name in names if backend else ():
                                 if (only is None or name in only) and name not in cursors:
                                     cursors[name] = LogCursor(backend, handle, name)
                 for name, cursor in cursors.items():
-                    await self._send_new(number, name, cursor, offsets)
+                    try:
+                        await self._send_new(number, name, cursor, offsets)
+                    except (BackendError, OSError):
+                        # A log the backend cannot read right now is tried again next tick.
+                        continue
                 await asyncio.sleep(TICK)
         except asyncio.CancelledError:
             raise

@@ -229,6 +229,7 @@
     var empty = document.getElementById("log-empty");
     if (empty) empty.remove();
     var frag = document.createDocumentFragment();
+    var mark = null;
     for (var k = 0; k < items.length; k++) {
       var it = items[k], ln = document.createElement("div");
       if (it.sep) { ln.className = "ln sep"; ln.textContent = it.sep; }
@@ -239,6 +240,7 @@
         renderText(t, it.t);
         if (/\b(error|traceback|exception|fatal)\b/i.test(it.t)) t.classList.add("err");
         ln.appendChild(g); ln.appendChild(t);
+        if (this.highlightNext) { this.highlightNext = false; ln.classList.add("hl"); ln.id = "classified-line"; mark = ln; }
       }
       frag.appendChild(ln);
     }
@@ -246,7 +248,14 @@
     this.count += items.length;
     var extra = this.count - MAX_LINES;
     while (extra-- > 0 && this.root.firstChild) { this.root.removeChild(this.root.firstChild); this.count--; }
-    this.toBottom();
+    if (mark) {
+      // Opened at the line the classifier used: show it and stop following.
+      this.programmatic = true;
+      this.root.scrollTop = mark.offsetTop - this.root.clientHeight / 3;
+      this.pause();
+      return;
+    }
+    if (!this.paused) this.toBottom();
   };
   LogView.prototype.toBottom = function () {
     var target = this.root.scrollHeight - this.root.clientHeight;
@@ -284,6 +293,8 @@
     var logRoot = document.getElementById("logview");
     var offsets = {};
     var live = null;
+    var params = new URL(location.href).searchParams;
+    var from = parseInt(params.get("from") || "", 10);
     var view = new LogView(logRoot, { following: function () { return !attemptSel.value; } });
 
     function logSpec() {
@@ -304,6 +315,7 @@
       var u = new URL(location.href);
       if (attemptSel.value) u.searchParams.set("attempt", attemptSel.value); else u.searchParams.delete("attempt");
       if (instanceSel.value) u.searchParams.set("instance", instanceSel.value); else u.searchParams.delete("instance");
+      u.searchParams.delete("from");
       history.replaceState(null, "", u.toString());
     }
     function resubscribe() {
@@ -316,6 +328,10 @@
     attemptSel.addEventListener("change", resubscribe);
     instanceSel.addEventListener("change", resubscribe);
     updateDownload();
+    if (!isNaN(from) && from >= 0 && attemptSel.value && instanceSel.value) {
+      offsets[attemptSel.value + ":" + instanceSel.value] = from;
+      view.highlightNext = true;
+    }
     document.getElementById("log-wrap").addEventListener("click", function () {
       var on = logRoot.classList.toggle("wrap");
       this.setAttribute("aria-pressed", on ? "true" : "false");

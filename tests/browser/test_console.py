@@ -123,6 +123,12 @@ def test_a_real_fault_restarts_the_job_live_and_fills_the_restart_records(page_f
     expect(desc).to_contain_text(record.error_code)
     expect(desc).to_contain_text("Root cause")
     shoot(page, "restart-records")
+    if record.log_offset is not None:  # the record opens the log at the line that was classified
+        desc.locator("[data-classified-line]").click()
+        expect(page.locator("#classified-line")).to_contain_text("unhandled system error")
+        expect(page.locator("#paused-bar")).to_be_visible()
+        shoot(page, "job-page-classified-line")
+        page.go_back()
     page.click("text=View aggregated fault details")
     expect(page.locator("#aggregate tbody tr")).to_have_count(1)
     expect(page.locator("#aggregate")).to_contain_text(record.error_code)
