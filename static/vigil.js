@@ -336,10 +336,50 @@
       var on = logRoot.classList.toggle("wrap");
       this.setAttribute("aria-pressed", on ? "true" : "false");
     });
+    // Search in the shown lines: "k of N", Enter / Shift+Enter, "/" to focus, Esc to clear.
+    var search = document.getElementById("log-search");
+    var searchStatus = document.getElementById("log-search-status");
+    var matches = [], current = -1;
+    function runSearch() {
+      logRoot.querySelectorAll(".ln.match").forEach(function (el) { el.classList.remove("match", "cur"); });
+      matches = []; current = -1;
+      search.removeAttribute("aria-invalid");
+      var q = search.value;
+      if (!q) { searchStatus.textContent = ""; return; }
+      var re;
+      try { re = new RegExp(q, "i"); } catch (err) {
+        searchStatus.textContent = "Not a valid pattern: " + err.message.replace(/^Invalid regular expression: /, "");
+        search.setAttribute("aria-invalid", "true");
+        return;
+      }
+      logRoot.querySelectorAll(".ln").forEach(function (el) {
+        var t = el.querySelector(".t");
+        if (t && re.test(t.textContent)) { el.classList.add("match"); matches.push(el); }
+      });
+      searchStatus.textContent = matches.length ? matches.length + " match" + (matches.length === 1 ? "" : "es") : "No match in the shown lines";
+    }
+    function step(by) {
+      if (!matches.length || !matches[0].isConnected) runSearch();
+      if (!matches.length) return;
+      current = (current + by + matches.length) % matches.length;
+      matches.forEach(function (el) { el.classList.remove("cur"); });
+      var el = matches[current];
+      el.classList.add("cur");
+      if (!view.paused) view.pause();
+      view.programmatic = true;
+      logRoot.scrollTop = el.offsetTop - logRoot.clientHeight / 2;
+      searchStatus.textContent = (current + 1) + " of " + matches.length;
+    }
+    search.addEventListener("input", function () { debounce("search", 150, runSearch); });
+    search.addEventListener("keydown", function (e) {
+      if (e.key === "Enter") { e.preventDefault(); step(e.shiftKey ? -1 : 1); }
+      else if (e.key === "Escape") { search.value = ""; runSearch(); logRoot.focus(); }
+    });
     document.addEventListener("keydown", function (e) {
       var tag = (e.target.tagName || "").toLowerCase();
       if (tag === "input" || tag === "textarea" || tag === "select" || e.ctrlKey || e.metaKey || e.altKey) return;
       if (e.key === "w") document.getElementById("log-wrap").click();
+      else if (e.key === "/") { e.preventDefault(); search.focus(); search.select(); }
     });
     document.addEventListener("click", function (e) {
       var a = e.target.closest && e.target.closest("[data-show-instance]");

@@ -59,6 +59,22 @@ def test_submit_with_fault_tolerance_watch_live_logs_pause_and_stop(page_for, al
     page.keyboard.press("End")
     expect(page.locator("#paused-bar")).to_be_hidden()
     assert log.evaluate("el => el.scrollHeight - el.scrollTop - el.clientHeight") < 8
+
+    # search the shown lines: "/" focuses, Enter moves, a bad pattern says so, Esc clears
+    page.keyboard.press("/")
+    expect(page.locator("#log-search")).to_be_focused()
+    page.keyboard.type("step 1\\d ")
+    expect(page.locator("#log-search-status")).to_have_text(re.compile(r"\d+ match"))
+    page.keyboard.press("Enter")
+    expect(page.locator("#log-search-status")).to_have_text(re.compile(r"^1 of \d+$"))
+    expect(log.locator(".ln.cur")).to_contain_text(re.compile(r"step 1\d "))
+    expect(page.locator("#paused-bar")).to_be_visible()  # looking at a match stops following
+    page.fill("#log-search", "step (")
+    expect(page.locator("#log-search-status")).to_contain_text("Not a valid pattern")
+    page.keyboard.press("Escape")
+    expect(page.locator("#log-search-status")).to_have_text("")
+    page.keyboard.press("End")
+    expect(page.locator("#paused-bar")).to_be_hidden()
     shoot(page, "job-page")
 
     page.click("#stop-job")
