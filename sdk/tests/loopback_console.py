@@ -32,6 +32,7 @@ class Received:
     headers: Dict[str, str]
     body: Any
     at: float = field(default_factory=time.time)
+    sender: Dict[str, Any] = field(default_factory=dict)  # rank, instance, attempt the SDK adds
 
 
 class LoopbackConsole:
@@ -59,7 +60,10 @@ class LoopbackConsole:
                     parts = self.path[len(PREFIX):].strip("/").split("/")
                     if len(parts) == 2 and parts[0] == JOB_ID:
                         endpoint = parts[1]
-                received = Received("POST", self.path, endpoint, dict(self.headers.items()), body)
+                sender = {}
+                if isinstance(body, dict) and endpoint != "c4d":
+                    sender = {k: body.pop(k) for k in ("rank", "instance", "attempt") if k in body}
+                received = Received("POST", self.path, endpoint, dict(self.headers.items()), body, sender=sender)
                 with console._cond:
                     console.requests.append(received)
                     console._cond.notify_all()

@@ -21,6 +21,8 @@ def test_custom_message_is_posted_with_the_job_token(console, monitor):
     assert r.headers["Authorization"] == "Bearer " + TOKEN
     assert r.headers["Content-Type"] == "application/json"
     assert r.body == {"content": "The training loss for the job is NaN."}
+    # Every call says who sends it (from the job's VIGIL_* environment).
+    assert r.sender == {"rank": 0, "instance": "worker-0", "attempt": 1}
 
 
 def test_a_message_over_the_limit_carries_the_consoles_detail(console, monitor):

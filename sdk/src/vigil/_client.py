@@ -297,6 +297,10 @@ class Client:
                     "so that training is not slowed" % (self._breaker_reason, self._breaker_until - now)))
         if timeout <= 0:
             return Status(StatusCode.TIMEOUT, "not sent: no time left of the SDK timeout")
+        if isinstance(body, dict):
+            # Say who sends, so that events name the rank and stale attempts can be told apart.
+            sender = {"rank": self.env.rank, "instance": self.env.instance or None, "attempt": self.env.attempt}
+            body = {**{k: v for k, v in sender.items() if v is not None}, **body}
         data = json.dumps(body, allow_nan=False).encode("utf-8")
         request = urllib.request.Request(self.url(endpoint), data=data, method="POST", headers={
             "Content-Type": "application/json",
