@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from django.db import IntegrityError, transaction
 from django.http import FileResponse
+from django.utils import timezone
 from django.utils.text import slugify
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import exceptions, mixins, status, viewsets
@@ -13,7 +14,7 @@ from rest_framework.response import Response
 
 from . import actions
 from .backends.base import BackendError
-from .models import ADMIN_ROLES, WRITE_ROLES, Job, Membership, Role, Workspace
+from .models import ADMIN_ROLES, WRITE_ROLES, Instance, Job, Membership, Role, Workspace
 from .serializers import (
     AttemptSerializer,
     DiagnosisSerializer,
@@ -157,6 +158,29 @@ class JobViewSet(viewsets.GenericViewSet):
     def diagnoses(self, request, pk=None):
         job = self.get_job()
         return Response(DiagnosisSerializer(job.diagnoses.all()[:200], many=True).data)
+
+    @extend_schema(responses={200: dict})
+    @action(detail=True, methods=["get"])
+    def goodput(self, request, pk=None):
+        """Where the job's time went: detection, teardown, scheduling, start-up, first
+        progress per attempt, and the effective training time ratio (ETTR)."""
+        from monitoring.goodput import AttemptTimes, ledger
+
+        job = self.get_job()
+        ts = lambda d: d.timestamp() if d else None  # noqa: E731
+        records = {r.new_attempt: r for r in job.restart_records.filter(kind="job")}
+        exits = {(i.attempt.number, i.name): i.exited_at for i in Instance.objects.filter(attempt__job=job).select_related("attempt")}
+        times = []
+        for a in job.attempts.order_by("number"):
+            record = records.get(a.number)
+            times.append(AttemptTimes(
+                number=a.number, queued_at=a.queued_at.timestamp(), starting_at=ts(a.starting_at),
+                running_at=ts(a.running_at), first_progress_at=ts(a.first_progress_at), stopping_at=ts(a.stopping_at),
+                ended_at=ts(a.ended_at), made_progress=a.made_progress, succeeded=a.status == "Succeeded",
+                failed_at=ts(exits.get((record.attempt, record.instance_name))) if record else None,
+                decided_at=ts(record.restart_time) if record else None,
+            ))
+        return Response(ledger(times, ts(job.finished_at), timezone.now().timestamp()).to_dict())
 
     @extend_schema(request=None, responses={201: DiagnosisSerializer})
     @action(detail=True, methods=["post"], url_path="diagnoses/stacks")
