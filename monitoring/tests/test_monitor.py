@@ -326,3 +326,15 @@ def test_sweep_relaunches_an_attempt_that_no_worker_took(alice_ws, owner_api, jo
     assert Attempt.objects.get(pk=attempt.pk).status == "Failed"  # superseded attempt stopped
     monitor.run_job(job.pk)
     assert Attempt.objects.filter(job=job).count() == 2
+
+
+def test_the_goodput_endpoint_accounts_for_a_restart(alice_ws, owner_api, job_body, memory_backend):
+    job = submit(owner_api, alice_ws, job_body)
+    h = handle_of(job)
+    memory_backend.write_log(h, "worker-0", b"step=1\n" + NCCL)
+    memory_backend.finish(h, "worker-0", exit_code=1)
+    settled(job.pk)
+    body = owner_api.get(f"/api/v1/jobs/{job.pk}/goodput/").json()
+    assert [a["number"] for a in body["attempts"]] == [1, 2]
+    assert body["attempts"][1]["detection"] is not None and body["attempts"][1]["detection"] >= 0
+    assert body["wall_clock"] >= 0 and "ettr" in body
