@@ -1,0 +1,87 @@
+"""Nodes across backends: their state, their fault record, and isolation by a
+person. Nodes are shared infrastructure, not a workspace's, so only staff may
+see or change them."""
+
+from django.utils import timezone
+from drf_spectacular.utils import extend_schema
+from rest_framework import exceptions, permissions, viewsets
+from rest_framework.decorators import action
+from rest_framework.response import Response
+
+from monitoring.reputation import NodeFaultSeen, standings
+
+from .backends import get_backend
+from .backends.base import BackendError
+from .models import NodeFault
+
+
+class NodeViewSet(viewsets.ViewSet):
+    permission_classes = [permissions.IsAdminUser]
+    lookup_value_regex = r"[^/]+"
+
+    def _backend(self, name):
+        from django.conf import settings
+
+        if name not in settings.JOB_BACKENDS:
+            raise exceptions.NotFound(f"no backend {name!r}; configured: {', '.join(settings.JOB_BACKENDS)}.")
+        return get_backend(name)
+
+    @extend_schema(responses={200: dict})
+    def list(self, request):
+        from django.conf import settings
+
+        now = timezone.now()
+        faults = [
+            NodeFaultSeen(f.node, f.job_id, f.error_code, f.retryable, f.created_at.timestamp())
+            for f in NodeFault.objects.filter(created_at__gte=now - timezone.timedelta(days=7))
+        ]
+        by_node = standings(faults, now.timestamp())
+        out = []
+        for backend_name in settings.JOB_BACKENDS:
+            try:
+                nodes = self._backend(backend_name).list_nodes()
+            except BackendError as exc:
+                out.append({"backend": backend_name, "error": exc.message})
+                continue
+            for n in nodes:
+                s = by_node.get(n.name)
+                out.append({
+                    "backend": backend_name, "name": n.name, "slots": n.slots, "schedulable": n.schedulable,
+                    "reason": n.reason, "faults_24h": s.faults_in_window if s else 0,
+                    "error_codes": s.error_codes if s else {},
+                    "proposed_for_isolation": bool(s and s.proposed_for_isolation and n.schedulable),
+                    "evidence": s.evidence if s else "",
+                })
+        return Response(out)
+
+    def _act(self, request, pk, isolate: bool):
+        backend_name, _, node = pk.partition(":")
+        backend = self._backend(backend_name)
+        if not backend.can_isolate_nodes:
+            raise exceptions.ValidationError({"backend": [f"the {backend_name} backend cannot isolate nodes."]})
+        if node not in {n.name for n in backend.list_nodes()}:
+            raise exceptions.NotFound(f"no node {node!r} on the {backend_name} backend.")
+        try:
+            if isolate:
+                reason = str(request.data.get("reason") or "").strip()
+                if not reason:
+                    raise exceptions.ValidationError({"reason": ["is required: say why the node is isolated."]})
+                backend.isolate_node(node, f"{reason} (by {request.user.get_username()})"[:400])
+            else:
+                backend.restore_node(node)
+        except BackendError as exc:
+            raise exceptions.APIException(exc.message) from None
+        return Response({n.name: {"schedulable": n.schedulable, "reason": n.reason}
+                         for n in backend.list_nodes()}[node])
+
+    @extend_schema(request=dict, responses={200: dict})
+    @action(detail=True, methods=["post"])
+    def isolate(self, request, pk=None):
+        """Isolate `<backend>:<node>` (new attempts avoid it); needs a reason."""
+        return self._act(request, pk, True)
+
+    @extend_schema(request=None, responses={200: dict})
+    @action(detail=True, methods=["post"])
+    def restore(self, request, pk=None):
+        """Make `<backend>:<node>` schedulable again."""
+        return self._act(request, pk, False)
