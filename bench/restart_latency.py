@@ -46,6 +46,8 @@ import time
 from datetime import datetime
 from pathlib import Path
 
+import psutil
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
@@ -266,6 +268,7 @@ def torchrun_run(fresh_store: bool, timeout: float) -> dict:
                             cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             start_new_session=True, text=True, bufsize=1)
     lines: list[tuple[float, str]] = []
+    seen_pids: set[int] = set()  # every rank of every attempt: torchrun puts each in its own session
     state = {"pid": {}, "kill": None}
     killed = threading.Event()
 
@@ -275,6 +278,7 @@ def torchrun_run(fresh_store: bool, timeout: float) -> dict:
             p = parse(line)
             if p and p[1] == "start":
                 state["pid"][p[2]] = p[3]
+                seen_pids.add(p[3])
             if state["kill"] is None and KILL_AT in line and 1 in state["pid"]:
                 state["kill"] = time.time()
                 os.kill(state["pid"][1], signal.SIGKILL)
@@ -312,13 +316,18 @@ def torchrun_run(fresh_store: bool, timeout: float) -> dict:
         out["resumed"] = max(firsts.values()) - t_kill
         return out
     finally:
+        try:
+            seen_pids.update(c.pid for c in psutil.Process(proc.pid).children(recursive=True))
+        except psutil.Error:
+            pass
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait(10)
-        else:
+        for pid in seen_pids:  # ranks outlive a SIGKILLed torchrun: each is killed by its PID
             try:
-                os.killpg(proc.pid, signal.SIGKILL)  # ranks left behind in the session, if any
-            except ProcessLookupError:
+                if psutil.Process(pid).cmdline()[-1:] == [SCRIPT]:
+                    os.kill(pid, signal.SIGKILL)
+            except (psutil.Error, ProcessLookupError):
                 pass
 
 

@@ -271,7 +271,7 @@ def test_monitor_keeps_its_invariants_under_any_interleaving(alice, alice_ws, cr
     MonitorMachine.user, MonitorMachine.workspace = alice, alice_ws
     run_state_machine_as_test(
         MonitorMachine,
-        settings=settings(max_examples=20, stateful_step_count=25, deadline=None,
+        settings=settings(max_examples=15, stateful_step_count=30, deadline=None,
                           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow]),
     )
 
