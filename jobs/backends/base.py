@@ -119,6 +119,33 @@ class Node:
     reason: str = ""  # why it is unschedulable (isolation reason), or ""
 
 
+def read_log_file(path: str | None, offset: int = 0, limit: int | None = None) -> bytes:
+    """Bytes of a log file from `offset` (b"" when it does not exist yet)."""
+    if offset < 0:
+        raise BackendError(f"offset: {offset} must be >= 0")
+    if limit is not None and limit < 0:
+        raise BackendError(f"limit: {limit} must be >= 0 or None")
+    try:
+        with open(path, "rb") as f:
+            f.seek(offset)
+            return f.read() if limit is None else f.read(limit)
+    except (FileNotFoundError, TypeError):
+        return b""
+
+
+def tail_log_file(path: str | None, nbytes: int) -> bytes:
+    """The last `nbytes` bytes of a log file (b"" when it does not exist yet)."""
+    if nbytes < 0:
+        raise BackendError(f"nbytes: {nbytes} must be >= 0")
+    try:
+        with open(path, "rb") as f:
+            size = f.seek(0, 2)
+            f.seek(max(0, size - nbytes))
+            return f.read(nbytes)
+    except (FileNotFoundError, TypeError):
+        return b""
+
+
 class Backend(ABC):
     """Base class of all backends. Subclasses implement the abstract methods.
 

@@ -53,7 +53,7 @@ from urllib.parse import unquote, urlsplit
 import psutil
 
 from . import frameworks, shim
-from .base import AttemptLaunch, Backend, BackendError, InstanceState, InstanceStatus, Node
+from .base import AttemptLaunch, Backend, BackendError, InstanceState, InstanceStatus, Node, read_log_file, tail_log_file
 
 SHIM_PATH = shim.__file__
 SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
@@ -545,16 +545,7 @@ class LocalBackend(Backend):
         """Send `sig` to the instance's group and every verified process; return {pid: start ticks}."""
         pgid, pids = self._processes(state)
         signalled = {pid: t for pid in pids if (t := shim.proc_start_ticks(pid)) is not None}
-        if pgid is not None:
-            try:
-                os.killpg(pgid, sig)
-            except (ProcessLookupError, PermissionError):
-                pass
-        for pid in pids:
-            try:
-                os.kill(pid, sig)
-            except (ProcessLookupError, PermissionError):
-                pass
+        shim.signal_all(pgid, pids, sig)
         return signalled
 
     def _wait_ended(self, targets, timeout, signalled) -> list[str]:
@@ -612,27 +603,10 @@ class LocalBackend(Backend):
         return os.path.join(self._instance_dir(handle, name), LOG)
 
     def read_log(self, handle: dict, name: str, offset: int = 0, limit: int | None = None) -> bytes:
-        if offset < 0:
-            raise BackendError(f"offset: {offset} must be >= 0")
-        if limit is not None and limit < 0:
-            raise BackendError(f"limit: {limit} must be >= 0 or None")
-        try:
-            with open(self.log_path(handle, name), "rb") as f:
-                f.seek(offset)
-                return f.read() if limit is None else f.read(limit)
-        except FileNotFoundError:
-            return b""
+        return read_log_file(self.log_path(handle, name), offset, limit)
 
     def tail_log(self, handle: dict, name: str, nbytes: int) -> bytes:
-        if nbytes < 0:
-            raise BackendError(f"nbytes: {nbytes} must be >= 0")
-        try:
-            with open(self.log_path(handle, name), "rb") as f:
-                size = f.seek(0, os.SEEK_END)
-                f.seek(max(0, size - nbytes))
-                return f.read(nbytes)
-        except FileNotFoundError:
-            return b""
+        return tail_log_file(self.log_path(handle, name), nbytes)
 
     # -- housekeeping ----------------------------------------------------------------
     def attempt_handles(self) -> list[dict]:

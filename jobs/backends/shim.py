@@ -160,11 +160,13 @@ def _set_child_subreaper():
         pass  # without it, orphans go to init; stop still finds the process group
 
 
-def _signal_all(pgid, pids, sig):
-    try:
-        os.killpg(pgid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
+def signal_all(pgid, pids, sig):
+    """Signal a process group (if any) and each of the pids, ignoring the gone."""
+    if pgid is not None:
+        try:
+            os.killpg(pgid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
     for pid in pids:
         try:
             os.kill(pid, sig)
@@ -188,7 +190,7 @@ def _end_leftovers(pgid, grace):
     left = descendants([me])
     if not left and not _group_alive(pgid):
         return
-    _signal_all(pgid, left, signal.SIGTERM)
+    signal_all(pgid, left, signal.SIGTERM)
     end = time.monotonic() + grace
     while time.monotonic() < end:
         _reap_nohang()
@@ -196,7 +198,7 @@ def _end_leftovers(pgid, grace):
         if not left and not _group_alive(pgid):
             return
         time.sleep(0.02)
-    _signal_all(pgid, descendants([me]), signal.SIGKILL)
+    signal_all(pgid, descendants([me]), signal.SIGKILL)
     time.sleep(0.05)
     _reap_nohang()
 

@@ -46,7 +46,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from . import slurm_step as step
-from .base import AttemptLaunch, Backend, BackendError, InstanceState, InstanceStatus, Node
+from .base import AttemptLaunch, Backend, BackendError, InstanceState, InstanceStatus, Node, read_log_file, tail_log_file
 
 KILL_MARGIN = 2.0  # seconds after the grace period before Slurm's SIGKILL backs the wrapper's up
 HANDLE = "handle.json"
@@ -713,27 +713,10 @@ class SlurmBackend(Backend):
         return step.log_file(handle["attempt_dir"], name)
 
     def read_log(self, handle: dict, name: str, offset: int = 0, limit: int | None = None) -> bytes:
-        if offset < 0:
-            raise BackendError(f"offset: {offset} must be >= 0")
-        if limit is not None and limit < 0:
-            raise BackendError(f"limit: {limit} must be >= 0 or None")
-        try:
-            with open(self.log_path(handle, name), "rb") as fh:
-                fh.seek(offset)
-                return fh.read() if limit is None else fh.read(limit)
-        except FileNotFoundError:
-            return b""
+        return read_log_file(self.log_path(handle, name), offset, limit)
 
     def tail_log(self, handle: dict, name: str, nbytes: int) -> bytes:
-        if nbytes < 0:
-            raise BackendError(f"nbytes: {nbytes} must be >= 0")
-        try:
-            with open(self.log_path(handle, name), "rb") as fh:
-                fh.seek(0, os.SEEK_END)
-                fh.seek(max(0, fh.tell() - nbytes))
-                return fh.read()
-        except FileNotFoundError:
-            return b""
+        return tail_log_file(self.log_path(handle, name), nbytes)
 
     # -- nodes -------------------------------------------------------------------------------------
 

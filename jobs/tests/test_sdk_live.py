@@ -19,6 +19,7 @@ from django.core.cache import cache
 
 from jobs.models import Attempt, C4DReport, EventType, Job, JobEvent, JobStatus, RestartRecord
 from monitoring import monitor
+from monitoring.testing import finished, tick_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -75,28 +76,6 @@ def log_of(backend, job: Job, number: int | None = None) -> str:
     return backend.read_log(attempt.backend_handle, "master-0").decode("utf-8", "replace")
 
 
-def tick_until(job: Job, done, backend, seconds: float = 15.0, what: str = "") -> Job:
-    """Tick the monitor every 0.1 s until done(job) or the deadline; then say what happened."""
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        monitor.run_job(job.pk)
-        job.refresh_from_db()
-        if done(job):
-            return job
-        time.sleep(0.1)
-    events = "\n".join(f"  {e.type}: {e.message}" for e in JobEvent.objects.filter(job=job).order_by("id"))
-    try:
-        log = log_of(backend, job)[-2000:]
-    except Exception as exc:  # noqa: BLE001 - the failure message must not fail
-        log = f"(no log: {exc!r})"
-    raise AssertionError(f"job {job.pk} did not {what or 'get there'} within {seconds} s: it is {job.status} "
-                         f"on attempt {job.current_attempt} ({job.reason}).\nevents:\n{events}\nlog:\n{log}")
-
-
-def finished(job: Job) -> bool:
-    return job.status in (JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.STOPPED)
-
-
 def script(tmp_path: Path, name: str, text: str) -> Path:
     path = tmp_path / name
     path.write_text(textwrap.dedent(text))
@@ -115,7 +94,7 @@ def test_the_seeds_examples_run_as_a_real_job_and_reach_the_live_console(api, al
     examples = ["custom_message.py", "retryable_errors_pytorch.py", "reset_config.py", "staged_hang_detection.py"]
     command = " && ".join(f"{PY} {EXAMPLES / name}" for name in examples)
     job = submit(api, alice_ws, command, HANG_600)
-    job = tick_until(job, finished, local_backend, what="finish")
+    job = tick_until(job, finished, backend=local_backend, what="finish")
     assert job.status == JobStatus.SUCCEEDED, job.reason
     assert log_of(local_backend, job) == ""  # every st.ok(): the example printed nothing
 
@@ -154,7 +133,7 @@ def test_keywords_set_by_the_code_make_the_monitor_restart_a_failure_and_the_job
     train = script(tmp_path, "train.py", FAIL_ONCE)
     job = submit(api, alice_ws, f"{PY} {train}", SYNC_RESTART, KEYWORDS="connect timeout,error_yyy",
                  MARKERS=str(tmp_path))
-    job = tick_until(job, finished, local_backend, what="finish")
+    job = tick_until(job, finished, backend=local_backend, what="finish")
     assert (job.status, job.current_attempt) == (JobStatus.SUCCEEDED, 2), job.reason
     record = RestartRecord.objects.get(job=job)
     assert record.error_source == "UserKeyword" and "error_yyy" in record.error_message + record.reason
@@ -165,7 +144,7 @@ def test_keywords_set_by_the_code_make_the_monitor_restart_a_failure_and_the_job
 def test_without_the_keyword_the_same_failure_fails_the_job(api, alice_ws, console, local_backend, tmp_path):
     train = script(tmp_path, "train.py", FAIL_ONCE)
     job = submit(api, alice_ws, f"{PY} {train}", SYNC_RESTART, MARKERS=str(tmp_path))
-    job = tick_until(job, finished, local_backend, what="finish")
+    job = tick_until(job, finished, backend=local_backend, what="finish")
     assert (job.status, job.current_attempt) == (JobStatus.FAILED, 1)
     assert not RestartRecord.objects.filter(job=job).exists()
     assert job.sdk_retryable_keywords == []
@@ -196,7 +175,7 @@ SILENT = """
 def test_reset_config_shortens_the_hang_interval_so_a_silent_job_is_caught(
         api, alice_ws, console, local_backend, tmp_path):
     job = submit(api, alice_ws, f"{PY} {script(tmp_path, 'silent.py', SILENT)}", HANG_600)
-    job = tick_until(job, lambda j: JobEvent.objects.filter(job=j, type=EventType.HANG).exists(), local_backend,
+    job = tick_until(job, lambda j: JobEvent.objects.filter(job=j, type=EventType.HANG).exists(), backend=local_backend,
                      seconds=12, what="show a hang")
     hang = JobEvent.objects.get(job=job, type=EventType.HANG)
     assert "hang interval of 2 s" in hang.message
@@ -207,7 +186,7 @@ def test_reset_config_shortens_the_hang_interval_so_a_silent_job_is_caught(
 def test_hang_detect_minus_one_suspends_hang_detection_for_a_silent_step(
         api, alice_ws, console, local_backend, tmp_path):
     job = submit(api, alice_ws, f"{PY} {script(tmp_path, 'silent.py', SILENT)}", HANG_600, SUSPEND="1", SAY_DONE="1")
-    job = tick_until(job, finished, local_backend, seconds=15, what="finish")
+    job = tick_until(job, finished, backend=local_backend, seconds=15, what="finish")
     assert job.status == JobStatus.SUCCEEDED, job.reason
     assert not JobEvent.objects.filter(job=job, type=EventType.HANG).exists()
     # 2 from reset_config, -1 for evaluate's scope, 2 again when it ended.
@@ -220,7 +199,7 @@ def test_leaving_a_suspended_scope_does_not_count_the_silence_inside_it_as_a_han
     # 4 s silent inside hang_detect(-1), then 1 s silent under the 2 s interval: not a hang.
     job = submit(api, alice_ws, f"{PY} {script(tmp_path, 'silent.py', SILENT)}", HANG_600, SUSPEND="1",
                  THEN_SILENT="1")
-    job = tick_until(job, finished, local_backend, seconds=15, what="finish")
+    job = tick_until(job, finished, backend=local_backend, seconds=15, what="finish")
     assert job.status == JobStatus.SUCCEEDED, job.reason
     assert not JobEvent.objects.filter(job=job, type=EventType.HANG).exists()
 
@@ -236,7 +215,7 @@ def test_a_hang_detect_scope_restores_the_jobs_own_flag_interval(api, alice_ws, 
         train()
     """)
     job = submit(api, alice_ws, f"{PY} {code}", HANG_600)
-    job = tick_until(job, finished, local_backend, what="finish")
+    job = tick_until(job, finished, backend=local_backend, what="finish")
     assert job.status == JobStatus.SUCCEEDED, job.reason
     assert hang_intervals_set(job) == [180, 600]  # VIGIL_JOB_HANG_INTERVAL carries the flag's 600
 
@@ -255,7 +234,7 @@ def test_progress_reported_by_the_code_marks_the_attempt_for_the_restart_loop_br
         # the newest report is sent at exit
     """)
     job = submit(api, alice_ws, f"{PY} {code}", SYNC_RESTART)
-    job = tick_until(job, finished, local_backend, what="finish")
+    job = tick_until(job, finished, backend=local_backend, what="finish")
     assert job.status == JobStatus.SUCCEEDED, job.reason
     attempt = Attempt.objects.get(job=job, number=1)
     assert attempt.made_progress and attempt.first_progress_at is not None
@@ -277,7 +256,7 @@ def test_collective_records_of_a_rank_reach_the_console_as_its_c4d_report(
     """)
     flags = HANG_600 + " --enable-c4d-hang-detection=True"  # gives the instances VIGIL_C4D=1
     job = submit(api, alice_ws, f"{PY} {code}", flags)
-    job = tick_until(job, finished, local_backend, what="finish")
+    job = tick_until(job, finished, backend=local_backend, what="finish")
     assert job.status == JobStatus.SUCCEEDED, job.reason
     assert "flush: OK" in log_of(local_backend, job)
     report = C4DReport.objects.get(job=job, attempt=1, rank=0)
@@ -299,7 +278,7 @@ def test_over_the_rate_the_code_gets_a_not_ok_status_with_the_wait_and_goes_on(
             print(monitor.send_custom_message(content="message %d" % i).to_string(), flush=True)
     """)
     job = submit(api, alice_ws, f"{PY} {code}", None)
-    job = tick_until(job, finished, local_backend, what="finish")
+    job = tick_until(job, finished, backend=local_backend, what="finish")
     assert job.status == JobStatus.SUCCEEDED, job.reason
     first, second, third = log_of(local_backend, job).splitlines()
     assert first == second == "OK"
@@ -337,11 +316,11 @@ def test_a_token_reset_refuses_the_running_code_at_once_and_the_next_attempt_get
         attempt = Attempt.objects.filter(job=j, number=1).exclude(backend_handle={}).first()
         return attempt is not None and "before reset:" in log_of(local_backend, j, 1)
 
-    job = tick_until(job, said_before_reset, local_backend, what="send its first message")
+    job = tick_until(job, said_before_reset, backend=local_backend, what="send its first message")
     r = api.post(f"/api/v1/jobs/{job.pk}/reset-token/")
     assert r.status_code == 200, r.content
     (tmp_path / "token-reset").touch()
-    job = tick_until(job, finished, local_backend, what="finish")
+    job = tick_until(job, finished, backend=local_backend, what="finish")
     assert (job.status, job.current_attempt) == (JobStatus.SUCCEEDED, 2), job.reason
     first = log_of(local_backend, job, 1)
     assert "before reset: OK" in first
@@ -365,7 +344,7 @@ def test_a_console_that_cannot_be_reached_leaves_the_job_running_to_success(
         api, alice_ws, local_backend, settings):
     settings.VIGIL_CONSOLE_URL = closed_port_url()
     job = submit(api, alice_ws, f"{PY} {EXAMPLES / 'custom_message.py'}", None)
-    job = tick_until(job, finished, local_backend, what="finish")
+    job = tick_until(job, finished, backend=local_backend, what="finish")
     assert job.status == JobStatus.SUCCEEDED, job.reason
     out = log_of(local_backend, job)
     assert out.startswith(f"failed to send message, error UNAVAILABLE: cannot reach the console at "

@@ -11,6 +11,7 @@ from django.utils import timezone
 
 from jobs.models import Attempt, C4DReport, Diagnosis, Job, JobEvent, JobStatus, RestartRecord
 from monitoring import diagnose, monitor
+from monitoring.testing import tick_until
 from monitoring.stacks import NOT_PYTHON
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -74,17 +75,6 @@ def submit(api, ws, body, code, path, args, envs=None, specs=None):
         settings={"enable_error_monitoring_in_aimaster": bool(args), "error_monitoring_args": args}), format="json")
     assert r.status_code == 201, r.content
     return Job.objects.get(pk=r.json()["id"])
-
-
-def tick_until(job, done, seconds=20.0):
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        monitor.run_job(job.pk)
-        job.refresh_from_db()
-        if done(job):
-            return job
-        time.sleep(0.1)
-    raise AssertionError(f"job {job.pk} is {job.status}: " + "; ".join(e.message for e in JobEvent.objects.filter(job=job)))
 
 
 def test_a_hang_takes_a_stack_snapshot_whose_suspect_names_the_hung_function(api, alice_ws, job_body, local_backend, tmp_path):

@@ -9,6 +9,7 @@ import pytest
 
 from jobs.models import Attempt, Instance, Job, JobEvent, JobStatus, RestartRecord
 from monitoring import monitor
+from monitoring.testing import finished, tick_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -84,23 +85,6 @@ def submit(api, ws, body, script, args, mode, faulty="worker-0", **over):
     r = api.post("/api/v1/jobs/", b, format="json")
     assert r.status_code == 201, r.content
     return Job.objects.get(pk=r.json()["id"])
-
-
-def tick_until(job, done, seconds=20.0):
-    """Tick the monitor as the sweep would until done(job) holds or time runs out."""
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        monitor.run_job(job.pk)
-        job.refresh_from_db()
-        if done(job):
-            return job
-        time.sleep(0.1)
-    events = "\n".join(f"  {e.type}: {e.message}" for e in JobEvent.objects.filter(job=job))
-    raise AssertionError(f"job {job.pk} is {job.status} ({job.reason}) after {seconds} s; events:\n{events}")
-
-
-def finished(job):
-    return job.status in (JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.STOPPED)
 
 
 @pytest.fixture

@@ -1,0 +1,37 @@
+"""Helpers for tests that drive the monitor over real or in-memory backends."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from jobs.models import Attempt, Job, JobEvent, JobStatus
+from monitoring import monitor
+
+
+def finished(job: Job) -> bool:
+    return job.status in (JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.STOPPED)
+
+
+def tick_until(job: Job, done: Callable[[Job], bool], seconds: float = 20.0, *, backend=None,
+               what: str = "", every: float = 0.1) -> Job:
+    """Tick the monitor as the sweep would until done(job) holds; at the deadline,
+    fail with the job's status, its events and (given the backend) its log tail."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        monitor.run_job(job.pk)
+        job.refresh_from_db()
+        if done(job):
+            return job
+        time.sleep(every)
+    events = "\n".join(f"  {e.type}: {e.message}" for e in JobEvent.objects.filter(job=job).order_by("id"))
+    log = ""
+    if backend is not None:
+        try:
+            attempt = Attempt.objects.get(job=job, number=job.current_attempt)
+            name = attempt.instances.order_by("rank").values_list("name", flat=True).first()
+            log = backend.read_log(attempt.backend_handle, name).decode("utf-8", "replace")[-2000:]
+        except Exception as exc:  # noqa: BLE001 - the failure message must not fail
+            log = f"(no log: {exc!r})"
+    raise AssertionError(f"job {job.pk} did not {what or 'get there'} within {seconds} s: it is {job.status} "
+                         f"on attempt {job.current_attempt} ({job.reason}).\nevents:\n{events}\nlog:\n{log}")
