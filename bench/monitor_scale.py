@@ -186,7 +186,7 @@ def main():
             assert ticked == size and still == size, (ticked, still)
             rows.append((size, first, med, q))
             print(f"  {size:>6} jobs ({size * (WORKERS + 1):>6} instances): first sweep {first:7.3f} s "
-                  f"({first_q / size:.1f} queries/job), steady sweep {med:7.3f} s ({q / size:.1f} queries/job), "
+                  f"({first_q / size:.2f} queries/job), steady sweep {med:7.3f} s ({q / size:.2f} queries/job, {q} in all), "
                   f"{med / size * 1000:.2f} ms/job  [setup {setup:.1f} s]")
             if size == args.profile:
                 prof = cProfile.Profile()
