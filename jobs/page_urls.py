@@ -25,4 +25,8 @@ urlpatterns = [
          name="restart"),
     path("workspaces/<slug:slug>/jobs/<int:job_id>/attempts/<int:number>/logs/<str:instance>/download/",
          views.log_download, name="log-download"),
+    path("workspaces/<slug:slug>/jobs/<int:job_id>/attempts/<int:number>/logs/<str:instance>/at/<int:offset>/",
+         views.log_line_at, name="log-line-at"),
+    path("workspaces/<slug:slug>/jobs/<int:job_id>/attempts/<int:number>/logs.zip",
+         views.attempt_logs_archive, name="attempt-logs"),
 ]

@@ -5,9 +5,12 @@ to the caller's workspaces, so another workspace's job is 404, never 403."""
 
 from __future__ import annotations
 
+import json
 import os
+import zipfile
 from collections import Counter
 from datetime import timedelta
+from urllib.parse import urlencode
 
 from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
@@ -213,7 +216,23 @@ def job_detail(request, slug, job_id):
     attempt_param = request.GET.get("attempt", "")
     context["log_attempt"] = int(attempt_param) if attempt_param.isdigit() else None
     context["log_instance"] = request.GET.get("instance", "")
+    context["failures_json"] = json.dumps(job_failures(job))
     return render(request, "jobs/job_detail.html", context)
+
+
+def job_failures(job) -> list[dict]:
+    """The failures the `e` key can jump to, oldest first: {attempt, instance} of
+    each job_failed event (its payload names the instance, not a line). Restart
+    records, which carry the classified line's offset, are read from their rows."""
+    from .models import EventType
+
+    out = []
+    for attempt, payload in job.events.filter(type=EventType.JOB_FAILED).order_by("id").values_list(
+            "attempt", "payload"):
+        instance = (payload or {}).get("instance") if isinstance(payload, dict) else None
+        if attempt and instance:
+            out.append({"attempt": attempt, "instance": instance})
+    return out
 
 
 FRAGMENTS = {
@@ -356,6 +375,117 @@ def log_download(request, slug, job_id, number, instance):
 
     response = StreamingHttpResponse(chunks(), content_type="text/plain; charset=utf-8")
     response["Content-Disposition"] = f'attachment; filename="{filename}"'
+    return response
+
+
+def _log_reader(backend, handle: dict, instance: str):
+    """read(offset, limit) -> bytes over one instance log: its file when the backend
+    has a local one, else the backend's read_log."""
+    try:
+        path = backend.log_path(handle, instance)
+    except BackendError:
+        path = None
+    if path and os.path.exists(path):
+        def read_file(offset, limit):
+            with open(path, "rb") as f:
+                f.seek(offset)
+                return f.read(limit)
+        return read_file, path
+
+    def read_backend(offset, limit):
+        try:
+            return backend.read_log(handle, instance, offset=offset, limit=limit)
+        except BackendError:
+            return b""
+    return read_backend, None
+
+
+def line_permalink(workspace, job, attempt: int, instance: str, line: int | None = None) -> str:
+    """?attempt=2&instance=worker-1#L123 on the job page: its log opened at that line."""
+    url = reverse("pages:job-detail", kwargs={"slug": workspace.slug, "job_id": job.pk})
+    return f"{url}?{urlencode({'attempt': attempt, 'instance': instance})}#" + (f"L{line}" if line else "logs")
+
+
+@login_required
+def log_line_at(request, slug, job_id, number, instance, offset):
+    """The permalink of the line holding byte `offset` (a restart record's
+    log_offset): counts the newlines before it, streaming, and redirects."""
+    from monitoring.consumers import line_at_offset
+
+    workspace, job = job_or_404(request, slug, job_id)
+    attempt = Attempt.objects.filter(job=job, number=number).first()
+    if attempt is None or not attempt.instances.filter(name=instance).exists():
+        raise Http404("No such instance in this attempt.")
+    if not attempt.backend_handle:
+        return redirect(line_permalink(workspace, job, number, instance))
+    read, path = _log_reader(actions.get_backend_for(job), attempt.backend_handle, instance)
+    return redirect(line_permalink(workspace, job, number, instance, line_at_offset(read, offset, path)))
+
+
+class _ArchivePipe:
+    """The file a streamed zip is written into: it keeps only what was written
+    since the last take(), so the archive never sits in memory. No seek(): zipfile
+    then writes sizes after each member (data descriptors)."""
+
+    def __init__(self):
+        self.parts: list[bytes] = []
+        self.written = 0
+
+    def write(self, data) -> int:
+        self.parts.append(bytes(data))
+        self.written += len(data)
+        return len(data)
+
+    def tell(self) -> int:
+        return self.written
+
+    def flush(self) -> None:
+        pass
+
+    def take(self) -> bytes:
+        data = b"".join(self.parts)
+        self.parts = []
+        return data
+
+
+def attempt_archive_chunks(members):
+    """A zip of (name, read(offset, limit)) members, produced CHUNK by CHUNK: each
+    member is read from its start in CHUNK-sized pieces until its end."""
+    pipe = _ArchivePipe()
+    # Level 1: logs shrink well even so, and a 1 GB log should not hold a core for long.
+    with zipfile.ZipFile(pipe, "w", compression=zipfile.ZIP_DEFLATED, compresslevel=1) as archive:
+        for name, read in members:
+            offset = 0
+            with archive.open(name, "w", force_zip64=True) as member:  # sizes are known only at the end
+                while True:
+                    data = read(offset, CHUNK)
+                    if not data:
+                        break
+                    offset += len(data)
+                    member.write(data)
+                    yield pipe.take()
+            yield pipe.take()
+    yield pipe.take()
+
+
+@login_required
+def attempt_logs_archive(request, slug, job_id, number):
+    """Every instance log of one attempt as one zip, streamed from disk (or from
+    the backend) a chunk at a time."""
+    workspace, job = job_or_404(request, slug, job_id)
+    attempt = Attempt.objects.filter(job=job, number=number).first()
+    if attempt is None:
+        raise Http404("No such attempt of this job.")
+    names = list(attempt.instances.order_by("rank", "role", "index").values_list("name", flat=True))
+    folder = f"job{job.pk}-attempt{number}"
+    members = []
+    if attempt.backend_handle:
+        backend = actions.get_backend_for(job)
+        members = [(f"{folder}/{name}.log", _log_reader(backend, attempt.backend_handle, name)[0]) for name in names]
+    else:
+        members = [(f"{folder}/{name}.log", lambda offset, limit: b"") for name in names]
+    response = StreamingHttpResponse((c for c in attempt_archive_chunks(members) if c), content_type="application/zip")
+    response["Content-Disposition"] = f'attachment; filename="{folder}-logs.zip"'
     return response
 
 

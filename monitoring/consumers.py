@@ -9,7 +9,19 @@
   server -> {"type": "event", "id", ...}       backfilled after `after_event`, then live
             {"type": "status", "status", ...}  the job's status, restarts, attempt
             {"type": "diagnosis", "id", ...}
-            {"type": "log", "attempt", "instance", "offset", "next_offset", "lines": [...]}
+            {"type": "log", "attempt", "instance", "offset", "next_offset", "line", "next_line",
+             "lines": [...]}
+            {"type": "log_target", "attempt", "instance", "line" or null, "why"}
+
+`line` is the 1-based number, counted from the start of the file, of the first
+line of a batch, so the page can number every line and link to it. A client may
+send "lines": {"<attempt>:<instance>": next line number} with its offsets so a
+reconnect does not recount, and a "target" to open a log at one line:
+{"instance", "line": N} (a permalink), {"instance", "offset": byte} (the line
+the classifier used) or {"instance", "first_error": true} (the first line that
+looks like an error). The stream of that instance then starts TARGET_CONTEXT
+lines before the target, and a "log_target" message names the target's line
+number (null with a `why` when there is no such line).
 
 Logs are tailed per connection: every TICK seconds the consumer reads the new
 bytes of each watched instance log from its byte offset, cuts them at the last
@@ -30,7 +42,9 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 from collections import OrderedDict
+from collections.abc import Callable
 
 from asgiref.sync import sync_to_async
 from channels.db import database_sync_to_async
@@ -46,6 +60,10 @@ INITIAL_TAIL_BYTES = 64 * 1024  # a first connection starts this far before the 
 MAX_BATCH_BYTES = 512 * 1024  # per instance per tick
 MAX_PARTIAL_LINE = 64 * 1024  # a line longer than this is sent without its newline
 BACKFILL_LIMIT = 2000
+SCAN_CHUNK = 1024 * 1024  # bytes read at a time when counting lines or looking for an error
+TARGET_CONTEXT = 100  # lines sent before a target line
+# Generic "this looks like an error" for the `e` key when the classifier left no line.
+ERROR_LINE = re.compile(rb"Traceback|Error|error:")
 REFUSED = 4403
 
 
@@ -85,6 +103,17 @@ class LogCursor:
                 return 0
         return None
 
+    def read_sync(self, offset: int, limit: int) -> bytes:
+        """The same read for a worker thread (line counting, error search)."""
+        if self.path:
+            try:
+                with open(self.path, "rb") as f:
+                    f.seek(offset)
+                    return f.read(limit)
+            except OSError:
+                return b""
+        return self.backend.read_log(self.handle, self.name, offset, limit)
+
     async def read(self, offset: int, limit: int) -> bytes:
         if self.path:
             if not self._open():
@@ -119,6 +148,145 @@ def start_offset(size: int, head: bytes) -> int:
         return 0
     nl = head.find(b"\n")
     return start + nl + 1 if nl >= 0 else start
+
+
+# --- line numbers and targets (pure over a read(offset, limit) function) ----------------
+
+Reader = Callable[[int, int], bytes]
+# Logs only grow, so a (offset, line) pair once counted stays true: the next count
+# of the same file starts there instead of at byte 0.
+_KNOWN_LINES: OrderedDict[str, tuple[int, int]] = OrderedDict()
+_KNOWN_LIMIT = 512
+
+
+def _remember(key: str | None, offset: int, line: int) -> None:
+    if key is None:
+        return
+    have = _KNOWN_LINES.get(key)
+    if have is None or have[0] < offset:
+        _KNOWN_LINES[key] = (offset, line)
+        _KNOWN_LINES.move_to_end(key)
+        while len(_KNOWN_LINES) > _KNOWN_LIMIT:
+            _KNOWN_LINES.popitem(last=False)
+
+
+def line_at_offset(read: Reader, offset: int, key: str | None = None) -> int:
+    """The 1-based number of the line holding byte `offset` (newlines before it + 1)."""
+    pos, line = 0, 1
+    have = _KNOWN_LINES.get(key) if key else None
+    if have and have[0] <= offset:
+        pos, line = have
+    while pos < offset:
+        data = read(pos, min(SCAN_CHUNK, offset - pos))
+        if not data:
+            break
+        line += data.count(b"\n")
+        pos += len(data)
+    _remember(key, pos, line)
+    return line
+
+
+def offset_of_line(read: Reader, line: int, key: str | None = None) -> int | None:
+    """The byte offset where 1-based line `line` starts, or None past the last line."""
+    if line <= 1:
+        return 0
+    pos, at = 0, 1
+    have = _KNOWN_LINES.get(key) if key else None
+    if have and have[1] < line:  # `have` may sit inside its line: only later lines are found from it
+        pos, at = have
+    while True:
+        data = read(pos, SCAN_CHUNK)
+        if not data:
+            return None
+        count = data.count(b"\n")
+        if at + count >= line:
+            cut = -1
+            for _ in range(line - at):
+                cut = data.index(b"\n", cut + 1)
+            start = pos + cut + 1
+            # A line "starts" at the end of the file only if something follows.
+            if not read(start, 1):
+                return None
+            _remember(key, start, line)
+            return start
+        at += count
+        pos += len(data)
+
+
+def count_lines(read: Reader) -> int:
+    """How many lines the log has (a last line without its newline counts)."""
+    pos, lines, last = 0, 0, b"\n"
+    while True:
+        data = read(pos, SCAN_CHUNK)
+        if not data:
+            return lines + (0 if last == b"\n" else 1)
+        lines += data.count(b"\n")
+        last = data[-1:]
+        pos += len(data)
+
+
+def first_match(read: Reader, pattern: re.Pattern = ERROR_LINE) -> int | None:
+    """The byte offset of the start of the first line matching `pattern`, or None.
+    Reads whole lines at a time, so a match is never cut at a chunk boundary."""
+    pos = 0
+    while True:
+        data = read(pos, SCAN_CHUNK)
+        if not data:
+            return None
+        cut = data.rfind(b"\n")
+        whole = data[: cut + 1] if cut >= 0 and len(data) == SCAN_CHUNK else data  # a longer line is searched in pieces
+        m = pattern.search(whole)
+        if m:
+            return pos + whole.rfind(b"\n", 0, m.start()) + 1
+        pos += len(whole)
+
+
+def resolve_target(read: Reader, target: dict, key: str | None = None) -> tuple[int | None, int, int, str]:
+    """(target line or None, byte offset and line number to stream from, why) for a
+    target of the log view: {"line": N}, {"offset": byte} or {"first_error": true}."""
+    why = ""
+    line = None
+    if "line" in target:
+        if offset_of_line(read, target["line"], key) is None:
+            why = f"the log has {count_lines(read):,} lines"
+        else:
+            line = target["line"]
+    elif "offset" in target:
+        if target["offset"] > 0 and not read(target["offset"] - 1, 1):
+            why = "the log is shorter than the recorded offset"
+        else:
+            line = line_at_offset(read, target["offset"], key)
+    else:
+        offset = first_match(read)
+        if offset is None:
+            why = "no line matches Traceback, Error or error:"
+        else:
+            line = line_at_offset(read, offset, key)
+    if line is None:
+        return None, 0, 1, why
+    start_line = max(1, line - TARGET_CONTEXT)
+    start = offset_of_line(read, start_line, key)
+    return line, start or 0, start_line, why
+
+
+def parse_target(raw) -> dict | None:
+    """A target from a client message, or None when it is not one."""
+    if not isinstance(raw, dict) or not isinstance(raw.get("instance"), str):
+        return None
+
+    def whole(v):
+        return isinstance(v, int) and not isinstance(v, bool)
+
+    out = {"instance": raw["instance"]}
+    if whole(raw.get("line")) and raw["line"] >= 1:
+        out["line"] = raw["line"]
+    elif whole(raw.get("offset")) and raw["offset"] >= 0:
+        out["offset"] = raw["offset"]
+    elif raw.get("first_error") is True:
+        out["first_error"] = True
+    else:
+        return None
+    return out
 
 
 @database_sync_to_async
@@ -262,9 +430,16 @@ class JobConsumer(AsyncJsonWebsocketConsumer):
         for key, value in (spec.get("offsets") or {}).items() if isinstance(spec.get("offsets"), dict) else ():
             if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
                 offsets[str(key)] = value
-        self.tail_task = asyncio.ensure_future(self._tail(attempt, instances, offsets))
+        lines = {}
+        for key, value in (spec.get("lines") or {}).items() if isinstance(spec.get("lines"), dict) else ():
+            if isinstance(value, int) and not isinstance(value, bool) and value >= 1 and str(key) in offsets:
+                lines[str(key)] = value
+        target = parse_target(spec.get("target"))
+        self.tail_task = asyncio.ensure_future(self._tail(attempt, instances, offsets, lines, target))
 
-    async def _tail(self, fixed_attempt: int | None, only: set | None, offsets: dict) -> None:
+    async def _tail(self, fixed_attempt: int | None, only: set | None, offsets: dict,
+                    lines: dict | None = None, target: dict | None = None) -> None:
+        lines = {} if lines is None else lines
         loop = asyncio.get_running_loop()
         number = fixed_attempt
         cursors: dict[str, LogCursor] = {}
@@ -293,9 +468,12 @@ class JobConsumer(AsyncJsonWebsocketConsumer):
                             for name in names if backend else ():
                                 if (only is None or name in only) and name not in cursors:
                                     cursors[name] = LogCursor(backend, handle, name)
+                if target is not None and target["instance"] in cursors:
+                    await self._open_at(number, cursors[target["instance"]], target, offsets, lines)
+                    target = None
                 for name, cursor in cursors.items():
                     try:
-                        await self._send_new(number, name, cursor, offsets)
+                        await self._send_new(number, name, cursor, offsets, lines)
                     except (BackendError, OSError):
                         # A log the backend cannot read right now is tried again next tick.
                         continue
@@ -306,7 +484,23 @@ class JobConsumer(AsyncJsonWebsocketConsumer):
             for c in cursors.values():
                 c.close()
 
-    async def _send_new(self, number: int, name: str, cursor: LogCursor, offsets: dict) -> None:
+    async def _open_at(self, number: int, cursor: LogCursor, target: dict, offsets: dict, lines: dict) -> None:
+        """Start one instance's stream a little before the target line and say which
+        line that is."""
+        key = f"{number}:{cursor.name}"
+        try:
+            line, start, start_line, why = await sync_to_async(resolve_target, thread_sensitive=False)(
+                cursor.read_sync, target, cursor.path)
+        except (BackendError, OSError) as exc:
+            line, why = None, f"the log could not be read ({exc})"
+        if line is not None:
+            offsets[key], lines[key] = start, start_line
+        await self.send_json({"type": "log_target", "attempt": number, "instance": cursor.name,
+                              "line": line, "why": why})
+
+    async def _send_new(self, number: int, name: str, cursor: LogCursor, offsets: dict,
+                        lines: dict | None = None) -> None:
+        lines = {} if lines is None else lines
         key = f"{number}:{name}"
         offset = offsets.get(key)
         if offset is None:
@@ -320,13 +514,19 @@ class JobConsumer(AsyncJsonWebsocketConsumer):
         chunk = complete_lines(data)
         if not chunk:
             return
+        if key not in lines:
+            lines[key] = await sync_to_async(line_at_offset, thread_sensitive=False)(cursor.read_sync, offset, cursor.path)
+        line = lines[key]
         offsets[key] = offset + len(chunk)
+        lines[key] = line + chunk.count(b"\n")
         await self.send_json({
             "type": "log",
             "attempt": number,
             "instance": name,
             "offset": offset,
             "next_offset": offset + len(chunk),
+            "line": line,
+            "next_line": lines[key],
             "lines": split_lines(chunk),
         })
 

@@ -153,16 +153,49 @@
     span.textContent = s;
     parent.appendChild(span);
   }
+  // SGR codes to classes; codes we do not render (and the arguments of 38/48
+  // extended colours) are dropped, never shown as text.
   function sgr(codes, cls) {
     var out = cls.slice();
-    (codes || "0").split(";").forEach(function (c) {
-      c = parseInt(c || "0", 10);
+    var list = (codes || "0").split(";");
+    function drop(re) { out = out.filter(function (k) { return !re.test(k); }); }
+    for (var i = 0; i < list.length; i++) {
+      var c = parseInt(list[i] || "0", 10);
       if (c === 0) out = [];
       else if (c === 1) out.push("a-bold");
-      else if ((c >= 30 && c <= 37) || c === 90) { out = out.filter(function (k) { return !/^a-\d/.test(k); }); out.push("a-" + (c === 37 ? 90 : c)); }
-      else if (c === 39) out = out.filter(function (k) { return !/^a-\d/.test(k); });
-    });
+      else if (c === 2) out.push("a-dim");
+      else if (c === 3) out.push("a-italic");
+      else if (c === 4) out.push("a-under");
+      else if (c === 22) drop(/^a-(bold|dim)$/);
+      else if (c === 23) drop(/^a-italic$/);
+      else if (c === 24) drop(/^a-under$/);
+      else if ((c >= 30 && c <= 37) || (c >= 90 && c <= 97)) { drop(/^a-\d/); out.push("a-" + (c === 37 ? 97 : c === 30 ? 90 : c)); }
+      else if (c === 39) drop(/^a-\d/);
+      else if ((c >= 40 && c <= 47) || (c >= 100 && c <= 107)) { drop(/^a-bg/); out.push("a-bg" + (c >= 100 ? c - 60 : c)); }
+      else if (c === 49) drop(/^a-bg/);
+      else if (c === 38 || c === 48) { i += list[i + 1] === "5" ? 2 : list[i + 1] === "2" ? 4 : 0; }
+    }
     return out;
+  }
+
+  // ---- timestamps of lines ---------------------------------------------------------
+  // A line that starts with an ISO time shows that time; others show when they arrived.
+  // A time without a zone is taken as UTC (what training launchers usually write).
+  var LEADING_ISO = /^\[?(\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d{1,9})?)(Z|[+-]\d\d:?\d\d)?/;
+  function lineTime(text, arrived) {
+    var m = LEADING_ISO.exec(text);
+    if (m) {
+      var iso = m[1].replace(" ", "T").replace(",", ".").replace(/(\.\d{3})\d+/, "$1") + (m[2] || "Z");
+      var d = new Date(iso);
+      if (!isNaN(d.getTime())) return { ms: d.getTime(), from: "written in the line" };
+    }
+    return { ms: arrived, from: "arrived" };
+  }
+  function pad3(n) { return n < 10 ? "00" + n : n < 100 ? "0" + n : "" + n; }
+  function fmtLineTime(ms, mode) {
+    var d = new Date(ms);
+    if (mode === "utc") return d.toISOString().slice(11, 23) + "Z";
+    return pad(d.getHours()) + ":" + pad(d.getMinutes()) + ":" + pad(d.getSeconds()) + "." + pad3(d.getMilliseconds());
   }
 
   function LogView(root, opts) {
@@ -175,6 +208,8 @@
     this.count = 0;
     this.lastAttempt = null;
     this.programmatic = false;
+    this.target = null;       // {i: instance, n: line} to highlight when it arrives
+    this.times = "off";       // off | local | utc
     this.bar = document.getElementById("paused-bar");
     this.barText = document.getElementById("paused-text");
     var self = this;
@@ -201,7 +236,20 @@
       items.push({ sep: "— attempt " + msg.attempt + " —" });
     }
     this.lastAttempt = msg.attempt;
-    for (var i = 0; i < msg.lines.length; i++) items.push({ i: msg.instance, t: msg.lines[i] });
+    var now = Date.now(), first = typeof msg.line === "number" ? msg.line : null, hit = -1;
+    for (var i = 0; i < msg.lines.length; i++) {
+      var it = { i: msg.instance, a: msg.attempt, t: msg.lines[i], n: first === null ? null : first + i, at: now };
+      if (this.target && it.n === this.target.n && it.i === this.target.i) { it.mark = true; hit = items.length; this.target = null; }
+      items.push(it);
+    }
+    if (hit >= 0 && !this.paused) {
+      // Show the target with some lines after it, then hold the rest as if paused.
+      var shown = items.slice(0, hit + 300);
+      Array.prototype.push.apply(this.queue, shown);
+      this.pause();
+      items = items.slice(hit + 300);
+      this.schedule();
+    }
     if (this.paused) {
       Array.prototype.push.apply(this.pending, items);
       if (this.pending.length > MAX_PENDING) {
@@ -221,6 +269,29 @@
     var self = this;
     requestAnimationFrame(function () { self.scheduled = false; self.flush(); });
   };
+  LogView.prototype.lineHref = function (it) {
+    return location.pathname + "?attempt=" + it.a + "&instance=" + encodeURIComponent(it.i) + "#L" + it.n;
+  };
+  LogView.prototype.setTime = function (ln) {
+    var ts = ln.firstChild && ln.firstChild.nextSibling;
+    if (!ts || ts.className !== "ts") return;
+    if (this.times === "off") { ts.textContent = ""; return; }
+    if (!ln._time) ln._time = lineTime(ln._text, ln._at);
+    ts.textContent = fmtLineTime(ln._time.ms, this.times);
+    ts.title = (this.times === "utc" ? "UTC, " : "local time, ") + ln._time.from;
+  };
+  LogView.prototype.setTimes = function (mode) {
+    this.times = mode;
+    this.root.classList.toggle("ts-on", mode !== "off");
+    var self = this;
+    this.root.querySelectorAll(".ln").forEach(function (ln) { if (ln._text !== undefined) self.setTime(ln); });
+  };
+  LogView.prototype.highlight = function (ln) {
+    var old = document.getElementById("log-target");
+    if (old) { old.removeAttribute("id"); old.classList.remove("hl"); }
+    ln.classList.add("hl");
+    ln.id = "log-target";
+  };
   LogView.prototype.flush = function () {
     var items = this.queue;
     this.queue = [];
@@ -235,12 +306,18 @@
       if (it.sep) { ln.className = "ln sep"; ln.textContent = it.sep; }
       else {
         ln.className = "ln";
+        // The line number is a link to the line; tabindex -1 keeps the log one tab stop.
+        var n = document.createElement("a"); n.className = "n"; n.tabIndex = -1;
+        if (it.n !== null) { n.textContent = it.n; n.href = this.lineHref(it); n.setAttribute("aria-label", "Link to line " + it.n + " of " + it.i); }
+        var ts = document.createElement("span"); ts.className = "ts";
         var g = document.createElement("span"); g.className = "g"; g.textContent = it.i;
         var t = document.createElement("span"); t.className = "t";
         renderText(t, it.t);
         if (/\b(error|traceback|exception|fatal)\b/i.test(it.t)) t.classList.add("err");
-        ln.appendChild(g); ln.appendChild(t);
-        if (this.highlightNext) { this.highlightNext = false; ln.classList.add("hl"); ln.id = "classified-line"; mark = ln; }
+        ln.appendChild(n); ln.appendChild(ts); ln.appendChild(g); ln.appendChild(t);
+        ln._text = t.textContent; ln._at = it.at; ln._i = it.i; ln._n = it.n;
+        if (this.times !== "off") this.setTime(ln);
+        if (this.highlightNext || it.mark) { this.highlightNext = false; ln.classList.add("hl"); ln.id = it.mark ? "log-target" : "classified-line"; mark = ln; }
       }
       frag.appendChild(ln);
     }
@@ -249,10 +326,11 @@
     var extra = this.count - MAX_LINES;
     while (extra-- > 0 && this.root.firstChild) { this.root.removeChild(this.root.firstChild); this.count--; }
     if (mark) {
-      // Opened at the line the classifier used: show it and stop following.
+      // Opened at one line (a permalink, the classified line): show it and stop following.
       this.programmatic = true;
       this.root.scrollTop = mark.offsetTop - this.root.clientHeight / 3;
-      this.pause();
+      if (!this.paused) this.pause();
+      if (this.opts.marked) this.opts.marked(mark);
       return;
     }
     if (!this.paused) this.toBottom();
@@ -291,18 +369,37 @@
     var instanceSel = document.getElementById("log-instance");
     var download = document.getElementById("log-download");
     var logRoot = document.getElementById("logview");
-    var offsets = {};
+    var offsets = {}, nextLines = {};
     var live = null;
     var params = new URL(location.href).searchParams;
     var from = parseInt(params.get("from") || "", 10);
-    var view = new LogView(logRoot, { following: function () { return !attemptSel.value; } });
+    var notice = document.getElementById("log-notice");
+    var pendingTarget = null;   // sent with the next subscription: {instance, line|offset|first_error}
+    var targetWhat = "";
+    var failures = [];
+    try { failures = JSON.parse(logRoot.getAttribute("data-failures") || "[]"); } catch (err) { failures = []; }
+    var view = new LogView(logRoot, {
+      following: function () { return !attemptSel.value; },
+      marked: function (ln) {
+        if (ln._n === null || ln._n === undefined) return;
+        var u = new URL(location.href);
+        u.hash = "L" + ln._n;
+        history.replaceState(null, "", u.toString());
+        if (targetWhat) say(targetWhat + ": line " + ln._n + " of " + ln._i + ".");
+        targetWhat = "";
+      }
+    });
+    function say(text) { notice.textContent = text; }
 
     function logSpec() {
-      return {
+      var spec = {
         attempt: attemptSel.value ? parseInt(attemptSel.value, 10) : null,
         instances: instanceSel.value ? [instanceSel.value] : null,
-        offsets: offsets
+        offsets: offsets,
+        lines: nextLines
       };
+      if (pendingTarget) spec.target = pendingTarget;
+      return spec;
     }
     function updateDownload() {
       var inst = instanceSel.value;
@@ -311,27 +408,98 @@
       download.textContent = "Download " + inst;
       download.hidden = false;
     }
-    function updateUrl() {
+    function updateUrl(hash) {
       var u = new URL(location.href);
       if (attemptSel.value) u.searchParams.set("attempt", attemptSel.value); else u.searchParams.delete("attempt");
       if (instanceSel.value) u.searchParams.set("instance", instanceSel.value); else u.searchParams.delete("instance");
       u.searchParams.delete("from");
+      u.hash = hash || "";
       history.replaceState(null, "", u.toString());
     }
-    function resubscribe() {
-      offsets = {};
+    function resubscribe(hash) {
+      offsets = {}; nextLines = {};
       view.clear();
-      updateUrl();
+      view.target = null;
+      updateUrl(hash);
       updateDownload();
-      if (live) live.send({ type: "logs", attempt: logSpec().attempt, instances: logSpec().instances, offsets: offsets });
+      if (live) live.send(Object.assign({ type: "logs" }, logSpec()));
     }
-    attemptSel.addEventListener("change", resubscribe);
-    instanceSel.addEventListener("change", resubscribe);
+    function choose(sel, value) {
+      if (value && !Array.prototype.some.call(sel.options, function (o) { return o.value === String(value); })) {
+        var o = document.createElement("option"); o.value = value;
+        o.textContent = sel === attemptSel ? "Attempt " + value : value;
+        sel.appendChild(o);
+      }
+      sel.value = value ? String(value) : "";
+    }
+    // Open the log of one instance at a target: {line: N}, {offset: byte}, {first_error: true}.
+    function openAt(attempt, instance, target, what) {
+      choose(attemptSel, attempt);
+      choose(instanceSel, instance);
+      pendingTarget = Object.assign({ instance: instance }, target);
+      targetWhat = what;
+      resubscribe(target.line ? "L" + target.line : "");
+      logRoot.focus();
+    }
+    attemptSel.addEventListener("change", function () { pendingTarget = null; resubscribe(); });
+    instanceSel.addEventListener("change", function () { pendingTarget = null; resubscribe(); });
     updateDownload();
-    if (!isNaN(from) && from >= 0 && attemptSel.value && instanceSel.value) {
+    var lineHash = /^#L(\d+)$/.exec(location.hash);
+    if (lineHash) {
+      if (instanceSel.value) {
+        pendingTarget = { instance: instanceSel.value, line: parseInt(lineHash[1], 10) };
+        targetWhat = "Linked line";
+      } else {
+        say("Line " + lineHash[1] + " of which instance? A line link names one (instance=…); choose one above.");
+      }
+    } else if (!isNaN(from) && from >= 0 && attemptSel.value && instanceSel.value) {
       offsets[attemptSel.value + ":" + instanceSel.value] = from;
       view.highlightNext = true;
     }
+    window.addEventListener("hashchange", function () {
+      var m = /^#L(\d+)$/.exec(location.hash);
+      if (m && instanceSel.value) openAt(attemptSel.value || currentAttempt, instanceSel.value, { line: parseInt(m[1], 10) }, "Linked line");
+    });
+    // A click on a line number: that line's permalink goes into the address bar.
+    logRoot.addEventListener("click", function (e) {
+      var a = e.target.closest && e.target.closest("a.n");
+      if (!a || e.ctrlKey || e.metaKey || e.shiftKey || e.button !== 0) return;
+      e.preventDefault();
+      history.replaceState(null, "", a.href);
+      view.highlight(a.parentNode);
+      if (!view.paused) view.pause();
+      say("Line " + a.textContent + " of " + a.parentNode._i + " is in the address bar: copy it to share this line.");
+    });
+
+    // "e": the line the classifier used for the shown attempt's latest failure,
+    // else the first error-looking line of the chosen (or the failed) instance.
+    function jumpToError() {
+      var attempt = parseInt(attemptSel.value || currentAttempt, 10);
+      var rows = Array.prototype.filter.call(document.querySelectorAll("#part-restarts tr[data-failure-attempt]"), function (r) {
+        return parseInt(r.getAttribute("data-failure-attempt"), 10) === attempt;
+      });
+      if (rows.length) {
+        var r = rows[rows.length - 1];
+        openAt(attempt, r.getAttribute("data-failure-instance"), { offset: parseInt(r.getAttribute("data-failure-offset"), 10) },
+          "The line the classifier used for attempt " + attempt + "'s failure");
+        return;
+      }
+      var failed = failures.filter(function (f) { return f.attempt === attempt; });
+      var instance = instanceSel.value || (failed.length ? failed[failed.length - 1].instance : "");
+      if (!instance) {
+        say("Nothing to jump to: attempt " + attempt + " has no classified failure. Choose an instance and press e to find its first error line.");
+        return;
+      }
+      openAt(attempt, instance, { first_error: true }, "First error line");
+    }
+    document.getElementById("log-first-error").addEventListener("click", jumpToError);
+    var timesBtn = document.getElementById("log-times");
+    timesBtn.addEventListener("click", function () {
+      var next = { off: "local", local: "utc", utc: "off" }[view.times];
+      view.setTimes(next);
+      timesBtn.textContent = "Times: " + (next === "utc" ? "UTC" : next);
+      timesBtn.setAttribute("aria-pressed", next === "off" ? "false" : "true");
+    });
     document.getElementById("log-wrap").addEventListener("click", function () {
       var on = logRoot.classList.toggle("wrap");
       this.setAttribute("aria-pressed", on ? "true" : "false");
@@ -379,6 +547,8 @@
       var tag = (e.target.tagName || "").toLowerCase();
       if (tag === "input" || tag === "textarea" || tag === "select" || e.ctrlKey || e.metaKey || e.altKey) return;
       if (e.key === "w") document.getElementById("log-wrap").click();
+      else if (e.key === "t") timesBtn.click();
+      else if (e.key === "e") { e.preventDefault(); jumpToError(); }
       else if (e.key === "/") { e.preventDefault(); search.focus(); search.select(); }
     });
     document.addEventListener("click", function (e) {
@@ -387,6 +557,7 @@
       e.preventDefault();
       instanceSel.value = a.getAttribute("data-show-instance");
       attemptSel.value = "";
+      pendingTarget = null;
       resubscribe();
       logRoot.focus();
       logRoot.scrollIntoView({ block: "nearest" });
@@ -434,9 +605,24 @@
           var have = offsets[key];
           if (have !== undefined && msg.next_offset <= have) return;  // already shown
           offsets[key] = msg.next_offset;
+          if (typeof msg.next_line === "number") nextLines[key] = msg.next_line;
           view.add(msg);
+        } else if (msg.type === "log_target") {
+          if (!pendingTarget || msg.instance !== pendingTarget.instance) return;
+          var asked = pendingTarget;
+          pendingTarget = null;
+          if (msg.line) { view.target = { i: msg.instance, n: msg.line }; return; }
+          var what = asked.line ? "Line " + asked.line + " is not in " + msg.instance + "'s log of attempt " + msg.attempt
+            : asked.first_error ? "No error line to jump to in " + msg.instance + "'s log of attempt " + msg.attempt
+            : "The classified line is not in " + msg.instance + "'s log of attempt " + msg.attempt;
+          say(what + (msg.why ? ": " + msg.why + "." : ".") + " Showing its end.");
+          targetWhat = "";
         } else if (msg.type === "event") {
           addEvent(msg);
+          if (msg.event_type === "job_failed" && msg.attempt && msg.payload && msg.payload.instance &&
+              !failures.some(function (f) { return f.attempt === msg.attempt && f.instance === msg.payload.instance; })) {
+            failures.push({ attempt: msg.attempt, instance: msg.payload.instance });
+          }
           if (msg.id > lastEvent) lastEvent = msg.id;
           refresh(["instances", "timeline", "restarts"]);
         } else if (msg.type === "status") {

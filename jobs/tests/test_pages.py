@@ -5,10 +5,14 @@ parts, restart records, aggregation, log download."""
 from __future__ import annotations
 
 import html as html_lib
+import io
 import re
+import time
+import zipfile
 from datetime import timedelta
 
 import pytest
+from django.http import StreamingHttpResponse
 from django.urls import reverse
 from django.utils import timezone
 
@@ -57,6 +61,7 @@ def page_urls(ws, job, rec):
         reverse("pages:restart", args=[s, j, rec.pk]),
         reverse("pages:restarts-aggregated", args=[s, j]),
         reverse("pages:log-download", args=[s, j, 1, "worker-0"]),
+        reverse("pages:attempt-logs", args=[s, j, 1]),
     ]
 
 
@@ -337,3 +342,64 @@ def test_hang_panel_lists_suspect_stacks_first_and_c4d_verdicts_in_words(client,
     assert html.index("compute_loss") < html.index("all_reduce")  # the suspect (count 1) first
     assert "◆</span> Suspect" in html and "worker-0/MainThread, worker-1/MainThread" in html
     assert "RankNonCommHang" in html and "Error" in html and "never entered allreduce #41" in html
+
+
+def test_an_attempts_logs_download_as_one_zip_streamed_from_disk(client, alice, alice_ws, job_body, local_backend):
+    # Real processes write real files: one instance writes ~6 MB, the others a line.
+    big = ('if [ "$VIGIL_INSTANCE" = "worker-0" ]; then head -c 4500000 /dev/urandom | base64; echo "6 MB done"; '
+           'else echo "hello from $VIGIL_INSTANCE"; fi; sleep 30')
+    job = submit(alice, job_body(alice_ws, user_command=big))
+    attempt = job.attempts.get(number=1)
+    path = local_backend.log_path(attempt.backend_handle, "worker-0")
+    deadline = time.monotonic() + 20
+    while b"6 MB done" not in local_backend.tail_log(attempt.backend_handle, "worker-0", 100):
+        assert time.monotonic() < deadline, "worker-0 did not write its 6 MB"
+        time.sleep(0.1)
+    client.force_login(alice)
+    response = client.get(reverse("pages:attempt-logs", args=[alice_ws.slug, job.pk, 1]))
+    assert response.status_code == 200
+    assert isinstance(response, StreamingHttpResponse) and response.streaming
+    assert response["Content-Type"] == "application/zip"
+    assert f'filename="job{job.pk}-attempt1-logs.zip"' in response["Content-Disposition"]
+    chunks = list(response.streaming_content)
+    assert len(chunks) > 20  # produced a chunk at a time, not built whole
+    archive = zipfile.ZipFile(io.BytesIO(b"".join(chunks)))
+    names = sorted(archive.namelist())
+    assert names == sorted(f"job{job.pk}-attempt1/{i.name}.log" for i in attempt.instances.all())
+    with open(path, "rb") as f:
+        assert archive.read(f"job{job.pk}-attempt1/worker-0.log") == f.read()
+    assert len(archive.read(f"job{job.pk}-attempt1/worker-0.log")) > 6_000_000
+    assert archive.read(f"job{job.pk}-attempt1/master-0.log") == b"hello from master-0\n"
+    assert client.get(reverse("pages:attempt-logs", args=[alice_ws.slug, job.pk, 9])).status_code == 404
+    actions.stop_job(alice, job)
+
+
+def test_the_attempt_archive_is_404_outside_the_workspace(client, bob, alice_ws, job):
+    client.force_login(bob)
+    assert client.get(reverse("pages:attempt-logs", args=[alice_ws.slug, job.pk, 1])).status_code == 404
+
+
+def test_a_restart_record_links_to_the_permalink_of_its_classified_line(client, alice, alice_ws, job, memory_backend):
+    handle = job.attempts.get(number=1).backend_handle
+    lines = [f"step {i}" for i in range(1, 300)] + ["NCCL error: unhandled system error"]
+    memory_backend.write_log(handle, "worker-0", "".join(line + "\n" for line in lines))
+    rec = record(job, 1, log_offset=sum(len(line) + 1 for line in lines[:-1]))
+    client.force_login(alice)
+    html = client.get(reverse("pages:restarts", args=[alice_ws.slug, job.pk])).content.decode()
+    link = reverse("pages:log-line-at", args=[alice_ws.slug, job.pk, 1, "worker-0", rec.log_offset])
+    assert f'href="{link}" data-classified-line' in html
+    response = client.get(link)
+    assert response.status_code == 302
+    assert response["Location"] == reverse("pages:job-detail", args=[alice_ws.slug, job.pk]) + \
+        "?attempt=1&instance=worker-0#L300"
+    # the job page's rows tell the `e` key where the failure is
+    page = client.get(reverse("pages:job-detail", args=[alice_ws.slug, job.pk])).content.decode()
+    assert f'data-failure-attempt="1" data-failure-instance="worker-0" data-failure-offset="{rec.log_offset}"' in page
+    assert client.get(reverse("pages:log-line-at", args=[alice_ws.slug, job.pk, 1, "worker-9", 0])).status_code == 404
+
+
+def test_the_job_page_keeps_the_log_filters_of_its_url(client, alice, alice_ws, job):
+    client.force_login(alice)
+    html = client.get(reverse("pages:job-detail", args=[alice_ws.slug, job.pk]) + "?attempt=1&instance=worker-0").content.decode()
+    assert '<option value="1" selected>Attempt 1</option>' in html
+    assert '<option value="worker-0" selected>worker-0</option>' in html

@@ -235,3 +235,98 @@ def test_a_first_view_of_a_long_log_starts_at_a_line_boundary_near_the_end():
     size = INITIAL_TAIL_BYTES + 1000
     head = b"tail of a line\nnext line\n"
     assert start_offset(size, head) == 1000 + len(b"tail of a line\n")
+
+
+def reader_of(data: bytes, chunk_reads: list | None = None):
+    def read(offset, limit):
+        if chunk_reads is not None:
+            chunk_reads.append(limit)
+        return data[offset:offset + limit]
+    return read
+
+
+def test_line_numbers_and_offsets_agree_across_scan_chunks(monkeypatch):
+    from monitoring import consumers
+
+    monkeypatch.setattr(consumers, "SCAN_CHUNK", 7)  # lines straddle every chunk boundary
+    data = b"".join(f"line {i}\n".encode() for i in range(1, 41))
+    read = reader_of(data)
+    for n in (1, 2, 9, 10, 40):
+        start = consumers.offset_of_line(read, n)
+        assert data[start:].startswith(f"line {n}\n".encode())
+        assert consumers.line_at_offset(read, start) == n
+        assert consumers.line_at_offset(read, start + 3) == n  # inside the line
+    assert consumers.offset_of_line(read, 41) is None  # past the last line
+    assert consumers.count_lines(read) == 40
+    assert consumers.count_lines(reader_of(data + b"no newline yet")) == 41
+
+
+def test_a_known_line_is_counted_from_where_the_last_count_stopped(monkeypatch):
+    from monitoring import consumers
+
+    monkeypatch.setattr(consumers, "SCAN_CHUNK", 64)
+    data = b"".join(f"{i:07d}\n".encode() for i in range(2000))  # 8 bytes a line
+    assert consumers.line_at_offset(reader_of(data), 8000, key="/logs/a") == 1001
+    reads = []
+    assert consumers.line_at_offset(reader_of(data, reads), 8800, key="/logs/a") == 1101
+    assert sum(reads) == 800  # only the bytes after the remembered point
+    assert consumers.offset_of_line(reader_of(data), 1500, key="/logs/a") == 1499 * 8
+
+
+def test_the_first_error_line_is_found_whole_even_across_chunks(monkeypatch):
+    from monitoring import consumers
+
+    monkeypatch.setattr(consumers, "SCAN_CHUNK", 16)
+    data = b"step 1 ok\nstep 2 ok and a long tail\nTraceback (most recent call last):\nValueError: x\n"
+    start = consumers.first_match(reader_of(data))
+    assert data[start:].startswith(b"Traceback")
+    assert consumers.first_match(reader_of(b"all good\n" * 50)) is None
+    assert consumers.resolve_target(reader_of(b"all good\n" * 50), {"first_error": True})[0] is None
+
+
+def test_a_target_starts_the_stream_some_lines_before_it():
+    from monitoring.consumers import TARGET_CONTEXT, resolve_target
+
+    data = b"".join(f"line {i}\n".encode() for i in range(1, 501))
+    read = reader_of(data)
+    line, start, start_line, why = resolve_target(read, {"line": 300})
+    assert (line, start_line, why) == (300, 300 - TARGET_CONTEXT, "")
+    assert data[start:].startswith(f"line {300 - TARGET_CONTEXT}\n".encode())
+    offset = data.index(b"line 7\n")
+    assert resolve_target(read, {"offset": offset})[:3] == (7, 0, 1)
+    missing = resolve_target(read, {"line": 9000})
+    assert missing[0] is None and missing[3] == "the log has 500 lines"
+
+
+def test_batches_carry_line_numbers_and_a_permalink_target_opens_at_its_line(app, alice, running_job, memory_backend):
+    job, handle = running_job
+    memory_backend.write_log(handle, "worker-0", "".join(f"line {i}\n" for i in range(1, 1001)))
+    cookie = session_cookie(alice)
+
+    async def scenario():
+        comm = communicator(app, job.pk, cookie)
+        assert (await comm.connect())[0]
+        await comm.send_json_to({"type": "hello", "after_event": None, "logs": {
+            "attempt": 1, "instances": ["worker-0"], "offsets": {}, "target": {"instance": "worker-0", "line": 700}}})
+        got = await collect(comm, lambda ms: len(log_lines(ms)) >= 400)
+        target = next(m for m in got if m["type"] == "log_target")
+        batches = [m for m in got if m["type"] == "log"]
+        assert target["line"] == 700 and target["instance"] == "worker-0"
+        assert batches[0]["line"] == 600 and batches[0]["lines"][0] == "line 600"
+        for b in batches:  # every batch's first line is numbered from the start of the file
+            assert b["lines"][0] == f"line {b['line']}" and b["next_line"] == b["line"] + len(b["lines"])
+
+        # the classifier's byte offset resolves to its line; a missing line says why
+        offset = sum(len(f"line {i}\n") for i in range(1, 42))
+        await comm.send_json_to({"type": "logs", "attempt": 1, "instances": ["worker-0"], "offsets": {},
+                                 "target": {"instance": "worker-0", "offset": offset}})
+        got = await collect(comm, lambda ms: any(m["type"] == "log_target" for m in ms))
+        assert next(m for m in got if m["type"] == "log_target")["line"] == 42
+        await comm.send_json_to({"type": "logs", "attempt": 1, "instances": ["worker-0"], "offsets": {},
+                                 "target": {"instance": "worker-0", "line": 5000}})
+        got = await collect(comm, lambda ms: any(m["type"] == "log_target" for m in ms))
+        missing = next(m for m in got if m["type"] == "log_target")
+        assert missing["line"] is None and missing["why"] == "the log has 1,000 lines"
+        await comm.disconnect()
+
+    async_to_sync(scenario)()

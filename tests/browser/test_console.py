@@ -141,7 +141,8 @@ def test_a_real_fault_restarts_the_job_live_and_fills_the_restart_records(page_f
     shoot(page, "restart-records")
     if record.log_offset is not None:  # the record opens the log at the line that was classified
         desc.locator("[data-classified-line]").click()
-        expect(page.locator("#classified-line")).to_contain_text("unhandled system error")
+        expect(page.locator("#log-target")).to_contain_text("unhandled system error")
+        expect(page).to_have_url(re.compile(r"\?attempt=1&instance=worker-0#L\d+$"))  # a permalink
         expect(page.locator("#paused-bar")).to_be_visible()
         shoot(page, "job-page-classified-line")
         page.go_back()
