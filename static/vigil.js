@@ -410,9 +410,10 @@
     }
     function updateUrl(hash) {
       var u = new URL(location.href);
-      if (attemptSel.value) u.searchParams.set("attempt", attemptSel.value); else u.searchParams.delete("attempt");
-      if (instanceSel.value) u.searchParams.set("instance", instanceSel.value); else u.searchParams.delete("instance");
-      u.searchParams.delete("from");
+      // Always attempt, then instance: one line has one permalink.
+      ["attempt", "instance", "from"].forEach(function (k) { u.searchParams.delete(k); });
+      if (attemptSel.value) u.searchParams.set("attempt", attemptSel.value);
+      if (instanceSel.value) u.searchParams.set("instance", instanceSel.value);
       u.hash = hash || "";
       history.replaceState(null, "", u.toString());
     }
