@@ -471,6 +471,11 @@ class JobConsumer(AsyncJsonWebsocketConsumer):
                 if target is not None and target["instance"] in cursors:
                     await self._open_at(number, cursors[target["instance"]], target, offsets, lines)
                     target = None
+                elif target is not None and view is not None and target["instance"] not in view[1]:
+                    await self.send_json({"type": "log_target", "attempt": number, "instance": target["instance"],
+                                          "line": None, "why": f"attempt {number} has no instance of that name",
+                                          "missing_instance": True})
+                    target = None
                 for name, cursor in cursors.items():
                     try:
                         await self._send_new(number, name, cursor, offsets, lines)

@@ -308,7 +308,7 @@
         ln.className = "ln";
         // The line number is a link to the line; tabindex -1 keeps the log one tab stop.
         var n = document.createElement("a"); n.className = "n"; n.tabIndex = -1;
-        if (it.n !== null) { n.textContent = it.n; n.href = this.lineHref(it); n.setAttribute("aria-label", "Link to line " + it.n + " of " + it.i); }
+        if (it.n !== null) { n.textContent = it.n; n.href = this.lineHref(it); }
         var ts = document.createElement("span"); ts.className = "ts";
         var g = document.createElement("span"); g.className = "g"; g.textContent = it.i;
         var t = document.createElement("span"); t.className = "t";
@@ -368,6 +368,7 @@
     var attemptSel = document.getElementById("log-attempt");
     var instanceSel = document.getElementById("log-instance");
     var download = document.getElementById("log-download");
+    var archive = document.getElementById("log-archive");
     var logRoot = document.getElementById("logview");
     var offsets = {}, nextLines = {};
     var live = null;
@@ -403,10 +404,18 @@
     }
     function updateDownload() {
       var inst = instanceSel.value;
-      if (!inst) { download.hidden = true; return; }
+      if (!inst) { download.hidden = true; updateArchive(); return; }
       download.href = logRoot.getAttribute("data-download").replace("ATTEMPT", attemptSel.value || currentAttempt).replace("INSTANCE", encodeURIComponent(inst));
       download.textContent = "Download " + inst;
       download.hidden = false;
+      updateArchive();
+    }
+    function updateArchive() {
+      var n = attemptSel.value || currentAttempt;
+      if (!n) { archive.hidden = true; return; }
+      archive.href = logRoot.getAttribute("data-archive").replace("ATTEMPT", n);
+      archive.textContent = "Download attempt " + n + " (zip)";
+      archive.hidden = false;
     }
     function updateUrl(hash) {
       var u = new URL(location.href);
@@ -444,6 +453,10 @@
     }
     attemptSel.addEventListener("change", function () { pendingTarget = null; resubscribe(); });
     instanceSel.addEventListener("change", function () { pendingTarget = null; resubscribe(); });
+    // A link may name an attempt or instance the page did not list (an older attempt's
+    // instance): keep it, and let the server say whether it exists.
+    if (params.get("attempt") && /^\d+$/.test(params.get("attempt")) && !attemptSel.value) choose(attemptSel, params.get("attempt"));
+    if (params.get("instance") && !instanceSel.value) choose(instanceSel, params.get("instance"));
     updateDownload();
     var lineHash = /^#L(\d+)$/.exec(location.hash);
     if (lineHash) {
@@ -616,7 +629,7 @@
           var what = asked.line ? "Line " + asked.line + " is not in " + msg.instance + "'s log of attempt " + msg.attempt
             : asked.first_error ? "No error line to jump to in " + msg.instance + "'s log of attempt " + msg.attempt
             : "The classified line is not in " + msg.instance + "'s log of attempt " + msg.attempt;
-          say(what + (msg.why ? ": " + msg.why + "." : ".") + " Showing its end.");
+          say(what + (msg.why ? ": " + msg.why + "." : ".") + (msg.missing_instance ? "" : " Showing its end."));
           targetWhat = "";
         } else if (msg.type === "event") {
           addEvent(msg);
@@ -636,6 +649,7 @@
           }
           if (msg.current_attempt && msg.current_attempt !== currentAttempt) {
             currentAttempt = msg.current_attempt;
+            updateArchive();
             var opt = document.createElement("option");
             opt.value = currentAttempt; opt.textContent = "Attempt " + currentAttempt;
             attemptSel.appendChild(opt);

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import html as html_lib
 import io
+import os
 import re
 import time
 import zipfile
@@ -403,3 +404,41 @@ def test_the_job_page_keeps_the_log_filters_of_its_url(client, alice, alice_ws, 
     html = client.get(reverse("pages:job-detail", args=[alice_ws.slug, job.pk]) + "?attempt=1&instance=worker-0").content.decode()
     assert '<option value="1" selected>Attempt 1</option>' in html
     assert '<option value="worker-0" selected>worker-0</option>' in html
+
+
+def test_the_archive_of_a_large_log_streams_with_flat_memory(tmp_path):
+    import tracemalloc
+
+    from jobs.views import CHUNK, attempt_archive_chunks
+
+    path = tmp_path / "worker-0.log"
+    with open(path, "wb") as f:
+        for _ in range(32):
+            f.write(os.urandom(1 << 20))  # 32 MB that deflate cannot shrink
+
+    def read(offset, limit):
+        with open(path, "rb") as f:
+            f.seek(offset)
+            return f.read(limit)
+
+    tracemalloc.start()
+    try:
+        size, count = 0, 0
+        for chunk in attempt_archive_chunks([("a/worker-0.log", read)]):
+            size += len(chunk)
+            count += 1
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert size > 32 << 20 and count > 100
+    assert peak < 8 * CHUNK, f"peak {peak} bytes while zipping 32 MB"
+
+
+def test_the_e_key_knows_which_instance_failed_a_job_without_a_restart(client, alice, alice_ws, job):
+    from jobs.models import EventType
+
+    actions.record_event(job, EventType.JOB_FAILED, "worker-0 failed: exit code 1.", attempt=1,
+                         payload={"instance": "worker-0", "rule": "exit-code"})
+    client.force_login(alice)
+    html = client.get(reverse("pages:job-detail", args=[alice_ws.slug, job.pk])).content.decode()
+    assert 'data-failures="[{&quot;attempt&quot;: 1, &quot;instance&quot;: &quot;worker-0&quot;}]"' in html

@@ -327,6 +327,11 @@ def test_batches_carry_line_numbers_and_a_permalink_target_opens_at_its_line(app
         got = await collect(comm, lambda ms: any(m["type"] == "log_target" for m in ms))
         missing = next(m for m in got if m["type"] == "log_target")
         assert missing["line"] is None and missing["why"] == "the log has 1,000 lines"
+        await comm.send_json_to({"type": "logs", "attempt": 1, "instances": ["worker-9"], "offsets": {},
+                                 "target": {"instance": "worker-9", "line": 1}})
+        got = await collect(comm, lambda ms: any(m["type"] == "log_target" for m in ms))
+        unknown = next(m for m in got if m["type"] == "log_target")
+        assert unknown["line"] is None and unknown["missing_instance"] is True
         await comm.disconnect()
 
     async_to_sync(scenario)()

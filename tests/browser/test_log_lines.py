@@ -73,6 +73,11 @@ def test_a_line_permalink_opens_the_log_at_that_line_and_line_numbers_link_to_li
     expect(page.locator("#log-notice")).to_have_text(
         "Line 9000 is not in worker-0's log of attempt 1: the log has 600 lines. Showing its end.")
     expect(page.locator("#logview")).to_contain_text("step 600")
+    # an instance the attempt does not have: told so, not left waiting
+    page.goto(base + "?attempt=1&instance=worker-9#L5")
+    expect(page.locator("#log-notice")).to_have_text(
+        "Line 5 is not in worker-9's log of attempt 1: attempt 1 has no instance of that name.")
+    expect(page.locator("#log-archive")).to_have_attribute("href", f"{base}attempts/1/logs.zip")
     stop(alice, job)
 
 
