@@ -451,8 +451,8 @@
       resubscribe(target.line ? "L" + target.line : "");
       logRoot.focus();
     }
-    attemptSel.addEventListener("change", function () { pendingTarget = null; resubscribe(); });
-    instanceSel.addEventListener("change", function () { pendingTarget = null; resubscribe(); });
+    attemptSel.addEventListener("change", function () { pendingTarget = null; say(""); resubscribe(); });
+    instanceSel.addEventListener("change", function () { pendingTarget = null; say(""); resubscribe(); });
     // A link may name an attempt or instance the page did not list (an older attempt's
     // instance): keep it, and let the server say whether it exists.
     if (params.get("attempt") && /^\d+$/.test(params.get("attempt")) && !attemptSel.value) choose(attemptSel, params.get("attempt"));
@@ -500,6 +500,14 @@
       }
       var failed = failures.filter(function (f) { return f.attempt === attempt; });
       var instance = instanceSel.value || (failed.length ? failed[failed.length - 1].instance : "");
+      var all = document.querySelectorAll("#part-restarts tr[data-failure-attempt]");
+      if (!instance && all.length) {
+        // Nothing in this attempt (a restarted job runs cleanly): the failure that restarted it.
+        var last = all[all.length - 1], was = parseInt(last.getAttribute("data-failure-attempt"), 10);
+        openAt(was, last.getAttribute("data-failure-instance"), { offset: parseInt(last.getAttribute("data-failure-offset"), 10) },
+          "Attempt " + attempt + " has no failure; the line the classifier used for attempt " + was + "'s");
+        return;
+      }
       if (!instance) {
         say("Nothing to jump to: attempt " + attempt + " has no classified failure. Choose an instance and press e to find its first error line.");
         return;

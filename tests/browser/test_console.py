@@ -154,6 +154,13 @@ def test_a_real_fault_restarts_the_job_live_and_fills_the_restart_records(page_f
     page.goto(f"/workspaces/{alice_ws.slug}/jobs/{job.pk}/")
     expect(page.locator("#logview .ln").first).to_be_visible()
     shoot(page, "job-page-after-restart")
+    if record.log_offset is not None:  # e: attempt 2 runs cleanly, so the failure that restarted it
+        page.locator("#logview").focus()
+        page.keyboard.press("e")
+        expect(page.locator("#log-target")).to_contain_text("unhandled system error")
+        expect(page.locator("#log-notice")).to_contain_text("the line the classifier used for attempt 1's")
+        expect(page).to_have_url(re.compile(r"\?attempt=1&instance=worker-0#L2$"))
+        page.goto(f"/workspaces/{alice_ws.slug}/jobs/{job.pk}/")
     page.set_viewport_size({"width": 390, "height": 844})
     shoot(page, "job-page-phone")
     page.set_viewport_size({"width": 1280, "height": 900})
