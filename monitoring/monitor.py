@@ -430,6 +430,7 @@ def handle_failures(job, attempt, instances, failed, backend, now) -> tuple[str,
         fail_and_stop(job, attempt, decision.reason, key=f"failed:{job.pk}:{exit_key}",
                       payload={"rule": root.classification.rule, "error_code": root.classification.error_code,
                                "instance": root_inst.name, "step": decision.step, "cascades": cascade_info,
+                               "log_offset": offsets.get(root_inst.name),
                                "cause": root.classification.cause, "next_step": root.classification.next_step})
         return "fail_job", decision.reason
     actions.record_event(job, EventType.DECISION, decision.reason, attempt=attempt.number,

@@ -195,7 +195,7 @@ def attempt_timeline(job, attempts, records, now=None):
     parts.append(format_html('<text class="tl-axis" x="{}" y="12" text-anchor="end">{}</text>', label_w + plot_w,
                              f"{t1:%H:%M:%S}" + (" (now)" if t1 == now else "")))
     return format_html(
-        '<svg class="timeline" viewBox="0 0 {} {}" role="img" aria-labelledby="tl-title tl-desc" '
+        '<svg class="timeline" viewBox="0 0 {} {}" aria-labelledby="tl-title tl-desc" '
         'preserveAspectRatio="xMinYMin meet"><title id="tl-title">Attempt timeline of {}</title>'
         '<desc id="tl-desc">{}</desc>{}</svg>',
         width, height, job.display_name, "; ".join(desc), format_html_join("", "{}", ((p,) for p in parts)))
