@@ -53,6 +53,16 @@ def job_or_404(request, slug, job_id):
     return workspace, job
 
 
+@login_required
+def job_short_link(request, job_id):
+    """/jobs/<id>/, the link notifications carry: on to the job's page in its workspace."""
+    try:
+        job = actions.job_for(request.user, job_id)
+    except actions.NotFound:
+        raise Http404("No such job among your workspaces.") from None
+    return redirect("pages:job-detail", slug=job.workspace.slug, job_id=job.pk)
+
+
 def forbidden(request, workspace, message: str):
     return render(request, "jobs/forbidden.html", {"workspace": workspace, "message": message}, status=403)
 

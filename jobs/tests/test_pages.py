@@ -442,3 +442,14 @@ def test_the_e_key_knows_which_instance_failed_a_job_without_a_restart(client, a
     client.force_login(alice)
     html = client.get(reverse("pages:job-detail", args=[alice_ws.slug, job.pk])).content.decode()
     assert 'data-failures="[{&quot;attempt&quot;: 1, &quot;instance&quot;: &quot;worker-0&quot;}]"' in html
+
+
+def test_the_short_job_link_in_notifications_leads_to_the_job_page_for_members_only(alice_ws, bob_ws, alice, bob, client):
+    from jobs.models import Job
+
+    job = Job.objects.create(workspace=alice_ws, display_name="short", job_type="PyTorchJob", user_command="true")
+    client.force_login(alice)
+    r = client.get(f"/jobs/{job.pk}/")
+    assert r.status_code == 302 and r["Location"] == f"/workspaces/{alice_ws.slug}/jobs/{job.pk}/"
+    client.force_login(bob)
+    assert client.get(f"/jobs/{job.pk}/").status_code == 404

@@ -1,0 +1,47 @@
+"""A hung DDP run through the whole console: the SDK reports collectives to a
+live console, the monitor detects the hang, snapshots the stacks with the hung
+rank as the suspect, runs C4D, and the job page shows both."""
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from jobs.models import Diagnosis, Job, JobEvent, JobStatus
+from monitoring.testing import finished, tick_until
+
+pytest.importorskip("torch", reason="torch is not installed (.ci/run installs torch==2.13.0)")
+pytestmark = [pytest.mark.torch, pytest.mark.django_db(transaction=True)]
+
+ROOT = Path(__file__).resolve().parents[2]
+ARGS = (
+    "--enable-job-hang-detection=True --job-hang-interval=6 --enable-c4d-hang-detection=True --c4d-log-level=Info "
+    "--c4d-common-envs=C4D_HANG_TIMEOUT=2000000,C4D_HANG_TIMES=100,C4D_CONN_BW_CHECK_PERIOD=1"
+)
+
+
+def test_a_hung_ddp_rank_is_the_stack_suspect_and_the_c4d_verdict_on_the_job_page(
+    alice, alice_ws, api_as, job_body, local_backend, live_server, settings, client,
+):
+    settings.VIGIL_CONSOLE_URL = live_server.url
+    r = api_as(alice).post("/api/v1/jobs/", job_body(
+        alice_ws, display_name="ddp-hang", user_command=f"{sys.executable} {ROOT / 'examples' / 'ddp_train.py'}",
+        envs={"PYTHONPATH": str(ROOT / "sdk" / "src"), "VIGIL_EXAMPLE_STEPS": "200", "VIGIL_EXAMPLE_PG_TIMEOUT": "300",
+              "FAULT": "hang_compute", "FAULT_RANK": "1", "FAULT_STEP": "3"},
+        job_specs=[{"type": "Master", "pod_count": 1}, {"type": "Worker", "pod_count": 2}],
+        settings={"enable_error_monitoring_in_aimaster": True, "error_monitoring_args": ARGS}), format="json")
+    assert r.status_code == 201, r.content
+    job = tick_until(Job.objects.get(pk=r.json()["id"]), finished, seconds=90, backend=local_backend, what="hang")
+    assert job.status == JobStatus.FAILED and "hung" in job.reason
+
+    stacks = Diagnosis.objects.get(job=job, kind="stacks")
+    [suspect] = [s for s in stacks.data["stacks"] if s["suspect"] and not s.get("idle")]
+    assert any(f["function"] == "compute_forever" for f in suspect["frames"])
+    assert [t["instance"] for t in suspect["threads"]] == ["worker-0"]  # rank 1
+    verdicts = [v for d in Diagnosis.objects.filter(job=job, kind="c4d") for v in d.data["verdicts"]]
+    assert any(v["kind"] == "RankNonCommHang" and v["rank"] == 1 for v in verdicts), verdicts
+    assert JobEvent.objects.filter(job=job, type="c4d", payload__rank=1).exists()
+
+    client.force_login(alice)
+    page = client.get(f"/jobs/{job.pk}/", follow=True).content.decode()
+    assert "compute_forever" in page and "RankNonCommHang" in page
