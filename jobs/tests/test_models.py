@@ -1,0 +1,47 @@
+"""State changes are compare-and-set: a stale transition says it did not happen."""
+
+import pytest
+
+from jobs.models import Attempt, Instance, Job, JobStatus, compare_and_set
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def job(alice_ws):
+    return Job.objects.create(workspace=alice_ws, display_name="cas", job_type="PyTorchJob", user_command="true")
+
+
+def test_a_transition_from_the_current_status_happens_once(job):
+    assert job.transition(JobStatus.CREATING, JobStatus.QUEUING) is True
+    assert job.status == JobStatus.QUEUING
+    stale = Job.objects.get(pk=job.pk)
+    stale.status = JobStatus.CREATING  # a worker holding an old copy
+    assert stale.transition(JobStatus.CREATING, JobStatus.RUNNING) is False
+    assert stale.status == JobStatus.CREATING  # the copy is not changed either
+    assert Job.objects.get(pk=job.pk).status == JobStatus.QUEUING
+
+
+def test_a_stopped_job_is_not_resurrected_by_a_late_transition(job):
+    assert job.transition(JobStatus.CREATING, JobStatus.STOPPED, stop_requested=True)
+    for late in (JobStatus.RUNNING, JobStatus.RESTARTING, JobStatus.FAILED):
+        assert job.transition((JobStatus.CREATING, JobStatus.QUEUING, JobStatus.RUNNING), late) is False
+    assert Job.objects.get(pk=job.pk).status == JobStatus.STOPPED
+
+
+def test_attempts_and_instances_change_state_by_compare_and_set_too(job):
+    attempt = Attempt.objects.create(job=job, number=1)
+    assert attempt.transition("Queuing", "Starting") is True
+    assert Attempt.objects.get(pk=attempt.pk).transition("Queuing", "Starting") is False
+    inst = Instance.objects.create(attempt=attempt, role="Worker", index=0, name="worker-0")
+    assert compare_and_set(Instance, inst.pk, "Pending", "Running") is True
+    assert compare_and_set(Instance, inst.pk, "Pending", "Failed") is False
+    assert Instance.objects.get(pk=inst.pk).status == "Running"
+
+
+def test_only_one_attempt_of_a_number_can_exist(job):
+    from django.db import IntegrityError, transaction
+
+    Attempt.objects.create(job=job, number=1)
+    with pytest.raises(IntegrityError), transaction.atomic():
+        Attempt.objects.create(job=job, number=1)
