@@ -23,7 +23,6 @@ import os
 import statistics
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))

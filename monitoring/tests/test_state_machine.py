@@ -23,7 +23,7 @@ import pytest
 import time_machine
 from django.utils import timezone
 from hypothesis import HealthCheck, event, settings, strategies as st
-from hypothesis.stateful import Bundle, RuleBasedStateMachine, consumes, initialize, invariant, rule, run_state_machine_as_test
+from hypothesis.stateful import Bundle, RuleBasedStateMachine, initialize, invariant, rule, run_state_machine_as_test
 
 from jobs import actions
 from jobs.backends import get_backend, reset_backends

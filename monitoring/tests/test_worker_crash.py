@@ -24,6 +24,7 @@ import textwrap
 import time
 import uuid
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import redis
@@ -137,32 +138,24 @@ def cluster(settings, tmp_path, private_redis_db, _test_wiring, transactional_db
 
     client = Celery("vigil-test-client", broker=private_redis_db, set_as_current=False)
 
-    class Cluster:
-        pass
-
-    c = Cluster()
-    c.backend, c.start_worker, c.tmp_path = backend, start_worker, tmp_path
-    c.send = lambda task, *args: client.send_task(task, args=list(args))
     def tasks_done(task: str) -> int:
         """Deliveries of `task` the workers finished, from their logs."""
         return sum(1 for p in workers for line in p.log_path.read_text(errors="replace").splitlines()
                    if f"Task {task}[" in line and " succeeded in " in line)
 
-    c.tasks_done = tasks_done
-    yield c
-    for proc in workers:
-        if proc.poll() is None:
-            os.kill(proc.pid, signal.SIGKILL)
-        proc.wait(10)
-    # Beat is a thread of the worker; anything the worker forked shares its session.
-    for proc in workers:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-    backend.stop_everything(grace=0.2)
-    client.close()
-    reset_backends()
+    yield SimpleNamespace(backend=backend, start_worker=start_worker, tmp_path=tmp_path, tasks_done=tasks_done,
+                          send=lambda task, *args: client.send_task(task, args=list(args)))
+    try:
+        for proc in workers:
+            try:  # the worker and anything it forked: it leads its own session
+                os.killpg(proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+            proc.wait(10)
+    finally:
+        backend.stop_everything(grace=0.2)
+        client.close()
+        reset_backends()
 
 
 def submit_training_job(cluster, user, workspace, *, ignore_sigterm: bool) -> Job:
