@@ -172,16 +172,18 @@ class MonitorMachine(RuleBasedStateMachine):
         return job.pk
 
     @rule(job_id=jobs, data=st.data(), log=st.sampled_from(LOG_SNIPPETS), exit=st.sampled_from(EXITS),
-          progress=st.booleans(), then_tick=st.booleans())
-    def instance_fails(self, job_id, data, log, exit, progress, then_tick):
+          progress=st.booleans(), then=st.sampled_from(["nothing", "tick", "stop", "launch", "poll"]))
+    def instance_fails(self, job_id, data, log, exit, progress, then):
         handle = self.current_handle(job_id)
         if handle is None:
             return
         name = data.draw(st.sampled_from([i["name"] for i in handle["instances"]]), label="instance")
         self.backend.write_log(handle, name, (b"step=3 loss=0.25\n" if progress else b"") + log)
         self.backend.finish(handle, name, exit_code=exit[0], signal=exit[1])
-        if then_tick:  # the exit announcement's immediate tick
+        if then == "tick":  # the exit announcement's immediate tick
             self.tick(job_id, TICK_OFFSETS[0])
+        elif then != "nothing":  # ... whose worker dies inside backend.<then>
+            self.worker_dies(job_id, then, TICK_OFFSETS[0])
 
     @rule(job_id=jobs, data=st.data())
     def instance_succeeds(self, job_id, data):
@@ -229,6 +231,9 @@ class MonitorMachine(RuleBasedStateMachine):
     @rule(job_id=jobs, where=st.sampled_from(["stop", "launch", "poll"]), offset=st.sampled_from(TICK_OFFSETS))
     def monitor_worker_dies_mid_tick(self, job_id, where, offset):
         """The worker dies at `where`; the next ticks (and the sweep) must finish its work."""
+        self.worker_dies(job_id, where, offset)
+
+    def worker_dies(self, job_id, where, offset):
         self.backend.die_in = where
         try:
             monitor.run_job(job_id, now=timezone.now() + timedelta(seconds=offset))
