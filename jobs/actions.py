@@ -27,6 +27,7 @@ from .models import (
     JobEvent,
     JobStatus,
     Workspace,
+    token_digest,
 )
 from .submission import RoleSpec, SubmissionError, instance_names, validate_submission
 
@@ -284,6 +285,17 @@ def launch_attempt(job_id: int, number: int) -> bool:
     try:
         handle = backend.launch(spec)
     except BackendError as exc:
+        if exc.retryable:
+            # The backend is briefly unable (Slurm down, a node busy): queue the
+            # attempt again with the reason shown; the sweep relaunches it.
+            Attempt.objects.filter(pk=attempt.pk).update(status=AttemptStatus.QUEUING, queued_at=timezone.now(),
+                                                         reason=exc.message)
+            Job.objects.filter(pk=job.pk, status=JobStatus.QUEUING).update(
+                reason=f"Waiting for the backend: {exc.message}")
+            record_event(job, EventType.DECISION, f"Attempt {number} could not start yet and will be retried: "
+                         f"{exc.message}", level=EventLevel.WARNING, attempt=number,
+                         key=f"launch-retry:{job.pk}:{number}:{token_digest(exc.message)[:16]}")
+            return False
         Attempt.objects.filter(pk=attempt.pk).update(status=AttemptStatus.FAILED, ended_at=timezone.now(), reason=str(exc))
         fail_job(job, f"The backend could not start attempt {number}: {exc.message}", key=f"launch-failed:{job.pk}:{number}")
         return False

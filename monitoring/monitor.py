@@ -103,11 +103,54 @@ def config_of(job: Job) -> FaultToleranceConfig:
 # --- the tick ------------------------------------------------------------------------
 
 
-def run_job(job_id: int, now: datetime | None = None) -> TickResult:
+@dataclass
+class JobSnapshot:
+    """What a sweep read for one job in a few bulk queries: the job, its live
+    attempts and the instance rows of its current attempt. A tick given a snapshot
+    skips the five per-job reads; every write stays a compare-and-set, so a
+    snapshot a few milliseconds old is as safe as the job row a tick reads first."""
+
+    job: Job
+    live_attempts: list[Attempt] = field(default_factory=list)
+    instances: list[Instance] = field(default_factory=list)
+
+    @property
+    def current(self) -> Attempt | None:
+        return next((a for a in self.live_attempts if a.number == self.job.current_attempt), None)
+
+    def needs_recovery(self, now: datetime) -> bool:
+        """recover() has work only for a queued attempt nobody took or an older attempt still live."""
+        return any(a.number < self.job.current_attempt
+                   or (a.number == self.job.current_attempt and a.status == AttemptStatus.QUEUING
+                       and a.queued_at < now - RELAUNCH_AFTER)
+                   or (a.number == self.job.current_attempt and a.status == AttemptStatus.STARTING
+                       and not a.backend_handle and a.preparing_at is not None
+                       and a.preparing_at < now - actions.LAUNCH_LEASE)
+                   for a in self.live_attempts)
+
+
+SNAPSHOT_CHUNK = 200  # jobs read per bulk query in a sweep
+
+
+def load_snapshots(job_ids: list[int]) -> dict[int, JobSnapshot]:
+    """Three queries for any number of jobs (the caller chunks the ids)."""
+    snaps = {j.pk: JobSnapshot(j) for j in Job.objects.filter(pk__in=job_ids).select_related("workspace")}
+    for a in Attempt.objects.filter(job_id__in=job_ids, status__in=LIVE_ATTEMPT_STATUSES):
+        snap = snaps.get(a.job_id)
+        if snap is not None:
+            a.job = snap.job
+            snap.live_attempts.append(a)
+    current = {s.current.pk: s for s in snaps.values() if s.current is not None}
+    for i in Instance.objects.filter(attempt_id__in=list(current)):
+        current[i.attempt_id].instances.append(i)
+    return snaps
+
+
+def run_job(job_id: int, now: datetime | None = None, *, snapshot: JobSnapshot | None = None) -> TickResult:
     """One tick over one job. Safe to run concurrently and repeatedly."""
     now = now or timezone.now()
     result = TickResult(job_id)
-    job = Job.objects.filter(pk=job_id).select_related("workspace").first()
+    job = snapshot.job if snapshot is not None else Job.objects.filter(pk=job_id).select_related("workspace").first()
     if job is None or job.status in FINISHED_JOB_STATUSES:
         if job is not None:
             stop_orphaned_attempts(job)
@@ -116,8 +159,13 @@ def run_job(job_id: int, now: datetime | None = None) -> TickResult:
         actions.finish_stop(job.pk)
         result.action = "stopped"
         return result
-    recover(job, now)
-    attempt = Attempt.objects.filter(job=job, number=job.current_attempt).first()
+    if snapshot is None:
+        recover(job, now)
+        attempt = Attempt.objects.filter(job=job, number=job.current_attempt).first()
+    else:
+        if snapshot.needs_recovery(now):
+            recover(job, now)
+        attempt = snapshot.current
     if attempt is None or not attempt.backend_handle or attempt.status not in LIVE_ATTEMPT_STATUSES:
         return result
     backend = actions.get_backend_for(job)
@@ -129,7 +177,7 @@ def run_job(job_id: int, now: datetime | None = None) -> TickResult:
             actions.fail_job(job, f"The backend lost attempt {attempt.number}: {exc.message}",
                              key=f"poll-failed:{job.pk}:{attempt.number}")
         return result
-    instances = sync_instances(attempt, statuses)
+    instances = sync_instances(attempt, statuses, snapshot.instances if snapshot is not None else None)
     note_first_output(job, attempt, instances)
     if job.status in (JobStatus.QUEUING, JobStatus.RESTARTING, JobStatus.CREATING) and any(
         i.status == InstanceStatus.RUNNING for i in instances
@@ -172,20 +220,23 @@ def live_job_ids() -> list[int]:
 def sweep(now: datetime | None = None) -> int:
     """Tick every live job once, in this process."""
     ids = live_job_ids()
-    for job_id in ids:
-        try:
-            run_job(job_id, now)
-        except Exception:  # noqa: BLE001 - one broken job must not stop the others
-            log.exception("monitor tick of job %s failed", job_id)
+    for start in range(0, len(ids), SNAPSHOT_CHUNK):
+        chunk = ids[start:start + SNAPSHOT_CHUNK]
+        snaps = load_snapshots(chunk)
+        for job_id in chunk:
+            try:
+                run_job(job_id, now, snapshot=snaps.get(job_id))
+            except Exception:  # noqa: BLE001 - one broken job must not stop the others
+                log.exception("monitor tick of job %s failed", job_id)
     return len(ids)
 
 
 # --- small steps ---------------------------------------------------------------------
 
 
-def sync_instances(attempt: Attempt, statuses) -> list[Instance]:
+def sync_instances(attempt: Attempt, statuses, rows: list[Instance] | None = None) -> list[Instance]:
     """Make the Instance rows say what the backend says; write only what changed."""
-    rows = {i.name: i for i in attempt.instances.all()}
+    rows = {i.name: i for i in (attempt.instances.all() if rows is None else rows)}
     changed = []
     fields = ("status", "node", "exit_code", "signal", "backend_reason", "started_at", "exited_at", "last_output_at")
     for s in statuses:
@@ -241,11 +292,15 @@ def complete_pending_restart(job: Job, attempt: Attempt, instances: list[Instanc
 def recover(job: Job, now: datetime) -> None:
     """Finish what a dead worker left half-done: launch a queued attempt nobody
     took, and stop attempts older than the current one that still run."""
-    queued = Attempt.objects.filter(
-        job=job, number=job.current_attempt, status=AttemptStatus.QUEUING, queued_at__lt=now - RELAUNCH_AFTER
-    ).first()
-    if queued is not None:
-        actions.enqueue_launch(job.pk, queued.number)
+    current = Attempt.objects.filter(job=job, number=job.current_attempt)
+    stuck = (
+        current.filter(status=AttemptStatus.QUEUING, queued_at__lt=now - RELAUNCH_AFTER).first()
+        # A launch whose worker died inside backend.launch: take it over after the lease.
+        or current.filter(status=AttemptStatus.STARTING, backend_handle={},
+                          preparing_at__lt=now - actions.LAUNCH_LEASE).first()
+    )
+    if stuck is not None:
+        actions.enqueue_launch(job.pk, stuck.number)
     stop_orphaned_attempts(job, below=job.current_attempt)
 
 

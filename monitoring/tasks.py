@@ -11,7 +11,9 @@ from django.conf import settings
 from . import monitor
 
 log = logging.getLogger(__name__)
-LOCK_SECONDS = 60
+# Long enough for a tick that stops an attempt (the grace) and launches the next;
+# short enough that a killed worker's lock does not keep its jobs unwatched long.
+LOCK_SECONDS = 20
 _client = None
 
 
@@ -50,7 +52,42 @@ def run_job(job_id: int) -> str | None:
 def sweep() -> int:
     """Every second (beat): tick every live job."""
     count = 0
-    for job_id in monitor.live_job_ids():
-        with_job_lock(job_id, lambda: monitor.run_job(job_id))
-        count += 1
+    ids = monitor.live_job_ids()
+    for start in range(0, len(ids), monitor.SNAPSHOT_CHUNK):
+        chunk = ids[start:start + monitor.SNAPSHOT_CHUNK]
+        locks = {}
+        try:
+            for job_id in chunk:
+                lock = _try_lock(job_id)
+                if lock is not None:
+                    locks[job_id] = lock
+            # Read after locking: no other tick of these jobs runs until we release.
+            snaps = monitor.load_snapshots(list(locks))
+            for job_id in locks:
+                try:
+                    monitor.run_job(job_id, snapshot=snaps.get(job_id))
+                except Exception:  # noqa: BLE001 - one broken job must not stop the others
+                    log.exception("monitor tick of job %s failed", job_id)
+                count += 1
+        finally:
+            for lock in locks.values():
+                try:
+                    lock.release()
+                except redis.RedisError:
+                    pass
     return count
+
+
+def _try_lock(job_id: int):
+    """The job's lock if free (None if another worker holds it); a dummy without Redis."""
+    try:
+        lock = _redis().lock(f"vigil:monitor:job:{job_id}", timeout=LOCK_SECONDS, blocking=False)
+        return lock if lock.acquire() else None
+    except redis.RedisError:
+        log.warning("Redis unavailable; ticking job %s without the lock", job_id)
+        return _NoLock()
+
+
+class _NoLock:
+    def release(self):
+        pass

@@ -338,3 +338,26 @@ def test_the_goodput_endpoint_accounts_for_a_restart(alice_ws, owner_api, job_bo
     assert [a["number"] for a in body["attempts"]] == [1, 2]
     assert body["attempts"][1]["detection"] is not None and body["attempts"][1]["detection"] >= 0
     assert body["wall_clock"] >= 0 and "ettr" in body
+
+
+def test_a_backend_briefly_unable_to_launch_keeps_the_job_queued_and_retries(alice_ws, owner_api, job_body, memory_backend):
+    from jobs.backends.base import BackendError
+
+    memory_backend.launch_error = BackendError("slurmctld is not answering", retryable=True)
+    job = submit(owner_api, alice_ws, job_body)
+    job.refresh_from_db()
+    assert job.status == JobStatus.QUEUING and "slurmctld is not answering" in job.reason
+    assert Attempt.objects.get(job=job, number=1).status == "Queuing"
+    later = timezone.now() + monitor.RELAUNCH_AFTER + timezone.timedelta(seconds=1)
+    monitor.run_job(job.pk, now=later)
+    job.refresh_from_db()
+    assert job.status == JobStatus.RUNNING and Attempt.objects.filter(job=job).count() == 1
+
+
+def test_a_permanent_launch_error_fails_the_job_with_the_backends_words(alice_ws, owner_api, job_body, memory_backend):
+    from jobs.backends.base import BackendError
+
+    memory_backend.launch_error = BackendError("partition 'gpu' does not exist")
+    job = submit(owner_api, alice_ws, job_body)
+    job.refresh_from_db()
+    assert job.status == JobStatus.FAILED and "partition 'gpu' does not exist" in job.reason

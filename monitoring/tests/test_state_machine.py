@@ -302,10 +302,6 @@ def test_a_worker_killed_after_the_restart_decision_leaves_exactly_one_new_attem
     assert sum(1 for s in crashable_backend.launched if s.attempt == 2) == 1
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "monitor.recover() only re-enqueues attempts still in Queuing; an attempt whose launch worker died "
-    "inside backend.launch stays in Starting with no handle forever, although launch_attempt's 30 s "
-    "lease would let a second call take it over"))
 def test_a_worker_killed_inside_the_launch_is_taken_over_by_the_sweep(alice, alice_ws, crashable_backend):
     job, _ = actions.submit_job(alice, body_for(alice_ws, "PyTorchJob", [("Master", 1), ("Worker", 1)], SEED_SYNC))
     handle = Attempt.objects.get(job=job, number=1).backend_handle
