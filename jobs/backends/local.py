@@ -41,6 +41,7 @@ import json
 import os
 import re
 import select
+import random
 import signal as signals
 import socket
 import subprocess
@@ -63,6 +64,14 @@ STOP = "stop.json"
 ATTEMPT = "attempt.json"
 NODES = "nodes.json"
 START_GRACE = 10.0  # seconds a launched instance may stay without state.json before it is LOST
+
+
+def _ephemeral_low() -> int:
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 0
 
 
 class LocalBackend(Backend):
@@ -359,15 +368,36 @@ class LocalBackend(Backend):
 
     @staticmethod
     def _free_ports(count, avoid):
-        """`count` distinct free TCP ports, none in `avoid` (the previous attempt's)."""
+        """`count` distinct free TCP ports, none in `avoid` (the previous attempt's).
+
+        They are taken below the kernel's ephemeral range: a port from bind(0) is
+        free now, but until the rank binds it (seconds later, after `import torch`)
+        any outgoing connection on this machine may take it as its source port.
+        """
+        low = _ephemeral_low()
+        candidates = list(range(max(1024, low - 12000), low)) if low > 2048 else []
+        random.shuffle(candidates)
         socks, ports = [], []
         try:
-            while len(ports) < count:
+            for port in candidates:
+                if len(ports) == count:
+                    break
+                if port in avoid:
+                    continue
+                s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+                try:
+                    s.bind(("", port))
+                except OSError:
+                    s.close()
+                    continue
+                socks.append(s)
+                ports.append(port)
+            while len(ports) < count:  # no range to pick from: fall back to the kernel's choice
                 s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
                 s.bind(("", 0))
                 socks.append(s)  # held open so the next bind cannot return the same port
                 port = s.getsockname()[1]
-                if port not in avoid:
+                if port not in avoid and port not in ports:
                     ports.append(port)
         finally:
             for s in socks:

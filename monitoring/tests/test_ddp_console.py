@@ -51,6 +51,8 @@ def test_the_ddp_example_trains_to_succeeded_with_four_processes(api, alice_ws, 
     job = run_to_end(submit_ddp(api, alice_ws, job_body, {}))
     assert job.status == JobStatus.SUCCEEDED, job.reason
     instances = Instance.objects.filter(attempt__job=job)
+    restarts = [(r.instance_name, r.error_message) for r in RestartRecord.objects.filter(job=job)]
+    assert not restarts, restarts
     assert instances.count() == 4 and {i.exit_code for i in instances} == {0}
     handle = Attempt.objects.get(job=job, number=1).backend_handle
     assert b"step=15" in local_backend.read_log(handle, "worker-2")
