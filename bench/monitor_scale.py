@@ -105,21 +105,6 @@ def create_running_jobs(count: int, backend, owner, workspace) -> None:
     Instance.objects.bulk_create(instances, batch_size=1000)
 
 
-def run_patched(argv: list[str]) -> None:
-    """Copy the working tree, apply the proposed patch to the copy, run this script there."""
-    import subprocess
-
-    tmp = tempfile.mkdtemp(prefix="vigil-bench-patched-")
-    copy = Path(tmp) / "repo"
-    shutil.copytree(ROOT, copy, ignore=shutil.ignore_patterns(".venv", "var", ".git", "__pycache__", "test-artifacts"))
-    try:
-        subprocess.run(["git", "apply", str(ROOT / "bench" / "monitor_scale.patch")], cwd=copy, check=True)
-        print(f"(bench/monitor_scale.patch applied to a copy in {copy})")
-        subprocess.run([sys.executable, str(copy / "bench" / "monitor_scale.py"), *argv], cwd=copy, check=True)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-
-
 def timed_sweep() -> tuple[float, int, int]:
     from django.db import connection
 
@@ -144,11 +129,7 @@ def main():
     parser.add_argument("--sizes", default="100,1000,5000")
     parser.add_argument("--sweeps", type=int, default=3, help="steady-state sweeps per size (median reported)")
     parser.add_argument("--profile", type=int, default=1000, help="profile one steady sweep at this size (0: off)")
-    parser.add_argument("--patched", action="store_true",
-                        help="run on a copy of the working tree with bench/monitor_scale.patch applied")
     args = parser.parse_args()
-    if args.patched:
-        return run_patched([a for a in sys.argv[1:] if a != "--patched"])
     sizes = [int(s) for s in args.sizes.split(",")]
 
     tmp = django_in_temp_dir()
