@@ -32,7 +32,6 @@ import shlex
 import shutil
 import signal
 import socket
-import statistics
 import struct
 import subprocess
 import sys
@@ -319,7 +318,7 @@ def main():
         print(f"machine: {machine()}")
         print(f"server:  daphne console.asgi on 127.0.0.1:{port} (pid {daphne.pid}), Redis channel layer, "
               f"SQLite {data_dir}/vigil.sqlite3, local backend (real processes), consumer tick 100 ms")
-        print(f"lines:   ~100 bytes, stamped with time.time() when written; latency = receipt time - stamp")
+        print("lines:   ~100 bytes, stamped with time.time() when written; latency = receipt time - stamp")
         print()
 
         complete, results = asyncio.run(run_phase(port, user, ws, cookie, args.rate, int(args.seconds),

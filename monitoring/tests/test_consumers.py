@@ -107,7 +107,7 @@ def test_member_receives_log_batches_and_events(app, alice, running_job, memory_
         first = await collect(comm, lambda ms: len(log_lines(ms, "worker-0")) >= 5)
         events = [m for m in first if m["type"] == "event"]
         assert [e["message"] for e in events][:2] == [
-            f"Job submitted by alice: PyTorchJob with 1 Master, 1 Worker.", "Attempt 1 is running."]
+            "Job submitted by alice: PyTorchJob with 1 Master, 1 Worker.", "Attempt 1 is running."]
         assert any(m["type"] == "status" and m["status"] == "Running" and m["max_restarts"] == 3 for m in first)
         batch = next(m for m in first if m["type"] == "log")
         assert batch["attempt"] == 1 and batch["offset"] == 0

@@ -10,7 +10,7 @@ import pytest
 from django.utils import timezone
 
 from jobs.models import Attempt, C4DReport, Diagnosis, Job, JobEvent, JobStatus, RestartRecord
-from monitoring import diagnose, monitor
+from monitoring import diagnose
 from monitoring.testing import tick_until
 from monitoring.stacks import NOT_PYTHON
 

@@ -3,7 +3,6 @@ configurations, the caps, hangs, exit hangs and root cause first."""
 
 import sys
 import textwrap
-import time
 
 import pytest
 
