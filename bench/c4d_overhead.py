@@ -1,0 +1,124 @@
+"""C4D instrumentation overhead: step time of examples/ddp_train.py with and
+without the SDK's torch.distributed instrumentation (VIGIL_C4D=1).
+
+Both arms run the same job with the SDK active (VIGIL_JOB_ID set, progress
+reports on) against a loopback HTTP server that accepts every SDK call, so the
+only difference is the instrumentation: every collective appends a record and a
+background thread ships them. Arms alternate (A B A B ...) so that drift in the
+machine's load hits both. The figure is the wall-clock time per step on rank 0
+from step `--skip` to the last step, median over runs.
+
+    .venv/bin/python bench/c4d_overhead.py --runs 5 --steps 300 --ranks 2
+Target: instrumented at most 2 % slower.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import os
+import platform
+import re
+import socket
+import statistics
+import subprocess
+import sys
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLE = ROOT / "examples" / "ddp_train.py"
+STEP = re.compile(r"^(\S+Z) step=(\d+) rank=0 ")
+
+
+class Accept(BaseHTTPRequestHandler):
+    calls: dict = {}
+
+    def do_POST(self):  # noqa: N802
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        endpoint = self.path.rstrip("/").rsplit("/", 1)[-1]
+        Accept.calls[endpoint] = Accept.calls.get(endpoint, 0) + 1
+        body = b'{"ok": true}'
+        self.send_response(202)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_once(console: str, ranks: int, steps: int, skip: int, instrumented: bool) -> float:
+    port = free_port()
+    procs = []
+    for rank in range(ranks):
+        env = {
+            **os.environ,
+            "PYTHONPATH": str(ROOT / "sdk" / "src"),
+            "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "WORLD_SIZE": str(ranks), "RANK": str(rank),
+            "LOCAL_RANK": str(rank), "VIGIL_EXAMPLE_STEPS": str(steps),
+            "VIGIL_CONSOLE_URL": console, "VIGIL_JOB_ID": "1", "VIGIL_JOB_TOKEN": "vjt_bench", "VIGIL_ATTEMPT": "1",
+            "VIGIL_RANK": str(rank), "VIGIL_INSTANCE": f"worker-{rank}", "VIGIL_C4D": "1" if instrumented else "0",
+        }
+        procs.append(subprocess.Popen([sys.executable, str(EXAMPLE)], env=env, stdout=subprocess.PIPE,
+                                      stderr=subprocess.DEVNULL, text=True, start_new_session=True))
+    try:
+        out = procs[0].communicate(timeout=600)[0]
+        for p in procs[1:]:
+            p.wait(timeout=60)
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    if any(p.returncode != 0 for p in procs):
+        raise RuntimeError(f"a rank failed: exit codes {[p.returncode for p in procs]}")
+    stamps = {}
+    for line in out.splitlines():
+        m = STEP.match(line)
+        if m:
+            stamps[int(m.group(2))] = dt.datetime.fromisoformat(m.group(1).replace("Z", "+00:00")).timestamp()
+    last = max(stamps)
+    return (stamps[last] - stamps[skip]) / (last - skip)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--steps", type=int, default=300)
+    parser.add_argument("--skip", type=int, default=20, help="warm-up steps left out")
+    parser.add_argument("--ranks", type=int, default=2)
+    args = parser.parse_args()
+    import torch
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Accept)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    console = f"http://127.0.0.1:{server.server_address[1]}"
+    print(f"c4d_overhead: examples/ddp_train.py, {args.ranks} gloo ranks on CPU, {args.steps} steps "
+          f"(first {args.skip} left out), {args.runs} runs per arm, alternating")
+    print(f"machine: {platform.platform()}, {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.2f}; "
+          f"python {platform.python_version()}, torch {torch.__version__}; SDK console: loopback {console}")
+    plain, instrumented = [], []
+    for i in range(args.runs):
+        plain.append(run_once(console, args.ranks, args.steps, args.skip, False))
+        instrumented.append(run_once(console, args.ranks, args.steps, args.skip, True))
+        print(f"  run {i + 1}: without {plain[-1] * 1000:.2f} ms/step, with {instrumented[-1] * 1000:.2f} ms/step")
+    a, b = statistics.median(plain), statistics.median(instrumented)
+    overhead = (b - a) / a * 100
+    print(f"median step time: without instrumentation {a * 1000:.2f} ms, with {b * 1000:.2f} ms "
+          f"({overhead:+.2f} %); SDK calls received by endpoint: {Accept.calls}")
+    print(f"target instrumented at most 2 % slower: {'met' if overhead <= 2 else 'MISSED'}")
+    server.shutdown()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
