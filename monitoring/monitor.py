@@ -272,19 +272,22 @@ def note_first_output(job: Job, attempt: Attempt, instances: list[Instance]) -> 
 
 
 def complete_pending_restart(job: Job, attempt: Attempt, instances: list[Instance]) -> None:
-    """A whole-job restart has worked once every instance of the new attempt runs."""
-    if attempt.number < 2 or not instances or not all(i.status == InstanceStatus.RUNNING for i in instances):
+    """A whole-job restart has worked once every instance of the new attempt has
+    started (a short attempt may already have finished by the time we look)."""
+    if attempt.number < 2 or not instances or any(i.status == InstanceStatus.PENDING for i in instances):
         return
     now = timezone.now()
+    started = [i.started_at for i in instances if i.started_at]
     for record in RestartRecord.objects.filter(job=job, new_attempt=attempt.number, result=RestartResult.PENDING):
+        done_at = max(started) if len(started) == len(instances) else now
+        took = max(0.0, (min(done_at, now) - record.restart_time).total_seconds())
         if RestartRecord.objects.filter(pk=record.pk, result=RestartResult.PENDING).update(
-            result=RestartResult.SUCCEEDED, completed_at=now,
-            duration_seconds=(now - record.restart_time).total_seconds(),
+            result=RestartResult.SUCCEEDED, completed_at=now, duration_seconds=took,
         ):
             actions.record_event(
                 job, EventType.DECISION,
                 f"Restart {record.number} succeeded: all {len(instances)} instances of attempt "
-                f"{attempt.number} are running ({(now - record.restart_time).total_seconds():.1f} s after the decision).",
+                f"{attempt.number} started {took:.1f} s after the decision.",
                 attempt=attempt.number, key=f"restart-done:{record.pk}",
             )
 
