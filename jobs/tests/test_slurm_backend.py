@@ -455,3 +455,42 @@ def test_without_json_nodes_and_jobs_are_read_from_slurms_text_output(slurm_clus
         assert b.job(handle).state == "COMPLETED"  # the supervisor ends the job once all succeeded
     finally:
         slurm_cluster.cancel_all_jobs()
+
+
+# -- through the console: the monitor restarts a job on Slurm ---------------------------------
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_ddp_example_on_slurm_restarts_through_the_console_and_its_record_names_the_node(
+        slurm_cluster, settings, alice, alice_ws, api_as, job_body, tmp_path):
+    pytest.importorskip("torch", reason="torch is not installed (.ci/run installs torch==2.13.0)")
+    from jobs.backends import reset_backends
+    from jobs.models import Job, JobStatus, RestartRecord
+    from monitoring.testing import finished, tick_until
+
+    settings.JOB_BACKENDS = {
+        "local": {"BACKEND": "jobs.backends.memory.MemoryBackend", "OPTIONS": {}},
+        "slurm": {"BACKEND": "jobs.backends.slurm.SlurmBackend", "OPTIONS": {
+            "log_dir": str(slurm_cluster.shared_dir), "environment": slurm_cluster.env, "python": sys.executable,
+            "py_spy": PY_SPY, "grace": 2, "linger": 10, "command_timeout": 20}},
+    }
+    reset_backends()
+    marker = slurm_cluster.shared_dir / f"fired-{tmp_path.name}"
+    example = Path(__file__).resolve().parents[2] / "examples" / "ddp_train.py"
+    try:
+        r = api_as(alice).post("/api/v1/jobs/", job_body(
+            alice_ws, display_name="ddp-on-slurm", backend="slurm", user_command=f"{sys.executable} {example}",
+            envs={"VIGIL_EXAMPLE_STEPS": "8", "VIGIL_EXAMPLE_PG_TIMEOUT": "120", "FAULT": "nccl", "FAULT_RANK": "1",
+                  "FAULT_STEP": "3", "FAULT_ONCE": str(marker)},
+            settings={"enable_error_monitoring_in_aimaster": True,
+                      "error_monitoring_args": "--enable-job-restart=True --max-num-of-job-restart=2"}), format="json")
+        assert r.status_code == 201, r.content
+        job = tick_until(Job.objects.get(pk=r.json()["id"]), finished, seconds=150, what="finish", every=0.3)
+        assert job.status == JobStatus.SUCCEEDED, job.reason
+        assert job.current_attempt == 2
+        record = RestartRecord.objects.get(job=job)
+        assert record.instance_name == "worker-0" and record.result == "Succeeded"
+        assert record.node_name == slurm_cluster.hostname, (record.node_name, slurm_cluster.hostname)
+    finally:
+        slurm_cluster.cancel_all_jobs()
+        reset_backends()
