@@ -209,7 +209,9 @@ CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 300}
 CELERY_TIMEZONE = "UTC"
-MONITOR_SWEEP_SECONDS = float(os.environ.get("VIGIL_MONITOR_SWEEP_SECONDS", "1.0"))
+# A hang is flagged at most one sweep after its interval ends; exits are handled at
+# once through the exit listener whatever this is.
+MONITOR_SWEEP_SECONDS = float(os.environ.get("VIGIL_MONITOR_SWEEP_SECONDS", "0.5"))
 CELERY_BEAT_SCHEDULE = {
     "monitor-sweep": {
         "task": "monitoring.tasks.sweep",
