@@ -287,6 +287,9 @@ def main() -> int:
             progress(step, float(mean.item()))
 
     say(f"done rank={rank} steps={steps}")
+    # Tear down together: a rank that destroys its process group while a peer is
+    # still using its connections can make gloo abort that peer at exit.
+    dist.barrier()
     dist.destroy_process_group()
     return 0
 

@@ -42,6 +42,13 @@ def run_to_end(job, seconds=120.0):
     raise AssertionError(f"job still {job.status} after {seconds} s:\n{events}")
 
 
+def restarts_of(job, backend) -> list:
+    """Each restart with its attempt, instance, message and log tail (for failure messages)."""
+    return [(r.attempt, r.instance_name, r.error_message,
+             backend.tail_log(Attempt.objects.get(job=job, number=r.attempt).backend_handle, r.instance_name, 1500))
+            for r in RestartRecord.objects.filter(job=job)]
+
+
 @pytest.fixture
 def api(alice, alice_ws, api_as):
     return api_as(alice)
@@ -51,7 +58,7 @@ def test_the_ddp_example_trains_to_succeeded_with_four_processes(api, alice_ws, 
     job = run_to_end(submit_ddp(api, alice_ws, job_body, {}))
     assert job.status == JobStatus.SUCCEEDED, job.reason
     instances = Instance.objects.filter(attempt__job=job)
-    restarts = [(r.instance_name, r.error_message) for r in RestartRecord.objects.filter(job=job)]
+    restarts = restarts_of(job, local_backend)
     assert not restarts, restarts
     assert instances.count() == 4 and {i.exit_code for i in instances} == {0}
     handle = Attempt.objects.get(job=job, number=1).backend_handle
@@ -62,7 +69,8 @@ def test_a_retryable_fault_fails_once_and_succeeds_on_attempt_2_with_a_record(ap
     job = run_to_end(submit_ddp(api, alice_ws, job_body, {"FAULT": "nccl", "FAULT_RANK": "2", "FAULT_STEP": "3",
                                                           "FAULT_ONCE": str(tmp_path / "fired")}))
     assert job.status == JobStatus.SUCCEEDED, job.reason
-    assert job.current_attempt == 2
+    restarts = restarts_of(job, local_backend)
+    assert job.current_attempt == 2, restarts
     record = RestartRecord.objects.get(job=job)
     assert record.instance_name == "worker-1"  # rank 2 is the second worker
     assert record.error_source == "Log"
