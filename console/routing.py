@@ -1,10 +1,5 @@
-"""WebSocket routes. Apps append their consumers here."""
+"""WebSocket routes: the job and workspace live streams."""
 
-websocket_urlpatterns: list = []
+from monitoring.routing import websocket_urlpatterns
 
-try:
-    from monitoring.routing import websocket_urlpatterns as monitoring_routes
-except ImportError:  # the live consumers arrive with the web console
-    monitoring_routes = []
-
-websocket_urlpatterns += monitoring_routes
+__all__ = ["websocket_urlpatterns"]

@@ -13,15 +13,9 @@ urlpatterns = [
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),
     path("healthz", views.healthz, name="healthz"),
+    path("", include("jobs.sdk_urls")),
+    path("", include("jobs.page_urls")),
+    path("", include("notifications.urls")),
     path("", views.dashboard, name="dashboard"),
 ]
 
-# Apps that bring pages or SDK endpoints register them here as they land.
-for optional in ("jobs.sdk_urls", "jobs.page_urls", "notifications.urls", "monitoring.urls"):
-    try:
-        __import__(optional)
-    except ModuleNotFoundError as exc:
-        if exc.name != optional:
-            raise
-        continue
-    urlpatterns.insert(-1, path("", include(optional)))

@@ -5,7 +5,6 @@ the monitor all call these; views and tasks stay thin."""
 from __future__ import annotations
 
 import logging
-import socket
 from datetime import timedelta
 
 from django.conf import settings
@@ -125,16 +124,16 @@ def record_event(
 def _announce_event(event_id: int) -> None:
     """After commit: push the event to the job page (monitoring.publish) and match
     it against event rules (notifications.dispatch). Telling people must never
-    break a state change that already committed, so failures are only logged."""
-    for module in ("monitoring.publish", "notifications.dispatch"):
-        try:
-            announce = __import__(module, fromlist=["event_committed"]).event_committed
-        except (ImportError, AttributeError):
-            continue
+    break a state change that already committed, so failures are only logged.
+    Imported here: both sides import the domain, not the other way round."""
+    from monitoring import publish
+    from notifications import dispatch
+
+    for announce in (publish.event_committed, dispatch.event_committed):
         try:
             announce(event_id)
         except Exception:  # noqa: BLE001
-            log.exception("%s could not announce event %s", module, event_id)
+            log.exception("%s.%s could not announce event %s", announce.__module__, announce.__name__, event_id)
 
 
 # --- submit ---------------------------------------------------------------------
@@ -195,12 +194,6 @@ def enqueue_launch(job_id: int, number: int) -> None:
 
 
 # --- launch ---------------------------------------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def roles_of(job: Job) -> list[RoleSpec]:

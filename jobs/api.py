@@ -14,7 +14,7 @@ from rest_framework.response import Response
 
 from . import actions
 from .backends.base import BackendError
-from .models import ADMIN_ROLES, WRITE_ROLES, Instance, Job, Membership, Role, Workspace
+from .models import WRITE_ROLES, Instance, Job, Membership, Role, Workspace
 from .serializers import (
     AttemptSerializer,
     DiagnosisSerializer,
@@ -288,5 +288,3 @@ def _size(path, default):
     except OSError:
         return default
 
-
-__all__ = ["WorkspaceViewSet", "JobViewSet", "ADMIN_ROLES"]

@@ -56,10 +56,8 @@ def _record_diagnosis(job: Job, attempt: Attempt, kind: str, summary: str, data:
 
 
 def _push(diagnosis_id: int) -> None:
-    try:
-        from monitoring.publish import diagnosis_committed
-    except ImportError:
-        return
+    from monitoring.publish import diagnosis_committed
+
     try:
         diagnosis_committed(diagnosis_id)
     except Exception:  # noqa: BLE001 - the page missing one push must not break a diagnosis

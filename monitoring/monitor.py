@@ -201,7 +201,9 @@ def run_job(job_id: int, now: datetime | None = None, *, snapshot: JobSnapshot |
     if job.status != JobStatus.RUNNING:
         return result
     if job.fault_tolerance:
-        problem = check_problems(job, attempt, instances, now) or check_c4d(job, attempt, instances, now)
+        config = config_of(job)  # parsed once per tick
+        problem = (check_problems(job, config, attempt, instances, now)
+                   or check_c4d(job, config, attempt, instances, now))
         if problem:
             result.action, result.reason = problem
             return result
@@ -388,7 +390,7 @@ def _line_offset(backend, attempt, inst, tail: bytes, c: Classification) -> int 
     return size - len(tail) + line_start
 
 
-def history_of(job: Job, attempt: Attempt, instances: list[Instance], failing: Instance | None) -> JobHistory:
+def history_of(job: Job, attempt: Attempt, instances: list[Instance]) -> JobHistory:
     counts: dict[tuple[str, str, int], int] = {}
     for rule, name in RestartRecord.objects.filter(job=job, root_cause=True).values_list("rule", "instance_name"):
         role_index = name.rsplit("-", 1)
@@ -460,7 +462,7 @@ def handle_failures(job, attempt, instances, failed, backend, now) -> tuple[str,
 
     config = config_of(job)
     decision = decide(
-        config, history_of(job, attempt, instances, root_inst),
+        config, history_of(job, attempt, instances),
         InstanceFailure(instance=root_inst.name, role=root_inst.role, index=root_inst.index,
                         node=root_inst.node, classification=root.classification),
     )
@@ -601,11 +603,11 @@ def restart_job(job, attempt, instances, backend, reason: str, source: ErrorSour
 # --- hangs ---------------------------------------------------------------------------
 
 
-def check_problems(job: Job, attempt: Attempt, instances: list[Instance], now: datetime) -> tuple[str, str] | None:
+def check_problems(job: Job, config: FaultToleranceConfig, attempt: Attempt, instances: list[Instance],
+                   now: datetime) -> tuple[str, str] | None:
     """Hang and exit hang (Sync jobs with the detections on)."""
     from monitoring import hang
 
-    config = config_of(job)
     if config.job_execution_mode != ExecutionMode.SYNC:
         return None
     activity = [hang.InstanceActivity(
@@ -636,7 +638,7 @@ def on_problem(job, attempt, instances, source: ErrorSource, event_type: str, me
     if source == ErrorSource.HANG:
         diagnose_hang(job, attempt, instances)
     backend = actions.get_backend_for(job)
-    decision = decide(config_of(job), history_of(job, attempt, instances, None), DetectedProblem(source, message))
+    decision = decide(config_of(job), history_of(job, attempt, instances), DetectedProblem(source, message))
     if decision.action == Action.RESTART_JOB:
         restart_job(job, attempt, instances, backend, decision.reason, source, message=message)
         return "restart_job", decision.reason
@@ -655,10 +657,10 @@ def diagnose_hang(job, attempt, instances) -> None:
         log.exception("hang diagnosis of job %s failed", job.pk)
 
 
-def check_c4d(job: Job, attempt: Attempt, instances: list[Instance], now: datetime) -> tuple[str, str] | None:
+def check_c4d(job: Job, config: FaultToleranceConfig, attempt: Attempt, instances: list[Instance],
+              now: datetime) -> tuple[str, str] | None:
     """Every C4D_CONN_BW_CHECK_PERIOD: classify ranks; an Error isolates the rank's
     node and restarts the job, Warnings and Info are only shown."""
-    config = config_of(job)
     if not config.enable_c4d_hang_detection:
         return None
     state = job.monitor_state or {}
