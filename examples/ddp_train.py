@@ -147,7 +147,11 @@ def nccl_style_failure(rank: int) -> None:
         "socketProgress: Connection reset by peer\n"
     )
     sys.stderr.flush()
-    sys.exit(1)
+    sys.stdout.flush()
+    # Exit at once with 1, as a process dying on a communication error does; a
+    # normal interpreter exit with the process group still live can let gloo
+    # abort the process (SIGABRT) instead.
+    os._exit(1)
 
 
 # --- optional SDK hooks ----------------------------------------------------------
