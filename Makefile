@@ -5,7 +5,7 @@ BIN := $(CURDIR)/$(VENV)/bin
 PYTEST_ARGS ?=
 export PATH := $(BIN):$(PATH)
 
-.PHONY: run test venv install install-test clean-data
+.PHONY: run test venv install install-test clean-data lint typecheck imports check
 
 $(BIN)/python:
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "Vigil needs Python 3.11 or newer"'
@@ -37,3 +37,16 @@ test: $(VENV)/.installed-test
 
 clean-data:
 	rm -rf var/
+
+# The repo's own checks; `.ci/run` runs `make check` before the tests.
+lint: $(VENV)/.installed-test
+	$(BIN)/ruff check .
+
+typecheck: $(VENV)/.installed-test
+	$(BIN)/mypy console jobs monitoring notifications
+
+imports: $(VENV)/.installed-test
+	$(BIN)/lint-imports
+
+check: lint typecheck imports
+	$(BIN)/python manage.py makemigrations --check --dry-run

@@ -30,10 +30,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import redis  # noqa: E402
+import redis
 
-from jobs.backends.base import AttemptLaunch, InstanceLaunch  # noqa: E402
-from jobs.backends.local import LocalBackend  # noqa: E402
+from jobs.backends.base import AttemptLaunch, InstanceLaunch
+from jobs.backends.local import LocalBackend
 
 BATCH = 10  # instances per attempt; they exit one after the other
 SPACING = 0.15  # seconds between two exits of a batch

@@ -27,7 +27,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from restart_latency import PYTHON, VigilStack, machine_line, wait_until  # noqa: E402
+from restart_latency import PYTHON, VigilStack, machine_line, wait_until
 
 RANK = textwrap.dedent("""
     import time

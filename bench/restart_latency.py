@@ -310,7 +310,7 @@ def torchrun_run(fresh_store: bool, timeout: float) -> dict:
             code = "timed out"
         out = {"kill": t_kill, "status": f"exit {code}"}
         if not firsts:
-            tail = "".join(l for _, l in lines[-6:]).strip().replace("\n", " | ")[-400:]
+            tail = "".join(text for _, text in lines[-6:]).strip().replace("\n", " | ")[-400:]
             out["error"] = f"never resumed within {timeout:g} s ({tail})"
             return out
         out["resumed"] = max(firsts.values()) - t_kill

@@ -161,7 +161,7 @@ def sdk_hooks():
     if not os.environ.get("VIGIL_JOB_ID"):
         return None
     try:
-        import vigil  # noqa: F401  (another package; absent when run standalone)
+        import vigil  # another package; absent when run standalone
     except Exception:
         return None
     if os.environ.get("VIGIL_C4D") == "1":

@@ -6,7 +6,7 @@ tasks run in the request (no worker process in a test)."""
 import json
 import os
 
-from console.settings import *  # noqa: F401,F403
+from console.settings import *  # noqa: F403
 from console.settings import DATABASES
 
 DATABASES["default"]["NAME"] = os.environ["VIGIL_BROWSER_DB_NAME"]
