@@ -74,6 +74,9 @@ _HARDWARE_NEXT = (
     "The job is retried automatically, preferably on another node. If the same node fails "
     "again, ask an administrator to check or isolate it."
 )
+_NAN_CAUSE = "The training diverged: the loss became NaN or infinite."
+_NAN_NEXT = ("Lower the learning rate, check the input data for bad values, or enable gradient "
+             "clipping, then resume from a checkpoint taken before the divergence.")
 _FIX_CODE = "Fix the code or its input and submit the job again; a restart would fail the same way."
 
 
@@ -583,14 +586,23 @@ LOG_SIGNATURES: tuple[Signature, ...] = (
     ),
     Signature(
         rule="loss-is-nan",
-        pattern=_re(r"Loss became infinite or NaN|Minimum loss scale reached"
-                    r"|(?<![a-z])loss[^\n]{0,40}?(?:\bis\b|\bbecame\b|=|:)[ \t]*(?:nan|inf)\b", _I),
+        pattern=_re(r"Loss became infinite or NaN|Minimum loss scale reached", _I),
         retryable=False, error_code="LOSS_NAN",
         message="The training loss became NaN or infinite",
-        cause="The training diverged: the loss became NaN or infinite.",
-        next_step="Lower the learning rate, check the input data for bad values, or enable gradient "
-                  "clipping, then resume from a checkpoint taken before the divergence.",
+        cause=_NAN_CAUSE, next_step=_NAN_NEXT,
         documented="detectron2 FloatingPointError \"Loss became infinite or NaN\"; fairseq \"Minimum loss scale reached\"",
+    ),
+    # "loss" (not the end of a longer word), then up to 40 characters without "=" or ":" (so
+    # the value is the loss's own, not a later field's), then "=", ":", "is" or "became" and
+    # nan/inf. The lookbehind comes after the literal so the scan can jump from one "loss" to
+    # the next instead of trying the pattern at every position of a long progress log.
+    Signature(
+        rule="loss-value-nan",
+        pattern=_re(r"loss(?<![a-z]loss)[^\n=:]{0,40}(?:[=:]|\bis\b|\bbecame\b)[ \t]*(?:nan|inf)\b", _I),
+        retryable=False, error_code="LOSS_NAN",
+        message="The training loss became NaN or infinite",
+        cause=_NAN_CAUSE, next_step=_NAN_NEXT,
+        documented="training loops' progress lines (\"loss: nan\", \"loss = inf\", \"Loss is nan, stopping training\")",
     ),
     # ---- generic: an uncaught Python exception in user code ------------------------
     # Any specific entry found anywhere in the tail wins over this one.

@@ -185,6 +185,9 @@ SAMPLES: list[tuple[str, int, str]] = [
     ("loss-is-nan", 1,
      "iter 1200 | lr 3.0e-04 | loss 2.113\n"
      "FloatingPointError: Loss became infinite or NaN at iteration=1201!\n"),
+    ("loss-value-nan", 1,
+     "iter 1200 | lr 3.0e-04 | loss 2.113\n"
+     "[INFO] epoch 3 step 1201: train_loss=nan lr=3.0e-04\n"),
     ("python-exception", 1,
      TRACEBACK_HEAD +
      "[rank1]:   File \"/workspace/model.py\", line 30, in forward\n"
@@ -617,3 +620,112 @@ def test_unknown_exit_times_sort_last():
 def test_root_cause_needs_at_least_one_observation():
     with pytest.raises(ValueError, match="observations"):
         pick_root_cause([])
+
+
+# ---- the literal prefilter ----------------------------------------------------------
+
+def _classify_without_prefilter(monkeypatch, tail, **kw):
+    from monitoring import classify as module
+
+    monkeypatch.setattr(module, "_candidates", lambda folded: dict.fromkeys(range(len(LOG_SIGNATURES))))
+    return classify(tail, **kw)
+
+
+@pytest.mark.parametrize("rule, exit_code, tail", SAMPLES, ids=[s[0] for s in SAMPLES])
+def test_the_prefilter_never_changes_a_classification(monkeypatch, rule, exit_code, tail):
+    with_prefilter = classify(tail, exit_code=exit_code)
+    assert _classify_without_prefilter(monkeypatch, tail, exit_code=exit_code) == with_prefilter
+
+
+@pytest.mark.parametrize("rule, exit_code, tail", SAMPLES, ids=[s[0] for s in SAMPLES])
+def test_each_required_literal_set_is_met_by_every_match(rule, exit_code, tail):
+    from monitoring.classify import prepare_tail, required_literals
+
+    text = prepare_tail(tail)
+    folded = text.casefold()
+    for sig in LOG_SIGNATURES:
+        if sig.pattern.search(text):
+            for literals in required_literals(sig.pattern):
+                assert any(lit in folded for lit in literals), (sig.rule, literals)
+
+
+def test_almost_every_log_signature_has_a_required_literal():
+    # Only the generic exception (whose literals are "rror"/"xception") may be weak; every
+    # other signature is skipped unless one of its literals occurs in the tail.
+    from monitoring.classify import required_literals
+
+    for sig in LOG_SIGNATURES:
+        requirements = required_literals(sig.pattern)
+        assert requirements, sig.rule
+        assert max(min(map(len, r)) for r in requirements) >= 4 or not sig.specific, sig.rule
+
+
+@pytest.mark.parametrize("shape", ["progress", "corpus-like", "one-line"])
+def test_a_64_kib_tail_classifies_in_under_5_ms(shape):
+    import time
+
+    samples = "".join(tail for _, _, tail in SAMPLES)
+    text = {
+        "progress": "".join(f"[INFO] step {i} loss=2.31 lr=0.0003 tokens/s=1234.5\n" for i in range(3000)),
+        "corpus-like": samples * (TAIL_LIMIT_BYTES // len(samples) + 1),
+        "one-line": "loss: " + "x" * TAIL_LIMIT_BYTES,
+    }[shape][-TAIL_LIMIT_BYTES:]
+    f = FailureInput(1, None, text)
+    classify_failure(f)
+    runs = []
+    for _ in range(15):
+        start = time.perf_counter()
+        classify_failure(f)
+        runs.append(time.perf_counter() - start)
+    # The best of 15 runs: the machine is shared, and a slow outlier says nothing about the code.
+    assert min(runs) < 0.005, f"{shape}: {min(runs) * 1000:.2f} ms"
+
+
+def _can_match_a_newline(items, flags) -> bool:
+    from re import _constants as c
+
+    for op, av in items:
+        if op is c.LITERAL and av == 10 or op is c.NOT_LITERAL and av != 10:
+            return True
+        if op is c.ANY and flags & re.DOTALL:
+            return True
+        if op is c.IN:
+            negated = any(o is c.NEGATE for o, _ in av)
+            hit = any(o is c.LITERAL and a == 10 or o is c.RANGE and a[0] <= 10 <= a[1]
+                      or o is c.CATEGORY and a in (c.CATEGORY_SPACE, c.CATEGORY_NOT_DIGIT, c.CATEGORY_NOT_WORD,
+                                                   c.CATEGORY_UNI_SPACE, c.CATEGORY_UNI_NOT_DIGIT,
+                                                   c.CATEGORY_UNI_NOT_WORD)
+                      for o, a in av)
+            if hit != negated:
+                return True
+        if op is c.SUBPATTERN and _can_match_a_newline(av[-1], flags | av[1]):
+            return True
+        if op is c.BRANCH and any(_can_match_a_newline(b, flags) for b in av[1]):
+            return True
+        if op in (c.MAX_REPEAT, c.MIN_REPEAT, c.POSSESSIVE_REPEAT) and _can_match_a_newline(av[2], flags):
+            return True
+        if op in (c.ASSERT, c.ATOMIC_GROUP) and _can_match_a_newline(av[-1], flags):
+            return True
+    return False
+
+
+def test_no_catalog_pattern_matches_across_a_line_end():
+    # The classifier searches only the lines that hold a signature's literal; a pattern
+    # that could span lines would be missed there.
+    from re import _parser
+
+    for sig in LOG_SIGNATURES:
+        assert not _can_match_a_newline(_parser.parse(sig.pattern.pattern, sig.pattern.flags), sig.pattern.flags), sig.rule
+    assert _can_match_a_newline(_parser.parse(r"a\sb", 0), 0)
+    assert _can_match_a_newline(_parser.parse(r"a[^x]b", 0), 0)
+    assert not _can_match_a_newline(_parser.parse(r"a[^\n]{0,9}b", 0), 0)
+
+
+def test_a_tail_that_case_folding_lengthens_is_still_classified_at_its_last_line(monkeypatch):
+    tail = "Straße ßß: Connection refused, retrying\n" * 3 + "Traceback (most recent call last):\nValueError: größe ß\n"
+    got = classify(tail)
+    assert got.message == "ValueError: größe ß"
+    tail += "RuntimeError: Connection refused (Straße)\n"
+    got = classify(tail)
+    assert (got.rule, got.message) == ("connection-refused", "A connection was refused: RuntimeError: Connection refused (Straße)")
+    assert _classify_without_prefilter(monkeypatch, tail) == got

@@ -1,0 +1,165 @@
+"""The failure classifier against the real-world corpus (issue 13; a benchmark, not a test).
+
+Runs `monitoring.classify.classify_failure` over every entry of `monitoring/corpus/*.jsonl`
+(how an entry becomes the classifier's input, including a null exit code, is in
+`monitoring/corpus/evaluate.py`) and prints: what it ran and on what machine, agreement with
+the sources' verdicts overall, on the training part and on the held-back part, the
+false-retryable rate (not-retryable entries judged retryable), per-family precision and
+recall for "retryable", the confusion matrix, the misses with their ids, and the
+classifier's speed: time per MiB of corpus log and for a 64 KiB tail.
+
+Run:  .venv/bin/python bench/classify_corpus.py [--show-held-back] [--repeat 20]
+Targets: overall >= 97 %, held back >= 93 %, false-retryable <= 1 %, 64 KiB tail < 5 ms.
+Misses of held-back entries are counted but not listed unless --show-held-back is given,
+so signatures are written from the training part only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from monitoring.classify import TAIL_LIMIT_BYTES, FailureInput, classify_failure  # noqa: E402
+from monitoring.corpus import evaluate  # noqa: E402
+
+TARGETS = {"overall": 0.97, "held_back": 0.93, "false_retryable": 0.01, "tail_ms": 5.0}
+
+
+def _pct(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.1%}"
+
+
+def _machine() -> str:
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"{cpu}, {os.cpu_count()} CPUs, {platform.system()} {platform.release()}, Python {platform.python_version()}"
+
+
+def _commit() -> str:
+    root = Path(__file__).resolve().parents[1]
+    try:
+        out = subprocess.run(["git", "-C", str(root), "log", "-1", "--format=%h %cI"], capture_output=True,
+                             text=True, timeout=10)
+        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--", "monitoring"],
+                               capture_output=True, text=True, timeout=10).stdout.strip()
+        return out.stdout.strip() + (" (+ uncommitted changes)" if dirty else "")
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+def _time_per_mib(entries: list[evaluate.Entry], repeat: int) -> float:
+    inputs = [evaluate.failure_input(e) for e in entries]
+    size = sum(len(e.log.encode("utf-8")) for e in entries)
+    best = float("inf")
+    for _ in range(repeat):
+        start = time.perf_counter()
+        for f in inputs:
+            classify_failure(f)
+        best = min(best, time.perf_counter() - start)
+    return best / (size / 2**20) * 1000  # ms per MiB
+
+
+def _tail_times(entries: list[evaluate.Entry], repeat: int) -> dict[str, float]:
+    """Median ms for a full 64 KiB tail of three shapes: corpus text (every log, in turn,
+    up to 64 KiB, so most signatures find something), plain progress lines that match
+    nothing, and one 64 KiB line with no newline (the worst case for per-line bounds)."""
+    corpus_text = "\n".join(e.log for e in entries)
+    while corpus_text and len(corpus_text.encode()) < TAIL_LIMIT_BYTES:
+        corpus_text += "\n" + corpus_text
+    shapes = {
+        "corpus text": corpus_text.encode()[-TAIL_LIMIT_BYTES:],
+        "progress lines": b"".join(b"step %d loss=2.31 lr=0.0003 tokens/s=1234.5\n" % i
+                                   for i in range(3000))[-TAIL_LIMIT_BYTES:],
+        "one long line": (b"loss: " + b"x" * TAIL_LIMIT_BYTES)[-TAIL_LIMIT_BYTES:],
+    }
+    out = {}
+    for name, tail in shapes.items():
+        f = FailureInput(exit_code=1, signal=None, log_tail=tail)
+        classify_failure(f)
+        runs = []
+        for _ in range(repeat):
+            start = time.perf_counter()
+            classify_failure(f)
+            runs.append((time.perf_counter() - start) * 1000)
+        out[name] = statistics.median(runs)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--corpus", type=Path, default=evaluate.CORPUS_DIR)
+    parser.add_argument("--show-held-back", action="store_true", help="also list the held-back misses")
+    parser.add_argument("--repeat", type=int, default=20, help="timing repetitions (best / median of these)")
+    args = parser.parse_args(argv)
+
+    entries = evaluate.load_corpus(args.corpus)
+    if not entries:
+        print(f"no corpus entries in {args.corpus}")
+        return 1
+    s = evaluate.score(evaluate.run(entries))
+    held = len(s.held_back)
+    print(f"classify_failure over {s.total} corpus entries ({held} held back, {s.total - held} training) "
+          f"from {args.corpus}")
+    print(f"code: {_commit()}")
+    print(f"machine: {_machine()}")
+    print()
+    print(f"overall agreement:   {_pct(s.agreement)}  ({s.total - len(s.misses)}/{s.total}; target >= 97%)")
+    print(f"training agreement:  {_pct(s.training_agreement)}  ({len(s.training)} entries)")
+    print(f"held-back agreement: {_pct(s.held_back_agreement)}  ({held} entries; target >= 93%)")
+    negatives = s.confusion[("not-retryable", "retryable")] + s.confusion[("not-retryable", "not-retryable")]
+    print(f"false-retryable:     {_pct(s.false_retryable_rate)}  "
+          f"({s.confusion[('not-retryable', 'retryable')]}/{negatives} not-retryable entries judged retryable; "
+          f"target <= 1%)")
+    print()
+    print("confusion (rows: source's verdict, columns: classifier's)")
+    print(f"{'':>16} {'retryable':>12} {'not-retryable':>14}")
+    for expected in evaluate.VERDICTS:
+        print(f"{expected:>16} {s.confusion[(expected, 'retryable')]:>12} "
+              f"{s.confusion[(expected, 'not-retryable')]:>14}")
+    print()
+    print("per family, 'retryable' as the positive class")
+    print(f"{'family':<20} {'n':>4} {'agree':>7} {'precision':>10} {'recall':>8}  {'FP':>3} {'FN':>3}")
+    for row in s.families():
+        print(f"{row.family:<20} {row.entries:>4} {_pct(row.agree / row.entries):>7} {_pct(row.precision):>10} "
+              f"{_pct(row.recall):>8}  {row.false_retryable:>3} {row.missed_retryable:>3}")
+    print()
+    shown = [o for o in s.misses if args.show_held_back or not o.entry.holdout]
+    hidden = len(s.misses) - len(shown)
+    print(f"misses: {len(s.misses)}" + (f" ({hidden} held back, not listed)" if hidden else ""))
+    for o in shown:
+        c = o.classification
+        mark = " [held back]" if o.entry.holdout else ""
+        print(f"  {o.entry.id}{mark}: source says {o.entry.verdict}, classifier says "
+              f"{'retryable' if c.retryable else 'not-retryable'} by {c.rule} ({c.message[:120]})")
+    print()
+    per_mib = _time_per_mib(entries, max(1, args.repeat // 4))
+    tails = _tail_times(entries, args.repeat)
+    size = sum(len(e.log.encode("utf-8")) for e in entries)
+    print(f"speed: {per_mib:.1f} ms per MiB of corpus log ({size / 1024:.0f} KiB over {s.total} entries, best of "
+          f"{max(1, args.repeat // 4)})")
+    for name, ms in tails.items():
+        print(f"speed: 64 KiB tail of {name}: {ms:.2f} ms (median of {args.repeat}; target < 5 ms)")
+    met = (s.agreement is not None and s.agreement >= TARGETS["overall"]
+           and (s.held_back_agreement or 0) >= TARGETS["held_back"]
+           and (s.false_retryable_rate or 0) <= TARGETS["false_retryable"]
+           and max(tails.values()) < TARGETS["tail_ms"])
+    print(f"targets {'met' if met else 'NOT met'}")
+    return 0 if met else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,224 @@
+"""Run the classifier over the failure corpus and score it against the sources' verdicts.
+
+Pure apart from reading the corpus files: `bench/classify_corpus.py` prints the figures,
+`monitoring/tests/test_corpus.py` holds them to issue 13's targets.
+
+How an entry becomes a `FailureInput` (the corpus records what its source showed):
+- `signal` (a name such as "SIGKILL") becomes its number;
+- `exit_code` is used as given (137 is read as SIGKILL, as the monitor does);
+- a null `exit_code` with no signal and no `backend_reason` is taken as exit code 1: the
+  source showed a process that failed and printed why, and a failed process that does not
+  say otherwise exits 1 (Python's uncaught exception, torchrun's ChildFailedError). Read
+  as "no exit status" it would be the monitor's lost-instance case instead, which never
+  happens to a process whose log ends in its own error;
+- a null `exit_code` with a `backend_reason` stays null: the scheduler decided, and no
+  process status exists (the monitor passes the backend's reason the same way);
+- an `exit_code` of 0 with no signal (a process that caught its error and exited cleanly
+  while its scheduler failed it) is passed as null, as the monitor does for a lost instance.
+"""
+
+from __future__ import annotations
+
+import json
+import signal as _signal
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from monitoring.classify import Classification, FailureInput, classify_failure
+
+__all__ = [
+    "CORPUS_DIR", "FAMILIES", "VERDICTS", "Entry", "Outcome", "FamilyScore", "Score",
+    "load_corpus", "failure_input", "run", "score",
+]
+
+CORPUS_DIR = Path(__file__).resolve().parent
+FAMILIES = ("preemption", "startup", "rendezvous", "external-services", "storage", "gpu", "network",
+            "signals", "collective-timeout", "user-error", "nan")
+VERDICTS = ("retryable", "not-retryable")
+
+
+@dataclass(frozen=True)
+class Entry:
+    id: str
+    family: str
+    source: str
+    framework: str
+    log: str
+    exit_code: int | None
+    signal: str | None
+    backend_reason: str | None
+    verdict: str
+    why: str
+    holdout: bool
+
+    @property
+    def retryable(self) -> bool:
+        return self.verdict == "retryable"
+
+
+def load_corpus(directory: Path = CORPUS_DIR) -> list[Entry]:
+    """Every entry of every `*.jsonl` file, in file and line order. Raises ValueError
+    naming the file, line and field of a malformed entry."""
+    entries = []
+    for path in sorted(directory.glob("*.jsonl")):
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            if not line.strip():
+                continue
+            where = f"{path.name}:{number}"
+            try:
+                raw = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"{where}: not JSON ({exc})") from exc
+            try:
+                entry = Entry(
+                    id=raw["id"], family=raw["family"], source=raw["source"], framework=raw["framework"],
+                    log=raw["log"], exit_code=raw["exit_code"], signal=raw["signal"],
+                    backend_reason=raw["backend_reason"], verdict=raw["verdict"], why=raw["why"],
+                    holdout=raw.get("holdout", False),
+                )
+            except KeyError as exc:
+                raise ValueError(f"{where}: missing field {exc.args[0]!r}") from exc
+            if entry.verdict not in VERDICTS:
+                raise ValueError(f"{where}: verdict {entry.verdict!r} is not one of {VERDICTS}")
+            if not isinstance(entry.log, str):
+                raise ValueError(f"{where}: log must be a string")
+            if entry.exit_code is not None and (isinstance(entry.exit_code, bool) or not isinstance(entry.exit_code, int)):
+                raise ValueError(f"{where}: exit_code must be an integer or null")
+            entries.append(entry)
+    return entries
+
+
+def _signal_number(name: str | None) -> int | None:
+    if not name:
+        return None
+    name = name.strip().upper()
+    if not name.startswith("SIG"):
+        name = "SIG" + name
+    try:
+        return int(_signal.Signals[name])
+    except KeyError as exc:
+        raise ValueError(f"signal: unknown signal name {name!r}") from exc
+
+
+def failure_input(entry: Entry, user_keywords: tuple[str, ...] = ()) -> FailureInput:
+    """The classifier's input for one corpus entry (conventions in the module docstring)."""
+    signum = _signal_number(entry.signal)
+    reason = (entry.backend_reason or "").strip()
+    exit_code = entry.exit_code
+    if exit_code == 0 and signum is None:
+        exit_code = None
+    elif exit_code is None and signum is None and not reason:
+        exit_code = 1
+    return FailureInput(exit_code=exit_code, signal=signum, log_tail=entry.log, backend_reason=reason,
+                        user_keywords=user_keywords)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    entry: Entry
+    classification: Classification
+
+    @property
+    def agrees(self) -> bool:
+        return self.classification.retryable == self.entry.retryable
+
+
+def run(entries: Iterable[Entry]) -> list[Outcome]:
+    return [Outcome(e, classify_failure(failure_input(e))) for e in entries]
+
+
+@dataclass(frozen=True)
+class FamilyScore:
+    family: str
+    entries: int
+    agree: int
+    true_retryable: int    # judged retryable, and retryable
+    false_retryable: int   # judged retryable, but not retryable
+    missed_retryable: int  # judged not retryable, but retryable
+
+    @property
+    def precision(self) -> float | None:
+        judged = self.true_retryable + self.false_retryable
+        return self.true_retryable / judged if judged else None
+
+    @property
+    def recall(self) -> float | None:
+        actual = self.true_retryable + self.missed_retryable
+        return self.true_retryable / actual if actual else None
+
+
+def _ratio(part: int, whole: int) -> float | None:
+    return part / whole if whole else None
+
+
+@dataclass(frozen=True)
+class Score:
+    outcomes: list[Outcome]
+    # confusion[(expected, judged)] = count, verdicts as in the corpus
+    confusion: Counter = field(default_factory=Counter)
+
+    @property
+    def total(self) -> int:
+        return len(self.outcomes)
+
+    @property
+    def agreement(self) -> float | None:
+        return _ratio(sum(o.agrees for o in self.outcomes), self.total)
+
+    def _part(self, holdout: bool) -> list[Outcome]:
+        return [o for o in self.outcomes if o.entry.holdout is holdout]
+
+    @property
+    def held_back(self) -> list[Outcome]:
+        return self._part(True)
+
+    @property
+    def training(self) -> list[Outcome]:
+        return self._part(False)
+
+    @property
+    def held_back_agreement(self) -> float | None:
+        part = self.held_back
+        return _ratio(sum(o.agrees for o in part), len(part))
+
+    @property
+    def training_agreement(self) -> float | None:
+        part = self.training
+        return _ratio(sum(o.agrees for o in part), len(part))
+
+    @property
+    def false_retryable_rate(self) -> float | None:
+        """Among the entries whose source says not retryable, the share judged retryable."""
+        negatives = [o for o in self.outcomes if not o.entry.retryable]
+        return _ratio(sum(o.classification.retryable for o in negatives), len(negatives))
+
+    @property
+    def misses(self) -> list[Outcome]:
+        return [o for o in self.outcomes if not o.agrees]
+
+    def families(self) -> list[FamilyScore]:
+        rows = []
+        for family in sorted({o.entry.family for o in self.outcomes}, key=_family_order):
+            part = [o for o in self.outcomes if o.entry.family == family]
+            rows.append(FamilyScore(
+                family=family, entries=len(part), agree=sum(o.agrees for o in part),
+                true_retryable=sum(o.entry.retryable and o.classification.retryable for o in part),
+                false_retryable=sum(not o.entry.retryable and o.classification.retryable for o in part),
+                missed_retryable=sum(o.entry.retryable and not o.classification.retryable for o in part),
+            ))
+        return rows
+
+
+def _family_order(family: str) -> tuple[int, str]:
+    return (FAMILIES.index(family) if family in FAMILIES else len(FAMILIES), family)
+
+
+def _verdict(retryable: bool) -> str:
+    return VERDICTS[0] if retryable else VERDICTS[1]
+
+
+def score(outcomes: list[Outcome]) -> Score:
+    confusion = Counter((o.entry.verdict, _verdict(o.classification.retryable)) for o in outcomes)
+    return Score(outcomes=outcomes, confusion=confusion)
