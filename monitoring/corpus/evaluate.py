@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from monitoring.classify import Classification, FailureInput, classify_failure
+from monitoring.corpus.split import is_holdout
 
 __all__ = [
     "CORPUS_DIR", "FAMILIES", "VERDICTS", "Entry", "Outcome", "FamilyScore", "Score",
@@ -52,6 +53,7 @@ class Entry:
     verdict: str
     why: str
     holdout: bool
+    marked: bool = True  # the file carries the holdout field (split.py ran over it)
 
     @property
     def retryable(self) -> bool:
@@ -76,7 +78,8 @@ def load_corpus(directory: Path = CORPUS_DIR) -> list[Entry]:
                     id=raw["id"], family=raw["family"], source=raw["source"], framework=raw["framework"],
                     log=raw["log"], exit_code=raw["exit_code"], signal=raw["signal"],
                     backend_reason=raw["backend_reason"], verdict=raw["verdict"], why=raw["why"],
-                    holdout=raw.get("holdout", False),
+                    # Entries not yet marked by split.py are held back by the same rule.
+                    holdout=raw.get("holdout", is_holdout(raw["id"])), marked="holdout" in raw,
                 )
             except KeyError as exc:
                 raise ValueError(f"{where}: missing field {exc.args[0]!r}") from exc
