@@ -30,6 +30,7 @@ __all__ = ["Signature", "LOG_SIGNATURES", "BACKEND_SIGNATURES", "SIGNATURES", "s
 @dataclass(frozen=True)
 class Signature:
     rule: str                 # stable id, counted by --max-num-of-same-error and node reputation
+    family: str               # the corpus family it belongs to (monitoring/corpus, issue 13)
     pattern: re.Pattern[str]  # searched in the log tail (or full-matched against a backend reason)
     retryable: bool
     error_code: str
@@ -43,10 +44,27 @@ class Signature:
     # SIGHUP). None: only retryable signatures can; a user bug ends a program with an
     # exit code, so a start-up "Permission denied" warning must not explain a SIGKILL.
     explains_kill: bool | None = None
+    # Whether a retryable entry can explain a crash by SIGSEGV, SIGBUS, SIGILL or SIGFPE.
+    # None: only hardware/driver faults and lost nodes can (families gpu and preemption);
+    # a stale network warning does not make a segfault retryable. Not-retryable entries
+    # always can (a version mismatch explains a segfault).
+    explains_crash: bool | None = None
+    # A retryable verdict that holds this many times per (rule, role, index), then not
+    # (None: no limit of its own; --max-num-of-same-error still applies).
+    retry_limit: int | None = None
+    # Backend reasons only: log families whose specific signatures, when the log holds
+    # one, say more than the reason (ImagePullBackOff from a rate limit vs a missing tag).
+    refined_by: tuple[str, ...] = ()
 
     @property
     def can_explain_kill(self) -> bool:
         return self.retryable if self.explains_kill is None else self.explains_kill
+
+    @property
+    def can_explain_crash(self) -> bool:
+        if self.explains_crash is not None:
+            return self.explains_crash
+        return not self.retryable or self.family in ("gpu", "preemption")
 
 
 # Optional per-line prefixes that launchers add before an exception line:
@@ -85,7 +103,7 @@ LOG_SIGNATURES: tuple[Signature, ...] = (
     # NCCL src/init.cc ncclGetErrorString(); PyTorch torch/csrc/distributed/c10d/NCCLUtils.hpp
     # getNcclErrorDetailStr() prints "NCCL error in: <file>:<line>, <string>, NCCL version x".
     Signature(
-        rule="nccl-system-error",
+        rule="nccl-system-error", family="network",
         pattern=_re(r"unhandled system error|ncclSystemError"),
         retryable=True, error_code="NCCL_SYSTEM_ERROR",
         message="NCCL reported an unhandled system error",
@@ -95,7 +113,7 @@ LOG_SIGNATURES: tuple[Signature, ...] = (
         documented="NCCL src/init.cc ncclGetErrorString(ncclSystemError); torch NCCLUtils.hpp getNcclErrorDetailStr",
     ),
     Signature(
-        rule="nccl-remote-error",
+        rule="nccl-remote-error", family="network",
         pattern=_re(r"remote process exited or there was a network error|ncclRemoteError"),
         retryable=True, error_code="NCCL_REMOTE_ERROR",
         message="NCCL: a remote process exited or there was a network error",
@@ -103,7 +121,7 @@ LOG_SIGNATURES: tuple[Signature, ...] = (
         documented="NCCL src/init.cc ncclGetErrorString(ncclRemoteError), NCCL >= 2.13",
     ),
     Signature(
-        rule="nccl-internal-error",
+        rule="nccl-internal-error", family="network",
         pattern=_re(r"ncclInternalError|internal error - please report this issue to the NCCL developers"
                     r"|NCCL error in:[^\n]{0,400}?, internal error"),
         retryable=True, error_code="NCCL_INTERNAL_ERROR",
@@ -114,7 +132,7 @@ LOG_SIGNATURES: tuple[Signature, ...] = (
         documented="NCCL src/init.cc ncclGetErrorString(ncclInternalError)",
     ),
     Signature(
-        rule="nccl-cuda-error",
+        rule="nccl-cuda-error", family="gpu",
         pattern=_re(r"unhandled cuda error|ncclUnhandledCudaError"),
         retryable=True, error_code="NCCL_CUDA_ERROR",
         message="NCCL reported an unhandled CUDA error",
@@ -123,7 +141,7 @@ LOG_SIGNATURES: tuple[Signature, ...] = (
         documented="NCCL src/init.cc ncclGetErrorString(ncclUnhandledCudaError)",
     ),
     Signature(
-        rule="nccl-invalid-usage",
+        rule="nccl-invalid-usage", family="user-error",
         pattern=_re(r"ncclInvalidUsage|NCCL error in:[^\n]{0,400}?, invalid usage"),
         retryable=False, error_code="NCCL_INVALID_USAGE",
         message="NCCL reported invalid usage",
@@ -134,7 +152,7 @@ LOG_SIGNATURES: tuple[Signature, ...] = (
         documented="NCCL src/init.cc ncclGetErrorString(ncclInvalidUsage)",
     ),
     Signature(
-        rule="nccl-invalid-argument",
+        rule="nccl-invalid-argument", family="user-error",
         pattern=_re(r"ncclInvalidArgument|NCCL error in:[^\n]{0,400}?, invalid argument"),
         retryable=False, error_code="NCCL_INVALID_ARGUMENT",
         message="NCCL reported an invalid argument",
@@ -143,19 +161,29 @@ LOG_SIGNATURES: tuple[Signature, ...] = (
         documented="NCCL src/init.cc ncclGetErrorString(ncclInvalidArgument)",
     ),
     Signature(
-        rule="nccl-watchdog-timeout",
+        rule="nccl-watchdog-timeout", family="collective-timeout",
         pattern=_re(r"Watchdog caught collective operation timeout"),
-        retryable=True, error_code="NCCL_COLLECTIVE_TIMEOUT",
+        retryable=False, error_code="NCCL_COLLECTIVE_TIMEOUT",
         message="NCCL watchdog: a collective operation timed out",
         cause="A collective operation (e.g. all-reduce) waited longer than the process group's "
-              "timeout, because some rank never joined it: it died, hung or is far slower.",
-        next_step=_RETRY_COMM + " Turn on hang detection with an interval below the timeout "
-                  "to get stack snapshots before the watchdog fires.",
+              "timeout because some rank never joined it. With no other error in the log this is "
+              "most often the program itself: ranks that call different collectives (a desync), "
+              "or one rank doing long work alone (evaluation, preprocessing, saving a checkpoint) "
+              "while the others wait, which a restart repeats.",
+        next_step="Make every rank call the same collectives, or raise the process group's timeout "
+                  "around work that only one rank does. If this was a one-off network or storage "
+                  "stall, add this line as a retryable keyword. Hang detection with an interval "
+                  "below the timeout takes stack snapshots before the watchdog fires.",
         cascade_like=True,
-        documented="torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp WorkNCCL::checkTimeout",
+        # Decision from the corpus: of its collective-timeout entries with no other error,
+        # the sources blame the program (desyncs, rank-0-only work) far more often than a
+        # transient stall, so a bare watchdog timeout is not retried; a peer's real error
+        # (killed, network, GPU) is picked as the root cause over it.
+        documented="torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp WorkNCCL::checkTimeout; corpus "
+                   "collective-timeout-005, -007, -013 (github.com/pytorch/pytorch/issues/97191)",
     ),
     Signature(
-        rule="nccl-communicator-aborted",
+        rule="nccl-communicator-aborted", family="collective-timeout",
         pattern=_re(r"NCCL communicator was aborted"),
         retryable=True, error_code="NCCL_COMM_ABORTED",
         message="The NCCL communicator was aborted",
@@ -164,7 +192,7 @@ LOG_SIGNATURES: tuple[Signature, ...] = (
         documented="torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp (\"NCCL communicator was aborted on rank\")",
     ),
     Signature(
-        rule="nccl-heartbeat-timeout",
+        rule="nccl-heartbeat-timeout", family="collective-timeout",
         pattern=_re(r"Heartbeat monitor timed out"),
         retryable=True, error_code="NCCL_HEARTBEAT_TIMEOUT",
         message="The NCCL heartbeat monitor timed out",
@@ -173,8 +201,24 @@ LOG_SIGNATURES: tuple[Signature, ...] = (
         next_step=_HARDWARE_NEXT,
         documented="torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp HeartbeatMonitor (TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC)",
     ),
+    # IBV_WC_LOC_PROT_ERR (4): the adapter refused the local buffer, a host configuration
+    # problem (PCIe ACS blocking GPUDirect RDMA, a missing peer-memory module) that fails
+    # every run, unlike a transport retry timeout (12) after a link or peer went away.
     Signature(
-        rule="nccl-ib-completion-error",
+        rule="nccl-ib-local-protection-error", family="network",
+        pattern=_re(r"NET/IB ?:[^\n]{0,200}?Got completion[^\n]{0,200}?with error 4,"),
+        retryable=False, error_code="NCCL_IB_LOCAL_PROTECTION",
+        message="NCCL InfiniBand: local protection error (error 4)",
+        cause="The InfiniBand adapter refused to access the GPU's memory (a local protection "
+              "error), which points at the node's configuration, e.g. PCIe ACS left on so "
+              "GPUDirect RDMA cannot work.",
+        next_step="Ask an administrator to disable PCIe ACS or fix GPUDirect RDMA on the nodes, or "
+                  "set NCCL_NET_GDR_LEVEL to avoid it, then submit the job again.",
+        documented="ibv_wc_status IBV_WC_LOC_PROT_ERR = 4 (rdma-core verbs.h); corpus network-009 "
+                   "(NCCL maintainer: error 4 is usually ACS)",
+    ),
+    Signature(
+        rule="nccl-ib-completion-error", family="network",
         pattern=_re(r"NET/IB ?:[^\n]{0,200}?Got completion[^\n]{0,200}?(?:error|status)"),
         retryable=True, error_code="NCCL_IB_ERROR",
         message="NCCL InfiniBand transport reported a failed completion",
@@ -185,7 +229,7 @@ LOG_SIGNATURES: tuple[Signature, ...] = (
     ),
     # ---- Gloo ------------------------------------------------------------------------
     Signature(
-        rule="gloo-connect-full-mesh-failed",
+        rule="gloo-connect-full-mesh-failed", family="network",
         pattern=_re(r"Gloo connectFullMesh failed"),
         retryable=True, error_code="GLOO_CONNECT_FAILED",
         message="Gloo could not connect all ranks to each other",
@@ -195,7 +239,7 @@ LOG_SIGNATURES: tuple[Signature, ...] = (
         documented="torch/csrc/distributed/c10d/ProcessGroupGloo.cpp (\"Gloo connectFullMesh failed with\")",
     ),
     Signature(
-        rule="gloo-connection-closed",
+        rule="gloo-connection-closed", family="network",
         pattern=_re(r"Connection closed by (?:remote )?peer"),
         retryable=True, error_code="CONNECTION_CLOSED",
         message="The connection was closed by a peer",
@@ -203,7 +247,7 @@ LOG_SIGNATURES: tuple[Signature, ...] = (
         documented="third_party/gloo/gloo/transport/tcp/pair.cc; NCCL src/misc/socket.cc (\"Connection closed by remote peer\")",
     ),
     Signature(
-        rule="gloo-operation-timeout",
+        rule="gloo-operation-timeout", family="collective-timeout",
         pattern=_re(r"Timed out waiting \d{1,15}ms for (?:recv|send) operation to complete"),
         retryable=True, error_code="GLOO_TIMEOUT",
         message="Gloo timed out waiting for a peer's data",
@@ -213,7 +257,7 @@ LOG_SIGNATURES: tuple[Signature, ...] = (
     ),
     # ---- sockets (strerror texts of Linux errno) -----------------------------------
     Signature(
-        rule="connection-reset",
+        rule="connection-reset", family="network",
         pattern=_re(r"Connection reset by peer"),
         retryable=True, error_code="ECONNRESET",
         message="The connection was reset by a peer",
@@ -221,7 +265,7 @@ LOG_SIGNATURES: tuple[Signature, ...] = (
         documented="Linux errno ECONNRESET (104), strerror text",
     ),
     Signature(
-        rule="connection-refused",
+        rule="connection-refused", family="network",
         pattern=_re(r"Connection refused"),
         retryable=True, error_code="ECONNREFUSED",
         message="A connection was refused",
@@ -231,7 +275,7 @@ LOG_SIGNATURES: tuple[Signature, ...] = (
         documented="Linux errno ECONNREFUSED (111), strerror text",
     ),
     Signature(
-        rule="broken-pipe",
+        rule="broken-pipe", family="network",
         pattern=_re(r"Broken pipe"),
         retryable=True, error_code="EPIPE",
         message="Broken pipe: the other end of a connection went away",
@@ -239,7 +283,7 @@ LOG_SIGNATURES: tuple[Signature, ...] = (
         documented="Linux errno EPIPE (32), strerror text",
     ),
     Signature(
-        rule="no-route-to-host",
+        rule="no-route-to-host", family="network",
         pattern=_re(r"No route to host"),
         retryable=True, error_code="EHOSTUNREACH",
         message="No route to host",
@@ -248,7 +292,7 @@ LOG_SIGNATURES: tuple[Signature, ...] = (
         documented="Linux errno EHOSTUNREACH (113), strerror text",
     ),
     Signature(
-        rule="connection-timed-out",
+        rule="connection-timed-out", family="network",
         pattern=_re(r"Connection timed out|connect\(\) timed out"),
         retryable=True, error_code="ETIMEDOUT",
         message="A network connection timed out",
@@ -257,7 +301,7 @@ LOG_SIGNATURES: tuple[Signature, ...] = (
         documented="Linux errno ETIMEDOUT (110), strerror text; NCCL socket connect",
     ),
     Signature(
-        rule="name-resolution-failed",
+        rule="name-resolution-failed", family="rendezvous",
         pattern=_re(r"Temporary failure in name resolution"),
         retryable=True, error_code="EAI_AGAIN",
         message="Temporary failure in name resolution",
@@ -266,7 +310,7 @@ LOG_SIGNATURES: tuple[Signature, ...] = (
         documented="glibc gai_strerror(EAI_AGAIN)",
     ),
     Signature(
-        rule="address-in-use",
+        rule="address-in-use", family="rendezvous",
         pattern=_re(r"Address already in use|EADDRINUSE"),
         retryable=True, error_code="EADDRINUSE",
         message="The port is already in use",
@@ -277,7 +321,7 @@ LOG_SIGNATURES: tuple[Signature, ...] = (
     ),
     # ---- store and rendezvous ------------------------------------------------------
     Signature(
-        rule="store-socket-timeout",
+        rule="store-socket-timeout", family="rendezvous",
         pattern=_re(r"Socket Timeout"),
         retryable=True, error_code="STORE_TIMEOUT",
         message="The distributed key-value store timed out",
@@ -287,7 +331,7 @@ LOG_SIGNATURES: tuple[Signature, ...] = (
         documented="torch/csrc/distributed/c10d/TCPStore.cpp (DistStoreError \"Socket Timeout\")",
     ),
     Signature(
-        rule="store-connect-timeout",
+        rule="store-connect-timeout", family="rendezvous",
         pattern=_re(r"client socket has timed out after \d{1,15}"),
         retryable=True, error_code="STORE_CONNECT_TIMEOUT",
         message="Connecting to the rendezvous store timed out",
@@ -297,7 +341,7 @@ LOG_SIGNATURES: tuple[Signature, ...] = (
         documented="torch/csrc/distributed/c10d/socket.cpp (\"The client socket has timed out after\")",
     ),
     Signature(
-        rule="store-clients-timeout",
+        rule="store-clients-timeout", family="rendezvous",
         pattern=_re(r"Timed out after \d{1,15} seconds waiting for clients"),
         retryable=True, error_code="STORE_CLIENTS_TIMEOUT",
         message="The rendezvous store timed out waiting for the other ranks",
@@ -306,7 +350,7 @@ LOG_SIGNATURES: tuple[Signature, ...] = (
         documented="torch/distributed/rendezvous.py _create_c10d_store / TCPStore waitForWorkers",
     ),
     Signature(
-        rule="rendezvous-timeout",
+        rule="rendezvous-timeout", family="rendezvous",
         pattern=_re(r"RendezvousTimeoutError"),
         retryable=True, error_code="RENDEZVOUS_TIMEOUT",
         message="Rendezvous timed out",
@@ -316,7 +360,7 @@ LOG_SIGNATURES: tuple[Signature, ...] = (
         documented="torch/distributed/elastic/rendezvous/api.py RendezvousTimeoutError",
     ),
     Signature(
-        rule="rendezvous-closed",
+        rule="rendezvous-closed", family="rendezvous",
         pattern=_re(r"RendezvousClosedError"),
         retryable=True, error_code="RENDEZVOUS_CLOSED",
         message="The rendezvous was closed",
@@ -325,7 +369,7 @@ LOG_SIGNATURES: tuple[Signature, ...] = (
         documented="torch/distributed/elastic/rendezvous/api.py RendezvousClosedError",
     ),
     Signature(
-        rule="rendezvous-connection",
+        rule="rendezvous-connection", family="rendezvous",
         pattern=_re(r"RendezvousConnectionError"),
         retryable=True, error_code="RENDEZVOUS_CONNECTION",
         message="The connection to the rendezvous backend failed",
@@ -335,7 +379,7 @@ LOG_SIGNATURES: tuple[Signature, ...] = (
     ),
     # ---- GPU hardware and CUDA -----------------------------------------------------
     Signature(
-        rule="cuda-ecc-error",
+        rule="cuda-ecc-error", family="gpu",
         pattern=_re(r"uncorrectable ECC error|cudaErrorECCUncorrectable", _I),
         retryable=True, error_code="GPU_ECC_ERROR",
         message="The GPU reported an uncorrectable ECC memory error",
@@ -343,8 +387,36 @@ LOG_SIGNATURES: tuple[Signature, ...] = (
         next_step=_HARDWARE_NEXT,
         documented="CUDA runtime cudaErrorECCUncorrectable (\"uncorrectable ECC error encountered\")",
     ),
+    # Xids by meaning (NVIDIA's Xid catalog): 13, 31 and 43 are raised by what the
+    # application ran (an exception in a kernel, a memory page fault, a stopped channel);
+    # 119 and 120 are GSP firmware timeouts of known driver branches, fixed by a driver
+    # upgrade. Neither goes away on a rerun on the same software.
     Signature(
-        rule="gpu-xid",
+        rule="gpu-xid-application", family="gpu",
+        pattern=_re(r"NVRM: Xid \([^)\n]{0,60}\): (?P<xid>13|31|43),"),
+        retryable=False, error_code="GPU_XID_APPLICATION",
+        message="The NVIDIA driver reported Xid {xid}, raised by the program's GPU work",
+        cause="The NVIDIA driver reported an Xid error that the program's own GPU work causes "
+              "(an exception in a kernel or an invalid memory access).",
+        next_step="Run with CUDA_LAUNCH_BLOCKING=1 to find the failing operation and fix it; if it "
+                  "only ever happens on one node, ask an administrator to check that GPU.",
+        documented="NVIDIA Xid catalog (docs.nvidia.com/deploy/xid-errors): 13 Graphics Engine "
+                   "Exception, 31 GPU memory page fault, 43 GPU stopped processing: user application",
+    ),
+    Signature(
+        rule="gpu-xid-gsp", family="gpu",
+        pattern=_re(r"NVRM: Xid \([^)\n]{0,60}\): (?P<xid>119|120),"),
+        retryable=False, error_code="GPU_XID_GSP",
+        message="The NVIDIA driver reported Xid {xid} (GSP firmware timeout)",
+        cause="The GPU's system processor (GSP) stopped answering the driver, a known bug of some "
+              "driver versions that repeats until the driver is changed.",
+        next_step="Ask an administrator to upgrade the NVIDIA driver on the node (or turn GSP "
+                  "firmware off), then submit the job again.",
+        documented="NVIDIA Xid catalog: 119/120 GSP RPC timeout / GSP error; corpus gpu-014 "
+                   "(driver 525 release notes: fixed in 525.105.17)",
+    ),
+    Signature(
+        rule="gpu-xid", family="gpu",
         pattern=_re(r"NVRM: Xid \([^)\n]{0,60}\): (?P<xid>\d{1,4})"),
         retryable=True, error_code="GPU_XID",
         message="The NVIDIA driver reported Xid {xid}",
@@ -353,7 +425,7 @@ LOG_SIGNATURES: tuple[Signature, ...] = (
         documented="NVIDIA Xid errors, docs.nvidia.com/deploy/xid-errors (kernel log \"NVRM: Xid\")",
     ),
     Signature(
-        rule="gpu-fallen-off-bus",
+        rule="gpu-fallen-off-bus", family="gpu",
         pattern=_re(r"GPU has fallen off the bus"),
         retryable=True, error_code="GPU_LOST",
         message="A GPU has fallen off the bus",
@@ -362,7 +434,7 @@ LOG_SIGNATURES: tuple[Signature, ...] = (
         documented="NVIDIA Xid 79, docs.nvidia.com/deploy/xid-errors",
     ),
     Signature(
-        rule="cuda-launch-failure",
+        rule="cuda-launch-failure", family="gpu",
         pattern=_re(r"unspecified launch failure|cudaErrorLaunchFailure"),
         retryable=True, error_code="CUDA_LAUNCH_FAILURE",
         message="CUDA: unspecified launch failure",
@@ -376,7 +448,7 @@ LOG_SIGNATURES: tuple[Signature, ...] = (
     # same step on every attempt; a user who sees it as a hardware fault can add
     # "illegal memory access" as a retryable keyword.
     Signature(
-        rule="cuda-illegal-memory-access",
+        rule="cuda-illegal-memory-access", family="user-error",
         pattern=_re(r"an illegal memory access was encountered|cudaErrorIllegalAddress"),
         retryable=False, error_code="CUDA_ILLEGAL_ADDRESS",
         message="CUDA: an illegal memory access was encountered",
@@ -388,7 +460,7 @@ LOG_SIGNATURES: tuple[Signature, ...] = (
         documented="CUDA runtime cudaErrorIllegalAddress (\"an illegal memory access was encountered\")",
     ),
     Signature(
-        rule="cuda-device-assert",
+        rule="cuda-device-assert", family="user-error",
         pattern=_re(r"device-side assert triggered"),
         retryable=False, error_code="CUDA_DEVICE_ASSERT",
         message="CUDA: device-side assert triggered",
@@ -399,7 +471,7 @@ LOG_SIGNATURES: tuple[Signature, ...] = (
         documented="CUDA runtime cudaErrorAssert (\"device-side assert triggered\")",
     ),
     Signature(
-        rule="cuda-no-device",
+        rule="cuda-no-device", family="gpu",
         pattern=_re(r"no CUDA-capable device is detected|cudaErrorNoDevice"),
         retryable=True, error_code="CUDA_NO_DEVICE",
         message="No CUDA-capable device was detected",
@@ -409,7 +481,7 @@ LOG_SIGNATURES: tuple[Signature, ...] = (
         documented="CUDA runtime cudaErrorNoDevice (\"no CUDA-capable device is detected\")",
     ),
     Signature(
-        rule="cuda-driver-too-old",
+        rule="cuda-driver-too-old", family="startup",
         pattern=_re(r"CUDA driver version is insufficient for CUDA runtime version"),
         retryable=False, error_code="CUDA_DRIVER_INSUFFICIENT",
         message="The CUDA driver is older than the CUDA runtime in the image",
@@ -419,7 +491,7 @@ LOG_SIGNATURES: tuple[Signature, ...] = (
     ),
     # ---- memory --------------------------------------------------------------------
     Signature(
-        rule="cuda-out-of-memory",
+        rule="cuda-out-of-memory", family="user-error",
         pattern=_re(r"CUDA out of memory|CUDA error: out of memory|OutOfMemoryError|CUBLAS_STATUS_ALLOC_FAILED"),
         retryable=False, error_code="CUDA_OOM",
         message="CUDA out of memory",
@@ -432,18 +504,35 @@ LOG_SIGNATURES: tuple[Signature, ...] = (
     # "Killed" (what a shell prints for any SIGKILL) does not: preemption and people send
     # SIGKILL too, and those are retryable.
     Signature(
-        rule="oom-killed",
-        pattern=_re(r"Out of memory: Kill(?:ed)? process|Memory cgroup out of memory|invoked oom-killer"
-                    r"|oom[-_]kill event|OOM Killed|OOMKilled", _I),
+        rule="oom-killed", family="signals",
+        pattern=_re(r"Memory cgroup out of memory|oom[-_]kill event|OOM Killed|OOMKilled", _I),
         retryable=False, error_code="OOM_KILLED",
         message="Killed for running out of memory",
-        cause="The system killed the instance because it ran out of memory (the OOM killer).",
+        cause="The instance used more memory than its own limit, so the system killed it (the OOM killer).",
         next_step="Raise the memory of the instance (resource_config.memory) and submit the job again.",
         explains_kill=True,
-        documented="Linux mm/oom_kill.c (\"Out of memory: Killed process\"); slurmstepd (\"Detected 1 oom_kill event\")",
+        documented="Linux mm/memcontrol.c (\"Memory cgroup out of memory\"); slurmstepd (\"Detected 1 oom_kill event\")",
+    ),
+    # Decision (issue 13): the node-wide OOM killer picks a victim among every process on
+    # the node, so its kill often comes from other tenants' memory, and a rerun (maybe on
+    # another node) succeeds; a job that needs more memory than any node has is stopped by
+    # the repeated-failure guard and --max-num-of-same-error. A kill for exceeding the
+    # instance's own memory limit (cgroup, OOMKilled) is the entry above: not retried.
+    Signature(
+        rule="oom-killer", family="signals",
+        pattern=_re(r"Out of memory: Kill(?:ed)? process|invoked oom-killer", _I),
+        retryable=True, error_code="NODE_OOM_KILLED",
+        message="Killed by the node's OOM killer",
+        cause="The node ran out of memory and the kernel's OOM killer killed this instance; the "
+              "memory may have been taken by other processes on the node.",
+        next_step="The job is retried automatically. If it is killed again, raise the memory of the "
+                  "instance (resource_config.memory) or lower the job's memory use.",
+        explains_kill=True,
+        documented="Linux mm/oom_kill.c (\"Out of memory: Killed process\", \"invoked oom-killer\"); "
+                   "corpus signals-002 (system OOM killer on an overcommitted node)",
     ),
     Signature(
-        rule="python-memory-error",
+        rule="python-memory-error", family="user-error",
         pattern=_re(r"(?m)^" + _PREFIX + r"MemoryError(?::|[ \t]*$)"),
         retryable=False, error_code="HOST_OOM",
         message="Python raised MemoryError",
@@ -452,7 +541,7 @@ LOG_SIGNATURES: tuple[Signature, ...] = (
         documented="Python built-in exception MemoryError",
     ),
     Signature(
-        rule="shared-memory-exhausted",
+        rule="shared-memory-exhausted", family="signals",
         pattern=_re(r"insufficient shared memory \(shm\)"),
         retryable=False, error_code="SHM_EXHAUSTED",
         message="A DataLoader worker ran out of shared memory",
@@ -462,7 +551,7 @@ LOG_SIGNATURES: tuple[Signature, ...] = (
         documented="torch/utils/data/_utils/signal_handling.py / worker.py (\"insufficient shared memory (shm)\")",
     ),
     Signature(
-        rule="dataloader-worker-killed",
+        rule="dataloader-worker-killed", family="signals",
         pattern=_re(r"DataLoader worker \(pid[^\n]{0,60}?\) (?:is killed by signal|exited unexpectedly)"),
         retryable=False, error_code="DATALOADER_WORKER_KILLED",
         message="A DataLoader worker process was killed",
@@ -473,7 +562,7 @@ LOG_SIGNATURES: tuple[Signature, ...] = (
     ),
     # ---- node loss and preemption --------------------------------------------------
     Signature(
-        rule="node-failure",
+        rule="node-failure", family="preemption",
         pattern=_re(r"CANCELLED AT [^\n]{0,40}?DUE TO NODE FAIL"),
         retryable=True, error_code="NODE_LOST",
         message="The node failed",
@@ -482,7 +571,7 @@ LOG_SIGNATURES: tuple[Signature, ...] = (
         documented="Slurm slurmstepd (\"*** STEP ... CANCELLED AT ... DUE TO NODE FAILURE ***\")",
     ),
     Signature(
-        rule="preempted",
+        rule="preempted", family="preemption",
         pattern=_re(r"CANCELLED AT [^\n]{0,40}?DUE TO PREEMPTION"),
         retryable=True, error_code="PREEMPTED",
         message="The instance was preempted",
@@ -491,7 +580,7 @@ LOG_SIGNATURES: tuple[Signature, ...] = (
         documented="Slurm slurmstepd (\"*** JOB ... CANCELLED AT ... DUE TO PREEMPTION ***\")",
     ),
     Signature(
-        rule="launcher-received-signal",
+        rule="launcher-received-signal", family="signals",
         pattern=_re(r"SignalException: Process \d{1,10} got signal: (?P<signum>\d{1,3})"),
         retryable=True, error_code="LAUNCHER_SIGNAL",
         message="The launcher received signal {signum} and stopped its workers",
@@ -502,7 +591,7 @@ LOG_SIGNATURES: tuple[Signature, ...] = (
         documented="torch/distributed/elastic/multiprocessing/api.py SignalException",
     ),
     Signature(
-        rule="worker-killed-by-signal",
+        rule="worker-killed-by-signal", family="signals",
         pattern=_re(r"Signal (?P<signum>\d{1,3}) \((?P<signame>SIG[A-Z]{2,8})\) received by PID"),
         retryable=True, error_code="WORKER_SIGNAL",
         message="A worker process was killed by {signame}",
@@ -510,9 +599,256 @@ LOG_SIGNATURES: tuple[Signature, ...] = (
         next_step="The job is retried automatically; if it repeats on the same node, check that node.",
         documented="torch/distributed/elastic/multiprocessing/api.py (\"Signal %s (%s) received by PID %s\")",
     ),
+    # ---- from the corpus (issue 13): infrastructure going away under the job ---------
+    Signature(
+        rule="cloud-preemption-notice", family="preemption",
+        pattern=_re(r"termination is imminent|spot instance (?:interruption|termination)|lifecycle termination"
+                    r"|preemption notice|(?:was|is|been) preempted|preempted by |imminent node shutdown", _I),
+        retryable=True, error_code="PREEMPTED",
+        message="The node was preempted or reclaimed",
+        cause="The cloud or the scheduler took the node back (a spot/preemptible reclaim, a "
+              "scale-in or a scheduler preemption); the program itself did not fail.",
+        next_step="The job is retried automatically when resources are free again.",
+        explains_kill=True,
+        documented="GCP metadata \"termination is imminent\"; AWS spot interruption / ASG lifecycle "
+                   "termination notices; Kubernetes \"Pod was terminated in response to imminent node "
+                   "shutdown\"; Ray \"the actor's node was preempted\"; corpus preemption-011, -019, -024",
+    ),
+    Signature(
+        rule="node-died", family="preemption",
+        pattern=_re(r"node has died|has been marked dead because|Node failure on |\(node failure\)|NODE_FAIL"),
+        retryable=True, error_code="NODE_LOST",
+        message="A node of the job died",
+        cause="A node running part of the job died or stopped answering the cluster (a reboot, "
+              "a power-off, a lost heartbeat); the program itself did not fail.",
+        next_step=_HARDWARE_NEXT,
+        explains_kill=True,
+        documented="Ray GCS (\"has been marked dead because the detector has missed too many heartbeats\", "
+                   "\"The actor died because its node has died\"); Slurm salloc \"Node failure on\"; "
+                   "corpus preemption-015, -020",
+    ),
+    Signature(
+        rule="time-limit", family="preemption",
+        pattern=_re(r"DUE TO TIME LIMIT|DeadlineExceeded|exceeded its active deadline"
+                    r"|active longer than specified deadline"),
+        retryable=False, error_code="TIME_LIMIT",
+        message="The job ran into its time limit",
+        cause="The scheduler stopped the instance because it ran longer than the time it asked "
+              "for (Slurm --time, Kubernetes activeDeadlineSeconds); an unchanged rerun needs "
+              "the same time and is stopped again.",
+        next_step="Ask for a longer time limit (or a queue/QoS that allows one), or checkpoint more "
+                  "often and resume, then submit the job again.",
+        explains_kill=True, explains_crash=True,
+        documented="Slurm slurmstepd \"*** JOB ... CANCELLED AT ... DUE TO TIME LIMIT ***\"; Kubernetes Job "
+                   "condition DeadlineExceeded; corpus preemption-006, -021, signals-007",
+    ),
+    Signature(
+        rule="cancelled", family="preemption",
+        pattern=_re(r"CANCELLED AT [0-9T:.-]{10,30} \*\*\*"),
+        retryable=False, error_code="CANCELLED",
+        message="The job was cancelled",
+        cause="Someone (or a script) cancelled the job at the scheduler (scancel), with no "
+              "preemption or node failure given as the reason.",
+        next_step="Submit the job again if the cancellation was a mistake; stop jobs from the "
+                  "console so the monitor knows the stop was meant.",
+        explains_kill=True, explains_crash=True,
+        documented="Slurm slurmstepd \"*** STEP ... CANCELLED AT <time> ***\" (scancel, no DUE TO); corpus preemption-022",
+    ),
+    Signature(
+        rule="evicted-over-request", family="preemption",
+        pattern=_re(r"which exceeds its request of"),
+        retryable=False, error_code="EVICTED_OVER_REQUEST",
+        message="Evicted for using more than it requested",
+        cause="The node ran short of memory or disk, and the kubelet evicted this instance first "
+              "because it used more than its resource request; it does the same on any busy node.",
+        next_step="Give the instance a memory/disk request (resource_config) that covers what it "
+                  "uses, or use less, then submit the job again.",
+        explains_kill=True, explains_crash=True,
+        documented="Kubernetes kubelet eviction message \"Container X was using N, which exceeds its "
+                   "request of M\"; corpus preemption-004, -005",
+    ),
+    # ---- start-up -----------------------------------------------------------------
+    Signature(
+        rule="image-not-found", family="startup",
+        pattern=_re(r"manifest unknown|manifest for [^\n]{0,200}? not found|repository does not exist"
+                    r"|pull access denied|requested access to the resource is denied"
+                    r"|unauthorized: authentication required"),
+        retryable=False, error_code="IMAGE_NOT_FOUND",
+        message="The image or its tag does not exist, or pulling it was denied",
+        cause="The registry answered that the image or tag does not exist, or that this node may "
+              "not pull it; a retry gets the same answer.",
+        next_step="Check the image name and tag, and give registry credentials if the repository is "
+                  "private, then submit the job again.",
+        documented="Docker/containerd registry errors (\"manifest unknown\", \"pull access denied\"); corpus startup-007",
+    ),
+    Signature(
+        rule="container-config-error", family="startup",
+        pattern=_re(r"CreateContainerConfigError|couldn't find key [^\n]{0,200}? in (?:Secret|ConfigMap)"
+                    r"|(?:secret|configmap)s? \"[^\"\n]{1,253}\" not found"),
+        retryable=False, error_code="CONTAINER_CONFIG_ERROR",
+        message="The container's configuration refers to something that does not exist",
+        cause="The container could not be created because a Secret, ConfigMap or key it refers to "
+              "does not exist.",
+        next_step="Create the missing Secret/ConfigMap (or fix its name or key) before the job "
+                  "starts, then submit the job again.",
+        documented="Kubernetes kubelet CreateContainerConfigError (\"secret ... not found\", \"couldn't "
+                   "find key ... in Secret\"); corpus startup-010, -012, -013",
+    ),
+    Signature(
+        rule="nvml-driver-mismatch", family="gpu",
+        pattern=_re(r"Driver/library version mismatch"),
+        retryable=False, error_code="NVML_DRIVER_MISMATCH",
+        message="NVIDIA driver/library version mismatch",
+        cause="The node's NVIDIA user-space library does not match its loaded kernel driver (e.g. "
+              "after an unattended upgrade); every GPU program on the node fails until it is fixed.",
+        next_step=_HARDWARE_NEXT,
+        documented="NVML \"Failed to initialize NVML: Driver/library version mismatch\"; corpus gpu-006",
+    ),
+    # ---- external services (model hubs, object stores, registries, package indexes) --
+    Signature(
+        rule="service-rate-limited", family="external-services",
+        pattern=_re(r"Too Many Requests|toomanyrequests|pull rate limit|[Rr]ate limit exceeded|SlowDown"
+                    r"|Please reduce your request rate|ThrottlingException|RequestLimitExceeded"),
+        retryable=True, error_code="RATE_LIMITED",
+        message="A service rate-limited the job",
+        cause="A registry, model hub or object store refused requests for the moment because too "
+              "many were made (HTTP 429, S3 SlowDown); the limit resets over time.",
+        next_step="The job is retried automatically. If it keeps happening, authenticate to the "
+                  "service, cache the files, or lower the request rate.",
+        documented="HTTP 429 Too Many Requests (RFC 6585); Docker Hub \"toomanyrequests: You have reached "
+                   "your pull rate limit\"; S3 SlowDown; corpus startup-003, external-services-011",
+    ),
+    Signature(
+        rule="service-unavailable", family="external-services",
+        pattern=_re(r"50[0234] (?:Server Error|Internal Server Error|Bad Gateway|Service Unavailable"
+                    r"|Service Temporarily Unavailable|Gateway Time-?out)|HTTP Error 50[0234]"
+                    r"|We encountered an internal error\. Please try again|\(InternalError\) when calling the"
+                    r"|\(ServiceUnavailable\)"),
+        retryable=True, error_code="SERVICE_UNAVAILABLE",
+        message="A service answered with a server error",
+        cause="A registry, model hub or object store had a server-side fault (HTTP 5xx); the "
+              "request itself was valid.",
+        next_step="The job is retried automatically. If the service stays down, check its status "
+                  "page or use a mirror/cache.",
+        documented="HTTP 500/502/503/504 (RFC 9110); S3 InternalError \"We encountered an internal error. "
+                   "Please try again.\"; corpus external-services-001, -003, -013, startup-019",
+    ),
+    Signature(
+        rule="service-timeout", family="external-services",
+        pattern=_re(r"Read timed out|RequestTimeout|TLS handshake timeout|i/o timeout|context deadline exceeded"
+                    r"|ReadTimeoutError|ConnectTimeoutError|operation timeout"),
+        retryable=True, error_code="SERVICE_TIMEOUT",
+        message="A request to a service timed out",
+        cause="A download, upload or registry request timed out: the service or the network to "
+              "it was slow or briefly unreachable.",
+        next_step="The job is retried automatically. If it keeps happening, check the network "
+                  "path to the service or use a closer mirror.",
+        documented="urllib3 ReadTimeoutError (\"Read timed out\"); Go net/http \"TLS handshake timeout\", "
+                   "\"i/o timeout\", \"context deadline exceeded\"; S3 RequestTimeout; corpus startup-024, "
+                   "-027, external-services-019, -030",
+    ),
+    Signature(
+        rule="service-denied", family="external-services",
+        pattern=_re(r"40[134] Client Error|401 Unauthorized|403 Forbidden|404 Not Found|RepositoryNotFoundError"
+                    r"|GatedRepoError|EntryNotFoundError|RevisionNotFoundError|AccessDenied|Access Denied"
+                    r"|NoSuchBucket|NoSuchKey|InvalidAccessKeyId|SignatureDoesNotMatch|ExpiredToken"),
+        retryable=False, error_code="SERVICE_DENIED",
+        message="A service refused the request (not found or not allowed)",
+        cause="A model hub, object store or registry answered that the file does not exist or that "
+              "the job may not read it (HTTP 401/403/404); a retry gets the same answer.",
+        next_step="Check the name/path and the job's credentials or access token, then submit the job again.",
+        documented="HTTP 401/403/404 (RFC 9110); huggingface_hub RepositoryNotFoundError/GatedRepoError; "
+                   "S3 AccessDenied/NoSuchKey",
+    ),
+    # ---- rendezvous and DNS start-up races ----------------------------------------
+    Signature(
+        rule="name-not-resolved", family="rendezvous",
+        pattern=_re(r"Name or service not known|Could not resolve hostname|Could not resolve host"
+                    r"|nodename nor servname provided|No address associated with hostname"),
+        retryable=False, error_code="NAME_NOT_RESOLVED",
+        message="A host name does not resolve",
+        cause="The DNS answered that a host name the job uses does not exist (unlike \"Temporary "
+              "failure in name resolution\"): a wrong MASTER_ADDR or host name, a name only the "
+              "node itself knows, or a missing DNS search domain.",
+        next_step="Use a host name every node can resolve (or the IP address) for the master and "
+                  "peers, and check the pods' dnsPolicy. If the workers merely started before the "
+                  "master's DNS record existed, add this line as a retryable keyword.",
+        # Decision from the corpus: the sources blame a wrong or unresolvable name more often
+        # (rendezvous-004, -006, -018, -019, external-services-027) than a start-up race
+        # that cleared by itself (rendezvous-001, -003, -010).
+        documented="glibc gai_strerror(EAI_NONAME) \"Name or service not known\"; OpenSSH \"Could not "
+                   "resolve hostname\"; corpus rendezvous-004, -006, -018",
+    ),
+    Signature(
+        rule="port-taken", family="rendezvous",
+        pattern=_re(r"Failed to add port to server"),
+        retryable=True, error_code="PORT_TAKEN",
+        message="A gRPC server could not bind its port",
+        cause="The port the job's coordinator needs was still held by another process on the "
+              "node (often a previous job's leftover).",
+        next_step="The job is retried automatically, preferably on another node.",
+        explains_crash=True,
+        documented="gRPC add_port.cc \"Failed to add port to server\"; corpus signals-012 (orphaned JAX "
+                   "coordinator held the port)",
+    ),
+    # ---- storage ------------------------------------------------------------------
+    Signature(
+        rule="stale-file-handle", family="storage",
+        pattern=_re(r"Stale (?:NFS )?file handle"),
+        retryable=True, error_code="ESTALE",
+        message="Stale file handle on shared storage",
+        cause="The network file system lost track of a file or directory the job had open "
+              "(a server restart, failover or race on the storage side).",
+        next_step="The job is retried automatically. If it keeps happening, ask an administrator "
+                  "to check the shared storage.",
+        documented="Linux errno ESTALE (116) \"Stale file handle\"; corpus storage-009",
+    ),
+    Signature(
+        rule="io-error", family="storage",
+        pattern=_re(r"Input/output error"),
+        retryable=True, error_code="EIO",
+        message="Input/output error from storage",
+        cause="Reading or writing a file failed in the storage layer (EIO), not in the program.",
+        next_step="The job is retried automatically. If the same file fails every time, check the "
+                  "file and the storage it is on.",
+        documented="Linux errno EIO (5) \"Input/output error\"; corpus storage-014",
+    ),
+    # ---- GPU and accelerator faults ------------------------------------------------
+    Signature(
+        rule="cuda-unknown-error", family="gpu",
+        pattern=_re(r"CUDA error: unknown error|cudaErrorUnknown"),
+        retryable=True, error_code="CUDA_UNKNOWN_ERROR",
+        message="CUDA: unknown error",
+        cause="The GPU or its driver failed in a way CUDA could not name, which points at the GPU.",
+        next_step=_HARDWARE_NEXT,
+        documented="CUDA runtime cudaErrorUnknown (999); corpus gpu-016 (BLOOM-176B: a GPU crashing "
+                   "from a hardware failure)",
+    ),
+    Signature(
+        rule="device-busy", family="gpu",
+        pattern=_re(r"Device or resource busy|busy or unavailable"),
+        retryable=True, error_code="DEVICE_BUSY",
+        message="The accelerator is busy or held by another process",
+        cause="The GPU/TPU device was still held by another process on the node (often a "
+              "previous job that did not exit cleanly).",
+        next_step=_HARDWARE_NEXT,
+        documented="Linux errno EBUSY (16) \"Device or resource busy\"; CUDA cudaErrorDevicesUnavailable "
+                   "(\"busy or unavailable\"); corpus gpu-019",
+    ),
+    # ---- network configuration ----------------------------------------------------
+    Signature(
+        rule="nccl-no-socket-interface", family="network",
+        pattern=_re(r"no socket interface found"),
+        retryable=False, error_code="NCCL_NO_INTERFACE",
+        message="NCCL found no usable network interface",
+        cause="NCCL could not find the network interface it was told to use (NCCL_SOCKET_IFNAME) "
+              "or any usable one, a configuration problem of the job or the node.",
+        next_step="Fix or remove NCCL_SOCKET_IFNAME (or the node's interface setup), then submit the job again.",
+        documented="NCCL bootstrap \"Bootstrap : no socket interface found\"; corpus network-004",
+    ),
     # ---- the program itself: not retryable ----------------------------------------
     Signature(
-        rule="python-import-error",
+        rule="python-import-error", family="user-error",
         pattern=_re(r"(?m)^" + _PREFIX + r"(?P<exc>ModuleNotFoundError|ImportError): (?P<detail>[^\n]{0,200})"),
         retryable=False, error_code="IMPORT_ERROR",
         message="{exc}: {detail}",
@@ -522,7 +858,7 @@ LOG_SIGNATURES: tuple[Signature, ...] = (
         documented="Python built-in exceptions ImportError, ModuleNotFoundError",
     ),
     Signature(
-        rule="python-syntax-error",
+        rule="python-syntax-error", family="user-error",
         pattern=_re(r"(?m)^" + _PREFIX + r"(?P<exc>SyntaxError|IndentationError|TabError): (?P<detail>[^\n]{0,200})"),
         retryable=False, error_code="SYNTAX_ERROR",
         message="{exc}: {detail}",
@@ -531,7 +867,7 @@ LOG_SIGNATURES: tuple[Signature, ...] = (
         documented="Python built-in exceptions SyntaxError, IndentationError, TabError",
     ),
     Signature(
-        rule="file-not-found",
+        rule="file-not-found", family="user-error",
         pattern=_re(r"FileNotFoundError|No such file or directory|can't open file"),
         retryable=False, error_code="FILE_NOT_FOUND",
         message="A file the program needs was not found",
@@ -542,7 +878,7 @@ LOG_SIGNATURES: tuple[Signature, ...] = (
         documented="Linux errno ENOENT (2), strerror text; Python FileNotFoundError",
     ),
     Signature(
-        rule="command-not-found",
+        rule="command-not-found", family="user-error",
         pattern=_re(r"command not found|sh: (?:line )?\d{1,6}: [^\n]{0,300}?: not found"),
         retryable=False, error_code="COMMAND_NOT_FOUND",
         message="The command was not found",
@@ -552,7 +888,7 @@ LOG_SIGNATURES: tuple[Signature, ...] = (
         documented="bash/dash (\"command not found\", \"sh: 1: x: not found\"), POSIX exit status 127",
     ),
     Signature(
-        rule="exec-format-error",
+        rule="exec-format-error", family="startup",
         pattern=_re(r"exec format error", _I),
         retryable=False, error_code="EXEC_FORMAT_ERROR",
         message="exec format error: the program cannot run on this CPU",
@@ -562,7 +898,7 @@ LOG_SIGNATURES: tuple[Signature, ...] = (
         documented="Linux errno ENOEXEC (8) \"Exec format error\"; PAI-EAS FAQ \"fork/exec /bin/sh: exec format error\"",
     ),
     Signature(
-        rule="permission-denied",
+        rule="permission-denied", family="user-error",
         pattern=_re(r"Permission denied"),
         retryable=False, error_code="PERMISSION_DENIED",
         message="Permission denied",
@@ -575,7 +911,7 @@ LOG_SIGNATURES: tuple[Signature, ...] = (
     # Decision: a full disk is not retryable: the files that filled it are written again
     # by the next attempt, as in the FAQ's example of model files filling the system disk.
     Signature(
-        rule="disk-full",
+        rule="disk-full", family="storage",
         pattern=_re(r"No space left on device|StorageFull"),
         retryable=False, error_code="ENOSPC",
         message="Disk full: No space left on device",
@@ -585,7 +921,7 @@ LOG_SIGNATURES: tuple[Signature, ...] = (
         documented="Linux errno ENOSPC (28), strerror text; PAI-EAS FAQ IoError StorageFull",
     ),
     Signature(
-        rule="loss-is-nan",
+        rule="loss-is-nan", family="nan",
         pattern=_re(r"Loss became infinite or NaN|Minimum loss scale reached", _I),
         retryable=False, error_code="LOSS_NAN",
         message="The training loss became NaN or infinite",
@@ -597,7 +933,7 @@ LOG_SIGNATURES: tuple[Signature, ...] = (
     # nan/inf. The lookbehind comes after the literal so the scan can jump from one "loss" to
     # the next instead of trying the pattern at every position of a long progress log.
     Signature(
-        rule="loss-value-nan",
+        rule="loss-value-nan", family="nan",
         pattern=_re(r"loss(?<![a-z]loss)[^\n=:]{0,40}(?:[=:]|\bis\b|\bbecame\b)[ \t]*(?:nan|inf)\b", _I),
         retryable=False, error_code="LOSS_NAN",
         message="The training loss became NaN or infinite",
@@ -607,7 +943,7 @@ LOG_SIGNATURES: tuple[Signature, ...] = (
     # ---- generic: an uncaught Python exception in user code ------------------------
     # Any specific entry found anywhere in the tail wins over this one.
     Signature(
-        rule="python-exception",
+        rule="python-exception", family="user-error",
         pattern=_re(
             r"(?m)^" + _PREFIX
             + r"(?P<exc>(?:[A-Za-z_]\w{0,60}\.){0,8}(?!ChildFailedError\b)[A-Z]\w{0,80}?(?:Error|Exception))"
@@ -627,7 +963,7 @@ LOG_SIGNATURES: tuple[Signature, ...] = (
 # classification on their own. Full-matched, case-insensitive, against the reason.
 BACKEND_SIGNATURES: tuple[Signature, ...] = (
     Signature(
-        rule="oom-killed",
+        rule="oom-killed", family="signals",
         pattern=_re(r"OOMKilled|OUT_OF_MEMORY|OutOfMemory", _I),
         retryable=False, error_code="OOM_KILLED",
         message="Killed for running out of memory",
@@ -636,7 +972,7 @@ BACKEND_SIGNATURES: tuple[Signature, ...] = (
         documented="Kubernetes container state reason OOMKilled; Slurm job state OUT_OF_MEMORY",
     ),
     Signature(
-        rule="image-pull-failed",
+        rule="image-pull-failed", family="startup",
         pattern=_re(r"ImagePullBackOff|ErrImagePull|InvalidImageName|ErrImageNeverPull", _I),
         retryable=False, error_code="IMAGE_PULL_FAILED",
         message="The image could not be pulled",
@@ -646,9 +982,23 @@ BACKEND_SIGNATURES: tuple[Signature, ...] = (
                   "cluster (internal address in the same region), and give registry credentials "
                   "if it does not allow anonymous pulls.",
         documented="Kubernetes container waiting reasons ImagePullBackOff, ErrImagePull; PAI-EAS FAQ",
+        # Rate limits and registry outages behind the reason are retryable, a missing tag
+        # or a denied repository is not (corpus startup-001, -002, -007, -022).
+        refined_by=("startup", "external-services", "network"),
     ),
     Signature(
-        rule="preempted",
+        rule="container-config-error", family="startup",
+        pattern=_re(r"CreateContainerConfigError|CreateContainerError", _I),
+        retryable=False, error_code="CONTAINER_CONFIG_ERROR",
+        message="The container's configuration refers to something that does not exist",
+        cause="The container could not be created because a Secret, ConfigMap or key it refers to "
+              "does not exist.",
+        next_step="Create the missing Secret/ConfigMap (or fix its name or key) before the job "
+                  "starts, then submit the job again.",
+        documented="Kubernetes container waiting reason CreateContainerConfigError; corpus startup-010, -012",
+    ),
+    Signature(
+        rule="preempted", family="preemption",
         pattern=_re(r"Preempted|Preempting|PREEMPTED|Evicted", _I),
         retryable=True, error_code="PREEMPTED",
         message="The instance was preempted or evicted",
@@ -656,9 +1006,37 @@ BACKEND_SIGNATURES: tuple[Signature, ...] = (
               "because the node ran short of resources.",
         next_step="The job is retried automatically when resources are free again.",
         documented="Kubernetes pod reasons Evicted, Preempting; Slurm job state PREEMPTED",
+        # An eviction because the instance used more than it requested is not retryable.
+        refined_by=("preemption",),
     ),
     Signature(
-        rule="node-lost",
+        rule="time-limit", family="preemption",
+        pattern=_re(r"TIMEOUT|DeadlineExceeded", _I),
+        retryable=False, error_code="TIME_LIMIT",
+        message="The job ran into its time limit",
+        cause="The scheduler stopped the instance because it ran longer than the time it asked "
+              "for; an unchanged rerun needs the same time and is stopped again.",
+        next_step="Ask for a longer time limit (or a queue/QoS that allows one), or checkpoint more "
+                  "often and resume, then submit the job again.",
+        documented="Slurm job state TIMEOUT; Kubernetes Job condition reason DeadlineExceeded; corpus preemption-021",
+    ),
+    # Decision: a Slurm CANCELLED with no reason in the log was a person's scancel (or a
+    # script's), which a restart would undo; the log's "DUE TO PREEMPTION/NODE FAIL/TIME
+    # LIMIT" decides instead when it is there.
+    Signature(
+        rule="cancelled", family="preemption",
+        pattern=_re(r"CANCELLED(?: by \d{1,10})?\+?"),
+        retryable=False, error_code="CANCELLED",
+        message="The job was cancelled",
+        cause="Someone (or a script) cancelled the job at the scheduler, with no preemption or node "
+              "failure given as the reason.",
+        next_step="Submit the job again if the cancellation was a mistake; stop jobs from the "
+                  "console so the monitor knows the stop was meant.",
+        documented="Slurm job state CANCELLED (sacct \"CANCELLED by <uid>\"); corpus preemption-022, signals-008",
+        refined_by=("preemption",),
+    ),
+    Signature(
+        rule="node-lost", family="preemption",
         pattern=_re(r"NodeLost|NODE_FAIL|NodeShutdown|Shutdown|Lost", _I),
         retryable=True, error_code="NODE_LOST",
         message="The node running the instance was lost",
@@ -667,7 +1045,7 @@ BACKEND_SIGNATURES: tuple[Signature, ...] = (
         documented="Kubernetes pod reasons NodeLost, NodeShutdown; Slurm job state NODE_FAIL",
     ),
     Signature(
-        rule="waiting-for-resources",
+        rule="waiting-for-resources", family="startup",
         pattern=_re(r"Unschedulable|FailedScheduling|Resources|Insufficient[A-Za-z]{0,20}", _I),
         retryable=True, error_code="UNSCHEDULABLE",
         message="The instance waited a long time for resources",

@@ -79,6 +79,9 @@ class Classification:
     cause: str
     next_step: str
     cascade_like: bool  # a symptom that peers show when another rank died
+    family: str = ""    # the failure family of the signature that decided (catalog, corpus)
+    evidence: str = ""  # the log line (or backend reason) that decided; "" when only the exit status did
+    retry_limit: int | None = None  # retryable this many times per (rule, role, index), then not
 
 
 def prepare_tail(log_tail: bytes | bytearray | memoryview | str) -> str:
@@ -125,7 +128,7 @@ def _one_line(text: str) -> str:
 
 
 def _from_signature(
-    sig: Signature, source: ErrorSource, groups: dict[str, str | None], line: str = "",
+    sig: Signature, source: ErrorSource, groups: dict[str, str | None], line: str = "", evidence: str = "",
 ) -> Classification:
     message = sig.message
     if "{" in message:
@@ -137,21 +140,22 @@ def _from_signature(
     return Classification(
         retryable=sig.retryable, rule=sig.rule, error_code=sig.error_code,
         message=_one_line(message), source=source, cause=sig.cause,
-        next_step=sig.next_step, cascade_like=sig.cascade_like,
+        next_step=sig.next_step, cascade_like=sig.cascade_like, family=sig.family,
+        evidence=_one_line(evidence or line), retry_limit=sig.retry_limit,
     )
 
 
-def _by_backend_reason(reason: str) -> Classification | None:
+def _by_backend_reason(reason: str) -> Signature | None:
     reason = reason.strip()
     if not reason:
         return None
     for sig in BACKEND_SIGNATURES:
         if sig.pattern.fullmatch(reason):
-            return _from_signature(sig, ErrorSource.BACKEND, {})
+            return sig
     return None
 
 
-def _by_keyword(folded: str, keywords: Iterable[str]) -> Classification | None:
+def _by_keyword(text: str, folded: str, keywords: Iterable[str]) -> Classification | None:
     # Literal search on case-folded text: str.rfind is linear (two-way search) whatever
     # the keyword holds, so "a.*b" only ever matches the four characters a . * b.
     best: tuple[int, str] | None = None
@@ -161,7 +165,12 @@ def _by_keyword(folded: str, keywords: Iterable[str]) -> Classification | None:
             best = (at, kw)
     if best is None:
         return None
-    kw = best[1]
+    at, kw = best
+    line_start = folded.rfind("\n", 0, at) + 1
+    line_end = folded.find("\n", at)
+    line = folded[line_start: line_end if line_end >= 0 else len(folded)]
+    if len(text) == len(folded):  # show the line as written, not case-folded
+        line = text[line_start: line_end if line_end >= 0 else len(text)]
     return Classification(
         retryable=True, rule="user-keyword", error_code="USER_KEYWORD",
         message=_one_line(f'The log contains the retryable keyword "{kw}"'),
@@ -169,7 +178,7 @@ def _by_keyword(folded: str, keywords: Iterable[str]) -> Classification | None:
         cause=f'The log holds "{kw}", which this job lists as a retryable error.',
         next_step="The job is retried automatically. Remove the keyword from the job's retryable "
                   "errors if this failure should not be retried.",
-        cascade_like=False,
+        cascade_like=False, evidence=_one_line(line),
     )
 
 
@@ -318,14 +327,26 @@ def _last_match(pattern: re.Pattern[str], text: str, ends: list[int] | None) -> 
     return None
 
 
-def _by_catalog(text: str, folded: str, killed_from_outside: bool = False) -> Classification | None:
+class _Ending(StrEnum):
+    """How the process ended, which decides what evidence in its log can explain it."""
+
+    EXIT = "exit"    # an exit code, or SIGABRT (the program aborted itself)
+    KILLED = "kill"  # SIGKILL, SIGTERM, SIGINT, SIGHUP: stopped from outside
+    CRASHED = "crash"  # SIGSEGV, SIGBUS, SIGILL, SIGFPE: a fault inside the process
+
+
+def _by_catalog(text: str, folded: str, ending: _Ending = _Ending.EXIT,
+                families: tuple[str, ...] | None = None) -> Classification | None:
     """The latest specific signature, or the generic exception when it is more relevant.
 
     A specific signature inside or after the final traceback beats the generic exception
     (a RuntimeError wrapping "Connection reset by peer" is the communication error). One
     seen only before that traceback is stale (e.g. rendezvous "Connection refused" retry
     warnings at start-up) and the exception that ended the program wins. For a process
-    killed from outside, only signatures that can explain such a kill count.
+    killed from outside, only signatures that can explain such a kill count; for one that
+    crashed by a fault signal, only not-retryable ones and hardware/node faults. With
+    `families`, only the specific signatures of those families count (refining a backend
+    reason).
     """
     found: dict[bool, tuple[tuple[int, int], Signature, re.Match[str], int]] = {}
     # Case folding can lengthen a text (e.g. "ß" -> "ss"); then offsets in the folded text
@@ -333,7 +354,11 @@ def _by_catalog(text: str, folded: str, killed_from_outside: bool = False) -> Cl
     aligned = len(folded) == len(text)
     for order, ends in sorted(_candidates(folded).items()):
         sig = LOG_SIGNATURES[order]
-        if killed_from_outside and not sig.can_explain_kill:
+        if ending is _Ending.KILLED and not sig.can_explain_kill:
+            continue
+        if ending is _Ending.CRASHED and not sig.can_explain_crash:
+            continue
+        if families is not None and (sig.family not in families or not sig.specific):
             continue
         last = _last_match(sig.pattern, text, ends if aligned else None)
         if last is None:
@@ -365,6 +390,17 @@ def _signal_name(number: int) -> str:
 # Signals that come from outside the program (scheduler, node agent, person, supervisor),
 # unlike SIGABRT or SIGSEGV, which the program's own failure raises.
 _EXTERNAL_SIGNALS = frozenset({_signal.SIGKILL, _signal.SIGTERM, _signal.SIGINT, _signal.SIGHUP})
+# Faults inside the process: a bug, a version mismatch or a configuration (too small
+# /dev/shm for SIGBUS) unless a hardware/driver line or the scheduler explains them.
+_FAULT_SIGNALS = frozenset({_signal.SIGSEGV, _signal.SIGBUS, _signal.SIGILL, _signal.SIGFPE})
+
+
+def _ending(signum: int | None) -> _Ending:
+    if signum in _EXTERNAL_SIGNALS:
+        return _Ending.KILLED
+    if signum in _FAULT_SIGNALS:
+        return _Ending.CRASHED
+    return _Ending.EXIT
 
 
 def _effective_signal(exit_code: int | None, signum: int | None) -> int | None:
@@ -378,18 +414,42 @@ def _effective_signal(exit_code: int | None, signum: int | None) -> int | None:
 
 def _by_exit_status(exit_code: int | None, signum: int | None) -> Classification:
     signum = _effective_signal(exit_code, signum)
+    if signum in _FAULT_SIGNALS or signum == _signal.SIGABRT:
+        name = _signal_name(signum)
+        shown = f"exit code {exit_code}, " if exit_code not in (None, -signum) else ""
+        return Classification(
+            retryable=False, rule="crashed-by-signal", error_code=name,
+            message=f"Crashed with {name} ({shown}signal {signum})",
+            source=ErrorSource.EXIT_CODE,
+            cause=f"The program crashed with {name} and its log names no hardware, driver or "
+                  "scheduler cause: most often a bug or a version mismatch of native libraries"
+                  + (", or too little shared memory (/dev/shm)" if signum == _signal.SIGBUS else "")
+                  + ", which a restart repeats.",
+            next_step="Read the instance log for the last lines before the crash; check that torch, "
+                      "CUDA and compiled extensions match. If it only ever happens on one node, "
+                      "add its error line as a retryable keyword.",
+            cascade_like=False, family="signals",
+        )
     if signum is not None:
         name = _signal_name(signum)
         shown = f"exit code {exit_code}, " if exit_code not in (None, -signum) else ""
+        # Decision (issue 13): a SIGKILL with nothing in the log to explain it is usually
+        # the node or a person, so it is retried once; a second one on the same instance
+        # is not (policy: Classification.retry_limit).
+        once = signum == _signal.SIGKILL
         return Classification(
             retryable=True, rule="killed-by-signal", error_code=name.upper().replace(" ", "_"),
             message=f"Killed by {name} ({shown}signal {signum})",
             source=ErrorSource.EXIT_CODE,
             cause=f"The instance was killed by {name} with no error in its log: usually the node, "
                   "the scheduler or a person stopped it, not the program.",
-            next_step="The job is retried automatically. If it repeats on the same node, check "
-                      "that node's health and memory.",
+            next_step=("The job is retried once. If it is killed again, check the node's memory "
+                       "(a kill with no log line is often the out-of-memory killer) and its health."
+                       if once else
+                       "The job is retried automatically. If it repeats on the same node, check "
+                       "that node's health and memory."),
             cascade_like=signum in (_signal.SIGTERM, _signal.SIGHUP, _signal.SIGINT),
+            family="signals", retry_limit=1 if once else None,
         )
     if exit_code is None:
         return Classification(
@@ -433,14 +493,18 @@ def _by_exit_status(exit_code: int | None, signum: int | None) -> Classification
 def classify_failure(f: FailureInput) -> Classification:
     """Classify one failed instance. Raises ValueError for a success or malformed input."""
     _check_input(f)
-    by_backend = _by_backend_reason(f.backend_reason)
-    if by_backend is not None:
-        return by_backend
     text = prepare_tail(f.log_tail)
     folded = text.casefold()
+    backend = _by_backend_reason(f.backend_reason)
+    if backend is not None:
+        # The scheduler's reason decides first; where its log says which case of that
+        # reason this is (a rate limit behind ImagePullBackOff, a time limit behind
+        # CANCELLED), that line decides instead.
+        refined = _by_catalog(text, folded, families=backend.refined_by) if backend.refined_by else None
+        return refined or _from_signature(backend, ErrorSource.BACKEND, {}, evidence=f.backend_reason.strip())
     return (
-        _by_keyword(folded, f.user_keywords)
-        or _by_catalog(text, folded, _effective_signal(f.exit_code, f.signal) in _EXTERNAL_SIGNALS)
+        _by_keyword(text, folded, f.user_keywords)
+        or _by_catalog(text, folded, _ending(_effective_signal(f.exit_code, f.signal)))
         or _by_exit_status(f.exit_code, f.signal)
     )
 

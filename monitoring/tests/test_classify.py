@@ -138,6 +138,9 @@ SAMPLES: list[tuple[str, int, str]] = [
      "79.15 GiB of which 1.12 GiB is free.\n"),
     ("oom-killed", 137,
      "slurmstepd: error: Detected 1 oom_kill event in StepId=4412.0. Some of the step tasks have been OOM Killed.\n"),
+    ("oom-killer", 137,
+     "[ 9121.443210] python invoked oom-killer: gfp_mask=0x100cca(GFP_HIGHUSER_MOVABLE), order=0, oom_score_adj=0\n"
+     "[ 9121.443337] Out of memory: Killed process 4242 (python) total-vm:98765432kB, anon-rss:61234567kB\n"),
     ("python-memory-error", 1,
      "Traceback (most recent call last):\n"
      '  File "prep.py", line 12, in <module>\n'
@@ -185,6 +188,12 @@ SAMPLES: list[tuple[str, int, str]] = [
     ("loss-is-nan", 1,
      "iter 1200 | lr 3.0e-04 | loss 2.113\n"
      "FloatingPointError: Loss became infinite or NaN at iteration=1201!\n"),
+    ("gpu-xid-application", 1,
+     "NVRM: Xid (PCI:0000:3b:00): 13, pid=4112, Graphics SM Warp Exception on (GPC 0, TPC 0, SM 0): Out Of Range Address\n"
+     "RuntimeError: CUDA error: an illegal instruction was encountered\n"),
+    ("service-denied", 1,
+     "Traceback (most recent call last):\n"
+     "huggingface_hub.utils._errors.RepositoryNotFoundError: 401 Client Error. (Request ID: Root=1-65)\n"),
     ("loss-value-nan", 1,
      "iter 1200 | lr 3.0e-04 | loss 2.113\n"
      "[INFO] epoch 3 step 1201: train_loss=nan lr=3.0e-04\n"),
@@ -216,7 +225,11 @@ def test_each_log_signature_classifies_its_realistic_tail(rule, exit_code, tail)
 
 
 def test_every_log_signature_has_a_realistic_sample():
-    assert {s.rule for s in LOG_SIGNATURES} == {rule for rule, _, _ in SAMPLES}
+    # A signature grown from the corpus (issue 13) has its sample there instead: its
+    # `documented` names the entries, and test_corpus checks they classify by it.
+    sampled = {rule for rule, _, _ in SAMPLES}
+    assert sampled <= {s.rule for s in LOG_SIGNATURES}
+    assert [s.rule for s in LOG_SIGNATURES if s.rule not in sampled and "corpus " not in s.documented] == []
 
 
 def test_catalog_holds_at_least_thirty_documented_signatures_with_unique_rules():
@@ -286,8 +299,6 @@ def test_gpu_xid_message_names_the_xid():
 @pytest.mark.parametrize("reason, rule, retryable", [
     ("OOMKilled", "oom-killed", False),
     ("OUT_OF_MEMORY", "oom-killed", False),
-    ("ImagePullBackOff", "image-pull-failed", False),
-    ("ErrImagePull", "image-pull-failed", False),
     ("Evicted", "preempted", True),
     ("PREEMPTED", "preempted", True),
     ("NodeLost", "node-lost", True),
@@ -298,6 +309,56 @@ def test_decisive_backend_reason_classifies_before_the_log(reason, rule, retryab
     got = classify("RuntimeError: Connection reset by peer\n", exit_code=137, reason=reason,
                    keywords=("connection reset",))
     assert (got.rule, got.retryable, got.source) == (rule, retryable, ErrorSource.BACKEND)
+
+
+@pytest.mark.parametrize("reason", ["ImagePullBackOff", "ErrImagePull"])
+def test_an_image_pull_failure_is_decided_by_what_its_log_says(reason):
+    # Issue 13: a rate limit or registry outage behind the reason is retryable, a missing
+    # tag is not, and with no such line the reason decides (not retryable).
+    got = classify("RuntimeError: Connection reset by peer\n", exit_code=137, reason=reason)
+    assert (got.rule, got.retryable, got.source) == ("connection-reset", True, ErrorSource.LOG)
+    got = classify('Failed to pull image "busybox": 429 Too Many Requests - Server message: toomanyrequests\n',
+                   reason=reason)
+    assert (got.rule, got.retryable) == ("service-rate-limited", True)
+    got = classify("manifest for leader:v1.0-rc9 not found: manifest unknown: manifest unknown\n", reason=reason)
+    assert (got.rule, got.retryable) == ("image-not-found", False)
+    got = classify("step 1\n", reason=reason)
+    assert (got.rule, got.retryable, got.source, got.evidence) == (
+        "image-pull-failed", False, ErrorSource.BACKEND, reason)
+
+
+@pytest.mark.parametrize("log, rule, retryable", [
+    ("slurmstepd: error: *** JOB 7 ON n1 CANCELLED AT 2021-06-18T13:05:36 DUE TO PREEMPTION ***\n", "preempted", True),
+    ("slurmstepd: error: *** JOB 7 ON n1 CANCELLED AT 2020-07-11T22:48:26 DUE TO TIME LIMIT ***\n", "time-limit", False),
+    ("slurmstepd: error: *** STEP 3.0 ON c1 CANCELLED AT 2025-02-13T15:47:35 ***\n", "cancelled", False),
+    ("", "cancelled", False),
+])
+def test_a_slurm_cancellation_is_decided_by_its_reason_in_the_log(log, rule, retryable):
+    got = classify(log, exit_code=None, sig=signal.SIGTERM, reason="CANCELLED")
+    assert (got.rule, got.retryable) == (rule, retryable)
+
+
+def test_an_eviction_for_using_more_than_requested_is_not_retried():
+    log = ("Warning Evicted pod/egg The node was low on resource: memory. Container egg was using 5053216Ki, "
+           "which exceeds its request of 0.\n")
+    assert (classify(log, reason="Evicted").rule, classify(log, reason="Evicted").retryable) == (
+        "evicted-over-request", False)
+    assert classify("The node had condition: [DiskPressure].\n", reason="Evicted").retryable is True
+
+
+@pytest.mark.parametrize("sig, log, rule, retryable", [
+    (signal.SIGSEGV, "Segmentation fault (core dumped)\n", "crashed-by-signal", False),
+    (signal.SIGBUS, "Bus error (core dumped)\n", "crashed-by-signal", False),
+    # a stale network warning does not explain a segfault ...
+    (signal.SIGSEGV, "[W socket.cpp:601] Connection refused, retrying\nSegmentation fault\n", "crashed-by-signal", False),
+    # ... a GPU fault does
+    (signal.SIGSEGV, "NVRM: Xid (PCI:0000:3b:00): 79, pid=0, GPU has fallen off the bus.\n", "gpu-xid", True),
+    (signal.SIGABRT, "terminate called after throwing an instance of 'c10::Error'\n", "crashed-by-signal", False),
+    (signal.SIGABRT, "what():  CUDA error: unknown error\n", "cuda-unknown-error", True),
+])
+def test_a_crash_by_signal_is_retried_only_when_hardware_explains_it(sig, log, rule, retryable):
+    got = classify(log, exit_code=None, sig=sig)
+    assert (got.rule, got.retryable) == (rule, retryable)
 
 
 def test_oom_killed_tells_to_raise_the_memory():
@@ -390,8 +451,13 @@ def test_bare_killed_with_exit_137_is_a_retryable_sigkill_not_oom():
 
 
 def test_oom_killer_evidence_in_the_log_makes_exit_137_an_oom_kill():
+    # Issue 13: the node-wide OOM killer's kill is retryable (other tenants' memory); a kill
+    # for exceeding the instance's own memory limit (cgroup) is not.
     got = classify("[ 812.3] Out of memory: Killed process 4242 (python) total-vm:98765432kB\nKilled\n",
                    exit_code=137)
+    assert (got.rule, got.retryable, got.family) == ("oom-killer", True, "signals")
+    assert got.evidence.startswith("[ 812.3] Out of memory: Killed process 4242")
+    got = classify("[ 812.3] Memory cgroup out of memory: Killed process 4242 (python)\nKilled\n", exit_code=137)
     assert (got.rule, got.retryable) == ("oom-killed", False)
 
 
@@ -532,8 +598,12 @@ def test_killed_by_signal_without_evidence_is_retryable():
 
 
 def test_negative_exit_code_is_read_as_a_signal():
+    # Issue 13: a segfault with no hardware, driver or scheduler line is a crash of the
+    # program (a bug, a version mismatch), not retried; a SIGKILL is.
     got = classify("", exit_code=-11)
-    assert (got.rule, got.error_code, got.retryable) == ("killed-by-signal", "SIGSEGV", True)
+    assert (got.rule, got.error_code, got.retryable) == ("crashed-by-signal", "SIGSEGV", False)
+    got = classify("", exit_code=-9)
+    assert (got.rule, got.error_code, got.retryable, got.retry_limit) == ("killed-by-signal", "SIGKILL", True, 1)
 
 
 def test_sigterm_is_cascade_like_because_supervisors_stop_peers_with_it():
