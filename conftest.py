@@ -90,7 +90,13 @@ def local_backend(settings, tmp_path, _test_wiring):
 
 
 def _person(django_user_model, name):
-    return django_user_model.objects.create_user(name, f"{name}@example.com", f"{name}-password-123")
+    """A person who may run jobs on the local and Slurm backends (site permission);
+    what they may do in a workspace is their role there."""
+    from jobs.access import backend_permission
+
+    user = django_user_model.objects.create_user(name, f"{name}@example.com", f"{name}-password-123")
+    user.user_permissions.add(backend_permission("local"), backend_permission("slurm"))
+    return user
 
 
 @pytest.fixture

@@ -201,9 +201,11 @@ def make_people():
     from django.contrib.auth import get_user_model
     from django.contrib.sessions.backends.db import SessionStore
 
+    from jobs.access import backend_permission
     from jobs.models import Membership, Role, Workspace
 
     user = get_user_model().objects.create_user("bench", "bench@example.com", "bench-password-123")
+    user.user_permissions.add(backend_permission("local"))  # the site permission to run jobs
     ws = Workspace.objects.create(name="Bench", slug="bench")
     Membership.objects.create(workspace=ws, user=user, role=Role.OWNER)
     session = SessionStore()

@@ -119,9 +119,11 @@ class VigilStack:
         call_command("migrate", verbosity=0, interactive=False)
         from django.contrib.auth import get_user_model
 
+        from jobs.access import backend_permission
         from jobs.models import Membership, Role, Workspace
 
         self.owner = get_user_model().objects.create_user("bench", "bench@example.com", "bench-password-123")
+        self.owner.user_permissions.add(backend_permission("local"))  # the site permission to run jobs
         self.workspace = Workspace.objects.create(name="Bench", slug="bench")
         Membership.objects.create(workspace=self.workspace, user=self.owner, role=Role.OWNER)
         self.procs: list[subprocess.Popen] = []

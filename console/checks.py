@@ -4,6 +4,8 @@ from django.conf import settings
 from django.core.checks import Error, Warning, register
 from django.utils.module_loading import import_string
 
+from jobs.access import WORKSPACE_CREATION_CHOICES
+
 
 
 @register()
@@ -39,6 +41,14 @@ def vigil_configuration(app_configs, **kwargs):
                 f"VIGIL_LOCAL_SUBMIT_ROLES has unknown roles {sorted(unknown)}; "
                 "accepted: owner, admin, member, viewer.",
                 id="vigil.E004",
+            )
+        )
+    creation = getattr(settings, "VIGIL_WORKSPACE_CREATION", "staff")
+    if creation not in WORKSPACE_CREATION_CHOICES:
+        problems.append(
+            Error(
+                f"VIGIL_WORKSPACE_CREATION is {creation!r}; accepted: {', '.join(WORKSPACE_CREATION_CHOICES)}.",
+                id="vigil.E006",
             )
         )
     if not str(settings.REDIS_URL).startswith(("redis://", "rediss://", "unix://")):

@@ -237,6 +237,10 @@ VIGIL_CONSOLE_URL = os.environ.get("VIGIL_CONSOLE_URL", "http://127.0.0.1:8000")
 # Workspace roles that may submit jobs to the local backend: local jobs run as
 # the console's own operating-system user.
 VIGIL_LOCAL_SUBMIT_ROLES = env_list("VIGIL_LOCAL_SUBMIT_ROLES", "owner,admin")
+# The OpenAPI schema and its Swagger page without a login (off: they need one).
+VIGIL_PUBLIC_API_DOCS = env_bool("VIGIL_PUBLIC_API_DOCS", False)
+# Who may create workspaces (and so become their owner): "staff" or "anyone".
+VIGIL_WORKSPACE_CREATION = os.environ.get("VIGIL_WORKSPACE_CREATION", "staff").strip().lower() or "staff"
 VIGIL_STOP_GRACE_SECONDS = float(os.environ.get("VIGIL_STOP_GRACE_SECONDS", "15"))
 # Tearing down a failed attempt before a restart: its ranks are broken anyway, and
 # every second here is lost training time.

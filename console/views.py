@@ -1,10 +1,37 @@
 """The page shell: health check, the root page (your last workspace, or what to
 do when you have none) and a workspace's dashboard."""
 
+from django.conf import settings
 from django.contrib.auth.decorators import login_required
+from django.contrib.auth.views import redirect_to_login
 from django.db import connection
 from django.http import JsonResponse
 from django.shortcuts import redirect, render
+from rest_framework.exceptions import NotAuthenticated
+from rest_framework.permissions import BasePermission
+
+
+class ApiDocsAccess(BasePermission):
+    """The OpenAPI schema is for people who can log in (a session or an API token),
+    unless the deployer publishes it with VIGIL_PUBLIC_API_DOCS=1."""
+
+    message = "the API schema needs a login or an API token (VIGIL_PUBLIC_API_DOCS=1 publishes it)."
+
+    def has_permission(self, request, view):
+        if settings.VIGIL_PUBLIC_API_DOCS or (request.user and request.user.is_authenticated):
+            return True
+        raise NotAuthenticated(self.message)  # DRF would replace the message with its generic one
+
+
+def api_docs_page(view):
+    """The Swagger page: anonymous visitors go to the login page first (unless public)."""
+
+    def page(request, *args, **kwargs):
+        if not settings.VIGIL_PUBLIC_API_DOCS and not request.user.is_authenticated:
+            return redirect_to_login(request.get_full_path())
+        return view(request, *args, **kwargs)
+
+    return page
 
 
 def healthz(request):
@@ -23,7 +50,9 @@ def dashboard(request):
     workspace = (mine.filter(slug=last).first() if last else None) or mine.first()
     if workspace is not None:
         return redirect("pages:workspace", slug=workspace.slug)
-    return render(request, "console/no_workspace.html", {})
+    from jobs.access import may_create_workspace
+
+    return render(request, "console/no_workspace.html", {"may_create": may_create_workspace(request.user)})
 
 
 @login_required

@@ -11,6 +11,7 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
+from .access import missing_backend_permission, may_run_on
 from .backends.base import AttemptLaunch, BackendError, InstanceLaunch
 from .models import (
     ADMIN_ROLES,
@@ -150,6 +151,8 @@ def submit_job(user, data: dict) -> tuple[Job, str]:
     workspace = workspace_for(user, ws_ref)
     require_role(user, workspace, WRITE_ROLES, "submitting a job")
     valid = validate_submission(data, tuple(settings.JOB_BACKENDS))
+    if not may_run_on(user, valid.backend):
+        raise Forbidden(missing_backend_permission(valid.backend))
     if valid.backend == "local":
         require_role(user, workspace, tuple(settings.VIGIL_LOCAL_SUBMIT_ROLES), "running jobs on the local backend")
 

@@ -13,6 +13,7 @@ from rest_framework.decorators import action
 from rest_framework.response import Response
 
 from . import actions
+from .access import WORKSPACE_CREATION_REFUSED, may_create_workspace
 from .backends.base import BackendError
 from .models import WRITE_ROLES, Instance, Job, Membership, Role, Workspace
 from .serializers import (
@@ -28,6 +29,13 @@ from .serializers import (
 from .submission import SubmissionError
 
 MAX_LOG_BYTES = 8 * 1024 * 1024
+
+
+class Conflict(exceptions.APIException):
+    """The request is fine but the object's state refuses it (a finished job)."""
+
+    status_code = status.HTTP_409_CONFLICT
+    default_code = "conflict"
 
 
 def translate(fn):
@@ -53,6 +61,11 @@ class WorkspaceViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.
 
     def get_queryset(self):
         return Workspace.objects.for_user(self.request.user).order_by("name")
+
+    def create(self, request, *args, **kwargs):
+        if not may_create_workspace(request.user):
+            raise exceptions.PermissionDenied(WORKSPACE_CREATION_REFUSED)
+        return super().create(request, *args, **kwargs)
 
     def perform_create(self, serializer):
         name = serializer.validated_data["name"]
@@ -101,17 +114,17 @@ class JobViewSet(viewsets.GenericViewSet):
     )
     def list(self, request):
         page = self.paginate_queryset(self.get_queryset())
-        return self.get_paginated_response(JobSerializer(page, many=True).data)
+        return self.get_paginated_response(JobSerializer(page, many=True, context={"request": request}).data)
 
     @extend_schema(responses=JobDetailSerializer)
     def retrieve(self, request, pk=None):
-        return Response(JobDetailSerializer(self.get_job()).data)
+        return Response(JobDetailSerializer(self.get_job(), context={"request": request}).data)
 
     @extend_schema(request=JobSubmitSerializer, responses={201: JobDetailSerializer})
     @translate
     def create(self, request):
         job, token = actions.submit_job(request.user, request.data)
-        data = JobDetailSerializer(job).data
+        data = JobDetailSerializer(job, context={"request": request}).data
         data["token"] = token  # shown once; the job's SDK uses it from its environment
         return Response(data, status=status.HTTP_201_CREATED)
 
@@ -122,7 +135,7 @@ class JobViewSet(viewsets.GenericViewSet):
         job = self.get_job()
         actions.stop_job(request.user, job)
         job.refresh_from_db()
-        return Response(JobDetailSerializer(job).data, status=status.HTTP_202_ACCEPTED)
+        return Response(JobDetailSerializer(job, context={"request": request}).data, status=status.HTTP_202_ACCEPTED)
 
     @extend_schema(responses=AttemptSerializer(many=True))
     @action(detail=True, methods=["get"])
@@ -263,11 +276,13 @@ class JobViewSet(viewsets.GenericViewSet):
         """Change the hang interval while the job runs (-1 suspends, null restores the flag's)."""
         job = self.get_job()
         actions.require_role(request.user, job.workspace, WRITE_ROLES, "changing the hang interval")
+        if job.finished:
+            raise Conflict(f"job {job.pk} is {job.status}; a finished job's hang interval can no longer change.")
         if "job_hang_interval" not in request.data:
             raise exceptions.ValidationError({"job_hang_interval": ["is required: seconds > 0, -1 to suspend, or null."]})
         actions.set_hang_interval(job, request.data["job_hang_interval"], source=request.user.get_username())
         job.refresh_from_db()
-        return Response(JobDetailSerializer(job).data)
+        return Response(JobDetailSerializer(job, context={"request": request}).data)
 
 
 def _bounded_int(raw, field, allow_zero=False, cap=MAX_LOG_BYTES) -> int:

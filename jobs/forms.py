@@ -32,6 +32,7 @@ from monitoring.flags import (
     parse_flags,
 )
 
+from .access import masked_envs
 from .models import JobType
 from .submission import ALLOWED_GPU_COUNTS, JOB_TYPE_ROLES
 
@@ -106,10 +107,14 @@ class JobForm(forms.Form):
         widget=forms.Textarea(attrs={"rows": 2, "spellcheck": "false", "class": "mono",
                                      "placeholder": "--job-execution-mode=Sync --enable-job-restart=True"}))
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args, backends=None, **kwargs):
         super().__init__(*args, **kwargs)
-        self.fields["backend"].choices = [(b, b) for b in settings.JOB_BACKENDS]
-        self.fields["backend"].initial = "local" if "local" in settings.JOB_BACKENDS else next(iter(settings.JOB_BACKENDS))
+        # Only the backends the person may run on (jobs.access); all of them for
+        # the flag preview, which submits nothing.
+        backends = list(settings.JOB_BACKENDS) if backends is None else list(backends)
+        self.fields["backend"].choices = [(b, b) for b in backends]
+        if backends:
+            self.fields["backend"].initial = "local" if "local" in backends else backends[0]
         for i in range(ROLE_ROWS):
             self.fields[f"role_{i}_type"] = forms.ChoiceField(
                 label="Role", required=False, choices=[("", "—")] + [(r, r) for r in ALL_ROLES])
@@ -323,13 +328,15 @@ def fault_tolerance_from(data: dict) -> tuple[FaultToleranceConfig, list[str]]:
         raise FieldFlagErrors([(where, exc.message if where != OTHER else str(exc))]) from None
 
 
-def initial_from_job(job) -> dict:
-    """Form values that submit the same job again (Clone)."""
+def initial_from_job(job, show_secrets: bool = True) -> dict:
+    """Form values that submit the same job again (Clone); secret-looking variables
+    come masked for someone who may not see them (jobs.access.sees_secrets)."""
+    envs = (job.envs or {}) if show_secrets else masked_envs(job.envs)
     initial = {
         "display_name": f"{job.display_name}-copy"[:128],
         "job_type": job.job_type,
         "user_command": job.user_command,
-        "envs": "\n".join(f"{k}={v}" for k, v in (job.envs or {}).items()),
+        "envs": "\n".join(f"{k}={v}" for k, v in envs.items()),
         "backend": job.backend,
         "workdir": job.workdir,
         "retryable_errors": "\n".join(job.retryable_keywords or []),

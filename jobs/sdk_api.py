@@ -16,11 +16,13 @@ times as many calls. Every refusal is {"detail": "...", "field": "..."} naming
 the field and what is accepted.
 
 Finished jobs (Succeeded, Failed, Stopped) and jobs being stopped:
-- messages, progress and C4D reports are still accepted: they state what the
-  code did, they are harmless, and a process flushing at exit races the
-  monitor that marks the job finished;
-- retryable keywords and config are refused with 409: nothing can use them
-  any more, so accepting them would tell the code something untrue.
+- once the job has finished its token writes nothing: every endpoint answers
+  409 with the job's status, so a token that leaked from a finished job's
+  files or environment cannot add events or reports to it;
+- while the job is being stopped, messages, progress and C4D reports are still
+  accepted (its processes flush as they exit), but retryable keywords and
+  config are refused with 409: nothing can use them any more, so accepting
+  them would tell the code something untrue.
 
 Calls may name who sends them with optional "rank", "instance" and "attempt"
 fields; the events then say so (e.g. source "SDK (rank 3)"). Progress metrics
@@ -424,8 +426,12 @@ class SdkView(APIView):
                              "body", status.HTTP_413_REQUEST_ENTITY_TOO_LARGE)
         if self.refused_when_finished and (self.job.finished or self.job.status == JobStatus.STOPPING):
             raise SdkRefusal(
-                f"job {self.job.pk} is {self.job.status}; its configuration can no longer change "
-                "(messages, progress and C4D reports are still accepted).", None, status.HTTP_409_CONFLICT)
+                f"job {self.job.pk} is {self.job.status}; its configuration can no longer change.",
+                None, status.HTTP_409_CONFLICT)
+        if self.job.finished:
+            raise SdkRefusal(
+                f"job {self.job.pk} is {self.job.status}; a finished job's token no longer writes anything.",
+                None, status.HTTP_409_CONFLICT)
 
     def throttled(self, request, wait):
         rate = SdkJobThrottle().get_rate()

@@ -3,7 +3,8 @@ through jobs.actions, which validates with jobs.submission."""
 
 from rest_framework import serializers
 
-from .models import Attempt, Diagnosis, Instance, Job, JobEvent, JobType, RestartRecord, Workspace
+from .access import masked_envs, sees_secrets
+from .models import Attempt, Diagnosis, Instance, Job, JobEvent, JobType, Membership, RestartRecord, Workspace
 
 
 class WorkspaceSerializer(serializers.ModelSerializer):
@@ -57,6 +58,7 @@ class AttemptSerializer(serializers.ModelSerializer):
 class JobSerializer(serializers.ModelSerializer):
     workspace = serializers.PrimaryKeyRelatedField(read_only=True)
     workspace_slug = serializers.CharField(source="workspace.slug", read_only=True)
+    envs = serializers.SerializerMethodField()
     settings = serializers.SerializerMethodField()
     max_restarts = serializers.SerializerMethodField()
     last_restart_reason = serializers.SerializerMethodField()
@@ -69,6 +71,19 @@ class JobSerializer(serializers.ModelSerializer):
             "last_restart_reason", "current_attempt", "stop_requested", "hang_interval_override",
             "last_progress_at", "last_progress_step", "token_hint", "created_at", "started_at", "finished_at",
         ]
+
+    def get_envs(self, job) -> dict[str, str]:
+        """In full for owners, admins and the job's submitter; secret-looking values
+        masked for everyone else (jobs.access.sees_secrets), and when no caller is known."""
+        request = self.context.get("request")
+        user = getattr(request, "user", None)
+        if user is None or not user.is_authenticated:
+            return masked_envs(job.envs)
+        roles = self.context.get("_roles")
+        if roles is None:  # once per response, shared by every job of a list
+            roles = self.context["_roles"] = dict(
+                Membership.objects.filter(user=user).values_list("workspace_id", "role"))
+        return dict(job.envs or {}) if sees_secrets(roles.get(job.workspace_id), user.pk, job) else masked_envs(job.envs)
 
     def get_settings(self, job) -> dict:
         return {

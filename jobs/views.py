@@ -12,6 +12,7 @@ from collections import Counter
 from datetime import timedelta
 from urllib.parse import urlencode
 
+from django.conf import settings
 from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
 from django.db.models import Count, OuterRef, Subquery
@@ -22,6 +23,7 @@ from django.utils import timezone
 from django.views.decorators.http import require_http_methods, require_POST
 
 from . import actions
+from .access import permission_name, runnable_backends, sees_secrets
 from .backends.base import BackendError
 from .forms import BOOL_FIELDS, EnvLineError, FieldFlagErrors, JobForm, fault_tolerance_from, initial_from_job
 from .models import WRITE_ROLES, Attempt, JobStatus, RestartRecord
@@ -133,10 +135,16 @@ def job_new(request, slug):
         role = workspace.role_of(request.user)
         return forbidden(request, workspace, f"Your role in {workspace.name} is {role}: you can watch jobs here but "
                                              "not submit them. Ask an owner or admin for the member role.")
+    backends = runnable_backends(request.user)
+    if not backends:
+        names = ", ".join(permission_name(b) for b in settings.JOB_BACKENDS)
+        return forbidden(request, workspace, f"You may not run jobs on any backend of this console: that needs a "
+                                             f"site permission ({names}) that staff grant in the admin or with "
+                                             "`manage.py backendaccess`.")
     status = 200
     clone_of = None
     if request.method == "POST":
-        form = JobForm(request.POST)
+        form = JobForm(request.POST, backends=backends)
         if form.is_valid():
             try:
                 body = form.request_body(workspace)
@@ -157,8 +165,11 @@ def job_new(request, slug):
         initial = {}
         if request.GET.get("clone"):
             _, clone_of = job_or_404(request, slug, request.GET["clone"])
-            initial = initial_from_job(clone_of)
-        form = JobForm(initial=initial)
+            initial = initial_from_job(clone_of, show_secrets=sees_secrets(
+                workspace.role_of(request.user), request.user.pk, clone_of))
+            if initial.get("backend") not in backends:
+                initial.pop("backend", None)
+        form = JobForm(initial=initial, backends=backends)
     form.mark_invalid()
     context = {"workspace": workspace, "form": form, "clone_of": clone_of}
     return render(request, "jobs/job_new.html", context, status=status)

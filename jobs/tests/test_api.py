@@ -2,7 +2,7 @@
 
 import pytest
 
-from jobs.models import ApiToken, Attempt, Job, JobEvent, JobStatus, RestartRecord
+from jobs.models import ApiToken, Attempt, Job, JobEvent, JobStatus, Membership, RestartRecord, Role
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -182,7 +182,9 @@ def test_createapitoken_prints_a_working_token(alice_ws, alice):
     assert c.get("/api/v1/workspaces/").json()["results"][0]["slug"] == "alice-lab"
 
 
-def test_workspaces_list_only_the_callers_and_creating_one_makes_the_caller_owner(alice_ws, bob_ws, alice, api_as):
+def test_workspaces_list_only_the_callers_and_creating_one_makes_the_caller_owner(alice_ws, bob_ws, alice, api_as,
+                                                                                 settings):
+    settings.VIGIL_WORKSPACE_CREATION = "anyone"  # creation is for staff by default (tests/security)
     api = api_as(alice)
     slugs = [w["slug"] for w in api.get("/api/v1/workspaces/").json()["results"]]
     assert slugs == ["alice-lab"]
@@ -190,6 +192,15 @@ def test_workspaces_list_only_the_callers_and_creating_one_makes_the_caller_owne
     assert r.status_code == 201
     assert r.json()["slug"] == "alice-lab-2"
     assert r.json()["role"] == "owner"
+
+
+def test_staff_create_workspaces_and_the_setting_opens_creation_to_anyone(bob, api_as, settings, django_user_model):
+    staff = django_user_model.objects.create_user("sam", "sam@example.com", "sam-password-123", is_staff=True)
+    assert api_as(staff).post("/api/v1/workspaces/", {"name": "Staff made"}, format="json").status_code == 201
+    settings.VIGIL_WORKSPACE_CREATION = "anyone"
+    r = api_as(bob).post("/api/v1/workspaces/", {"name": "Bob's"}, format="json")
+    assert r.status_code == 201, r.content
+    assert Membership.objects.get(workspace__slug=r.json()["slug"], user=bob).role == Role.OWNER
 
 
 def test_events_come_oldest_first_and_can_resume_after_an_id(alice_ws, alice, api_as, job_body):

@@ -320,6 +320,12 @@ def test_dashboard_counts_running_restarting_and_recently_failed_jobs(client, al
 def test_someone_without_a_workspace_is_told_what_to_do(client, bob):
     client.force_login(bob)
     html = client.get(reverse("dashboard")).content.decode()
+    # Only staff create workspaces by default (VIGIL_WORKSPACE_CREATION): others are told whom to ask.
+    assert "You are not in a workspace yet" in html and "Ask a workspace owner or admin" in html
+    assert "/api/v1/workspaces/" not in html
+    bob.is_staff = True
+    bob.save(update_fields=["is_staff"])
+    html = client.get(reverse("dashboard")).content.decode()
     assert "You are not in a workspace yet" in html and "/api/v1/workspaces/" in html
 
 

@@ -409,8 +409,8 @@ def test_processes_of_a_job_count_one_per_instance_or_per_gpu(specs, n):
 # --- finished jobs ---------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("status", [JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.STOPPED, JobStatus.STOPPING])
-def test_a_finished_job_takes_messages_and_reports_but_refuses_config_with_409(ws, status):
+def test_a_stopping_job_takes_messages_and_reports_but_refuses_config_with_409(ws):
+    status = JobStatus.STOPPING
     job, token = make_job(ws, status=status)
     sdk = sdk_client(token)
     assert post(sdk, job.pk, "messages", {"content": "saved the final checkpoint"}).status_code == 201
@@ -422,6 +422,24 @@ def test_a_finished_job_takes_messages_and_reports_but_refuses_config_with_409(w
         assert r.json()["detail"].startswith(f"job {job.pk} is {status}; its configuration can no longer change")
     job.refresh_from_db()
     assert job.hang_interval_override is None and job.sdk_retryable_keywords == []
+
+
+@pytest.mark.parametrize("status", [JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.STOPPED])
+def test_a_finished_jobs_token_writes_nothing_and_every_endpoint_answers_409(ws, status):
+    from jobs.models import C4DReport, JobEvent
+
+    job, token = make_job(ws, status=status)
+    events = JobEvent.objects.filter(job=job).count()
+    sdk = sdk_client(token)
+    for endpoint, body in [("messages", {"content": "saved the final checkpoint"}), ("progress", {"step": 100}),
+                           ("c4d", {"rank": 0, "attempt": 1, "records": []}), ("config", {"job_hang_interval": 60}),
+                           ("retryable-errors", {"keywords": ["x"]})]:
+        r = post(sdk, job.pk, endpoint, body)
+        assert r.status_code == 409, endpoint
+        assert r.json()["detail"].startswith(f"job {job.pk} is {status}; "), r.json()
+    job.refresh_from_db()
+    assert JobEvent.objects.filter(job=job).count() == events
+    assert not C4DReport.objects.filter(job=job).exists() and job.last_progress_step is None
 
 
 def test_the_openapi_schema_describes_the_sdk_endpoints_and_their_job_token(alice, api_as):

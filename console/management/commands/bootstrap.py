@@ -8,6 +8,7 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand
 
+from jobs.access import backend_names, backend_permission
 from jobs.models import ApiToken, Membership, Role, Workspace
 
 
@@ -24,6 +25,9 @@ class Command(BaseCommand):
             return
         password = secrets.token_urlsafe(12)
         admin = User.objects.create_superuser("admin", "admin@localhost", password)
+        # A superuser may do anything, but the grants are explicit so that they
+        # stay visible in the admin (and hold if superuser is ever taken away).
+        admin.user_permissions.add(*(backend_permission(name) for name in backend_names()))
         ws = Workspace.objects.create(name="Demo", slug="demo")
         Membership.objects.create(workspace=ws, user=admin, role=Role.OWNER)
         _, token = ApiToken.issue(admin, name="first start")
