@@ -155,11 +155,6 @@ def _ranks_text(ranks: Iterable[int]) -> str:
     return ", ".join(map(str, ranks))
 
 
-def _ordinal(n: int) -> str:
-    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
-    return f"{n}{suffix}"
-
-
 def _normalise(records: Mapping[int, Iterable[CollectiveRecord | Mapping]]) -> dict[int, dict[int, CollectiveRecord]]:
     out: dict[int, dict[int, CollectiveRecord]] = {}
     for rank, recs in records.items():

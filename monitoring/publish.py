@@ -142,16 +142,6 @@ def event_committed(event_id: int) -> None:
     _send([job_group(job.pk), workspace_group(job.workspace_id)], messages)
 
 
-def status_changed(job_id: int) -> None:
-    """Send the job's current status (for changes that wrote no event)."""
-    from jobs.models import Job
-
-    job = Job.objects.filter(pk=job_id).first()
-    if job is None:
-        return
-    _send([job_group(job.pk), workspace_group(job.workspace_id)], [status_message(job)])
-
-
 def diagnosis_committed(diagnosis_id: int) -> None:
     """Send a diagnosis (stack snapshot, C4D verdict) to the job's watchers."""
     from jobs.models import Diagnosis

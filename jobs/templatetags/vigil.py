@@ -199,8 +199,3 @@ def attempt_timeline(job, attempts, records, now=None):
         'preserveAspectRatio="xMinYMin meet"><title id="tl-title">Attempt timeline of {}</title>'
         '<desc id="tl-desc">{}</desc>{}</svg>',
         width, height, job.display_name, "; ".join(desc), format_html_join("", "{}", ((p,) for p in parts)))
-
-
-@register.filter
-def get_item(mapping, key):
-    return mapping.get(key) if hasattr(mapping, "get") else None

@@ -63,13 +63,25 @@ def test_webhook_receives_every_event_field_signed_with_the_channel_secret(
     assert_only_loopback(connections)
 
 
-def test_a_wrong_secret_does_not_verify_the_webhook_signature(announce, loopback_allowed, http_sink, job, make_event, make_channel, make_rule):
-    channel = make_channel(http_sink.url + "/hook")
-    make_rule(channel)
+def test_each_channel_signs_with_its_own_secret_so_one_receiver_cannot_verify_anothers_deliveries(
+    announce, loopback_allowed, http_sink, job, make_event, make_channel, make_rule
+):
+    first = make_channel(http_sink.url + "/first")
+    second = make_channel(http_sink.url + "/second")
+    make_rule(first)
+    make_rule(second)
+    assert first.signing_secret and second.signing_secret and first.signing_secret != second.signing_secret
+
     announce(make_event(job).pk)
-    [request] = http_sink.requests
-    forged = hmac.new(b"not-the-secret", request.body, hashlib.sha256).hexdigest()
-    assert request.headers["X-Vigil-Signature"] != f"sha256={forged}"
+
+    by_path = {request.path: request for request in http_sink.requests}
+    assert set(by_path) == {"/first", "/second"}
+    for channel, path, other in ((first, "/first", second), (second, "/second", first)):
+        request = by_path[path]
+        own = hmac.new(channel.signing_secret.encode(), request.body, hashlib.sha256).hexdigest()
+        foreign = hmac.new(other.signing_secret.encode(), request.body, hashlib.sha256).hexdigest()
+        assert request.headers["X-Vigil-Signature"] == f"sha256={own}"
+        assert request.headers["X-Vigil-Signature"] != f"sha256={foreign}"
 
 
 def test_apprise_json_service_delivers_to_a_loopback_server(

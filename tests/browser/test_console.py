@@ -128,6 +128,8 @@ def test_a_real_fault_restarts_the_job_live_and_fills_the_restart_records(page_f
     expect(page.locator("#part-timeline")).to_contain_text("Attempt 2")
     record = RestartRecord.objects.get(job=job)
     assert record.error_code and record.instance_name == "worker-0"
+    # the NCCL line decided, so the record knows where it is in the log
+    assert record.log_offset is not None
 
     page.goto(f"/workspaces/{alice_ws.slug}/jobs/{job.pk}/restarts/")
     row = page.locator(f"#rr-{record.pk}")
@@ -139,13 +141,13 @@ def test_a_real_fault_restarts_the_job_live_and_fills_the_restart_records(page_f
     expect(desc).to_contain_text(record.error_code)
     expect(desc).to_contain_text("Root cause")
     shoot(page, "restart-records")
-    if record.log_offset is not None:  # the record opens the log at the line that was classified
-        desc.locator("[data-classified-line]").click()
-        expect(page.locator("#log-target")).to_contain_text("unhandled system error")
-        expect(page).to_have_url(re.compile(r"\?attempt=1&instance=worker-0#L\d+$"))  # a permalink
-        expect(page.locator("#paused-bar")).to_be_visible()
-        shoot(page, "job-page-classified-line")
-        page.go_back()
+    # the record opens the log at the line that was classified
+    desc.locator("[data-classified-line]").click()
+    expect(page.locator("#log-target")).to_contain_text("unhandled system error")
+    expect(page).to_have_url(re.compile(r"\?attempt=1&instance=worker-0#L\d+$"))  # a permalink
+    expect(page.locator("#paused-bar")).to_be_visible()
+    shoot(page, "job-page-classified-line")
+    page.go_back()
     page.click("text=View aggregated fault details")
     expect(page.locator("#aggregate tbody tr")).to_have_count(1)
     expect(page.locator("#aggregate")).to_contain_text(record.error_code)
@@ -154,13 +156,13 @@ def test_a_real_fault_restarts_the_job_live_and_fills_the_restart_records(page_f
     page.goto(f"/workspaces/{alice_ws.slug}/jobs/{job.pk}/")
     expect(page.locator("#logview .ln").first).to_be_visible()
     shoot(page, "job-page-after-restart")
-    if record.log_offset is not None:  # e: attempt 2 runs cleanly, so the failure that restarted it
-        page.locator("#logview").focus()
-        page.keyboard.press("e")
-        expect(page.locator("#log-target")).to_contain_text("unhandled system error")
-        expect(page.locator("#log-notice")).to_contain_text("the line the classifier used for attempt 1's")
-        expect(page).to_have_url(re.compile(r"\?attempt=1&instance=worker-0#L2$"))
-        page.goto(f"/workspaces/{alice_ws.slug}/jobs/{job.pk}/")
+    # e: attempt 2 runs cleanly, so e goes to the failure that restarted it
+    page.locator("#logview").focus()
+    page.keyboard.press("e")
+    expect(page.locator("#log-target")).to_contain_text("unhandled system error")
+    expect(page.locator("#log-notice")).to_contain_text("the line the classifier used for attempt 1's")
+    expect(page).to_have_url(re.compile(r"\?attempt=1&instance=worker-0#L2$"))
+    page.goto(f"/workspaces/{alice_ws.slug}/jobs/{job.pk}/")
     page.set_viewport_size({"width": 390, "height": 844})
     shoot(page, "job-page-phone")
     page.set_viewport_size({"width": 1280, "height": 900})
