@@ -8,6 +8,6 @@ of the platform's `aimaster` wheel is provided. New code should import
 `from vigil import job_monitor as jm`.
 """
 
-from aimaster import job_monitor  # noqa: F401  (the alias module below)
+from aimaster import job_monitor  # the alias module beside this file
 
 __all__ = ["job_monitor"]
