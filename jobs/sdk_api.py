@@ -1,4 +1,4 @@
-"""The console side of the SDK contract (INTERFACES.md, "SDK <-> console"):
+"""The console side of the SDK contract (docs/spec.md, section 8, "SDK and console"):
 POST /api/v1/sdk/jobs/<job_id>/{messages,retryable-errors,config,progress,c4d}/.
 
 Who may call: the job's own code, with its per-job token (`Authorization: Bearer

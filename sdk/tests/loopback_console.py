@@ -1,5 +1,5 @@
 """A real HTTP server on loopback that speaks the console's SDK contract
-(INTERFACES.md, "SDK <-> console") and records every request, with the failure
+(docs/spec.md, section 8, "SDK and console") and records every request, with the failure
 modes the SDK must survive."""
 
 from __future__ import annotations
