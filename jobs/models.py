@@ -362,6 +362,12 @@ class RestartRecord(models.Model):
     root_cause = models.BooleanField(default=True)
     cascades = models.JSONField(default=list, blank=True)  # [{"instance", "error_code", "message"}]
     log_offset = models.BigIntegerField(null=True, blank=True)  # byte offset of the line the classifier used
+    # How sure the verdict is (issue 13): the failure family of the signature that decided,
+    # the log line (or backend reason) it decided on ("" when only the exit status did),
+    # and the training step the SDK had reported when it failed (the repeated-failure guard).
+    family = models.CharField(max_length=32, blank=True, default="")
+    evidence = models.TextField(blank=True, default="")
+    progress_step = models.BigIntegerField(null=True, blank=True)
     result = models.CharField(max_length=10, choices=RestartResult.choices, default=RestartResult.PENDING)
     duration_seconds = models.FloatField(null=True, blank=True)
     completed_at = models.DateTimeField(null=True, blank=True)
@@ -372,6 +378,20 @@ class RestartRecord(models.Model):
 
     def __str__(self):
         return f"restart {self.number} of job {self.job_id}"
+
+    @property
+    def decided_by_exit_status(self) -> bool:
+        return self.error_source == "ExitCode"
+
+    @property
+    def exit_status_text(self) -> str:
+        """"exit code 1" / "signal SIGKILL" from the error code the exit status gave."""
+        code = self.error_code or ""
+        if code.startswith("EXIT_CODE_"):
+            return f"exit code {code.removeprefix('EXIT_CODE_')}"
+        if code.startswith("SIG"):
+            return f"signal {code}"
+        return "its exit status"
 
 
 class EventType(models.TextChoices):

@@ -55,7 +55,7 @@ from monitoring.classify import (
     pick_root_cause,
 )
 from monitoring.flags import ExecutionMode, FaultToleranceConfig
-from monitoring.policy import Action, DetectedProblem, InstanceFailure, JobHistory, decide
+from monitoring.policy import Action, DetectedProblem, InstanceFailure, JobHistory, PreviousFailure, decide
 
 log = logging.getLogger(__name__)
 
@@ -390,7 +390,26 @@ def _line_offset(backend, attempt, inst, tail: bytes, c: Classification) -> int 
     return size - len(tail) + line_start
 
 
-def history_of(job: Job, attempt: Attempt, instances: list[Instance]) -> JobHistory:
+def previous_failure_of(job: Job, attempt: Attempt, instances: list[Instance], backend) -> PreviousFailure | None:
+    """The root cause of the whole-job restart that started this attempt, for the
+    repeated-failure guard; None when this attempt was not started by a failure."""
+    last = (RestartRecord.objects.filter(job=job, root_cause=True).exclude(rule="")
+            .order_by("-restart_time", "-pk").first())
+    if last is None or last.kind != RestartKind.JOB or last.new_attempt != attempt.number:
+        return None
+    role_index = last.instance_name.rsplit("-", 1)
+    if len(role_index) != 2 or not role_index[1].isdigit():
+        return None
+    inst = next((i for i in instances if i.name == last.instance_name), None)
+    step_now = Job.objects.filter(pk=job.pk).values_list("last_progress_step", flat=True).first()
+    return PreviousFailure(
+        rule=last.rule, role=inst.role if inst else role_index[0].capitalize(), index=int(role_index[1]),
+        step=last.progress_step, step_now=step_now,
+        progress_since=attempt_made_progress(job, attempt, instances, backend),
+    )
+
+
+def history_of(job: Job, attempt: Attempt, instances: list[Instance], backend=None) -> JobHistory:
     counts: dict[tuple[str, str, int], int] = {}
     for rule, name in RestartRecord.objects.filter(job=job, root_cause=True).values_list("rule", "instance_name"):
         role_index = name.rsplit("-", 1)
@@ -408,6 +427,7 @@ def history_of(job: Job, attempt: Attempt, instances: list[Instance]) -> JobHist
         failed_worker_instances_now=len(failed_workers),
         total_worker_instances=len(workers),
         consecutive_restarts_without_progress=restarts_without_progress(job),
+        previous_failure=previous_failure_of(job, attempt, instances, backend) if backend is not None else None,
     )
 
 
@@ -462,7 +482,7 @@ def handle_failures(job, attempt, instances, failed, backend, now) -> tuple[str,
 
     config = config_of(job)
     decision = decide(
-        config, history_of(job, attempt, instances),
+        config, history_of(job, attempt, instances, backend),
         InstanceFailure(instance=root_inst.name, role=root_inst.role, index=root_inst.index,
                         node=root_inst.node, classification=root.classification),
     )
@@ -491,6 +511,7 @@ def handle_failures(job, attempt, instances, failed, backend, now) -> tuple[str,
                       payload={"rule": root.classification.rule, "error_code": root.classification.error_code,
                                "instance": root_inst.name, "step": decision.step, "cascades": cascade_info,
                                "log_offset": offsets.get(root_inst.name),
+                               "family": root.classification.family, "evidence": root.classification.evidence,
                                "cause": root.classification.cause, "next_step": root.classification.next_step})
         return "fail_job", decision.reason
     actions.record_event(job, EventType.DECISION, decision.reason, attempt=attempt.number,
@@ -527,6 +548,11 @@ def count_node_fault(job: Job, inst: Instance, c: Classification) -> None:
                                  retryable=c.retryable)
 
 
+def _progress_step(job: Job) -> int | None:
+    """The step the SDK last reported, read afresh (it moves while the tick runs)."""
+    return Job.objects.filter(pk=job.pk).values_list("last_progress_step", flat=True).first()
+
+
 def restart_instance(job, attempt, inst, c: Classification, decision, log_offset) -> None:
     backend = actions.get_backend_for(job)
     number = RestartRecord.objects.filter(job=job, kind=RestartKind.INSTANCE).count() + 1
@@ -535,6 +561,7 @@ def restart_instance(job, attempt, inst, c: Classification, decision, log_offset
             job=job, number=number, kind=RestartKind.INSTANCE, attempt=attempt.number, new_attempt=attempt.number,
             node_name=inst.node, instance_name=inst.name, error_code=c.error_code, error_message=c.message,
             error_source=c.source, rule=c.rule, reason=decision.reason, cause=c.cause, next_step=c.next_step,
+            family=c.family, evidence=c.evidence, progress_step=_progress_step(job),
             log_offset=log_offset, idempotency_key=f"instance:{job.pk}:{attempt.number}:{inst.name}:{inst.restarts}",
         )
         actions.record_event(job, EventType.RESTART, decision.reason, level=EventLevel.WARNING, attempt=attempt.number,
@@ -581,6 +608,7 @@ def restart_job(job, attempt, instances, backend, reason: str, source: ErrorSour
             error_code=c.error_code if c else source.upper(), error_message=c.message if c else message or reason,
             error_source=source, rule=c.rule if c else source.lower(), reason=reason,
             cause=c.cause if c else "", next_step=c.next_step if c else "", cascades=list(cascades),
+            family=c.family if c else "", evidence=c.evidence if c else "", progress_step=_progress_step(job),
             log_offset=log_offset, idempotency_key=f"job:{job.pk}:{n}",
         )
         Attempt.objects.filter(pk=attempt.pk).update(made_progress=progress, reason=reason[:2000])

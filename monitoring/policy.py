@@ -4,7 +4,11 @@ SPEC section 3's rules, applied in order, plus the restart-loop breaker of secti
 1. the job was stopped by a person -> nothing;
 2. policy Never -> the job fails;
 3. with ExitCodeAndErrorMsg a non-retryable classification fails the job
-   (with OnFailure every failure qualifies);
+   (with OnFailure every failure qualifies); so does a retryable one that holds only
+   a few times (a SIGKILL with no evidence is retried once) once those are spent, and an
+   ambiguous retryable one that repeats the previous failure at the same point (the same
+   rule on the same instance, with no progress or at the same step in between): the
+   repeated-failure guard, which catches desyncs that look transient once;
 4. the same error (rule, role, index) now occurred more than --max-num-of-same-error
    times -> the job fails;
 5. the fraction of failed worker instances is over --max-tolerated-failure-rate
@@ -30,8 +34,8 @@ from monitoring.classify import Classification, ErrorSource
 from monitoring.flags import ExecutionMode, FaultToleranceConfig, FaultTolerantPolicy
 
 __all__ = [
-    "RESTART_LOOP_LIMIT", "WHOLE_JOB_ROLES", "Action", "Step", "InstanceFailure", "DetectedProblem",
-    "Trigger", "JobHistory", "Decision", "decide",
+    "RESTART_LOOP_LIMIT", "WHOLE_JOB_ROLES", "REPEATED_FAILURE_REASON", "Action", "Step", "InstanceFailure",
+    "DetectedProblem", "Trigger", "PreviousFailure", "JobHistory", "Decision", "decide",
 ]
 
 # Whole-job restarts in a row without training progress that stop the job (SPEC 9).
@@ -53,6 +57,8 @@ class Step(StrEnum):
     STOPPED_BY_USER = "stopped_by_user"        # 1
     POLICY_NEVER = "policy_never"              # 2
     NOT_RETRYABLE = "not_retryable"            # 3
+    RETRIES_SPENT = "retries_spent"            # 3 (a verdict retryable only so many times)
+    REPEATED_FAILURE = "repeated_failure"      # 3 (the repeated-failure guard)
     SAME_ERROR_LIMIT = "same_error_limit"      # 4
     FAILURE_RATE = "failure_rate"              # 5
     INSTANCE_RESTART = "instance_restart"      # 6 (Async)
@@ -100,6 +106,28 @@ def _non_negative_int(name: str, value: object) -> None:
         raise ValueError(f"{name}: expected a non-negative integer, got {value!r}")
 
 
+# The guard's verdict, in the words of issue 13.
+REPEATED_FAILURE_REASON = "the same failure at the same point twice: likely deterministic"
+
+
+@dataclass(frozen=True)
+class PreviousFailure:
+    """The root cause of the job's most recent restart, and what happened since."""
+
+    rule: str
+    role: str
+    index: int
+    step: int | None = None    # the training step the SDK had reported when it failed
+    progress_since: bool = False  # the attempt that has failed now made training progress
+    step_now: int | None = None   # the step the SDK reports now
+
+    def repeated_by(self, rule: str, role: str, index: int) -> bool:
+        if (rule, role.casefold(), index) != (self.rule, self.role.casefold(), self.index):
+            return False
+        same_step = self.step is not None and self.step == self.step_now
+        return same_step or not self.progress_since
+
+
 @dataclass(frozen=True)
 class JobHistory:
     stopped_by_user: bool = False
@@ -109,6 +137,7 @@ class JobHistory:
     failed_worker_instances_now: int = 0   # including the one failing now, if a worker
     total_worker_instances: int = 0
     consecutive_restarts_without_progress: int = 0
+    previous_failure: PreviousFailure | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.stopped_by_user, bool):
@@ -124,6 +153,8 @@ class JobHistory:
             if not (isinstance(key, tuple) and len(key) == 3):
                 raise ValueError(f"same_error_counts: keys are (rule, role, index), got {key!r}")
             _non_negative_int(f"same_error_counts[{key!r}]", count)
+        if self.previous_failure is not None and not isinstance(self.previous_failure, PreviousFailure):
+            raise ValueError(f"previous_failure: expected a PreviousFailure or None, got {self.previous_failure!r}")
         object.__setattr__(self, "same_error_counts", MappingProxyType(dict(self.same_error_counts)))
 
     def same_error_count(self, rule: str, role: str, index: int) -> int:
@@ -192,6 +223,12 @@ def _decide_problem(config: FaultToleranceConfig, history: JobHistory, t: Detect
     return _whole_job_restart(config, history, why)
 
 
+def _ambiguous(c: Classification) -> bool:
+    """A retryable verdict that a deterministic fault can also produce: from the log or the
+    exit status, not a scheduler's reason, a user's keyword or a preemption/node loss."""
+    return c.source in (ErrorSource.LOG, ErrorSource.EXIT_CODE) and c.family != "preemption"
+
+
 def _decide_failure(config: FaultToleranceConfig, history: JobHistory, t: InstanceFailure) -> Decision:
     c = t.classification
     failed = _what_failed(t)
@@ -212,6 +249,22 @@ def _decide_failure(config: FaultToleranceConfig, history: JobHistory, t: Instan
                         f"Not restarted: {failed}, which a restart cannot fix "
                         f"(--fault-tolerant-policy=ExitCodeAndErrorMsg). {c.cause} {c.next_step}",
                         Step.NOT_RETRYABLE)
+    if config.fault_tolerant_policy == FaultTolerantPolicy.EXIT_CODE_AND_ERROR_MSG and c.retryable:
+        before = history.same_error_count(c.rule, t.role, t.index)
+        if c.retry_limit is not None and before >= c.retry_limit:
+            return Decision(Action.FAIL_JOB,
+                            f"Not restarted: {failed} again; this is retried only {c.retry_limit} "
+                            f"time{'s' if c.retry_limit != 1 else ''} on one instance, and it already was "
+                            f"(--fault-tolerant-policy=ExitCodeAndErrorMsg). {c.cause} {c.next_step}",
+                            Step.RETRIES_SPENT)
+        previous = history.previous_failure
+        if _ambiguous(c) and previous is not None and previous.repeated_by(c.rule, t.role, t.index):
+            where = (f"at step {previous.step}" if previous.step is not None and previous.step == previous.step_now
+                     else "with no training progress in between")
+            return Decision(Action.FAIL_JOB,
+                            f"Not restarted: {REPEATED_FAILURE_REASON}; {failed}, as it did before the last "
+                            f"restart, {where}. {c.next_step}",
+                            Step.REPEATED_FAILURE)
     # 4
     occurrences = history.same_error_count(c.rule, t.role, t.index) + 1
     limit = config.max_num_of_same_error

@@ -282,8 +282,11 @@ def test_restart_loop_breaker_stops_three_restarts_without_progress(alice_ws, ow
     job = submit(owner_api, alice_ws, job_body, args=SYNC.replace("=3", "=10"))
     for attempt in (1, 2, 3, 4):
         h = handle_of(job, attempt)
-        memory_backend.write_log(h, "worker-0", b"initialising...\n" + NCCL)
-        memory_backend.finish(h, "worker-0", exit_code=1)
+        # A different instance each time: the same one twice in a row without progress
+        # is the repeated-failure guard's case (tested below), which stops the job sooner.
+        name = ("worker-0", "master-0")[attempt % 2]
+        memory_backend.write_log(h, name, b"initialising...\n" + NCCL)
+        memory_backend.finish(h, name, exit_code=1)
         settled(job.pk)
         job.refresh_from_db()
     assert job.status == JobStatus.FAILED
@@ -361,3 +364,82 @@ def test_a_permanent_launch_error_fails_the_job_with_the_backends_words(alice_ws
     job = submit(owner_api, alice_ws, job_body)
     job.refresh_from_db()
     assert job.status == JobStatus.FAILED and "partition 'gpu' does not exist" in job.reason
+
+
+# ---- the repeated-failure guard (issue 13) -----------------------------------------------
+
+def test_the_same_failure_on_the_same_rank_without_progress_twice_is_not_restarted_again(
+        alice_ws, owner_api, job_body, memory_backend):
+    job = submit(owner_api, alice_ws, job_body, args=SYNC.replace("=3", "=10"))
+    for attempt in (1, 2):
+        h = handle_of(job, attempt)
+        memory_backend.write_log(h, "worker-0", b"initialising...\n" + NCCL)
+        memory_backend.finish(h, "worker-0", exit_code=1)
+        settled(job.pk)
+        job.refresh_from_db()
+    assert job.status == JobStatus.FAILED and job.current_attempt == 2
+    assert "the same failure at the same point twice: likely deterministic" in job.reason
+    assert "nccl-system-error" in job.reason and "no training progress" in job.reason
+    assert RestartRecord.objects.filter(job=job).count() == 1
+    failed = JobEvent.objects.get(job=job, type="job_failed")
+    assert failed.payload["step"] == "repeated_failure"
+
+
+def test_the_same_failure_after_progress_is_restarted_again(alice_ws, owner_api, job_body, memory_backend):
+    job = submit(owner_api, alice_ws, job_body, args=SYNC.replace("=3", "=10"))
+    for attempt in (1, 2):
+        h = handle_of(job, attempt)
+        memory_backend.write_log(h, "worker-0", f"step={attempt * 100}\n".encode() + NCCL)
+        memory_backend.finish(h, "worker-0", exit_code=1)
+        assert settled(job.pk).action == "restart_job"
+    job.refresh_from_db()
+    assert job.current_attempt == 3 and job.status == JobStatus.RUNNING
+
+
+def test_the_same_failure_at_the_same_sdk_step_is_caught_even_after_progress(
+        alice_ws, owner_api, job_body, memory_backend):
+    from rest_framework.test import APIClient
+
+    job = submit(owner_api, alice_ws, job_body, args=SYNC.replace("=3", "=10"))
+    sdk = APIClient()
+    sdk.credentials(HTTP_AUTHORIZATION=f"Bearer {job.reset_token()}")
+    for attempt in (1, 2):
+        # Each attempt resumes from a checkpoint and trains (progress) up to step 40, where it fails.
+        for step in (30, 40):
+            r = sdk.post(f"/api/v1/sdk/jobs/{job.pk}/progress/", {"step": step}, format="json")
+            assert r.status_code == 202, r.content
+        h = handle_of(job, attempt)
+        memory_backend.write_log(h, "worker-0", b"step=40\n" + NCCL)
+        memory_backend.finish(h, "worker-0", exit_code=1)
+        settled(job.pk)
+        job.refresh_from_db()
+    assert RestartRecord.objects.get(job=job).progress_step == 40
+    assert job.status == JobStatus.FAILED and job.current_attempt == 2
+    assert "likely deterministic" in job.reason and "at step 40" in job.reason
+
+
+def test_a_restart_record_says_which_family_and_line_decided(alice_ws, owner_api, job_body, memory_backend):
+    job = submit(owner_api, alice_ws, job_body)
+    h = handle_of(job)
+    memory_backend.write_log(h, "worker-0", b"step=1 loss=0.5\n" + NCCL)
+    memory_backend.finish(h, "worker-0", exit_code=1)
+    settled(job.pk)
+    record = RestartRecord.objects.get(job=job)
+    assert record.family == "network"
+    assert record.evidence == NCCL.decode().strip()
+    assert not record.decided_by_exit_status
+
+
+def test_a_sigkill_without_evidence_is_restarted_once_and_then_fails(alice_ws, owner_api, job_body, memory_backend):
+    job = submit(owner_api, alice_ws, job_body, args=SYNC.replace("=3", "=10"))
+    for attempt in (1, 2):
+        h = handle_of(job, attempt)
+        memory_backend.write_log(h, "worker-0", f"step={attempt * 100} loss=0.5\n".encode())
+        memory_backend.finish(h, "worker-0", exit_code=137)
+        settled(job.pk)
+        job.refresh_from_db()
+    record = RestartRecord.objects.get(job=job)
+    assert (record.rule, record.error_code, record.decided_by_exit_status) == ("killed-by-signal", "SIGKILL", True)
+    assert record.exit_status_text == "signal SIGKILL" and record.evidence == ""
+    assert job.status == JobStatus.FAILED and job.current_attempt == 2
+    assert "retried only 1 time on one instance" in job.reason

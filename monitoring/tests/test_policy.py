@@ -338,3 +338,67 @@ def test_policy_never_never_restarts_after_an_instance_failure(config, hist, tri
     never = FaultToleranceConfig(**{**config.__dict__, "fault_tolerant_policy": FaultTolerantPolicy.NEVER})
     d = decide(never, hist, trigger)
     assert d.action is Action.FAIL_JOB and d.step is Step.POLICY_NEVER
+
+
+# ---- issue 13: retry once, and the repeated-failure guard ---------------------------
+
+def sigkill_without_evidence() -> Classification:
+    return classify_failure(FailureInput(137, None, "step 3 loss 0.5\n"))
+
+
+def test_a_sigkill_without_evidence_is_retried_once_per_instance():
+    config = sync_restartable()
+    c = sigkill_without_evidence()
+    first = decide(config, history(), failure(c))
+    assert (first.action, first.step) == (Action.RESTART_JOB, Step.JOB_RESTART)
+    second = decide(config, history(same_error_counts={("killed-by-signal", "Worker", 1): 1}), failure(c))
+    assert (second.action, second.step) == (Action.FAIL_JOB, Step.RETRIES_SPENT)
+    assert "retried only 1 time" in second.reason
+    # another instance has its own once
+    other = decide(config, history(same_error_counts={("killed-by-signal", "Worker", 0): 1}), failure(c))
+    assert other.action == Action.RESTART_JOB
+    # with OnFailure every failure qualifies, as rule 3 says
+    on_failure = decide(sync_restartable(fault_tolerant_policy=FaultTolerantPolicy.ON_FAILURE),
+                        history(same_error_counts={("killed-by-signal", "Worker", 1): 1}), failure(c))
+    assert on_failure.action == Action.RESTART_JOB
+
+
+def _previous(**kw):
+    from monitoring.policy import PreviousFailure
+
+    base = dict(rule="nccl-system-error", role="Worker", index=1)
+    base.update(kw)
+    return PreviousFailure(**base)
+
+
+@pytest.mark.parametrize("previous, repeated", [
+    (dict(), True),                                                  # no progress between
+    (dict(progress_since=True), False),                              # trained in between
+    (dict(progress_since=True, step=40, step_now=40), True),         # trained back to the same step
+    (dict(progress_since=True, step=40, step_now=55), False),
+    (dict(index=0), False),                                          # another rank
+    (dict(rule="connection-reset"), False),                          # another signature
+])
+def test_the_repeated_failure_guard_needs_the_same_failure_at_the_same_point(previous, repeated):
+    from monitoring.policy import REPEATED_FAILURE_REASON
+
+    d = decide(sync_restartable(), history(previous_failure=_previous(**previous)), failure())
+    if repeated:
+        assert (d.action, d.step) == (Action.FAIL_JOB, Step.REPEATED_FAILURE)
+        assert REPEATED_FAILURE_REASON in d.reason
+    else:
+        assert d.action == Action.RESTART_JOB
+
+
+def test_the_guard_leaves_preemptions_and_scheduler_reasons_alone():
+    preempted = classify_failure(FailureInput(None, 15, "*** JOB 7 ON n1 CANCELLED AT 2021-06-18T13:05:36 DUE TO PREEMPTION ***\n"))
+    assert preempted.family == "preemption" and preempted.retryable
+    evicted = classify_failure(FailureInput(None, None, "", backend_reason="Evicted"))
+    for c in (preempted, evicted):
+        d = decide(sync_restartable(), history(previous_failure=_previous(rule=c.rule)), failure(c))
+        assert d.action == Action.RESTART_JOB, c.rule
+
+
+def test_a_malformed_previous_failure_is_rejected_naming_the_field():
+    with pytest.raises(ValueError, match="previous_failure"):
+        history(previous_failure=("nccl-system-error", "Worker", 1))
