@@ -36,6 +36,14 @@ every job in a workspace (job list, dashboard).
 Who may connect: asgi.py refuses foreign Origins (AllowedHostsOriginValidator)
 and resolves the session; these consumers refuse anyone who is not a member of
 the workspace (close before accept: the handshake fails with 403).
+
+Who may stay: every ACCESS_CHECK_SECONDS an open socket checks its person
+again, and when access has ended it sends {"type": "revoked", "code", "reason"}
+and closes with that code, so the page can say why and stop reconnecting:
+
+  4401  logged out, the session expired, or the password changed
+  4403  no longer a member of the workspace (also the refusal at connect)
+  4423  the account was deactivated
 """
 
 from __future__ import annotations
@@ -65,6 +73,9 @@ TARGET_CONTEXT = 100  # lines sent before a target line
 # Generic "this looks like an error" for the `e` key when the classifier left no line.
 ERROR_LINE = re.compile(rb"Traceback|Error|error:")
 REFUSED = 4403
+SESSION_ENDED = 4401
+ACCOUNT_DISABLED = 4423
+ACCESS_CHECK_SECONDS = 2.0  # how long a socket may outlive its person's access
 
 
 class LogCursor:
@@ -313,6 +324,69 @@ def _workspace_if_member(user, slug):
         return None
 
 
+class _SessionOnly:
+    """What django.contrib.auth.get_user reads from a request: its session."""
+
+    def __init__(self, session):
+        self.session = session
+
+
+@database_sync_to_async
+def _access_lost(session_key: str | None, user_id: int, workspace_id: int) -> tuple[int, str] | None:
+    """(close code, reason) when the socket's person may no longer watch this
+    workspace, else None. The session is read anew from its store, as an HTTP
+    request would: a logout deletes it, and a password change voids its hash."""
+    from importlib import import_module
+
+    from django.conf import settings
+    from django.contrib.auth import get_user, get_user_model
+
+    from jobs.models import Membership
+
+    user = get_user_model().objects.filter(pk=user_id).only("is_active").first()
+    if user is None or not user.is_active:
+        return ACCOUNT_DISABLED, "your account was deactivated"
+    if session_key is not None:
+        store = import_module(settings.SESSION_ENGINE).SessionStore(session_key)
+        if get_user(_SessionOnly(store)).pk != user_id:
+            return SESSION_ENDED, "you logged out or your session ended"
+    if not Membership.objects.filter(workspace_id=workspace_id, user_id=user_id).exists():
+        return REFUSED, "you are no longer a member of this workspace"
+    return None
+
+
+class AccessGuard:
+    """Checks an open socket's person every ACCESS_CHECK_SECONDS and ends the
+    socket when access has ended (mixed into both consumers)."""
+
+    guard_task: asyncio.Future | None = None
+
+    def start_guard(self, workspace_id: int) -> None:
+        user = self.scope.get("user")
+        session = self.scope.get("session")
+        session_key = getattr(session, "session_key", None) if session is not None else None
+        self.guard_task = asyncio.ensure_future(self._guard(session_key, user.pk, workspace_id))
+
+    def stop_guard(self) -> None:
+        if self.guard_task is not None:
+            self.guard_task.cancel()
+            self.guard_task = None
+
+    async def _guard(self, session_key, user_id: int, workspace_id: int) -> None:
+        while True:
+            await asyncio.sleep(ACCESS_CHECK_SECONDS)
+            lost = await _access_lost(session_key, user_id, workspace_id)
+            if lost is not None:
+                code, reason = lost
+                self.guard_task = None  # this task ends here; nothing to cancel
+                await self.revoke(code, reason)
+                return
+
+    async def revoke(self, code: int, reason: str) -> None:
+        await self.send_json({"type": "revoked", "code": code, "reason": reason})
+        await self.close(code=code, reason=reason)
+
+
 @database_sync_to_async
 def _events_after(job_id: int, after: int | None) -> list[dict]:
     from jobs.models import JobEvent
@@ -370,7 +444,7 @@ class _SentIds:
         return True
 
 
-class JobConsumer(AsyncJsonWebsocketConsumer):
+class JobConsumer(AccessGuard, AsyncJsonWebsocketConsumer):
     async def connect(self):
         self.job_id = None
         self.tail_task = None
@@ -383,15 +457,26 @@ class JobConsumer(AsyncJsonWebsocketConsumer):
         self.group = job_group(job.pk)
         await self.channel_layer.group_add(self.group, self.channel_name)
         await self.accept()
+        self.start_guard(job.workspace_id)
+
+    async def revoke(self, code: int, reason: str) -> None:
+        # Stop reading logs and receiving events at once, before saying goodbye.
+        if self.tail_task is not None:
+            self.tail_task.cancel()
+            self.tail_task = None
+        await self.channel_layer.group_discard(self.group, self.channel_name)
+        self.job_id = None
+        await super().revoke(code, reason)
 
     async def disconnect(self, code):
+        self.stop_guard()
         if self.tail_task is not None:
             self.tail_task.cancel()
         if self.job_id is not None:
             await self.channel_layer.group_discard(self.group, self.channel_name)
 
     async def receive_json(self, content, **kwargs):
-        if not isinstance(content, dict):
+        if not isinstance(content, dict) or self.job_id is None:
             return
         kind = content.get("type")
         if kind == "hello":
@@ -411,6 +496,8 @@ class JobConsumer(AsyncJsonWebsocketConsumer):
 
     async def job_message(self, event):
         message = event["message"]
+        if self.job_id is None:  # revoked: a message already on its way is dropped
+            return
         if message.get("type") == "event" and not self.sent.add(message["id"]):
             return
         await self.send_json(message)
@@ -536,7 +623,7 @@ class JobConsumer(AsyncJsonWebsocketConsumer):
         })
 
 
-class WorkspaceConsumer(AsyncJsonWebsocketConsumer):
+class WorkspaceConsumer(AccessGuard, AsyncJsonWebsocketConsumer):
     """Statuses and events of every job of one workspace (job list, dashboard)."""
 
     async def connect(self):
@@ -548,14 +635,23 @@ class WorkspaceConsumer(AsyncJsonWebsocketConsumer):
         self.group = workspace_group(workspace.pk)
         await self.channel_layer.group_add(self.group, self.channel_name)
         await self.accept()
+        self.start_guard(workspace.pk)
+
+    async def revoke(self, code: int, reason: str) -> None:
+        if self.group:
+            await self.channel_layer.group_discard(self.group, self.channel_name)
+            self.group = None
+        await super().revoke(code, reason)
 
     async def disconnect(self, code):
+        self.stop_guard()
         if self.group:
             await self.channel_layer.group_discard(self.group, self.channel_name)
 
     async def receive_json(self, content, **kwargs):
-        if isinstance(content, dict) and content.get("type") == "ping":
+        if isinstance(content, dict) and content.get("type") == "ping" and self.group:
             await self.send_json({"type": "pong"})
 
     async def job_message(self, event):
-        await self.send_json(event["message"])
+        if self.group:
+            await self.send_json(event["message"])

@@ -53,6 +53,13 @@
     if (!keep) bannerTimer = setTimeout(function () { banner.hidden = true; }, 2500);
   }
 
+  // Close codes of monitoring.consumers when access ends while a socket is open.
+  var REVOKED = {
+    4401: "you logged out or your session ended",
+    4403: "you are no longer a member of this workspace",
+    4423: "your account was deactivated"
+  };
+
   function Live(path, handlers) {
     this.path = path;
     this.handlers = handlers;
@@ -75,9 +82,17 @@
     ws.onmessage = function (e) {
       var msg;
       try { msg = JSON.parse(e.data); } catch (err) { return; }
+      if (msg.type === "revoked") { self.revoked = msg; return; }
       if (self.handlers.message) self.handlers.message(msg, self);
     };
     ws.onclose = function (e) {
+      // The server ends a socket whose person lost access (see monitoring.consumers):
+      // say why and stay closed, since reconnecting would only be refused.
+      if (REVOKED[e.code]) {
+        var why = (self.revoked && self.revoked.reason) || REVOKED[e.code];
+        showBanner("Live updates stopped: " + why + " (code " + e.code + "). Reload the page or log in again.", true);
+        return;
+      }
       if (!self.wasOpen && e.code === 1006 && self.refusedOnce) {
         showBanner("Live updates are not available for this page (refused). Reload, or log in again.", true);
         return;

@@ -217,3 +217,115 @@ def test_viewers_see_secret_looking_env_values_masked_and_owners_see_them(alice_
     client.force_login(alice)
     page = client.get(reverse("pages:job-new", args=[alice_ws.slug]) + f"?clone={job_id}").content.decode()
     assert "WANDB_API_KEY=wandb-1234" in page
+
+
+# --- open WebSockets after access ends ---------------------------------------------------------
+
+
+@pytest.fixture
+def private_channel_layer(settings):
+    """The real Redis channel layer under a prefix of this test's own."""
+    import os
+    import uuid
+
+    settings.CHANNEL_LAYERS = {"default": {
+        "BACKEND": "channels_redis.core.RedisChannelLayer",
+        "CONFIG": {"hosts": [{"address": settings.REDIS_URL, "socket_timeout": 30}],
+                   "prefix": f"vigil-sec-{os.getpid()}-{uuid.uuid4().hex[:8]}"}}}
+
+
+def _socket(path, client):
+    from channels.testing import WebsocketCommunicator
+
+    from console.asgi import application
+
+    return WebsocketCommunicator(application, path, headers=[
+        (b"host", b"127.0.0.1"), (b"origin", b"http://127.0.0.1"),
+        (b"cookie", f"sessionid={client.cookies['sessionid'].value}".encode())])
+
+
+async def _until_closed(comm, seconds: float) -> tuple[dict, list[dict], float]:
+    """(the close message, the JSON messages before it, seconds it took)."""
+    import asyncio
+    import json
+
+    loop = asyncio.get_running_loop()
+    start = loop.time()
+    messages = []
+    while True:
+        remaining = start + seconds - loop.time()
+        assert remaining > 0, f"still open after {seconds} s; got {[m.get('type') for m in messages]}"
+        out = await comm.receive_output(timeout=remaining)
+        if out["type"] == "websocket.close":
+            return out, messages, loop.time() - start
+        messages.append(json.loads(out["text"]))
+
+
+def _revoke(how, user, workspace, client):
+    if how == "logout":
+        client.logout()  # deletes the session the socket was opened with
+    elif how == "membership":
+        Membership.objects.filter(user=user, workspace=workspace).delete()
+    elif how == "deactivated":
+        type(user).objects.filter(pk=user.pk).update(is_active=False)
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.redis
+@pytest.mark.parametrize("how, code", [("logout", 4401), ("membership", 4403), ("deactivated", 4423)])
+def test_an_open_job_socket_stops_streaming_when_access_ends(how, code, alice, dave, alice_ws, job_body,
+                                                             memory_backend, private_channel_layer):
+    from asgiref.sync import async_to_sync, sync_to_async
+    from django.test import Client
+
+    from jobs import actions
+    from monitoring.consumers import ACCESS_CHECK_SECONDS
+
+    job, _ = actions.submit_job(alice, job_body(alice_ws))
+    handle = job.attempts.get(number=1).backend_handle
+    client = Client()
+    client.force_login(dave)
+
+    async def scenario():
+        comm = _socket(f"/ws/jobs/{job.pk}/", client)
+        assert (await comm.connect())[0]
+        await comm.send_json_to({"type": "hello", "after_event": None, "logs": {"attempt": None, "offsets": {}}})
+        memory_backend.write_log(handle, "worker-0", "step 1\n")
+        while True:  # streaming
+            msg = await comm.receive_json_from(timeout=5)
+            if msg["type"] == "log":
+                break
+        await sync_to_async(_revoke)(how, dave, alice_ws, client)
+        memory_backend.write_log(handle, "worker-0", "secret step 2\n")
+        closed, before, took = await _until_closed(comm, ACCESS_CHECK_SECONDS + 3)
+        await comm.disconnect()
+        return closed, before, took
+
+    closed, before, took = async_to_sync(scenario)()
+    assert closed["code"] == code
+    assert before and before[-1]["type"] == "revoked" and before[-1]["code"] == code
+    assert took <= ACCESS_CHECK_SECONDS + 3
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.redis
+def test_an_open_workspace_socket_closes_when_its_member_is_removed(alice, dave, alice_ws, private_channel_layer):
+    from asgiref.sync import async_to_sync, sync_to_async
+    from django.test import Client
+
+    from monitoring.consumers import ACCESS_CHECK_SECONDS
+
+    client = Client()
+    client.force_login(dave)
+
+    async def scenario():
+        comm = _socket(f"/ws/workspaces/{alice_ws.slug}/", client)
+        assert (await comm.connect())[0]
+        await sync_to_async(_revoke)("membership", dave, alice_ws, client)
+        closed, before, _ = await _until_closed(comm, ACCESS_CHECK_SECONDS + 3)
+        await comm.disconnect()
+        return closed, before
+
+    closed, before = async_to_sync(scenario)()
+    assert closed["code"] == 4403
+    assert before[-1] == {"type": "revoked", "code": 4403, "reason": "you are no longer a member of this workspace"}
