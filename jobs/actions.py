@@ -379,6 +379,29 @@ def succeed_job(job: Job, attempt: Attempt) -> bool:
 # --- stop -----------------------------------------------------------------------
 
 
+MAX_RETRYABLE_KEYWORDS = 100  # as many as the classifier reads for one job
+
+
+def add_retryable_keyword(user, job: Job, keyword: str, scope: str) -> bool:
+    """An owner/admin marks a log line as retryable for this job or its whole workspace.
+    False when it was already there (idempotent). The keyword is matched literally."""
+    require_role(user, job.workspace, ADMIN_ROLES, "adding a retryable keyword")
+    model, pk = (Job, job.pk) if scope == "job" else (Workspace, job.workspace_id)
+    with transaction.atomic():
+        row = model.objects.select_for_update().get(pk=pk)
+        keywords = list(row.retryable_keywords or [])
+        if keyword in keywords:
+            return False
+        if len(keywords) >= MAX_RETRYABLE_KEYWORDS:
+            raise Forbidden(f"the {scope} already has {MAX_RETRYABLE_KEYWORDS} retryable keywords; remove one first.")
+        model.objects.filter(pk=pk).update(retryable_keywords=keywords + [keyword])
+        where = "this job" if scope == "job" else f"every job of {job.workspace.name}"
+        record_event(job, EventType.DECISION,
+                     f'{user.get_username()} made "{keyword}" a retryable keyword for {where}.',
+                     payload={"retryable_keyword": keyword, "scope": scope})
+    return True
+
+
 def stop_job(user, job: Job) -> bool:
     """A person's stop: wins over everything the monitor might decide."""
     require_role(user, job.workspace, WRITE_ROLES, "stopping a job")

@@ -32,6 +32,9 @@ class Workspace(models.Model):
     name = models.CharField(max_length=100)
     slug = models.SlugField(max_length=100, unique=True)
     created_at = models.DateTimeField(default=timezone.now)
+    # Retryable error keywords that count for every job of the workspace (added by an
+    # owner/admin from a failure's verdict, issue 13), after each job's own.
+    retryable_keywords = models.JSONField(default=list, blank=True)
 
     objects = WorkspaceQuerySet.as_manager()
 
@@ -380,18 +383,22 @@ class RestartRecord(models.Model):
         return f"restart {self.number} of job {self.job_id}"
 
     @property
+    def verdict(self):
+        """How sure the verdict was: what decided, its family and line (jobs.verdicts)."""
+        from .verdicts import describe
+
+        return describe(self.error_source, self.family, self.evidence, self.error_code)
+
+    @property
     def decided_by_exit_status(self) -> bool:
-        return self.error_source == "ExitCode"
+        return self.verdict.by_exit_status
 
     @property
     def exit_status_text(self) -> str:
-        """"exit code 1" / "signal SIGKILL" from the error code the exit status gave."""
-        code = self.error_code or ""
-        if code.startswith("EXIT_CODE_"):
-            return f"exit code {code.removeprefix('EXIT_CODE_')}"
-        if code.startswith("SIG"):
-            return f"signal {code}"
-        return "its exit status"
+        """"exit code 1" / "signal SIGKILL", from the error code the exit status gave."""
+        from .verdicts import exit_status_text
+
+        return exit_status_text(self.error_code)
 
 
 class EventType(models.TextChoices):

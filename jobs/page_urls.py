@@ -19,6 +19,8 @@ urlpatterns = [
     path("workspaces/<slug:slug>/jobs/<int:job_id>/parts/<slug:part>/", views.job_fragment, name="job-part"),
     path("workspaces/<slug:slug>/jobs/<int:job_id>/stop/", views.job_stop, name="job-stop"),
     path("workspaces/<slug:slug>/jobs/<int:job_id>/token/", views.job_token_reset, name="job-token"),
+    path("workspaces/<slug:slug>/jobs/<int:job_id>/retryable-keyword/", views.retryable_keyword,
+         name="retryable-keyword"),
     path("workspaces/<slug:slug>/jobs/<int:job_id>/restarts/", views.restart_records, name="restarts"),
     path("workspaces/<slug:slug>/jobs/<int:job_id>/restarts/aggregated/", views.restart_aggregate,
          name="restarts-aggregated"),

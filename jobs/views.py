@@ -21,12 +21,13 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_http_methods, require_POST
+from rest_framework import serializers as drf_serializers
 
 from . import actions
 from .access import permission_name, runnable_backends, sees_secrets
 from .backends.base import BackendError
 from .forms import BOOL_FIELDS, EnvLineError, FieldFlagErrors, JobForm, fault_tolerance_from, initial_from_job
-from .models import WRITE_ROLES, Attempt, JobStatus, RestartRecord
+from .models import ADMIN_ROLES, WRITE_ROLES, Attempt, EventType, JobStatus, RestartRecord
 from .submission import SubmissionError
 
 LIST_PAGE_SIZE = 50
@@ -214,9 +215,24 @@ def _job_context(request, workspace, job) -> dict:
         "diagnoses": [_diagnosis_view(d) for d in job.diagnoses.order_by("-created_at", "-id")[:5]],
         "max_restarts": max_restarts(job),
         "can_write": can_write(request, workspace),
+        "can_admin": workspace.role_of(request.user) in ADMIN_ROLES,
+        "failure_verdict": _failure_verdict(job),
         "live": not job.finished,
         "now": timezone.now(),
     }
+
+
+def _failure_verdict(job):
+    """How sure the verdict that failed the job was, from its job_failed event (None if none)."""
+    from .verdicts import describe
+
+    if job.status != JobStatus.FAILED:
+        return None
+    payload = job.events.filter(type=EventType.JOB_FAILED).order_by("-id").values_list("payload", flat=True).first()
+    if not isinstance(payload, dict) or not payload.get("error_source"):
+        return None
+    return describe(payload["error_source"], payload.get("family", ""), payload.get("evidence", ""),
+                    payload.get("error_code", ""))
 
 
 def _diagnosis_view(diagnosis):
@@ -245,8 +261,6 @@ def job_failures(job) -> list[dict]:
     """The failures the `e` key can jump to, oldest first: {attempt, instance} of
     each job_failed event (its payload names the instance, not a line). Restart
     records, which carry the classified line's offset, are read from their rows."""
-    from .models import EventType
-
     out = []
     for attempt, payload in job.events.filter(type=EventType.JOB_FAILED).order_by("id").values_list(
             "attempt", "payload"):
@@ -302,6 +316,44 @@ def job_token_reset(request, slug, job_id):
     return redirect(reverse("pages:job-detail", kwargs={"slug": workspace.slug, "job_id": job.pk}) + "#token")
 
 
+# --- retryable keywords from a verdict (issue 13) ---------------------------------------
+
+class RetryableKeywordSerializer(drf_serializers.Serializer):
+    keyword = drf_serializers.CharField(max_length=256, trim_whitespace=True)
+    scope = drf_serializers.ChoiceField(choices=["job", "workspace"])
+
+    def validate_keyword(self, value):
+        if "\n" in value or "\r" in value:
+            raise drf_serializers.ValidationError("one line only: the keyword is matched within a line.")
+        return value
+
+
+@login_required
+@require_POST
+def retryable_keyword(request, slug, job_id):
+    """An owner/admin makes a failure's line a retryable keyword for the job or workspace."""
+    workspace, job = job_or_404(request, slug, job_id)
+    if workspace.role_of(request.user) not in ADMIN_ROLES:
+        return forbidden(request, workspace, f"Your role in {workspace.name} is {workspace.role_of(request.user)}: "
+                                             "only an owner or admin can add retryable keywords.")
+    form = RetryableKeywordSerializer(data=request.POST)
+    if not form.is_valid():
+        field, messages = next(iter(form.errors.items()))
+        return render(request, "jobs/_keyword_offer.html",
+                      {"workspace": workspace, "job": job, "keyword": request.POST.get("keyword", "")[:256],
+                       "error_field": field, "error": f"{field}: {' '.join(str(m) for m in messages)}"},
+                      status=400)
+    keyword, scope = form.validated_data["keyword"], form.validated_data["scope"]
+    try:
+        added = actions.add_retryable_keyword(request.user, job, keyword, scope)
+    except actions.Forbidden as exc:
+        return forbidden(request, workspace, str(exc))
+    context = {"workspace": workspace, "job": job, "keyword": keyword, "added": added, "scope": scope, "done": True}
+    if request.htmx:
+        return render(request, "jobs/_keyword_offer.html", context)
+    return redirect("pages:job-detail", slug=workspace.slug, job_id=job.pk)
+
+
 # --- restart records -----------------------------------------------------------------------
 
 @login_required
@@ -319,7 +371,8 @@ def restart_record(request, slug, job_id, record_id):
     if record is None:
         raise Http404("No such restart record for this job.")
     return render(request, "jobs/restart_record.html", {
-        "workspace": workspace, "job": job, "record": record, "max_restarts": max_restarts(job)})
+        "workspace": workspace, "job": job, "record": record, "max_restarts": max_restarts(job),
+        "can_admin": workspace.role_of(request.user) in ADMIN_ROLES})
 
 
 def aggregate_faults(records) -> list[dict]:

@@ -344,8 +344,10 @@ def stop_attempt(job: Job, attempt: Attempt, *, reason: str, grace: float | None
 
 
 def keywords_of(job: Job) -> tuple[str, ...]:
+    """The job's own retryable keywords, the SDK's, then its workspace's (at most 100)."""
     seen: list[str] = []
-    for k in list(job.retryable_keywords or []) + list(job.sdk_retryable_keywords or []):
+    workspace = list(job.workspace.retryable_keywords or []) if job.workspace_id else []
+    for k in list(job.retryable_keywords or []) + list(job.sdk_retryable_keywords or []) + workspace:
         if k and k not in seen:
             seen.append(k)
     return tuple(seen[:100])
@@ -459,8 +461,9 @@ def attempt_made_progress(job: Job, attempt: Attempt, instances: list[Instance],
 def handle_failures(job, attempt, instances, failed, backend, now) -> tuple[str, str] | None:
     """Classify the failed instances, pick the root cause, decide, apply."""
     # Keywords the SDK set moments before the crash must count: read them afresh.
-    job.retryable_keywords, job.sdk_retryable_keywords = Job.objects.filter(pk=job.pk).values_list(
-        "retryable_keywords", "sdk_retryable_keywords").get()
+    job.retryable_keywords, job.sdk_retryable_keywords, job.workspace.retryable_keywords = (
+        Job.objects.filter(pk=job.pk).values_list(
+            "retryable_keywords", "sdk_retryable_keywords", "workspace__retryable_keywords").get())
     observations = []
     offsets = {}
     for inst in failed:
@@ -509,6 +512,7 @@ def handle_failures(job, attempt, instances, failed, backend, now) -> tuple[str,
     if decision.action == Action.FAIL_JOB:
         fail_and_stop(job, attempt, decision.reason, key=f"failed:{job.pk}:{exit_key}",
                       payload={"rule": root.classification.rule, "error_code": root.classification.error_code,
+                               "error_source": str(root.classification.source),
                                "instance": root_inst.name, "step": decision.step, "cascades": cascade_info,
                                "log_offset": offsets.get(root_inst.name),
                                "family": root.classification.family, "evidence": root.classification.evidence,
@@ -531,6 +535,7 @@ def fail_without_monitoring(job, attempt, inst, c: Classification, cascades) -> 
               f"Automatic fault tolerance is off for this job, so it was not restarted. {advice}")
     fail_and_stop(job, attempt, reason, key=f"failed:{job.pk}:{attempt.number}",
                   payload={"rule": c.rule, "error_code": c.error_code, "instance": inst.name,
+                           "error_source": str(c.source), "family": c.family, "evidence": c.evidence,
                            "cascades": [o.instance for o in cascades]})
     return "fail_job", reason
 
