@@ -92,6 +92,19 @@ _HARDWARE_NEXT = (
     "The job is retried automatically, preferably on another node. If the same node fails "
     "again, ask an administrator to check or isolate it."
 )
+_COLLECTIVE_TIMEOUT_CAUSE = (
+    "A collective operation (e.g. all-reduce) waited longer than the process group's timeout "
+    "because some rank never joined it. With no other error in the log this is most often the "
+    "program itself: ranks that call different collectives (a desync), or one rank doing long "
+    "work alone (evaluation, preprocessing, saving a checkpoint) while the others wait, which a "
+    "restart repeats."
+)
+_COLLECTIVE_TIMEOUT_NEXT = (
+    "Make every rank call the same collectives, or raise the process group's timeout around work "
+    "that only one rank does. If this was a one-off network or storage stall, add this line as a "
+    "retryable keyword. Hang detection with an interval below the timeout takes stack snapshots "
+    "before the watchdog fires."
+)
 _NAN_CAUSE = "The training diverged: the loss became NaN or infinite."
 _NAN_NEXT = ("Lower the learning rate, check the input data for bad values, or enable gradient "
              "clipping, then resume from a checkpoint taken before the divergence.")
@@ -165,15 +178,7 @@ LOG_SIGNATURES: tuple[Signature, ...] = (
         pattern=_re(r"Watchdog caught collective operation timeout"),
         retryable=False, error_code="NCCL_COLLECTIVE_TIMEOUT",
         message="NCCL watchdog: a collective operation timed out",
-        cause="A collective operation (e.g. all-reduce) waited longer than the process group's "
-              "timeout because some rank never joined it. With no other error in the log this is "
-              "most often the program itself: ranks that call different collectives (a desync), "
-              "or one rank doing long work alone (evaluation, preprocessing, saving a checkpoint) "
-              "while the others wait, which a restart repeats.",
-        next_step="Make every rank call the same collectives, or raise the process group's timeout "
-                  "around work that only one rank does. If this was a one-off network or storage "
-                  "stall, add this line as a retryable keyword. Hang detection with an interval "
-                  "below the timeout takes stack snapshots before the watchdog fires.",
+        cause=_COLLECTIVE_TIMEOUT_CAUSE, next_step=_COLLECTIVE_TIMEOUT_NEXT,
         cascade_like=True,
         # Decision from the corpus: of its collective-timeout entries with no other error,
         # the sources blame the program (desyncs, rank-0-only work) far more often than a
@@ -249,10 +254,11 @@ LOG_SIGNATURES: tuple[Signature, ...] = (
     Signature(
         rule="gloo-operation-timeout", family="collective-timeout",
         pattern=_re(r"Timed out waiting \d{1,15}ms for (?:recv|send) operation to complete"),
-        retryable=True, error_code="GLOO_TIMEOUT",
+        # Not retried, as the NCCL watchdog timeout (see there): with no other error in the
+        # log, a collective that waited out its timeout is most often ranks that disagree.
+        retryable=False, error_code="GLOO_TIMEOUT",
         message="Gloo timed out waiting for a peer's data",
-        cause="A peer stopped sending or receiving during a collective: it died, hung or is slow.",
-        next_step=_RETRY_COMM, cascade_like=True,
+        cause=_COLLECTIVE_TIMEOUT_CAUSE, next_step=_COLLECTIVE_TIMEOUT_NEXT, cascade_like=True,
         documented="third_party/gloo/gloo/transport/tcp/unbound_buffer.cc waitRecv/waitSend",
     ),
     # ---- sockets (strerror texts of Linux errno) -----------------------------------
@@ -505,13 +511,14 @@ LOG_SIGNATURES: tuple[Signature, ...] = (
     # SIGKILL too, and those are retryable.
     Signature(
         rule="oom-killed", family="signals",
-        pattern=_re(r"Memory cgroup out of memory|oom[-_]kill event|OOM Killed|OOMKilled", _I),
+        pattern=_re(r"Memory cgroup out of memory|oom[-_]kill event|OOM Killed|OOMKilled|memory\+swap: usage", _I),
         retryable=False, error_code="OOM_KILLED",
         message="Killed for running out of memory",
         cause="The instance used more memory than its own limit, so the system killed it (the OOM killer).",
         next_step="Raise the memory of the instance (resource_config.memory) and submit the job again.",
         explains_kill=True,
-        documented="Linux mm/memcontrol.c (\"Memory cgroup out of memory\"); slurmstepd (\"Detected 1 oom_kill event\")",
+        documented="Linux mm/memcontrol.c (\"Memory cgroup out of memory\", \"memory+swap: usage ..., limit\"); "
+                   "slurmstepd (\"Detected 1 oom_kill event\"); corpus signals-016",
     ),
     # Decision (issue 13): the node-wide OOM killer picks a victim among every process on
     # the node, so its kill often comes from other tenants' memory, and a rerun (maybe on
@@ -720,8 +727,9 @@ LOG_SIGNATURES: tuple[Signature, ...] = (
     ),
     Signature(
         rule="service-unavailable", family="external-services",
-        pattern=_re(r"50[0234] (?:Server Error|Internal Server Error|Bad Gateway|Service Unavailable"
-                    r"|Service Temporarily Unavailable|Gateway Time-?out)|HTTP Error 50[0234]"
+        pattern=_re(r"Internal Server Error|INTERNAL SERVER ERROR|Bad Gateway|Service Unavailable"
+                    r"|Service Temporarily Unavailable|Gateway Time-?out|50[0234] Server Error|HTTP Error 50[0234]"
+                    r"|HTTP 50[0234] "
                     r"|We encountered an internal error\. Please try again|\(InternalError\) when calling the"
                     r"|\(ServiceUnavailable\)"),
         retryable=True, error_code="SERVICE_UNAVAILABLE",
@@ -731,12 +739,15 @@ LOG_SIGNATURES: tuple[Signature, ...] = (
         next_step="The job is retried automatically. If the service stays down, check its status "
                   "page or use a mirror/cache.",
         documented="HTTP 500/502/503/504 (RFC 9110); S3 InternalError \"We encountered an internal error. "
-                   "Please try again.\"; corpus external-services-001, -003, -013, startup-019",
+                   "Please try again.\"; corpus external-services-001, -003, -013, -040, startup-019, -042",
     ),
     Signature(
         rule="service-timeout", family="external-services",
         pattern=_re(r"Read timed out|RequestTimeout|TLS handshake timeout|i/o timeout|context deadline exceeded"
-                    r"|ReadTimeoutError|ConnectTimeoutError|operation timeout"),
+                    r"|ReadTimeoutError|ConnectTimeoutError|operation timeout|Client\.Timeout exceeded"
+                    r"|request canceled while waiting for connection"
+                    # huggingface_hub/transformers when the Hub cannot be reached and nothing is cached
+                    r"|Connection error, and we cannot find the requested files|We couldn't connect to '"),
         retryable=True, error_code="SERVICE_TIMEOUT",
         message="A request to a service timed out",
         cause="A download, upload or registry request timed out: the service or the network to "
@@ -744,8 +755,9 @@ LOG_SIGNATURES: tuple[Signature, ...] = (
         next_step="The job is retried automatically. If it keeps happening, check the network "
                   "path to the service or use a closer mirror.",
         documented="urllib3 ReadTimeoutError (\"Read timed out\"); Go net/http \"TLS handshake timeout\", "
-                   "\"i/o timeout\", \"context deadline exceeded\"; S3 RequestTimeout; corpus startup-024, "
-                   "-027, external-services-019, -030",
+                   "\"i/o timeout\", \"context deadline exceeded\"; S3 RequestTimeout; transformers \"Connection "
+                   "error, and we cannot find the requested files in the cached path\"; corpus startup-024, "
+                   "-027, -038, external-services-019, -030, -037",
     ),
     Signature(
         rule="service-denied", family="external-services",
@@ -845,6 +857,137 @@ LOG_SIGNATURES: tuple[Signature, ...] = (
               "or any usable one, a configuration problem of the job or the node.",
         next_step="Fix or remove NCCL_SOCKET_IFNAME (or the node's interface setup), then submit the job again.",
         documented="NCCL bootstrap \"Bootstrap : no socket interface found\"; corpus network-004",
+    ),
+    Signature(
+        rule="evicted-node-pressure", family="preemption",
+        pattern=_re(r"The node was low on resource|NodeNotReady|node\(s\) were unschedulable"),
+        retryable=True, error_code="EVICTED",
+        message="Evicted because the node ran short of resources",
+        cause="The node ran short of memory or disk (or stopped being ready), so the kubelet "
+              "evicted instances to protect it; this instance used no more than it requested.",
+        next_step="The job is retried automatically when resources are free again.",
+        explains_kill=True,
+        documented="Kubernetes kubelet node-pressure eviction (\"The node was low on resource: memory\"), "
+                   "node condition NodeNotReady",
+    ),
+    Signature(
+        rule="executable-not-found", family="startup",
+        pattern=_re(r"executable file not found in \$PATH|no such file or directory: unknown"),
+        retryable=False, error_code="EXECUTABLE_NOT_FOUND",
+        message="The container's command does not exist in the image",
+        cause="The container runtime could not start the command: it is not in the image (or not on PATH).",
+        next_step="Check the command and the image (the program must be installed in it), then submit the job again.",
+        documented="runc/containerd \"OCI runtime create failed: ... executable file not found in $PATH\"",
+    ),
+    Signature(
+        rule="tls-certificate-untrusted", family="external-services",
+        pattern=_re(r"certificate signed by unknown authority|CERTIFICATE_VERIFY_FAILED"),
+        retryable=False, error_code="TLS_UNTRUSTED",
+        message="A service's TLS certificate is not trusted",
+        cause="The node or image does not trust the certificate of a registry, hub or store "
+              "(a private CA, a proxy), so every connection is refused the same way.",
+        next_step="Add the CA certificate to the image or node (or fix the proxy), then submit the job again.",
+        documented="Go crypto/x509 \"certificate signed by unknown authority\"; Python ssl CERTIFICATE_VERIFY_FAILED",
+    ),
+    Signature(
+        rule="disk-quota-exceeded", family="storage",
+        pattern=_re(r"Disk quota exceeded|EDQUOT"),
+        retryable=False, error_code="EDQUOT",
+        message="Disk quota exceeded",
+        cause="The job's user or project reached its storage quota, which the next attempt hits again.",
+        next_step="Free space in the quota (old checkpoints, caches) or ask for a larger one, then submit the job again.",
+        documented="Linux errno EDQUOT (122) \"Disk quota exceeded\"",
+    ),
+    Signature(
+        rule="read-only-file-system", family="storage",
+        pattern=_re(r"Read-only file system"),
+        retryable=False, error_code="EROFS",
+        message="A path the job writes is on a read-only file system",
+        cause="The job writes to a path that is mounted read-only, or that it may not write.",
+        next_step="Write checkpoints and outputs to a writable mount, then submit the job again.",
+        documented="Linux errno EROFS (30) \"Read-only file system\"; corpus storage-005",
+    ),
+    Signature(
+        rule="mount-disconnected", family="storage",
+        pattern=_re(r"Transport endpoint is not connected|Remote I/O error"),
+        retryable=True, error_code="ENOTCONN",
+        message="A mounted file system went away",
+        cause="A network or FUSE mount the job uses stopped answering (its daemon restarted or the "
+              "storage was unreachable).",
+        next_step="The job is retried automatically. If it keeps happening, ask an administrator to check the mount.",
+        documented="Linux errno ENOTCONN (107) \"Transport endpoint is not connected\" (FUSE), EREMOTEIO (121)",
+    ),
+    Signature(
+        rule="shm-write-failed", family="storage",
+        pattern=_re(r"unable to write to file </torch_"),
+        retryable=False, error_code="SHM_WRITE_FAILED",
+        message="Writing to shared memory (/dev/shm) failed",
+        cause="Tensors shared between processes live in /dev/shm, and it is too small (Docker's "
+              "default is 64 MB).",
+        next_step="Give the container more shared memory (--ipc=host or --shm-size), or use fewer "
+                  "DataLoader workers, then submit the job again.",
+        documented="torch THAllocator \"unable to write to file </torch_...>\"; corpus storage-003",
+    ),
+    Signature(
+        rule="cuda-no-kernel-image", family="user-error",
+        pattern=_re(r"no kernel image is available for execution on the device|cudaErrorNoKernelImageForDevice"),
+        retryable=False, error_code="CUDA_NO_KERNEL_IMAGE",
+        message="CUDA: the program was not built for this GPU",
+        cause="The installed PyTorch/CUDA build has no code for this GPU's architecture.",
+        next_step="Install a build that supports the GPU (or choose other GPUs), then submit the job again.",
+        documented="CUDA runtime cudaErrorNoKernelImageForDevice (\"no kernel image is available for execution on the device\")",
+    ),
+    Signature(
+        rule="cuda-kernel-fault", family="user-error",
+        pattern=_re(r"an illegal instruction was encountered|misaligned address|cudaErrorMisalignedAddress"),
+        retryable=False, error_code="CUDA_KERNEL_FAULT",
+        message="CUDA: a GPU kernel faulted",
+        cause="A GPU kernel executed an illegal instruction or a misaligned access, a bug in the "
+              "kernel or a mismatch of compiled extensions.",
+        next_step="Run with CUDA_LAUNCH_BLOCKING=1 to find the operation, and rebuild extensions for "
+                  "this torch/CUDA, then submit the job again.",
+        documented="CUDA runtime cudaErrorIllegalInstruction, cudaErrorMisalignedAddress",
+    ),
+    Signature(
+        rule="nvidia-driver-unreachable", family="gpu",
+        pattern=_re(r"couldn't communicate with the NVIDIA driver"),
+        retryable=False, error_code="NVIDIA_DRIVER_UNREACHABLE",
+        message="The NVIDIA driver is not loaded on the node",
+        cause="The node's NVIDIA kernel driver is not loaded or does not match (after a kernel or "
+              "driver upgrade); no GPU program runs there until it is fixed.",
+        next_step=_HARDWARE_NEXT,
+        documented="nvidia-smi \"NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver\"",
+    ),
+    Signature(
+        rule="ib-transport-fault", family="network",
+        pattern=_re(r"NET/IB ?: Got async event|[Tt]ransport retry count exceeded|IBV_WC_RETRY_EXC_ERR"
+                    r"|local catastrophic error"),
+        retryable=True, error_code="IB_FAULT",
+        message="The InfiniBand fabric reported a fault",
+        cause="The InfiniBand adapter or a link reported an error (a port went down, retries were "
+              "exhausted), a fabric fault rather than the program.",
+        next_step=_RETRY_COMM,
+        documented="NCCL net_ib.cc \"NET/IB : Got async event\"; ibv_wc_status IBV_WC_RETRY_EXC_ERR (12) "
+                   "\"transport retry counter exceeded\"",
+    ),
+    Signature(
+        rule="grpc-unreachable", family="network",
+        pattern=_re(r"failed to connect to all addresses"),
+        retryable=True, error_code="GRPC_UNREACHABLE",
+        message="gRPC could not reach its peer",
+        cause="A gRPC client (a coordinator, a parameter server) could not connect to any address "
+              "of its peer: it was not up yet, had died, or the network failed.",
+        next_step=_RETRY_COMM,
+        documented="gRPC status UNAVAILABLE \"failed to connect to all addresses\"",
+    ),
+    Signature(
+        rule="nan-detected", family="nan",
+        pattern=_re(r"NaN or Inf found in input tensor|returned nan values in its"),
+        retryable=False, error_code="LOSS_NAN",
+        message="NaN or infinite values appeared in training",
+        cause=_NAN_CAUSE, next_step=_NAN_NEXT,
+        documented="torch.autograd anomaly mode (\"Function 'X' returned nan values in its 0th output\"); "
+                   "torch clip_grad/Megatron \"NaN or Inf found in input tensor\"",
     ),
     # ---- the program itself: not retryable ----------------------------------------
     Signature(
