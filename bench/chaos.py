@@ -695,12 +695,19 @@ def exp_race(c: Console, step: str) -> tuple[list, str]:
                             f"{time.monotonic() - t0:.1f} s after that")
 
 
-def exp_worker_kill(c: Console) -> tuple[list, str]:
-    run, _, _ = c.submit("worker-kill", fault=True)
+def fault_while_down(c: Console, name: str, processes: tuple[str, ...], sig=signal.SIGKILL) -> JobRun:
+    """A job with a fault trains; the processes are stopped by `sig`; then rank 1 fails."""
+    run, _, _ = c.submit(name, fault=True)
     run.wait_running(1)
-    c.kill("worker")
+    for process in processes:
+        c.kill(process, sig)
     run.fire()
     wait_until(run.fired, 10, 0.1)
+    return run
+
+
+def exp_worker_kill(c: Console) -> tuple[list, str]:
+    run = fault_while_down(c, "worker-kill", ("worker",))
     time.sleep(5.0)
     c.start("worker")
     t0 = time.monotonic()
@@ -840,11 +847,7 @@ def exp_web_kill(c: Console) -> tuple[list, str]:
 def exp_exits_kill(c: Console) -> tuple[list, str]:
     from jobs.models import RestartRecord
 
-    run, _, _ = c.submit("exits-kill", fault=True)
-    run.wait_running(1)
-    c.kill("exits")
-    run.fire()
-    wait_until(run.fired, 10, 0.1)
+    run = fault_while_down(c, "exits-kill", ("exits",))
     fired = time.time()
     decided = wait_until(lambda: RestartRecord.objects.filter(job_id=run.id).first(), 10, 0.2)
     time.sleep(max(0.0, 5.0 - (time.time() - fired)))
@@ -928,14 +931,9 @@ def exp_burst(c: Console, jobs: int = 40, faulty: int = 10) -> tuple[list, str]:
 
 
 def exp_console_restart(c: Console) -> tuple[list, str]:
-    run, _, _ = c.submit("restart-fault", fault=True)
     calm, _, _ = c.submit("restart-calm", fault=False)
-    run.wait_running(1)
     calm.wait_running(1)
-    for name in ("web", "exits", "worker"):
-        c.kill(name, signal.SIGTERM)
-    run.fire()
-    wait_until(run.fired, 10, 0.1)
+    run = fault_while_down(c, "restart-fault", ("web", "exits", "worker"), signal.SIGTERM)
     time.sleep(5.0)
     for name in ("worker", "exits", "web"):
         c.start(name)
