@@ -45,10 +45,12 @@ def test_a_fresh_install_generates_and_keeps_its_secret_key(tmp_path):
 
 
 def test_bad_configuration_is_reported_at_start(tmp_path):
-    r = run_manage("check", env_extra={"VIGIL_LOCAL_SUBMIT_ROLES": "owner,wizard", "REDIS_URL": "http://nope"}, tmp_path=tmp_path)
+    r = run_manage("check", env_extra={"VIGIL_LOCAL_SUBMIT_ROLES": "owner,wizard", "REDIS_URL": "http://nope",
+                                       "VIGIL_WORKSPACE_CREATION": "everyone"}, tmp_path=tmp_path)
     assert r.returncode != 0
     assert "vigil.E004" in r.stderr and "wizard" in r.stderr
     assert "vigil.E005" in r.stderr
+    assert "vigil.E006" in r.stderr and "VIGIL_WORKSPACE_CREATION is 'everyone'" in r.stderr
 
 
 @pytest.mark.django_db

@@ -329,3 +329,40 @@ def test_an_open_workspace_socket_closes_when_its_member_is_removed(alice, dave,
     closed, before = async_to_sync(scenario)()
     assert closed["code"] == 4403
     assert before[-1] == {"type": "revoked", "code": 4403, "reason": "you are no longer a member of this workspace"}
+
+
+# --- login throttling ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("url", ["/login/", "/admin/login/"])
+def test_repeated_wrong_passwords_for_one_account_lock_its_login_for_a_while(url, alice, client, settings):
+    import time_machine
+    from django.utils import timezone
+
+    alice.is_staff = True  # so that /admin/login/ would let the right password in
+    alice.save(update_fields=["is_staff"])
+    right = {"username": "alice", "password": "alice-password-123"}
+    with time_machine.travel(timezone.now(), tick=False) as clock:
+        for _ in range(settings.AXES_FAILURE_LIMIT - 1):
+            r = client.post(url, {"username": "alice", "password": "wrong"}, REMOTE_ADDR="192.0.2.10")
+            assert r.status_code == 200  # the form again, with its error
+        # the last allowed wrong password answers with the lockout, and so does the right one now
+        r = client.post(url, {"username": "alice", "password": "wrong"}, REMOTE_ADDR="192.0.2.10")
+        assert r.status_code == 429
+        locked = client.post(url, right, REMOTE_ADDR="192.0.2.11")  # another address does not help
+        assert locked.status_code == 429
+        text = locked.content.decode()
+        assert "Too many failed logins" in text and "alice" in text and "15 minutes" in text
+        assert "_auth_user_id" not in client.session
+        clock.shift(settings.AXES_COOLOFF_TIME.total_seconds() + 1)
+        r = client.post(url, right, REMOTE_ADDR="192.0.2.11")
+        assert r.status_code == 302 and client.session["_auth_user_id"] == str(alice.pk)
+
+
+def test_wrong_passwords_from_one_address_lock_it_for_every_account(alice, bob, client, settings):
+    for i in range(settings.AXES_FAILURE_LIMIT):
+        client.post("/login/", {"username": f"guess{i}", "password": "wrong"}, REMOTE_ADDR="198.51.100.7")
+    r = client.post("/login/", {"username": "bob", "password": "bob-password-123"}, REMOTE_ADDR="198.51.100.7")
+    assert r.status_code == 429
+    r = client.post("/login/", {"username": "bob", "password": "bob-password-123"}, REMOTE_ADDR="198.51.100.8")
+    assert r.status_code == 302
