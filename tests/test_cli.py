@@ -389,3 +389,15 @@ def test_stacks_prints_the_aggregated_view_and_stop_wait_exits_7(logged_in, tmp_
     assert "status:    Stopped" in out
     r = logged_in("stacks", job_id)
     assert r.returncode == 3 and "job: has no running attempt" in r.stderr
+
+
+def test_submit_needs_the_site_permission_for_the_backend_and_names_it(logged_in, alice, tmp_path):
+    """The command line is one more way in: the same two checks hold (issue 12)."""
+    from jobs.access import backend_permission
+    from jobs.models import Job
+
+    alice.user_permissions.remove(backend_permission("local"))
+    r = logged_in("submit", job_file(tmp_path, "id -un"))
+    assert r.returncode == 4, (r.returncode, r.stdout, r.stderr)
+    assert "jobs.run_on_local" in r.stderr and "HTTP 403" in r.stderr
+    assert not Job.objects.exists()

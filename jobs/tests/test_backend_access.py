@@ -77,3 +77,9 @@ def test_bootstrap_gives_the_first_admin_the_backend_permissions(settings, tmp_p
     granted = set(admin.user_permissions.values_list("codename", flat=True))
     assert {"run_on_local", "run_on_slurm"} <= granted
     assert runnable_backends(admin) == list(settings.JOB_BACKENDS)
+
+
+def test_staff_find_the_permissions_in_the_admins_user_and_group_forms(admin_client, nobody):
+    for url in (f"/admin/auth/user/{nobody.pk}/change/", "/admin/auth/group/add/"):
+        page = admin_client.get(url).content.decode()
+        assert "Can run jobs on the local backend" in page and "Can run jobs on the slurm backend" in page, url
