@@ -2,11 +2,14 @@
 from the environment; the defaults are the embedded ones (SQLite under
 VIGIL_DATA_DIR, a Redis on localhost, the local backend)."""
 
+import logging
 import os
 from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
+
+from console.logs import logging_config
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -252,7 +255,10 @@ CHANNEL_LAYERS = {
 
 # --- Vigil ---------------------------------------------------------------------
 # Where the console is reachable from jobs (the SDK's VIGIL_CONSOLE_URL).
-VIGIL_CONSOLE_URL = os.environ.get("VIGIL_CONSOLE_URL", "http://127.0.0.1:8000")
+# By default the address `make run` serves (VIGIL_BIND, VIGIL_PORT as in the Procfile).
+_BIND = os.environ.get("VIGIL_BIND") or "127.0.0.1"
+VIGIL_CONSOLE_URL = os.environ.get("VIGIL_CONSOLE_URL") or (
+    f"http://{'127.0.0.1' if _BIND in ('0.0.0.0', '::') else _BIND}:{os.environ.get('VIGIL_PORT') or '8000'}")
 # Workspace roles that may submit jobs to the local backend: local jobs run as
 # the console's own operating-system user.
 VIGIL_LOCAL_SUBMIT_ROLES = env_list("VIGIL_LOCAL_SUBMIT_ROLES", "owner,admin")
@@ -300,11 +306,7 @@ if os.environ.get("VIGIL_SLURM_PARTITION") is not None or env_bool("VIGIL_SLURM"
 # Outbound notification targets that are allowed although private (tests: 127.0.0.1).
 VIGIL_OUTBOUND_ALLOW = env_list("VIGIL_OUTBOUND_ALLOW")
 
-LOGGING = {
-    "version": 1,
-    "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
-    "root": {"handlers": ["console"], "level": os.environ.get("VIGIL_LOG_LEVEL", "INFO")},
-    "loggers": {"django.db.backends": {"level": "WARNING"}},
-}
+# Quiet by default (job decisions, warnings, errors); VIGIL_LOG_LEVEL=DEBUG for
+# everything, VIGIL_LOG_FORMAT=json for one JSON object per line. See console/logs.py.
+LOGGING = logging_config(os.environ.get("VIGIL_LOG_LEVEL"), os.environ.get("VIGIL_LOG_FORMAT"))
+logging.captureWarnings(True)  # library warnings go through the same handler (and JSON format)

@@ -13,6 +13,7 @@ urlpatterns = [
     path("api/schema/", SpectacularAPIView.as_view(permission_classes=[views.ApiDocsAccess]), name="schema"),
     path("api/docs/", views.api_docs_page(SpectacularSwaggerView.as_view(url_name="schema")), name="api-docs"),
     path("healthz", views.healthz, name="healthz"),
+    path("readyz", views.readyz, name="readyz"),
     path("", include("jobs.sdk_urls")),
     path("", include("jobs.page_urls")),
     path("", include("notifications.urls")),

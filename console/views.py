@@ -1,10 +1,9 @@
-"""The page shell: health check, the root page (your last workspace, or what to
+"""The page shell: liveness and readiness checks, the root page (your last workspace, or what to
 do when you have none) and a workspace's dashboard."""
 
 from django.conf import settings
 from django.contrib.auth.decorators import login_required
 from django.contrib.auth.views import redirect_to_login
-from django.db import connection
 from django.http import JsonResponse
 from django.shortcuts import redirect, render
 from rest_framework.exceptions import NotAuthenticated
@@ -35,9 +34,23 @@ def api_docs_page(view):
 
 
 def healthz(request):
-    with connection.cursor() as cur:
-        cur.execute("SELECT 1")
+    """Liveness: this process answers HTTP. Cheap on purpose (no database, no Redis):
+    restarting the web process would not fix either; /readyz says which part is down."""
     return JsonResponse({"ok": True})
+
+
+def readyz(request):
+    """Readiness: the database, Redis, a fresh Celery worker, the beat's sweeps and the
+    exit listener, each with its state and age; 503 when any is not ok."""
+    from console.health import as_json, readiness
+
+    body = as_json(readiness())
+    response = JsonResponse(body, status=200 if body["ready"] else 503)
+    response["Cache-Control"] = "no-store"
+    # The body says what is down; Django's ERROR line per 503 would flood the log
+    # at every probe of a load balancer while a part is down.
+    response._has_been_logged = True  # type: ignore[attr-defined]
+    return response
 
 
 @login_required

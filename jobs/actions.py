@@ -119,7 +119,22 @@ def record_event(
             raise
         return None
     transaction.on_commit(lambda: _announce_event(event.pk))
+    if type in DECISION_LOG_TYPES:
+        transaction.on_commit(lambda: _log_decision(event))
     return event
+
+
+# What `make run` shows by default: one line per decision a person wants to know about.
+DECISION_LOG_TYPES = frozenset({EventType.RESTART, EventType.JOB_FAILED, EventType.HANG, EventType.EXIT_HANG,
+                                EventType.NODE_ISOLATED})
+decisions = logging.getLogger("vigil.decisions")
+
+
+def _log_decision(event: JobEvent) -> None:
+    level = logging.WARNING if event.level in (EventLevel.WARNING, EventLevel.ERROR) else logging.INFO
+    where = f" attempt {event.attempt}" if event.attempt else ""
+    decisions.log(level, "job %s%s %s: %s", event.job_id, where, event.type, event.message,
+                  extra={"job_id": event.job_id, "event": event.type, "attempt": event.attempt})
 
 
 def _announce_event(event_id: int) -> None:

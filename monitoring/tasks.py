@@ -51,6 +51,9 @@ def run_job(job_id: int) -> str | None:
 @shared_task(name="monitoring.tasks.sweep", ignore_result=True)
 def sweep() -> int:
     """Every second (beat): tick every live job."""
+    from console import health
+
+    health.record(health.SWEEP)  # /readyz: the beat schedules sweeps and a worker runs them
     count = 0
     ids = monitor.live_job_ids()
     for start in range(0, len(ids), monitor.SNAPSHOT_CHUNK):

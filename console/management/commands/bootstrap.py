@@ -12,6 +12,10 @@ from jobs.access import backend_names, backend_permission
 from jobs.models import ApiToken, Membership, Role, Workspace
 
 
+QUIET_NOTE = ("Below: job decisions, warnings and errors only "
+              "(VIGIL_LOG_LEVEL=DEBUG shows everything, VIGIL_LOG_FORMAT=json for log shippers).")
+
+
 class Command(BaseCommand):
     help = "Create the first admin user, a demo workspace and an API token if there is no user yet."
 
@@ -20,8 +24,14 @@ class Command(BaseCommand):
         notes = settings.DATA_DIR / "first-start.txt"
         User = get_user_model()
         if User.objects.exists():
-            hint = f" (first-start credentials in {notes})" if notes.exists() else ""
-            self.stdout.write(f"Vigil console: {url}  — log in with your account{hint}.")
+            # The banner of every later start: where, who, where the token is, what follows.
+            first = User.objects.filter(is_superuser=True).order_by("pk").values_list("username", flat=True).first()
+            self.stdout.write(f"Vigil console: {url}")
+            if notes.exists():
+                self.stdout.write(f"  user: {first or 'your account'}; password and API token in {notes}")
+            else:
+                self.stdout.write(f"  user: your account; API tokens in the admin ({url}/admin/jobs/apitoken/)")
+            self.stdout.write(f"  {QUIET_NOTE}")
             return
         password = secrets.token_urlsafe(12)
         admin = User.objects.create_superuser("admin", "admin@localhost", password)

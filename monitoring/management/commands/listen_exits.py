@@ -11,6 +11,7 @@ import redis
 from django.conf import settings
 from django.core.management.base import BaseCommand
 
+from console import health
 from monitoring.tasks import run_job
 
 log = logging.getLogger(__name__)
@@ -23,14 +24,21 @@ class Command(BaseCommand):
         parser.add_argument("--channel", default=settings.VIGIL_EXIT_CHANNEL)
 
     def handle(self, channel, **options):
-        self.stdout.write(f"listening for instance exits on {settings.REDIS_URL} channel {channel}")
+        log.debug("listening for instance exits on channel %s", channel)
         while True:
             try:
                 client = redis.Redis.from_url(settings.REDIS_URL)
                 pubsub = client.pubsub(ignore_subscribe_messages=True)
                 pubsub.subscribe(channel)
-                for message in pubsub.listen():
-                    self.dispatch(message.get("data"))
+                beat_at = 0.0
+                while True:
+                    # Wake at least every second to leave the heartbeat /readyz reads.
+                    message = pubsub.get_message(timeout=1.0)
+                    if message is not None:
+                        self.dispatch(message.get("data"))
+                    if time.monotonic() - beat_at >= health.HEARTBEAT_SECONDS:
+                        health.record(health.EXITS)
+                        beat_at = time.monotonic()
             except redis.RedisError as exc:
                 log.warning("exit listener lost Redis (%s); reconnecting in 1 s", exc)
                 time.sleep(1)
