@@ -1,11 +1,12 @@
 """How every Vigil process logs (web, workers, beat, exit listener): one config
 built from the environment.
 
-Quiet by default: Vigil's own loggers at INFO (job decisions, one line each),
-everything else at WARNING -- Celery announces every task it receives, runs and
-schedules at INFO, which with the half-second monitor sweep is four lines a
-second of nothing. VIGIL_LOG_LEVEL=DEBUG brings all of it back;
-VIGIL_LOG_FORMAT=json prints one JSON object per line for log shippers.
+Quiet by default: with VIGIL_LOG_LEVEL unset, Vigil's own loggers are at INFO
+(job decisions, one line each) and the routine chatter of Celery, daphne and
+friends at WARNING -- Celery announces every task it receives, runs and schedules
+at INFO, which with the half-second monitor sweep is four lines a second of
+nothing. A VIGIL_LOG_LEVEL that is given applies to everything: DEBUG brings it
+all back. VIGIL_LOG_FORMAT=json prints one JSON object per line for log shippers.
 """
 
 from __future__ import annotations
@@ -47,13 +48,14 @@ class JsonFormatter(logging.Formatter):
 
 def logging_config(level: str | None, fmt: str | None) -> dict:
     """settings.LOGGING for VIGIL_LOG_LEVEL and VIGIL_LOG_FORMAT (both optional)."""
+    quiet = not (level or "").strip()
     level = (level or "INFO").strip().upper()
     if level not in ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"):
         raise ValueError(f"VIGIL_LOG_LEVEL must be DEBUG, INFO, WARNING, ERROR or CRITICAL; got {level!r}")
     fmt = (fmt or "plain").strip().lower()
     if fmt not in ("plain", "json"):
         raise ValueError(f"VIGIL_LOG_FORMAT must be plain or json; got {fmt!r}")
-    chatty = level if level == "DEBUG" else max(level, "WARNING", key=logging.getLevelName)
+    chatty = max(level, "WARNING", key=logging.getLevelName) if quiet else level
     return {
         "version": 1,
         "disable_existing_loggers": False,

@@ -21,10 +21,11 @@ def test_by_default_vigil_speaks_at_info_and_celerys_routine_at_warning():
     assert config["handlers"]["console"]["formatter"] == "plain"
 
 
-def test_debug_brings_everything_back_and_error_quiets_everything():
+def test_a_given_level_applies_to_everything():
     config = logging_config("debug", "JSON")
     assert config["root"]["level"] == "DEBUG" and config["loggers"]["celery"]["level"] == "DEBUG"
     assert config["handlers"]["console"]["formatter"] == "json"
+    assert logging_config("INFO", None)["loggers"]["celery"]["level"] == "INFO"
     assert logging_config("ERROR", None)["loggers"]["celery"]["level"] == "ERROR"
 
 

@@ -121,7 +121,9 @@ def cluster(settings, tmp_path, private_redis_db, _test_wiring, transactional_db
                         f":{db.get('PORT') or 5432}/{db['NAME']}")
     env = dict(os.environ, DATABASE_URL=database_url, VIGIL_DATA_DIR=str(data_dir), SECRET_KEY=settings.SECRET_KEY,
                REDIS_URL=private_redis_db, CELERY_BROKER_URL=private_redis_db,
-               VIGIL_RESTART_GRACE_SECONDS=str(TEARDOWN_GRACE), VIGIL_MONITOR_SWEEP_SECONDS="1")
+               VIGIL_RESTART_GRACE_SECONDS=str(TEARDOWN_GRACE), VIGIL_MONITOR_SWEEP_SECONDS="1",
+               # tasks_done() reads Celery's "Task ... succeeded" lines, which the quiet default hides.
+               VIGIL_LOG_LEVEL="INFO")
     workers: list[subprocess.Popen] = []
 
     def start_worker(name: str, beat: bool = False) -> subprocess.Popen:
