@@ -24,7 +24,7 @@ class Command(BaseCommand):
         parser.add_argument("--channel", default=settings.VIGIL_EXIT_CHANNEL)
 
     def handle(self, channel, **options):
-        log.debug("listening for instance exits on channel %s", channel)
+        log.info("listening for instance exits on channel %s", channel)
         while True:
             try:
                 client = redis.Redis.from_url(settings.REDIS_URL)
