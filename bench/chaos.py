@@ -871,12 +871,26 @@ def exp_db_lock(c: Console) -> tuple[list, str]:
             out["t0"] = time.monotonic()
             submitter = threading.Thread(target=_submit_timed, args=(c, "during-db-lock", out), daemon=True)
             submitter.start()
+            read = {}
+
+            def get():  # issue 20 item 4: a read that writes the token's last_used_at waits for the lock
+                t_read = time.monotonic()
+                try:
+                    read["text"] = f"{c.api('GET', f'/api/v1/jobs/{run.id}/', timeout=30).status_code} in "
+                except Exception as exc:  # noqa: BLE001 - evidence
+                    read["text"] = f"{type(exc).__name__} after "
+                read["text"] += f"{time.monotonic() - t_read:.1f} s"
+
+            reader = threading.Thread(target=get, daemon=True)
+            reader.start()
             time.sleep(10.0)
             held = time.monotonic() - t0
         finally:
             lock.execute("ROLLBACK")
             lock.close()
-        what = f"another connection held SQLite's write lock {held:.1f} s"
+        reader.join(30)
+        what = (f"another connection held SQLite's write lock {held:.1f} s "
+                f"(an API read meanwhile: {read.get('text', 'no answer')})")
     else:
         import psycopg
 
