@@ -16,7 +16,12 @@ Rules for entries (they keep matching linear in the size of the log):
 - among entries that match on the same line, the earlier entry in the catalog wins, so
   narrower entries come before broader ones.
 `documented` names where the text comes from (NCCL, PyTorch, Gloo, Linux, CUDA sources
-or docs), so a reviewer can check the signature against its origin.
+or docs, or the entries of the real-world corpus `monitoring/corpus/` it was written from,
+as "corpus <family>-NNN"), so a reviewer can check the signature against its origin; a
+comment above an entry says why its verdict is what it is where that is a decision.
+Every entry names its failure `family` (the corpus's families), shown with the verdict.
+Entries grown from the corpus were written from its training part only: the held-back
+30 % (`monitoring/corpus/split.py`) measures how well they generalise.
 """
 
 from __future__ import annotations
@@ -800,7 +805,7 @@ LOG_SIGNATURES: tuple[Signature, ...] = (
               "node (often a previous job's leftover).",
         next_step="The job is retried automatically, preferably on another node.",
         explains_crash=True,
-        documented="gRPC add_port.cc \"Failed to add port to server\"; corpus signals-012 (orphaned JAX "
+        documented="gRPC add_port.cc \"Failed to add port to server\"; corpus signals-011 (orphaned JAX "
                    "coordinator held the port)",
     ),
     # ---- storage ------------------------------------------------------------------

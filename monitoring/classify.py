@@ -1,9 +1,13 @@
 """Classifying a failed instance, and picking the root cause among several (SPEC 4, 9).
 
 Pure: no Django, no clock. Precedence, first that applies:
-1. a decisive backend reason (OOMKilled, ImagePullBackOff, NodeLost, ...);
-2. the job's retryable keywords: literal, case-insensitive substrings, never regular
-   expressions; a match makes the failure retryable;
+1. a decisive backend reason (OOMKilled, Evicted, NODE_FAIL, PREEMPTED, CANCELLED,
+   ImagePullBackOff, ...); where the reason has cases that its log tells apart, a specific
+   log signature of the families the reason names (`Signature.refined_by`) decides instead
+   (a rate limit behind ImagePullBackOff is retryable, a missing tag is not; Slurm's
+   CANCELLED is a preemption, a node failure, a time limit or a person's scancel);
+2. the job's (and its workspace's) retryable keywords: literal, case-insensitive
+   substrings, never regular expressions; a match makes the failure retryable;
 3. the catalog (`monitoring.catalog`): specific signatures beat the generic uncaught-Python-
    exception one when they appear inside or after the traceback of that exception (one
    seen only earlier in the log is stale: start-up retry warnings, say); among several
@@ -12,9 +16,16 @@ Pure: no Django, no clock. Precedence, first that applies:
    for a process killed from outside (SIGKILL, SIGTERM, SIGINT, SIGHUP) only signatures
    that can explain such a kill count (OOM killer, hardware, network, preemption), so a
    start-up warning such as "Permission denied" does not turn a preemption into a bug;
-4. the exit status: killed by a signal (or exit code 128+N) without other evidence is
-   retryable; 127 and 126 are a missing / non-executable command; any other non-zero exit
-   code is a crash that is not retried.
+   for one that crashed by a fault signal (SIGSEGV, SIGBUS, SIGILL, SIGFPE) only
+   not-retryable signatures and hardware/driver or node faults count, so a stale network
+   warning does not make a segfault retryable;
+4. the exit status (issue 13's evidence-based policy): a SIGKILL with no evidence is
+   retryable once per instance (`Classification.retry_limit`, applied by the policy);
+   SIGTERM, SIGINT, SIGHUP are retryable; SIGSEGV, SIGBUS, SIGILL, SIGFPE and SIGABRT are
+   crashes of the program, not retried; 127 and 126 are a missing / non-executable
+   command; any other non-zero exit code is a crash that is not retried.
+Every classification names the family of the signature that decided and the line (or
+backend reason) it decided on, so records can say how sure the verdict is.
 Only the last 64 KiB of the tail are read. Matching is linear in the size of the tail:
 catalog patterns are compiled once at import, and keywords are searched with str.rfind.
 A literal prefilter keeps a 64 KiB tail well under 5 ms however large the catalog grows:
