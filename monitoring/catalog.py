@@ -97,6 +97,14 @@ _HARDWARE_NEXT = (
     "The job is retried automatically, preferably on another node. If the same node fails "
     "again, ask an administrator to check or isolate it."
 )
+_TIME_LIMIT_NEXT = ("Ask for a longer time limit (or a queue/QoS that allows one), or checkpoint more "
+                  "often and resume, then submit the job again.")
+_CANCELLED_NEXT = ("Submit the job again if the cancellation was a mistake; stop jobs from the "
+                  "console so the monitor knows the stop was meant.")
+_CONFIG_ERROR_CAUSE = ("The container could not be created because a Secret, ConfigMap or key it refers to "
+              "does not exist.")
+_CONFIG_ERROR_NEXT = ("Create the missing Secret/ConfigMap (or fix its name or key) before the job "
+                  "starts, then submit the job again.")
 _COLLECTIVE_TIMEOUT_CAUSE = (
     "A collective operation (e.g. all-reduce) waited longer than the process group's timeout "
     "because some rank never joined it. With no other error in the log this is most often the "
@@ -648,8 +656,7 @@ LOG_SIGNATURES: tuple[Signature, ...] = (
         cause="The scheduler stopped the instance because it ran longer than the time it asked "
               "for (Slurm --time, Kubernetes activeDeadlineSeconds); an unchanged rerun needs "
               "the same time and is stopped again.",
-        next_step="Ask for a longer time limit (or a queue/QoS that allows one), or checkpoint more "
-                  "often and resume, then submit the job again.",
+        next_step=_TIME_LIMIT_NEXT,
         explains_kill=True, explains_crash=True,
         documented="Slurm slurmstepd \"*** JOB ... CANCELLED AT ... DUE TO TIME LIMIT ***\"; Kubernetes Job "
                    "condition DeadlineExceeded; corpus preemption-006, -021, signals-007",
@@ -661,8 +668,7 @@ LOG_SIGNATURES: tuple[Signature, ...] = (
         message="The job was cancelled",
         cause="Someone (or a script) cancelled the job at the scheduler (scancel), with no "
               "preemption or node failure given as the reason.",
-        next_step="Submit the job again if the cancellation was a mistake; stop jobs from the "
-                  "console so the monitor knows the stop was meant.",
+        next_step=_CANCELLED_NEXT,
         explains_kill=True, explains_crash=True,
         documented="Slurm slurmstepd \"*** STEP ... CANCELLED AT <time> ***\" (scancel, no DUE TO); corpus preemption-022",
     ),
@@ -699,10 +705,8 @@ LOG_SIGNATURES: tuple[Signature, ...] = (
                     r"|(?:secret|configmap)s? \"[^\"\n]{1,253}\" not found"),
         retryable=False, error_code="CONTAINER_CONFIG_ERROR",
         message="The container's configuration refers to something that does not exist",
-        cause="The container could not be created because a Secret, ConfigMap or key it refers to "
-              "does not exist.",
-        next_step="Create the missing Secret/ConfigMap (or fix its name or key) before the job "
-                  "starts, then submit the job again.",
+        cause=_CONFIG_ERROR_CAUSE,
+        next_step=_CONFIG_ERROR_NEXT,
         documented="Kubernetes kubelet CreateContainerConfigError (\"secret ... not found\", \"couldn't "
                    "find key ... in Secret\"); corpus startup-010, -012, -013",
     ),
@@ -1139,10 +1143,8 @@ BACKEND_SIGNATURES: tuple[Signature, ...] = (
         pattern=_re(r"CreateContainerConfigError|CreateContainerError", _I),
         retryable=False, error_code="CONTAINER_CONFIG_ERROR",
         message="The container's configuration refers to something that does not exist",
-        cause="The container could not be created because a Secret, ConfigMap or key it refers to "
-              "does not exist.",
-        next_step="Create the missing Secret/ConfigMap (or fix its name or key) before the job "
-                  "starts, then submit the job again.",
+        cause=_CONFIG_ERROR_CAUSE,
+        next_step=_CONFIG_ERROR_NEXT,
         documented="Kubernetes container waiting reason CreateContainerConfigError; corpus startup-010, -012",
     ),
     Signature(
@@ -1164,8 +1166,7 @@ BACKEND_SIGNATURES: tuple[Signature, ...] = (
         message="The job ran into its time limit",
         cause="The scheduler stopped the instance because it ran longer than the time it asked "
               "for; an unchanged rerun needs the same time and is stopped again.",
-        next_step="Ask for a longer time limit (or a queue/QoS that allows one), or checkpoint more "
-                  "often and resume, then submit the job again.",
+        next_step=_TIME_LIMIT_NEXT,
         documented="Slurm job state TIMEOUT; Kubernetes Job condition reason DeadlineExceeded; corpus preemption-021",
     ),
     # Decision: a Slurm CANCELLED with no reason in the log was a person's scancel (or a
@@ -1178,8 +1179,7 @@ BACKEND_SIGNATURES: tuple[Signature, ...] = (
         message="The job was cancelled",
         cause="Someone (or a script) cancelled the job at the scheduler, with no preemption or node "
               "failure given as the reason.",
-        next_step="Submit the job again if the cancellation was a mistake; stop jobs from the "
-                  "console so the monitor knows the stop was meant.",
+        next_step=_CANCELLED_NEXT,
         documented="Slurm job state CANCELLED (sacct \"CANCELLED by <uid>\"); corpus preemption-022, signals-008",
         refined_by=("preemption",),
     ),
