@@ -21,8 +21,10 @@ Pure: no Django, no clock. Precedence, first that applies:
    warning does not make a segfault retryable;
 4. the exit status (issue 13's evidence-based policy): a SIGKILL with no evidence is
    retryable once per instance (`Classification.retry_limit`, applied by the policy);
-   SIGTERM, SIGINT, SIGHUP are retryable; SIGSEGV, SIGBUS, SIGILL, SIGFPE and SIGABRT are
-   crashes of the program, not retried; 127 and 126 are a missing / non-executable
+   SIGTERM, SIGINT, SIGHUP and SIGABRT are retryable (an abort with no line to explain it
+   is as often a library's abort at teardown as a bug; the repeated-failure guard stops
+   one that repeats); SIGSEGV, SIGBUS, SIGILL and SIGFPE are crashes of the program, not
+   retried; 127 and 126 are a missing / non-executable
    command; any other non-zero exit code is a crash that is not retried.
 Every classification names the family of the signature that decided and the line (or
 backend reason) it decided on, so records can say how sure the verdict is.
@@ -425,7 +427,10 @@ def _effective_signal(exit_code: int | None, signum: int | None) -> int | None:
 
 def _by_exit_status(exit_code: int | None, signum: int | None) -> Classification:
     signum = _effective_signal(exit_code, signum)
-    if signum in _FAULT_SIGNALS or signum == _signal.SIGABRT:
+    # SIGABRT is left out on purpose: with no line to explain it, it is as often a
+    # library's abort at teardown (gloo, NCCL's watchdog) as a bug; the repeated-failure
+    # guard stops the deterministic ones on their second occurrence.
+    if signum in _FAULT_SIGNALS:
         name = _signal_name(signum)
         shown = f"exit code {exit_code}, " if exit_code not in (None, -signum) else ""
         return Classification(

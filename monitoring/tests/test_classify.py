@@ -380,7 +380,8 @@ def test_an_eviction_for_using_more_than_requested_is_not_retried():
     (signal.SIGSEGV, "[W socket.cpp:601] Connection refused, retrying\nSegmentation fault\n", "crashed-by-signal", False),
     # ... a GPU fault does
     (signal.SIGSEGV, "NVRM: Xid (PCI:0000:3b:00): 79, pid=0, GPU has fallen off the bus.\n", "gpu-xid", True),
-    (signal.SIGABRT, "terminate called after throwing an instance of 'c10::Error'\n", "crashed-by-signal", False),
+    # an abort with nothing to explain it is retried (the repeated-failure guard stops a repeat)
+    (signal.SIGABRT, "terminate called after throwing an instance of 'c10::Error'\n", "killed-by-signal", True),
     (signal.SIGABRT, "what():  CUDA error: unknown error\n", "cuda-unknown-error", True),
 ])
 def test_a_crash_by_signal_is_retried_only_when_hardware_explains_it(sig, log, rule, retryable):
