@@ -1161,13 +1161,13 @@ BACKEND_SIGNATURES: tuple[Signature, ...] = (
     ),
     Signature(
         rule="time-limit", family="preemption",
-        pattern=_re(r"TIMEOUT|DeadlineExceeded", _I),
+        pattern=_re(r"TIMEOUT|DEADLINE|DeadlineExceeded", _I),
         retryable=False, error_code="TIME_LIMIT",
         message="The job ran into its time limit",
         cause="The scheduler stopped the instance because it ran longer than the time it asked "
               "for; an unchanged rerun needs the same time and is stopped again.",
         next_step=_TIME_LIMIT_NEXT,
-        documented="Slurm job state TIMEOUT; Kubernetes Job condition reason DeadlineExceeded; corpus preemption-021",
+        documented="Slurm job states TIMEOUT, DEADLINE; Kubernetes Job condition reason DeadlineExceeded; corpus preemption-021",
     ),
     # Decision: a Slurm CANCELLED with no reason in the log was a person's scancel (or a
     # script's), which a restart would undo; the log's "DUE TO PREEMPTION/NODE FAIL/TIME
@@ -1185,12 +1185,12 @@ BACKEND_SIGNATURES: tuple[Signature, ...] = (
     ),
     Signature(
         rule="node-lost", family="preemption",
-        pattern=_re(r"NodeLost|NODE_FAIL|NodeShutdown|Shutdown|Lost", _I),
+        pattern=_re(r"NodeLost|NODE_FAIL|BOOT_FAIL|NodeShutdown|Shutdown|Lost", _I),
         retryable=True, error_code="NODE_LOST",
         message="The node running the instance was lost",
         cause="The node running the instance failed, shut down or lost contact.",
         next_step=_HARDWARE_NEXT,
-        documented="Kubernetes pod reasons NodeLost, NodeShutdown; Slurm job state NODE_FAIL",
+        documented="Kubernetes pod reasons NodeLost, NodeShutdown; Slurm job states NODE_FAIL, BOOT_FAIL",
     ),
     Signature(
         rule="waiting-for-resources", family="startup",

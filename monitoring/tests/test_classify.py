@@ -330,6 +330,11 @@ def test_gpu_xid_message_names_the_xid():
     ("PREEMPTED", "preempted", True),
     ("NodeLost", "node-lost", True),
     ("NODE_FAIL", "node-lost", True),
+    ("BOOT_FAIL", "node-lost", True),
+    ("TIMEOUT", "time-limit", False),
+    ("DEADLINE", "time-limit", False),
+    ("DeadlineExceeded", "time-limit", False),
+    ("CreateContainerConfigError", "container-config-error", False),
     ("Unschedulable", "waiting-for-resources", True),
 ])
 def test_decisive_backend_reason_classifies_before_the_log(reason, rule, retryable):
