@@ -270,74 +270,102 @@ def required_literals(pattern: re.Pattern[str]) -> tuple[frozenset[str], ...]:
     return tuple(_required_of(_sre_parse.parse(pattern.pattern, pattern.flags), top=True))
 
 
-def _build_prefilter(signatures) -> tuple[ahocorasick.Automaton | None, tuple[int, ...], frozenset[int]]:
-    """(automaton from a folded literal to the (signature, requirement) pairs it meets,
-    how many requirements each signature has, the signatures always searched)."""
-    automaton = ahocorasick.Automaton()
+@dataclass(frozen=True)
+class _Prefilter:
+    automaton: ahocorasick.Automaton | None  # folded literal -> its index in `literals`
+    literals: tuple[str, ...]
+    meets: tuple[tuple[tuple[int, int], ...], ...]  # per literal: the (signature, requirement) pairs it meets
+    requirements: tuple[int, ...]  # per signature: how many requirements it has
+    first: tuple[tuple[str, ...], ...]  # per signature: the literals of its first requirement
+    always: frozenset[int]  # signatures without a literal, searched whole
+    ascii_only: bool  # every literal is ASCII, so an ASCII-only lowering of the text will do
+
+
+def _build_prefilter(signatures) -> _Prefilter:
     by_literal: dict[str, list[tuple[int, int]]] = {}
-    needed = []
-    always = set()
+    needed, first, always = [], [], set()
     for index, sig in enumerate(signatures):
         requirements = required_literals(sig.pattern)
         needed.append(len(requirements))
+        first.append(tuple(sorted(requirements[0])) if requirements else ())
         if not requirements:
             always.add(index)
         for clause, literals in enumerate(requirements):
             for literal in literals:
                 by_literal.setdefault(literal, []).append((index, clause))
-    for literal, pairs in by_literal.items():
-        automaton.add_word(literal, tuple(pairs))
-    if not by_literal:
-        return None, tuple(needed), frozenset(always)
-    automaton.make_automaton()
-    return automaton, tuple(needed), frozenset(always)
+    literals = tuple(by_literal)
+    automaton = None
+    if literals:
+        automaton = ahocorasick.Automaton()
+        for i, literal in enumerate(literals):
+            automaton.add_word(literal, i)
+        automaton.make_automaton()
+    return _Prefilter(automaton, literals, tuple(tuple(by_literal[lit]) for lit in literals), tuple(needed),
+                      tuple(first), frozenset(always), all(lit.isascii() for lit in literals))
 
 
-_PREFILTER, _REQUIREMENTS, _ALWAYS_SEARCHED = _build_prefilter(LOG_SIGNATURES)
+_PREFILTER = _build_prefilter(LOG_SIGNATURES)
+
+# Characters that Unicode case-insensitive matching equates with an ASCII letter (Kelvin
+# sign, long s, dotted/dotless i): a text holding one is folded fully.
+_FOLDS_TO_ASCII = ("\u212a", "\u017f", "\u0130", "\u0131")
 
 
-def _candidates(folded: str) -> dict[int, list[int] | None]:
-    """The log signatures that can match a text whose casefold() is `folded`: index ->
-    end offsets (in `folded`) of the occurrences of its first required literal set, in
-    order; None for a signature searched without a literal."""
-    found: dict[int, list[int] | None] = dict.fromkeys(_ALWAYS_SEARCHED)
-    if _PREFILTER is None:
+def _fold(text: str) -> str:
+    """A case-folded copy of the text as long as the text, for the prefilter. Full
+    casefold() is slow on non-ASCII text (progress bars) and can change its length; the
+    literals are ASCII, so lowering the ASCII letters alone finds every one of them."""
+    if text.isascii():
+        return text.casefold()
+    if not _PREFILTER.ascii_only or any(ch in text for ch in _FOLDS_TO_ASCII):
+        return text.casefold()
+    return text.encode("utf-8", "surrogatepass").lower().decode("utf-8", "surrogatepass")
+
+
+def _candidates(folded: str) -> dict[int, tuple[str, ...] | None]:
+    """The log signatures that can match a text whose fold is `folded`: index -> the
+    literals of its first requirement that occur in it (to find the lines that can hold
+    a match), or None for a signature searched whole."""
+    found: dict[int, tuple[str, ...] | None] = dict.fromkeys(_PREFILTER.always)
+    if _PREFILTER.automaton is None:
         return found
-    met: set[tuple[int, int]] = set()
-    ends: dict[int, list[int]] = {}
-    for end, pairs in _PREFILTER.iter(folded):
-        for pair in pairs:
-            met.add(pair)
-            if pair[1] == 0:
-                ends.setdefault(pair[0], []).append(end)
+    seen = {i for _, i in _PREFILTER.automaton.iter(folded)}
+    met = {pair for i in seen for pair in _PREFILTER.meets[i]}
     counts: dict[int, int] = {}
     for index, _ in met:
         counts[index] = counts.get(index, 0) + 1
-    found.update((i, ends[i]) for i, n in counts.items() if n == _REQUIREMENTS[i])
+    present = {_PREFILTER.literals[i] for i in seen}
+    found.update((i, tuple(lit for lit in _PREFILTER.first[i] if lit in present))
+                 for i, n in counts.items() if n == _PREFILTER.requirements[i])
     return found
 
 
-def _last_match(pattern: re.Pattern[str], text: str, ends: list[int] | None) -> re.Match[str] | None:
+def _last_match(pattern: re.Pattern[str], text: str, folded: str,
+                literals: tuple[str, ...] | None) -> re.Match[str] | None:
     """The pattern's last match in the text. No catalog pattern matches across a line end
-    (a catalog test checks it), so with the offsets of a required literal only the lines
-    that hold one are searched, the last line first."""
+    (a catalog test checks it), so with literals one of which every match holds, only
+    the lines that hold one are searched, from the last line back (found with rfind)."""
     last = None
-    if ends is None:
+    if literals is None or len(folded) != len(text):
         for last in pattern.finditer(text):
             pass
         return last
-    searched = -1
-    for end in reversed(ends):
-        line_start = text.rfind("\n", 0, end) + 1
-        if line_start == searched:
-            continue
-        searched = line_start
-        line_end = text.find("\n", end)
+    # The last occurrence of each literal before `limit`; each is searched for again only
+    # once the lines above it are reached, so every literal's scan covers the text once.
+    at = {lit: folded.rfind(lit) for lit in literals}
+    while True:
+        start = max(at.values())
+        if start < 0:
+            return None
+        line_start = text.rfind("\n", 0, start) + 1
+        line_end = text.find("\n", start)
         for last in pattern.finditer(text, line_start, line_end if line_end >= 0 else len(text)):
             pass
         if last is not None:
             return last
-    return None
+        for lit, pos in at.items():
+            if pos >= line_start:  # found again, it must end before this line
+                at[lit] = folded.rfind(lit, 0, line_start)
 
 
 class _Ending(StrEnum):
@@ -362,10 +390,7 @@ def _by_catalog(text: str, folded: str, ending: _Ending = _Ending.EXIT,
     reason).
     """
     found: dict[bool, tuple[tuple[int, int], Signature, re.Match[str], int]] = {}
-    # Case folding can lengthen a text (e.g. "ß" -> "ss"); then offsets in the folded text
-    # are not offsets in the text, and every candidate is searched whole.
-    aligned = len(folded) == len(text)
-    for order, ends in sorted(_candidates(folded).items()):
+    for order, literals in sorted(_candidates(folded).items()):
         sig = LOG_SIGNATURES[order]
         if ending is _Ending.KILLED and not sig.can_explain_kill:
             continue
@@ -373,7 +398,7 @@ def _by_catalog(text: str, folded: str, ending: _Ending = _Ending.EXIT,
             continue
         if families is not None and (sig.family not in families or not sig.specific):
             continue
-        last = _last_match(sig.pattern, text, ends if aligned else None)
+        last = _last_match(sig.pattern, text, folded, literals)
         if last is None:
             continue
         line_start = text.rfind("\n", 0, last.start()) + 1
@@ -510,7 +535,7 @@ def classify_failure(f: FailureInput) -> Classification:
     """Classify one failed instance. Raises ValueError for a success or malformed input."""
     _check_input(f)
     text = prepare_tail(f.log_tail)
-    folded = text.casefold()
+    folded = _fold(text)
     backend = _by_backend_reason(f.backend_reason)
     if backend is not None:
         # The scheduler's reason decides first; where its log says which case of that
@@ -519,7 +544,7 @@ def classify_failure(f: FailureInput) -> Classification:
         refined = _by_catalog(text, folded, families=backend.refined_by) if backend.refined_by else None
         return refined or _from_signature(backend, ErrorSource.BACKEND, {}, evidence=f.backend_reason.strip())
     return (
-        _by_keyword(text, folded, f.user_keywords)
+        (_by_keyword(text, text.casefold(), f.user_keywords) if f.user_keywords else None)
         or _by_catalog(text, folded, _ending(_effective_signal(f.exit_code, f.signal)))
         or _by_exit_status(f.exit_code, f.signal)
     )
