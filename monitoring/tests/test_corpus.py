@@ -1,0 +1,114 @@
+"""The classifier against the real-world failure corpus (issue 13).
+
+Fails when agreement with the sources' verdicts falls below the targets, so a later
+signature cannot silently break an old case, and when the corpus loses its shape.
+`bench/classify_corpus.py` prints the same figures in full.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+
+from monitoring.corpus import evaluate
+
+ENTRIES = evaluate.load_corpus()
+SCORE = evaluate.score(evaluate.run(ENTRIES))
+
+
+def _misses(outcomes) -> str:
+    return "; ".join(f"{o.entry.id} ({o.entry.verdict}, got {o.classification.rule})" for o in outcomes)
+
+
+# ---- shape --------------------------------------------------------------------------
+
+def test_the_corpus_holds_at_least_250_entries_with_unique_ids():
+    assert len(ENTRIES) >= 250
+    ids = Counter(e.id for e in ENTRIES)
+    assert [i for i, n in ids.items() if n > 1] == []
+
+
+def test_every_family_has_at_least_8_entries_and_every_entry_a_known_family():
+    families = Counter(e.family for e in ENTRIES)
+    assert set(families) <= set(evaluate.FAMILIES)
+    assert {f: families[f] for f in evaluate.FAMILIES if families[f] < 8} == {}
+
+
+def test_each_verdict_is_at_least_40_percent_of_the_corpus():
+    verdicts = Counter(e.verdict for e in ENTRIES)
+    for verdict in evaluate.VERDICTS:
+        assert verdicts[verdict] / len(ENTRIES) >= 0.40, verdicts
+
+
+def test_every_entry_names_its_source_url_a_log_and_why():
+    for e in ENTRIES:
+        assert e.source.startswith(("https://", "http://")), e.id
+        assert e.log.strip() and e.why.strip(), e.id
+        assert e.id.startswith(e.family + "-"), e.id
+
+
+# ---- agreement ----------------------------------------------------------------------
+
+# Issue 13's targets. Not met yet (see the report of bench/classify_corpus.py): the
+# strict xfail below turns into a failure the day they are met, so the floors are then
+# raised to the targets.
+ISSUE_TARGETS = {"overall": 0.97, "held_back": 0.93, "false_retryable": 0.01}
+# What the classifier reached on the complete corpus when these tests were written, less
+# a small margin: a later signature that breaks old cases fails here.
+FLOORS = {"overall": 0.80, "held_back": 0.66, "false_retryable": 0.18}
+
+
+def test_overall_agreement_stays_above_its_floor():
+    assert SCORE.agreement >= FLOORS["overall"], f"{SCORE.agreement:.1%}; misses: {_misses(SCORE.misses)}"
+
+
+def test_held_back_agreement_stays_above_its_floor():
+    assert SCORE.held_back, "no held-back entries"
+    assert SCORE.held_back_agreement >= FLOORS["held_back"], f"{SCORE.held_back_agreement:.1%}"
+
+
+def test_false_retryable_rate_stays_below_its_ceiling():
+    false_retryable = [o for o in SCORE.outcomes if not o.entry.retryable and o.classification.retryable]
+    assert SCORE.false_retryable_rate <= FLOORS["false_retryable"], _misses(false_retryable)
+
+
+@pytest.mark.xfail(strict=True, reason="issue 13's targets are not met yet; raise FLOORS to them when they are")
+def test_issue_13_targets():
+    assert SCORE.agreement >= ISSUE_TARGETS["overall"]
+    assert SCORE.held_back_agreement >= ISSUE_TARGETS["held_back"]
+    assert SCORE.false_retryable_rate <= ISSUE_TARGETS["false_retryable"]
+
+
+@pytest.mark.parametrize("entry", ENTRIES, ids=[e.id for e in ENTRIES])
+def test_the_prefilter_never_changes_a_corpus_classification(monkeypatch, entry):
+    from monitoring import classify
+    from monitoring.catalog import LOG_SIGNATURES
+
+    with_prefilter = classify.classify_failure(evaluate.failure_input(entry))
+    monkeypatch.setattr(classify, "_candidates", lambda folded: dict.fromkeys(range(len(LOG_SIGNATURES))))
+    assert classify.classify_failure(evaluate.failure_input(entry)) == with_prefilter
+
+
+def _cited_entries(documented: str) -> list[str]:
+    """Corpus ids a signature's `documented` names: "corpus gpu-014", "corpus startup-010, -012"."""
+    import re
+
+    ids = []
+    for family, first, more in re.findall(r"\b([a-z]+(?:-[a-z]+)*)-(\d{3})((?:, -\d{3})*)", documented):
+        ids.append(f"{family}-{first}")
+        ids.extend(f"{family}-{n}" for n in re.findall(r"-(\d{3})", more))
+    return ids
+
+
+def test_a_signature_grown_from_the_corpus_decides_an_entry_it_cites():
+    from monitoring.catalog import LOG_SIGNATURES
+    from monitoring.tests.test_classify import SAMPLES
+
+    by_id = {o.entry.id: o for o in SCORE.outcomes}
+    sampled = {rule for rule, _, _ in SAMPLES}
+    for sig in LOG_SIGNATURES:
+        cited = [by_id[i] for i in _cited_entries(sig.documented) if i in by_id]
+        if sig.rule in sampled or "corpus " not in sig.documented:
+            continue
+        assert any(o.classification.rule == sig.rule for o in cited), (sig.rule, [o.entry.id for o in cited])
