@@ -90,25 +90,12 @@ def test_the_prefilter_never_changes_a_corpus_classification(monkeypatch, entry)
     assert classify.classify_failure(evaluate.failure_input(entry)) == with_prefilter
 
 
-def _cited_entries(documented: str) -> list[str]:
-    """Corpus ids a signature's `documented` names: "corpus gpu-014", "corpus startup-010, -012"."""
-    import re
-
-    ids = []
-    for family, first, more in re.findall(r"\b([a-z]+(?:-[a-z]+)*)-(\d{3})((?:, -\d{3})*)", documented):
-        ids.append(f"{family}-{first}")
-        ids.extend(f"{family}-{n}" for n in re.findall(r"-(\d{3})", more))
-    return ids
-
-
-def test_a_signature_grown_from_the_corpus_decides_an_entry_it_cites():
+def test_a_signature_grown_from_the_corpus_decides_some_corpus_entry():
+    # Its real example is in the corpus rather than in test_classify's SAMPLES. (Not the
+    # entries its `documented` cites by id: the corpus's ids may be renumbered.)
     from monitoring.catalog import LOG_SIGNATURES
     from monitoring.tests.test_classify import SAMPLES
 
-    by_id = {o.entry.id: o for o in SCORE.outcomes}
     sampled = {rule for rule, _, _ in SAMPLES}
-    for sig in LOG_SIGNATURES:
-        cited = [by_id[i] for i in _cited_entries(sig.documented) if i in by_id]
-        if sig.rule in sampled or "corpus " not in sig.documented:
-            continue
-        assert any(o.classification.rule == sig.rule for o in cited), (sig.rule, [o.entry.id for o in cited])
+    decided = {o.classification.rule for o in SCORE.outcomes}
+    assert [s.rule for s in LOG_SIGNATURES if s.rule not in sampled and s.rule not in decided] == []
