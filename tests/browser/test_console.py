@@ -140,7 +140,18 @@ def test_a_real_fault_restarts_the_job_live_and_fills_the_restart_records(page_f
         expect(desc.locator("dt", has_text=re.compile(f"^{label}$"))).to_have_count(1)
     expect(desc).to_contain_text(record.error_code)
     expect(desc).to_contain_text("Root cause")
+    # how sure the verdict is: the family and the line that decided (issue 13)
+    verdict = desc.locator("[data-verdict]")
+    expect(verdict.locator("[data-family]")).to_have_text(record.family)
+    expect(verdict.locator("[data-evidence]")).to_contain_text("unhandled system error")
     shoot(page, "restart-records")
+    # the owner makes the line a retryable keyword for this job, in place
+    offer = verdict.locator("[data-keyword-offer]")
+    offer.locator("input[name=keyword]").fill("unhandled system error")
+    offer.get_by_role("button", name="Add as retryable keyword").click()
+    expect(desc.locator("[data-keyword-offer]")).to_contain_text('"unhandled system error" is now a retryable keyword for this job')
+    job.refresh_from_db()
+    assert job.retryable_keywords == ["unhandled system error"]
     # the record opens the log at the line that was classified
     desc.locator("[data-classified-line]").click()
     expect(page.locator("#log-target")).to_contain_text("unhandled system error")
