@@ -303,7 +303,7 @@ LOG_SIGNATURES: tuple[Signature, ...] = (
     ),
     Signature(
         rule="no-route-to-host", family="network",
-        pattern=_re(r"No route to host"),
+        pattern=_re(r"No route to host|Network is unreachable|Host is down"),
         retryable=True, error_code="EHOSTUNREACH",
         message="No route to host",
         cause="The network could not reach another node of the job.",
@@ -445,7 +445,7 @@ LOG_SIGNATURES: tuple[Signature, ...] = (
     ),
     Signature(
         rule="gpu-fallen-off-bus", family="gpu",
-        pattern=_re(r"GPU has fallen off the bus"),
+        pattern=_re(r"GPU has fallen off the bus|GPU is lost"),
         retryable=True, error_code="GPU_LOST",
         message="A GPU has fallen off the bus",
         cause="A GPU stopped responding to the host (hardware or power problem; Xid 79).",
@@ -623,7 +623,8 @@ LOG_SIGNATURES: tuple[Signature, ...] = (
     Signature(
         rule="cloud-preemption-notice", family="preemption",
         pattern=_re(r"termination is imminent|spot instance (?:interruption|termination)|lifecycle termination"
-                    r"|preemption notice|(?:was|is|been) preempted|preempted by |imminent node shutdown", _I),
+                    r"|preemption notice|(?:was|is|been) preempted|preempted by |imminent node shutdown"
+                    r"|rebalance recommendation|interruption warning", _I),
         retryable=True, error_code="PREEMPTED",
         message="The node was preempted or reclaimed",
         cause="The cloud or the scheduler took the node back (a spot/preemptible reclaim, a "
@@ -636,7 +637,9 @@ LOG_SIGNATURES: tuple[Signature, ...] = (
     ),
     Signature(
         rule="node-died", family="preemption",
-        pattern=_re(r"node has died|has been marked dead because|Node failure on |\(node failure\)|NODE_FAIL"),
+        pattern=_re(r"node has died|has been marked dead because|Node failure on |\(node failure\)|NODE_FAIL"
+                    r"|[Dd]ue to node failure|NodeDiedError|node\.kubernetes\.io/unreachable"
+                    r"|ORTE has lost communication with a remote daemon"),
         retryable=True, error_code="NODE_LOST",
         message="A node of the job died",
         cause="A node running part of the job died or stopped answering the cluster (a reboot, "
@@ -724,7 +727,8 @@ LOG_SIGNATURES: tuple[Signature, ...] = (
     Signature(
         rule="service-rate-limited", family="external-services",
         pattern=_re(r"Too Many Requests|toomanyrequests|pull rate limit|[Rr]ate limit exceeded|SlowDown"
-                    r"|Please reduce your request rate|ThrottlingException|RequestLimitExceeded"),
+                    r"|Please reduce your request rate|ThrottlingException|RequestLimitExceeded|Slow Down"
+                    r"|ServerBusy|exceptions\.TooManyRequests"),
         retryable=True, error_code="RATE_LIMITED",
         message="A service rate-limited the job",
         cause="A registry, model hub or object store refused requests for the moment because too "
@@ -740,7 +744,8 @@ LOG_SIGNATURES: tuple[Signature, ...] = (
                     r"|Service Temporarily Unavailable|Gateway Time-?out|50[0234] Server Error|HTTP Error 50[0234]"
                     r"|HTTP 50[0234] "
                     r"|We encountered an internal error\. Please try again|\(InternalError\) when calling the"
-                    r"|\(ServiceUnavailable\)"),
+                    r"|\(ServiceUnavailable\)|HTTP error 50[0234]|Backend Error|exceptions\.ServiceUnavailable"
+                    r"|exceptions\.InternalServerError"),
         retryable=True, error_code="SERVICE_UNAVAILABLE",
         message="A service answered with a server error",
         cause="A registry, model hub or object store had a server-side fault (HTTP 5xx); the "
@@ -785,7 +790,7 @@ LOG_SIGNATURES: tuple[Signature, ...] = (
     Signature(
         rule="name-not-resolved", family="rendezvous",
         pattern=_re(r"Name or service not known|Could not resolve hostname|Could not resolve host"
-                    r"|nodename nor servname provided|No address associated with hostname"),
+                    r"|nodename nor servname provided|No address associated with hostname|: no such host"),
         retryable=True, error_code="NAME_NOT_RESOLVED",
         message="A host name did not resolve",
         cause="A host name the job uses did not resolve. Most often the workers started before "
@@ -839,7 +844,7 @@ LOG_SIGNATURES: tuple[Signature, ...] = (
     # ---- GPU and accelerator faults ------------------------------------------------
     Signature(
         rule="cuda-unknown-error", family="gpu",
-        pattern=_re(r"CUDA error: unknown error|cudaErrorUnknown"),
+        pattern=_re(r"CUDA error: unknown error|cudaErrorUnknown|cuda runtime error \(999\)"),
         retryable=True, error_code="CUDA_UNKNOWN_ERROR",
         message="CUDA: unknown error",
         cause="The GPU or its driver failed in a way CUDA could not name, which points at the GPU.",
@@ -999,6 +1004,73 @@ LOG_SIGNATURES: tuple[Signature, ...] = (
         cause=_NAN_CAUSE, next_step=_NAN_NEXT,
         documented="torch.autograd anomaly mode (\"Function 'X' returned nan values in its 0th output\"); "
                    "torch clip_grad/Megatron \"NaN or Inf found in input tensor\"",
+    ),
+    Signature(
+        rule="pod-sandbox-failed", family="startup",
+        pattern=_re(r"Failed to create pod sandbox|FailedCreatePodSandBox|failed to setup network for sandbox"),
+        retryable=True, error_code="POD_SANDBOX_FAILED",
+        message="The node could not set up the pod's sandbox",
+        cause="The node's container runtime or network plugin failed to set up the pod (its sandbox "
+              "or network), a node-side hiccup rather than the job.",
+        next_step=_HARDWARE_NEXT,
+        documented="Kubernetes kubelet event FailedCreatePodSandBox (\"Failed to create pod sandbox\")",
+    ),
+    Signature(
+        rule="connection-dropped", family="external-services",
+        pattern=_re(r"Remote end closed connection without response|Connection aborted\.|IncompleteRead"
+                    r"|ChunkedEncodingError|EOF occurred in violation of protocol|SSLEOFError"
+                    r"|HTTP 000 CONNECTION FAILED"),
+        retryable=True, error_code="CONNECTION_DROPPED",
+        message="A connection to a service dropped mid-request",
+        cause="A service (hub, index, store) closed the connection in the middle of a request or "
+              "download, or could not be reached at all for the moment.",
+        next_step="The job is retried automatically. If it keeps happening, check the network path "
+                  "to the service or use a mirror/cache.",
+        documented="http.client RemoteDisconnected; urllib3 ProtocolError (\"Connection aborted.\"), "
+                   "IncompleteRead; requests ChunkedEncodingError; ssl SSLEOFError; conda "
+                   "\"HTTP 000 CONNECTION FAILED\"",
+    ),
+    Signature(
+        rule="store-barrier-timeout", family="rendezvous",
+        pattern=_re(r"Timed out initializing process group in store based barrier"),
+        retryable=True, error_code="STORE_BARRIER_TIMEOUT",
+        message="Not every rank joined the process group in time",
+        cause="While the process group was being created, some rank did not arrive in time: it "
+              "started late, died or could not reach the master.",
+        next_step=_RETRY_COMM,
+        cascade_like=True,
+        documented="torch/distributed/distributed_c10d.py _store_based_barrier (\"Timed out initializing "
+                   "process group in store based barrier\")",
+    ),
+    Signature(
+        rule="too-many-open-files", family="storage",
+        pattern=_re(r"Too many open files"),
+        retryable=False, error_code="EMFILE",
+        message="Too many open files",
+        cause="The program opened more files than the instance's limit allows (ulimit -n), "
+              "often through many DataLoader workers or file-system sharing.",
+        next_step="Raise the open-file limit, or use fewer DataLoader workers or "
+                  "torch.multiprocessing.set_sharing_strategy(\"file_system\"), then submit the job again.",
+        documented="Linux errno EMFILE (24) \"Too many open files\"",
+    ),
+    Signature(
+        rule="nvlink-error", family="gpu",
+        pattern=_re(r"NVLink error|uncorrectable NVLink|NVLINK error"),
+        retryable=True, error_code="NVLINK_ERROR",
+        message="An NVLink error between GPUs",
+        cause="An NVLink connection between GPUs reported an error, a hardware fault of the node.",
+        next_step=_HARDWARE_NEXT,
+        documented="CUDA cudaErrorNvlinkUncorrectable (\"uncorrectable NVLink error was detected\"); NVIDIA Xid 74",
+    ),
+    Signature(
+        rule="grpc-connection-lost", family="network",
+        pattern=_re(r"GOAWAY|keepalive watchdog timeout|Stream removed"),
+        retryable=True, error_code="GRPC_CONNECTION_LOST",
+        message="A gRPC connection was lost",
+        cause="A gRPC connection to a peer or coordinator was closed by the other side or timed "
+              "out (keepalive), because the peer went away or the network failed.",
+        next_step=_RETRY_COMM,
+        documented="gRPC HTTP/2 GOAWAY, \"keepalive watchdog timeout\", \"Stream removed\"",
     ),
     # ---- the program itself: not retryable ----------------------------------------
     Signature(

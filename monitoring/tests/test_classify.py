@@ -221,6 +221,22 @@ SAMPLES: list[tuple[str, int, str]] = [
      "grpc._channel._InactiveRpcError: status = StatusCode.UNAVAILABLE details = \"failed to connect to all addresses\"\n"),
     ("nan-detected", 1,
      "RuntimeError: Function 'LogSoftmaxBackward0' returned nan values in its 0th output.\n"),
+    ("pod-sandbox-failed", 1,
+     'Warning  FailedCreatePodSandBox  41s  kubelet  Failed to create pod sandbox: rpc error: code = Unknown desc = '
+     'failed to setup network for sandbox "3f1c": plugin type="calico" failed (add): error getting ClusterInformation\n'),
+    ("connection-dropped", 1,
+     "requests.exceptions.ConnectionError: ('Connection aborted.', RemoteDisconnected('Remote end closed connection "
+     "without response'))\n"),
+    ("store-barrier-timeout", 1,
+     "RuntimeError: Timed out initializing process group in store based barrier on rank: 3, for key: "
+     "store_based_barrier_key:1 (world_size=4, worker_count=3, timeout=0:30:00)\n"),
+    ("too-many-open-files", 1,
+     "OSError: [Errno 24] Too many open files: '/data/shards/shard-0412.tar'\n"),
+    ("nvlink-error", 1,
+     "RuntimeError: CUDA error: uncorrectable NVLink error detected during the execution\n"),
+    ("grpc-connection-lost", 1,
+     "grpc._channel._MultiThreadedRendezvous: <_MultiThreadedRendezvous of RPC that terminated with: "
+     "status = StatusCode.UNAVAILABLE details = \"GOAWAY received\">\n"),
     ("loss-value-nan", 1,
      "iter 1200 | lr 3.0e-04 | loss 2.113\n"
      "[INFO] epoch 3 step 1201: train_loss=nan lr=3.0e-04\n"),
