@@ -11,7 +11,7 @@ from collections import Counter
 
 import pytest
 
-from monitoring.corpus import evaluate
+from monitoring.corpus import evaluate, split
 
 ENTRIES = evaluate.load_corpus()
 SCORE = evaluate.score(evaluate.run(ENTRIES))
@@ -46,6 +46,11 @@ def test_every_entry_names_its_source_url_a_log_and_why():
         assert e.source.startswith(("https://", "http://")), e.id
         assert e.log.strip() and e.why.strip(), e.id
         assert e.id.startswith(e.family + "-"), e.id
+
+
+def test_every_entry_carries_the_split_scripts_held_back_mark():
+    # Run `python monitoring/corpus/split.py` after adding entries.
+    assert [e.id for e in ENTRIES if not e.marked or e.holdout is not split.is_holdout(e.id)] == []
 
 
 # ---- agreement ----------------------------------------------------------------------
