@@ -568,7 +568,8 @@ def pick_root_cause(
 
     The earliest exit wins. Exits within ROOT_CAUSE_WINDOW_SECONDS of the earliest are
     treated as simultaneous (clocks and polling blur the order); among those a failure
-    that is not cascade-like (a real crash, not a peer's "connection reset") wins.
+    that is not cascade-like (a real crash, not a peer's "connection reset") wins, and
+    failing that, a communication error beats a collective timeout (which only waited).
     Unknown exit times sort last. Cascades are returned in exit order.
     """
     obs = list(observations)
@@ -581,6 +582,10 @@ def pick_root_cause(
     ordered = sorted(obs, key=lambda o: (when(o), o.role, o.index, o.instance))
     first = when(ordered[0])
     window = [o for o in ordered if when(o) <= first + ROOT_CAUSE_WINDOW_SECONDS]
-    root = next((o for o in window if not o.classification.cascade_like), ordered[0])
+    root = (next((o for o in window if not o.classification.cascade_like), None)
+            # A collective that timed out only waited for someone: a peer's communication
+            # error within the window says more about why.
+            or next((o for o in window if o.classification.family != "collective-timeout"), None)
+            or ordered[0])
     cascades = tuple(o for o in ordered if o is not root)
     return root, cascades

@@ -730,6 +730,17 @@ def test_when_all_are_cascade_like_the_earliest_wins():
     assert pick_root_cause([a, b])[0] is b
 
 
+def test_within_a_second_a_peers_network_error_beats_a_collective_timeout():
+    timeout = _obs("worker-0", 100.0, "[Rank 0] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=5)\n")
+    reset = _obs("worker-1", 100.4, RESET)
+    root, cascades = pick_root_cause([timeout, reset])
+    assert root is reset and root.classification.retryable
+    assert cascades == (timeout,)
+    # alone, or more than a second first, the timeout stays the root cause
+    assert pick_root_cause([timeout])[0] is timeout
+    assert pick_root_cause([timeout, _obs("worker-1", 101.5, RESET)])[0] is timeout
+
+
 def test_unknown_exit_times_sort_last():
     known = _obs("worker-0", 100.0, RESET)
     unknown = _obs("worker-1", None, BUG)
