@@ -16,6 +16,8 @@ import re
 
 from django.conf import settings
 
+from .submission import MASKED_VALUE
+
 APP = "jobs"
 # Backend kinds Vigil ships; configured names beyond these get a permission too.
 KNOWN_BACKENDS = ("local", "slurm")
@@ -91,7 +93,7 @@ WORKSPACE_CREATION_REFUSED = (
 
 # A variable whose name contains one of these (any case) holds a secret by its name.
 SECRET_NAME = re.compile(r"TOKEN|SECRET|KEY|PASSWORD|CREDENTIAL", re.IGNORECASE)
-MASK = "••••••••"
+MASK = MASKED_VALUE
 
 
 def is_secret_name(name: str) -> bool:

@@ -42,6 +42,10 @@ RESERVED_ENV_NAMES = frozenset(
     }
 )
 
+# What people who may not see a secret-looking variable see instead of its value
+# (jobs.access); submitted back from a cloned form, it is refused, not run.
+MASKED_VALUE = "••••••••"
+
 MAX_DISPLAY_NAME = 128
 MAX_COMMAND = 64 * 1024
 MAX_ENV_COUNT = 200
@@ -220,6 +224,9 @@ def _envs(envs, errs: SubmissionErrors) -> dict:
         value = str(value)
         if len(value) > MAX_ENV_VALUE or "\x00" in value:
             errs.add(path, f"values must be at most {MAX_ENV_VALUE} characters without NUL bytes.")
+            continue
+        if value == MASKED_VALUE:
+            errs.add(path, "is still the mask shown for a secret you may not see; enter the value itself.")
             continue
         out[name] = value
     return out

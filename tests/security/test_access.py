@@ -217,6 +217,9 @@ def test_viewers_see_secret_looking_env_values_masked_and_owners_see_them(alice_
     client.force_login(alice)
     page = client.get(reverse("pages:job-new", args=[alice_ws.slug]) + f"?clone={job_id}").content.decode()
     assert "WANDB_API_KEY=wandb-1234" in page
+    # A clone submitted with the mask still in place is refused, not run with the mask as the secret.
+    r = api_as(dave).post("/api/v1/jobs/", job_body(alice_ws, envs={"WANDB_API_KEY": MASK}), format="json")
+    assert r.status_code == 400 and "envs.WANDB_API_KEY" in r.json()
 
 
 # --- open WebSockets after access ends ---------------------------------------------------------
