@@ -1129,6 +1129,10 @@ def main() -> int:
     print(f"  code: {git_line()}; fault-point hook: {'jobs.faults' if fault_points() else 'absent'}")
     print(f"  console: Procfile web + worker + exits, private redis-server, settings {CONSOLE_ENV}")
     print(f"  jobs: 2-rank PyTorchJob via POST /api/v1/jobs/, {FLAGS}")
+    def interrupted(signum, frame):
+        raise KeyboardInterrupt(f"signal {signum}")  # the child is stopped and its groups killed below
+
+    signal.signal(signal.SIGTERM, interrupted)
     rows = []
     t_all = time.monotonic()
     for db in dbs:
@@ -1183,4 +1187,8 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt as exc:
+        print(f"chaos: interrupted ({exc}); everything it started was stopped", file=sys.stderr)
+        sys.exit(130)
