@@ -707,13 +707,18 @@ def fault_while_down(c: Console, name: str, processes: tuple[str, ...], sig=sign
 
 
 def exp_worker_kill(c: Console) -> tuple[list, str]:
+    from jobs.models import RestartRecord
+
     run = fault_while_down(c, "worker-kill", ("worker",))
     time.sleep(5.0)
     c.start("worker")
-    t0 = time.monotonic()
+    t0, back = time.monotonic(), time.time()
     status = run.complete(120)
-    return check_job(run), f"worker group SIGKILLed, rank 1 failed while it was down, worker back after 5 s; " \
-                           f"job {status} {time.monotonic() - t0:.1f} s later"
+    record = RestartRecord.objects.filter(job_id=run.id).first()
+    # Issue 20 item 3: a killed worker's per-job lock kept its jobs unwatched until it expired.
+    decided = f"restart decided {record.restart_time.timestamp() - back:.1f} s after" if record else "no restart since"
+    return check_job(run), (f"worker group SIGKILLed, rank 1 failed while it was down, worker back after 5 s "
+                            f"({decided} it was ready); job {status} {time.monotonic() - t0:.1f} s later")
 
 
 def _submit_timed(c: Console, name: str, out: dict):
