@@ -716,9 +716,10 @@ def exp_worker_kill(c: Console) -> tuple[list, str]:
     status = run.complete(120)
     record = RestartRecord.objects.filter(job_id=run.id).first()
     # Issue 20 item 3: a killed worker's per-job lock kept its jobs unwatched until it expired.
-    decided = f"restart decided {record.restart_time.timestamp() - back:.1f} s after" if record else "no restart since"
+    decided = (f"restart decided {record.restart_time.timestamp() - back:+.1f} s from when it was seen ready"
+               if record else "no restart decided")
     return check_job(run), (f"worker group SIGKILLed, rank 1 failed while it was down, worker back after 5 s "
-                            f"({decided} it was ready); job {status} {time.monotonic() - t0:.1f} s later")
+                            f"({decided}); job {status} {time.monotonic() - t0:.1f} s later")
 
 
 def _submit_timed(c: Console, name: str, out: dict):
