@@ -270,6 +270,10 @@ VIGIL_STOP_GRACE_SECONDS = float(os.environ.get("VIGIL_STOP_GRACE_SECONDS", "15"
 # Tearing down a failed attempt before a restart: its ranks are broken anyway, and
 # every second here is lost training time.
 VIGIL_RESTART_GRACE_SECONDS = float(os.environ.get("VIGIL_RESTART_GRACE_SECONDS", "3"))
+# A launch whose worker died before storing the attempt's handle is taken over after
+# this long; an attempt queued this long without a launch task taking it is re-enqueued.
+VIGIL_LAUNCH_LEASE_SECONDS = float(os.environ.get("VIGIL_LAUNCH_LEASE_SECONDS", "30"))
+VIGIL_RELAUNCH_AFTER_SECONDS = float(os.environ.get("VIGIL_RELAUNCH_AFTER_SECONDS", "10"))
 
 # Where the shims announce instance exits (the local backend's channel_prefix + ":instance-exit").
 VIGIL_EXIT_CHANNEL = os.environ.get("VIGIL_EXIT_CHANNEL", "vigil:instance-exit")

@@ -5,17 +5,20 @@ the monitor all call these; views and tasks stay thin."""
 from __future__ import annotations
 
 import logging
-from datetime import timedelta
+from datetime import datetime, timedelta
+from datetime import timezone as dt_timezone
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
+from . import faults
 from .access import missing_backend_permission, may_run_on
-from .backends.base import AttemptLaunch, BackendError, InstanceLaunch
+from .backends.base import AttemptLaunch, BackendError, InstanceLaunch, LaunchInProgress
 from .models import (
     ADMIN_ROLES,
     FINISHED_JOB_STATUSES,
+    LIVE_ATTEMPT_STATUSES,
     WRITE_ROLES,
     Attempt,
     AttemptStatus,
@@ -34,8 +37,12 @@ from .submission import RoleSpec, SubmissionError, instance_names, validate_subm
 log = logging.getLogger(__name__)
 
 # A launch that took the attempt but never stored a handle (its worker died) may
-# be taken over after this long.
+# be taken over after this long (settings.VIGIL_LAUNCH_LEASE_SECONDS).
 LAUNCH_LEASE = timedelta(seconds=30)
+
+
+def launch_lease() -> timedelta:
+    return timedelta(seconds=float(getattr(settings, "VIGIL_LAUNCH_LEASE_SECONDS", LAUNCH_LEASE.total_seconds())))
 
 
 class NotFound(Exception):
@@ -284,17 +291,23 @@ def launch_attempt(job_id: int, number: int) -> bool:
         # A worker that took the attempt may have died before storing a handle.
         took = bool(
             Attempt.objects.filter(
-                pk=attempt.pk, status=AttemptStatus.STARTING, backend_handle={}, preparing_at__lt=now - LAUNCH_LEASE
+                pk=attempt.pk, status=AttemptStatus.STARTING, backend_handle={}, preparing_at__lt=now - launch_lease()
             ).update(preparing_at=now)
         )
         if not took:
             return False
+    faults.point("launch.after_db_claim")
     job.transition((JobStatus.CREATING, JobStatus.RESTARTING), JobStatus.QUEUING)
     backend = get_backend_for(job)
     avoid = isolated_nodes(backend)
     spec = attempt_launch_spec(job, attempt, avoid)
     try:
         handle = backend.launch(spec)
+    except LaunchInProgress:
+        # A live process is launching this attempt (its lease ran out, it did not die):
+        # it stores the handle; the attempt stays Starting, so a later takeover is
+        # still possible if that process dies after all.
+        return False
     except BackendError as exc:
         if exc.retryable:
             # The backend is briefly unable (Slurm down, a node busy): queue the
@@ -310,28 +323,50 @@ def launch_attempt(job_id: int, number: int) -> bool:
         Attempt.objects.filter(pk=attempt.pk).update(status=AttemptStatus.FAILED, ended_at=timezone.now(), reason=str(exc))
         fail_job(job, f"The backend could not start attempt {number}: {exc.message}", key=f"launch-failed:{job.pk}:{number}")
         return False
+    faults.point("launch.after_launched")
     started = timezone.now()
-    Attempt.objects.filter(pk=attempt.pk).update(backend_handle=handle, starting_at=started, master_port=handle.get("master_port"))
     statuses = {s.name: s for s in _safe_poll(backend, handle)}
-    Instance.objects.bulk_create(
-        [
-            Instance(
-                attempt=attempt,
-                role=i.role,
-                index=i.index,
-                name=i.name,
-                rank=i.rank,
-                node=getattr(statuses.get(i.name), "node", "") or "",
-                status=InstanceStatus.RUNNING if i.name in statuses and statuses[i.name].state == "running" else InstanceStatus.PENDING,
-                started_at=started,
+    with transaction.atomic():
+        # The handle and the instance rows together: a worker dying in between would
+        # leave an attempt whose ranks run but that no tick can see.
+        stored = Attempt.objects.filter(
+            pk=attempt.pk, status__in=[AttemptStatus.STARTING, AttemptStatus.QUEUING]
+        ).update(status=AttemptStatus.STARTING, backend_handle=handle, starting_at=started,
+                 master_port=handle.get("master_port"))
+        if stored:
+            Instance.objects.bulk_create(
+                [
+                    Instance(
+                        attempt=attempt,
+                        role=i.role,
+                        index=i.index,
+                        name=i.name,
+                        rank=i.rank,
+                        node=getattr(statuses.get(i.name), "node", "") or "",
+                        status=(InstanceStatus.RUNNING if i.name in statuses and statuses[i.name].state == "running"
+                                else InstanceStatus.PENDING),
+                        # Only what the backend says has started (a restart counts started instances).
+                        started_at=_when(getattr(statuses.get(i.name), "started_at", None)),
+                    )
+                    for i in spec.instances
+                ],
+                ignore_conflicts=True,
             )
-            for i in spec.instances
-        ],
-        ignore_conflicts=True,
-    )
+    if not stored:
+        # Stopped (or superseded) while we launched: nobody else knows these ranks.
+        try:
+            backend.stop(handle, grace=settings.VIGIL_RESTART_GRACE_SECONDS)
+        except BackendError as exc:
+            log.warning("stopping attempt %s of job %s launched after it ended failed: %s", number, job.pk, exc)
+        return False
+    faults.point("launch.after_handle_stored")
     if any(s.state == "running" for s in statuses.values()):
         mark_running(job, attempt)
     return True
+
+
+def _when(epoch: float | None):
+    return datetime.fromtimestamp(epoch, tz=dt_timezone.utc) if epoch is not None else None
 
 
 def _safe_poll(backend, handle) -> list:
@@ -446,22 +481,86 @@ def finish_stop(job_id: int) -> bool:
     if job is None or job.status != JobStatus.STOPPING:
         return False
     backend = get_backend_for(job)
-    now = timezone.now()
     for attempt in job.attempts.exclude(status__in=[AttemptStatus.SUCCEEDED, AttemptStatus.FAILED, AttemptStatus.STOPPED]):
-        Attempt.objects.filter(pk=attempt.pk, stopping_at__isnull=True).update(stopping_at=now)
-        if attempt.backend_handle:
-            try:
-                backend.stop(attempt.backend_handle, grace=settings.VIGIL_STOP_GRACE_SECONDS)
-            except BackendError as exc:
-                log.warning("stop of %s failed: %s", attempt, exc)
-        Attempt.objects.filter(pk=attempt.pk).update(status=AttemptStatus.STOPPED, ended_at=timezone.now())
-        attempt.instances.exclude(status__in=[InstanceStatus.SUCCEEDED, InstanceStatus.FAILED]).update(
-            status=InstanceStatus.STOPPED, exited_at=timezone.now()
-        )
+        end_attempt(job, attempt, backend, final=AttemptStatus.STOPPED, grace=settings.VIGIL_STOP_GRACE_SECONDS,
+                    overwrite=(InstanceStatus.RUNNING, InstanceStatus.PENDING, InstanceStatus.LOST))
     ok = job.transition(JobStatus.STOPPING, JobStatus.STOPPED, finished_at=timezone.now())
     if ok:
         record_event(job, EventType.STATUS, "Job stopped.", payload={"status": JobStatus.STOPPED}, key=f"stopped:{job.pk}")
     return ok
+
+
+def end_attempt(job: Job, attempt: Attempt, backend, *, final: str, grace: float, reason: str | None = None,
+                retry: bool = False, overwrite=(InstanceStatus.RUNNING, InstanceStatus.PENDING)) -> bool:
+    """Stop an attempt's instances, record how each really ended, then close the attempt.
+
+    The attempt is marked Stopping first, so that a launch still running elsewhere
+    cannot store its handle any more (it stops what it started instead); an attempt
+    without a handle may have been half-launched by a worker that died, which the
+    backend cleans up. Instance rows are synced from the backend after the stop, so
+    a rank that exited on its own keeps its exit code and time; only rows the
+    backend could not account for are overwritten as Stopped. With `retry`, a
+    retryable failure to stop leaves the attempt live (False) for the next sweep."""
+    now = timezone.now()
+    Attempt.objects.filter(pk=attempt.pk, status__in=[AttemptStatus.QUEUING, AttemptStatus.STARTING,
+                                                      AttemptStatus.RUNNING]).update(status=AttemptStatus.STOPPING)
+    Attempt.objects.filter(pk=attempt.pk, stopping_at__isnull=True).update(stopping_at=now)
+    handle = Attempt.objects.filter(pk=attempt.pk).values_list("backend_handle", flat=True).first() or {}
+    try:
+        if handle:
+            backend.stop(handle, grace=grace)
+        else:
+            backend.abandon_launch(str(job.pk), attempt.number)
+    except BackendError as exc:
+        log.warning("stopping attempt %s of job %s failed: %s", attempt.number, job.pk, exc)
+        if retry and exc.retryable:
+            return False
+    if handle:
+        sync_instances(attempt, _safe_poll(backend, handle))
+    fields = {"status": final, "ended_at": timezone.now()}
+    if reason is not None:
+        fields["reason"] = reason
+    Attempt.objects.filter(pk=attempt.pk, status__in=LIVE_ATTEMPT_STATUSES).update(**fields)
+    attempt.instances.filter(status__in=list(overwrite)).update(status=InstanceStatus.STOPPED, exited_at=timezone.now())
+    return True
+
+
+_STATE_TO_STATUS = {
+    "pending": InstanceStatus.PENDING,
+    "running": InstanceStatus.RUNNING,
+    "succeeded": InstanceStatus.SUCCEEDED,
+    "failed": InstanceStatus.FAILED,
+    "stopped": InstanceStatus.STOPPED,
+    "lost": InstanceStatus.LOST,
+}
+
+
+def sync_instances(attempt: Attempt, statuses, rows: list[Instance] | None = None) -> list[Instance]:
+    """Make the Instance rows say what the backend says; write only what changed."""
+    rows = {i.name: i for i in (attempt.instances.all() if rows is None else rows)}
+    changed = []
+    fields = ("status", "node", "exit_code", "signal", "backend_reason", "started_at", "exited_at", "last_output_at")
+    for s in statuses:
+        row = rows.get(s.name)
+        if row is None:
+            continue
+        new = {
+            "status": _STATE_TO_STATUS[str(s.state)],
+            "node": s.node or row.node,
+            "exit_code": s.exit_code,
+            "signal": s.signal,
+            "backend_reason": (s.reason or "")[:256],
+            "started_at": _when(s.started_at) or row.started_at,
+            "exited_at": _when(s.exited_at),
+            "last_output_at": _when(s.last_output_at),
+        }
+        if any(getattr(row, k) != v for k, v in new.items()):
+            for k, v in new.items():
+                setattr(row, k, v)
+            changed.append(row)
+    if changed:
+        Instance.objects.bulk_update(changed, fields)
+    return list(rows.values())
 
 
 # --- tokens -----------------------------------------------------------------------

@@ -21,14 +21,14 @@ import re
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from datetime import timezone as dt_timezone
 
 from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from jobs import actions
-from jobs.backends.base import BackendError, InstanceState
+from jobs import actions, faults
+from jobs.actions import sync_instances
+from jobs.backends.base import BackendError
 from jobs.models import (
     FINISHED_JOB_STATUSES,
     LIVE_ATTEMPT_STATUSES,
@@ -63,21 +63,18 @@ TAIL_BYTES = 64 * 1024
 # A failure that looks like a peer's symptom waits this long for the real cause
 # to show up before it is decided on (SPEC 9: root cause first).
 CASCADE_SETTLE_SECONDS = 1.0
-# An attempt queued this long without being taken by a launch task is re-enqueued.
+# An attempt queued this long without being taken by a launch task is re-enqueued
+# (settings.VIGIL_RELAUNCH_AFTER_SECONDS).
 RELAUNCH_AFTER = timedelta(seconds=10)
+
+
+def relaunch_after() -> timedelta:
+    return timedelta(seconds=float(getattr(settings, "VIGIL_RELAUNCH_AFTER_SECONDS", RELAUNCH_AFTER.total_seconds())))
 # How often the slower checks (watchdog hints in logs) run per job.
 LOG_SCAN_EVERY = timedelta(seconds=30)
 # Lines that show training progress without the SDK: "step=12", "Step 12", "iteration 5", "epoch 3".
 PROGRESS_RE = re.compile(rb"(?i)\b(?:step|iter(?:ation)?|epoch)\b\s*[=:#]?\s*\d+")
 
-_STATE_TO_STATUS = {
-    InstanceState.PENDING: InstanceStatus.PENDING,
-    InstanceState.RUNNING: InstanceStatus.RUNNING,
-    InstanceState.SUCCEEDED: InstanceStatus.SUCCEEDED,
-    InstanceState.FAILED: InstanceStatus.FAILED,
-    InstanceState.STOPPED: InstanceStatus.STOPPED,
-    InstanceState.LOST: InstanceStatus.LOST,
-}
 
 
 @dataclass
@@ -86,10 +83,6 @@ class TickResult:
     action: str = "none"
     reason: str = ""
     notes: list[str] = field(default_factory=list)
-
-
-def _dt(epoch: float | None) -> datetime | None:
-    return datetime.fromtimestamp(epoch, tz=dt_timezone.utc) if epoch is not None else None
 
 
 def _epoch(value: datetime | None) -> float | None:
@@ -120,12 +113,13 @@ class JobSnapshot:
 
     def needs_recovery(self, now: datetime) -> bool:
         """recover() has work only for a queued attempt nobody took or an older attempt still live."""
+        relaunch, lease = relaunch_after(), actions.launch_lease()
         return any(a.number < self.job.current_attempt
                    or (a.number == self.job.current_attempt and a.status == AttemptStatus.QUEUING
-                       and a.queued_at < now - RELAUNCH_AFTER)
+                       and a.queued_at < now - relaunch)
                    or (a.number == self.job.current_attempt and a.status == AttemptStatus.STARTING
                        and not a.backend_handle and a.preparing_at is not None
-                       and a.preparing_at < now - actions.LAUNCH_LEASE)
+                       and a.preparing_at < now - lease)
                    for a in self.live_attempts)
 
 
@@ -236,34 +230,6 @@ def sweep(now: datetime | None = None) -> int:
 # --- small steps ---------------------------------------------------------------------
 
 
-def sync_instances(attempt: Attempt, statuses, rows: list[Instance] | None = None) -> list[Instance]:
-    """Make the Instance rows say what the backend says; write only what changed."""
-    rows = {i.name: i for i in (attempt.instances.all() if rows is None else rows)}
-    changed = []
-    fields = ("status", "node", "exit_code", "signal", "backend_reason", "started_at", "exited_at", "last_output_at")
-    for s in statuses:
-        row = rows.get(s.name)
-        if row is None:
-            continue
-        new = {
-            "status": _STATE_TO_STATUS[s.state],
-            "node": s.node or row.node,
-            "exit_code": s.exit_code,
-            "signal": s.signal,
-            "backend_reason": (s.reason or "")[:256],
-            "started_at": _dt(s.started_at) or row.started_at,
-            "exited_at": _dt(s.exited_at),
-            "last_output_at": _dt(s.last_output_at),
-        }
-        if any(getattr(row, k) != v for k, v in new.items()):
-            for k, v in new.items():
-                setattr(row, k, v)
-            changed.append(row)
-    if changed:
-        Instance.objects.bulk_update(changed, fields)
-    return list(rows.values())
-
-
 def note_first_output(job: Job, attempt: Attempt, instances: list[Instance]) -> None:
     if attempt.running_at is None:
         outputs = [i.last_output_at for i in instances if i.last_output_at]
@@ -275,23 +241,37 @@ def note_first_output(job: Job, attempt: Attempt, instances: list[Instance]) -> 
 
 def complete_pending_restart(job: Job, attempt: Attempt, instances: list[Instance]) -> None:
     """A whole-job restart has worked once every instance of the new attempt has
-    started (a short attempt may already have finished by the time we look)."""
+    started (a short attempt may already have finished by the time we look). An
+    instance the backend lost before it ever started does not count: the restart
+    is then recorded as failed, and the lost instance is handled as a failure."""
     if attempt.number < 2 or not instances or any(i.status == InstanceStatus.PENDING for i in instances):
         return
     now = timezone.now()
+    never = [i.name for i in instances if not really_started(i)]
     started = [i.started_at for i in instances if i.started_at]
     for record in RestartRecord.objects.filter(job=job, new_attempt=attempt.number, result=RestartResult.PENDING):
         done_at = max(started) if len(started) == len(instances) else now
         took = max(0.0, (min(done_at, now) - record.restart_time).total_seconds())
+        result = RestartResult.FAILED if never else RestartResult.SUCCEEDED
         if RestartRecord.objects.filter(pk=record.pk, result=RestartResult.PENDING).update(
-            result=RestartResult.SUCCEEDED, completed_at=now, duration_seconds=took,
+            result=result, completed_at=now, duration_seconds=took,
         ):
-            actions.record_event(
-                job, EventType.DECISION,
-                f"Restart {record.number} succeeded: all {len(instances)} instances of attempt "
-                f"{attempt.number} started {took:.1f} s after the decision.",
-                attempt=attempt.number, key=f"restart-done:{record.pk}",
-            )
+            if never:
+                text = (f"Restart {record.number} failed: {len(never)} of {len(instances)} instances of attempt "
+                        f"{attempt.number} never started ({', '.join(never)}).")
+            else:
+                text = (f"Restart {record.number} succeeded: all {len(instances)} instances of attempt "
+                        f"{attempt.number} started {took:.1f} s after the decision.")
+            actions.record_event(job, EventType.DECISION, text, attempt=attempt.number,
+                                 level=EventLevel.WARNING if never else EventLevel.INFO,
+                                 key=f"restart-done:{record.pk}")
+
+
+def really_started(inst: Instance) -> bool:
+    """Did the backend ever start this instance? Lost or stopped ones count only with a start time."""
+    if inst.status in (InstanceStatus.RUNNING, InstanceStatus.SUCCEEDED, InstanceStatus.FAILED):
+        return True
+    return inst.status != InstanceStatus.PENDING and inst.started_at is not None
 
 
 def recover(job: Job, now: datetime) -> None:
@@ -299,10 +279,10 @@ def recover(job: Job, now: datetime) -> None:
     took, and stop attempts older than the current one that still run."""
     current = Attempt.objects.filter(job=job, number=job.current_attempt)
     stuck = (
-        current.filter(status=AttemptStatus.QUEUING, queued_at__lt=now - RELAUNCH_AFTER).first()
+        current.filter(status=AttemptStatus.QUEUING, queued_at__lt=now - relaunch_after()).first()
         # A launch whose worker died inside backend.launch: take it over after the lease.
         or current.filter(status=AttemptStatus.STARTING, backend_handle={},
-                          preparing_at__lt=now - actions.LAUNCH_LEASE).first()
+                          preparing_at__lt=now - actions.launch_lease()).first()
     )
     if stuck is not None:
         actions.enqueue_launch(job.pk, stuck.number)
@@ -320,24 +300,10 @@ def stop_orphaned_attempts(job: Job, below: int | None = None) -> None:
 
 
 def stop_attempt(job: Job, attempt: Attempt, *, reason: str, grace: float | None = None) -> None:
-    now = timezone.now()
-    Attempt.objects.filter(pk=attempt.pk, stopping_at__isnull=True).update(stopping_at=now)
-    if attempt.backend_handle:
-        try:
-            actions.get_backend_for(job).stop(
-                attempt.backend_handle, grace=settings.VIGIL_RESTART_GRACE_SECONDS if grace is None else grace
-            )
-        except BackendError as exc:
-            log.warning("stopping attempt %s of job %s failed: %s", attempt.number, job.pk, exc)
-            if exc.retryable:
-                return  # the next sweep tries again
     final = AttemptStatus.FAILED if reason != "succeeded" else AttemptStatus.SUCCEEDED
-    Attempt.objects.filter(pk=attempt.pk, status__in=LIVE_ATTEMPT_STATUSES).update(
-        status=final, ended_at=timezone.now(), reason=attempt.reason or reason
-    )
-    attempt.instances.filter(status__in=[InstanceStatus.RUNNING, InstanceStatus.PENDING]).update(
-        status=InstanceStatus.STOPPED, exited_at=timezone.now()
-    )
+    # A retryable failure to stop leaves the attempt live: the next sweep tries again.
+    actions.end_attempt(job, attempt, actions.get_backend_for(job), final=final, reason=attempt.reason or reason,
+                        grace=settings.VIGIL_RESTART_GRACE_SECONDS if grace is None else grace, retry=True)
 
 
 # --- failures ------------------------------------------------------------------------
@@ -625,10 +591,12 @@ def restart_job(job, attempt, instances, backend, reason: str, source: ErrorSour
                                       "cascades": list(cascades), "progress": progress})
     job.current_attempt = n + 1
     job.status = JobStatus.RESTARTING
+    faults.point("restart.after_decision")
     # Tear down the old attempt, then start the new one at once (not via the
     # queue: every second here is lost training); the sweep repeats either if
     # this worker dies in between.
     stop_attempt(job, attempt, reason="restarted")
+    faults.point("restart.after_stop")
     actions.launch_attempt(job.pk, n + 1)
     return True
 

@@ -35,6 +35,14 @@ class BackendError(Exception):
         return f"{self.message} ({kind})"
 
 
+class LaunchInProgress(BackendError):
+    """Another live process is launching this very attempt right now: leave the
+    attempt to it (it stores the handle); asking again later is fine."""
+
+    def __init__(self, message: str):
+        super().__init__(message, retryable=True)
+
+
 class InstanceState(StrEnum):
     PENDING = "pending"  # asked for, its process not started yet
     RUNNING = "running"
@@ -163,6 +171,10 @@ class Backend(ABC):
     @abstractmethod
     def launch(self, spec: AttemptLaunch) -> dict:
         """Start every instance of the attempt; return a JSON-serialisable handle."""
+
+    def abandon_launch(self, job_id, attempt: int) -> None:
+        """An attempt that may have been half-launched by a process that died is given up
+        (the job was stopped or moved on): end whatever of it started. No-op by default."""
 
     @abstractmethod
     def poll(self, handle: dict) -> list[InstanceStatus]:

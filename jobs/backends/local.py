@@ -54,7 +54,9 @@ from urllib.parse import unquote, urlsplit
 import psutil
 
 from . import frameworks, shim
-from .base import AttemptLaunch, Backend, BackendError, InstanceState, InstanceStatus, Node, read_log_file, tail_log_file
+from .. import faults
+from .base import (AttemptLaunch, Backend, BackendError, InstanceState, InstanceStatus, LaunchInProgress, Node,
+                   read_log_file, tail_log_file)
 
 SHIM_PATH = shim.__file__
 SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
@@ -62,6 +64,7 @@ DEFAULT_INHERIT = ("PATH", "HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "LC_CTYP
 LOG = "output.log"
 STOP = "stop.json"
 ATTEMPT = "attempt.json"
+LAUNCH = "launch.json"  # who claimed the attempt, and when its launch completed
 NODES = "nodes.json"
 START_GRACE = 10.0  # seconds a launched instance may stay without state.json before it is LOST
 
@@ -170,37 +173,139 @@ class LocalBackend(Backend):
         return os.path.join(handle["dir"], name)
 
     # -- launch --------------------------------------------------------------
+    # A launch is a sequence of steps, each of which a worker death may interrupt:
+    # claim (the attempt directory, launch.json naming the launcher), spec.json per
+    # instance, attempt.json (the handle), each shim started, each shim ready, and
+    # last launch.json marked "launched". The whole sequence runs under an flock on
+    # the job's directory, which the kernel drops the moment the launcher dies, so
+    # a later launch of the same attempt can tell "someone is launching it right
+    # now" (the lock is held) from "its launcher died half-way" (the lock is free
+    # and launch.json is not marked launched). A half-launch is completed when every
+    # shim had started, and otherwise cleaned up (every shim and rank it started is
+    # killed by PID) and launched again from the start.
     def launch(self, spec: AttemptLaunch) -> dict:
         self._check_spec(spec)
         attempt_dir = self.attempt_dir(spec.job_id, spec.attempt)
         os.makedirs(os.path.dirname(attempt_dir), exist_ok=True)
-        try:
-            os.mkdir(attempt_dir)  # the claim: a second launch of the same attempt starts nothing
-        except FileExistsError:
-            handle = shim.read_json(os.path.join(attempt_dir, ATTEMPT))
-            if handle is None:
-                raise BackendError(f"attempt {spec.attempt} of job {spec.job_id} is being launched", retryable=True)
+        with self._launch_lock(spec.job_id, spec.attempt):
+            if os.path.isdir(attempt_dir):
+                handle = self._resume(attempt_dir)
+                if handle is not None:
+                    return handle
+            os.mkdir(attempt_dir)  # the claim
+            _write_private_json(os.path.join(attempt_dir, LAUNCH), {
+                "pid": os.getpid(), "start": shim.proc_start_ticks(os.getpid()), "boot_id": _BOOT_ID,
+                "claimed_at": time.time(), "launched_at": None,
+            })
+            faults.point("launch.after_claim")
+            try:
+                handle = self._launch_claimed(spec, attempt_dir)
+                self._mark_launched(attempt_dir)
+            except BaseException:
+                self._abandon(attempt_dir)
+                raise
             return handle
+
+    @contextmanager
+    def _launch_lock(self, job_id, attempt):
+        """Held for a whole launch of one job's attempt; LaunchInProgress if another process holds it."""
+        fd = os.open(os.path.dirname(self.attempt_dir(job_id, attempt)), os.O_RDONLY | os.O_DIRECTORY)
         try:
-            return self._launch_claimed(spec, attempt_dir)
-        except BaseException:
-            self._abandon(attempt_dir)
-            raise
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                raise LaunchInProgress(f"attempt {attempt} of job {job_id} is being launched by another process")
+            yield
+        finally:
+            os.close(fd)  # drops the lock
+
+    def _mark_launched(self, attempt_dir):
+        claim = shim.read_json(os.path.join(attempt_dir, LAUNCH)) or {}
+        claim["launched_at"] = time.time()
+        _write_private_json(os.path.join(attempt_dir, LAUNCH), claim)
+
+    def _resume(self, attempt_dir) -> dict | None:
+        """An attempt directory exists and nobody is launching it (we hold the lock):
+        the handle if it was launched, or completed now; None once a half-launch is
+        cleaned up and moved aside (the caller launches afresh)."""
+        claim = shim.read_json(os.path.join(attempt_dir, LAUNCH))
+        handle = shim.read_json(os.path.join(attempt_dir, ATTEMPT))
+        if handle is not None and (claim is None or claim.get("launched_at")):
+            return handle  # launched (a directory without launch.json predates it: launched too)
+        if handle is not None and all(
+            any(os.path.exists(os.path.join(attempt_dir, i["name"], f)) for f in (shim.STATE, shim.EXIT))
+            for i in handle["instances"]
+        ):
+            self._mark_launched(attempt_dir)  # every shim had started its rank: complete it
+            return handle
+        self._abandon(attempt_dir)
+        return None
 
     def _abandon(self, attempt_dir):
-        """A launch failed half-way: stop what started and move the directory aside, so
-        that the attempt can be launched again and the failed try stays readable."""
-        handle = shim.read_json(os.path.join(attempt_dir, ATTEMPT))
-        if handle is not None:
-            try:
-                self.stop(handle, grace=min(self.grace, 1.0))
-            except BackendError:
-                pass
+        """A launch failed or died half-way: kill every shim and rank it started and
+        move the directory aside, so that the attempt can be launched again from the
+        start and the failed try stays readable."""
+        self._kill_launch_processes(attempt_dir)
         parent, base = os.path.split(attempt_dir)
         aside = os.path.join(parent, f"failed-{base}-{time.time():.0f}-{os.getpid()}")
         try:
             os.rename(attempt_dir, aside)
         except OSError:
+            pass
+
+    def _kill_launch_processes(self, attempt_dir) -> list[int]:
+        """SIGKILL every shim of the attempt and everything below it, found by the PIDs
+        in state.json and by a shim's command line (one that had not written state.json
+        yet). Shims are frozen first, so none can start a rank while we look."""
+        prefix = attempt_dir.rstrip(os.sep) + os.sep
+        shims, groups, pids = set(), set(), set()
+        for state in (shim.read_json(os.path.join(attempt_dir, e, shim.STATE)) for e in _listdir(attempt_dir)
+                      if os.path.isdir(os.path.join(attempt_dir, e))):
+            if not state:
+                continue
+            pgid, found = self._processes(state)
+            groups.update([pgid] if pgid else [])
+            pids.update(found)
+            if _same_process(state.get("shim_pid"), state.get("shim_start"), state.get("boot_id")):
+                shims.add(state["shim_pid"])
+        for proc in psutil.process_iter(["cmdline"]):
+            cmd = proc.info.get("cmdline") or []
+            if SHIM_PATH in cmd and any(isinstance(a, str) and a.startswith(prefix) for a in cmd):
+                shims.add(proc.pid)
+        for pid in shims:
+            _send(pid, signals.SIGSTOP)
+        for pid in shims:
+            try:
+                pids.update(p.pid for p in psutil.Process(pid).children(recursive=True))
+            except psutil.Error:
+                pass
+        for pgid in groups:
+            try:
+                os.killpg(pgid, signals.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        for pid in pids | shims:
+            _send(pid, signals.SIGKILL)
+        ticks = {pid: t for pid in pids | shims if (t := shim.proc_start_ticks(pid)) is not None}
+        deadline = time.monotonic() + self.kill_wait
+        while any(shim.proc_start_ticks(p) == t for p, t in ticks.items()) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        return sorted(pids | shims)
+
+    def abandon_launch(self, job_id, attempt: int) -> None:
+        """The attempt is given up before its handle was stored: if its launcher died
+        half-way, kill what it started. A launch still running is left alone: its
+        caller finds the attempt stopped and stops the handle it gets."""
+        attempt_dir = self.attempt_dir(job_id, attempt)
+        if not os.path.isdir(attempt_dir):
+            return
+        try:
+            with self._launch_lock(job_id, attempt):
+                if os.path.isdir(attempt_dir):
+                    handle = self._resume(attempt_dir)
+                    if handle is not None:
+                        self.stop(handle, grace=min(self.grace, 1.0))
+        except LaunchInProgress:
             pass
 
     def _launch_claimed(self, spec: AttemptLaunch, attempt_dir: str) -> dict:
@@ -251,7 +356,9 @@ class LocalBackend(Backend):
                 for i in spec.instances
             ],
         }
+        faults.point("launch.after_spec")
         shim.write_json_atomic(os.path.join(attempt_dir, ATTEMPT), handle)
+        faults.point("launch.after_attempt_json")
         self._start_shims(handle, [i.name for i in spec.instances])
         return handle
 
@@ -311,8 +418,9 @@ class LocalBackend(Backend):
             os.close(wfd)
             launchers.append(proc)
             pending[rfd] = (name, proc, b"")
+            faults.point("launch.after_shim_start", len(launchers) - 1)
         deadline = time.monotonic() + self.start_timeout
-        errors = []
+        errors, ready_count = [], 0
         try:
             while pending:
                 left = deadline - time.monotonic()
@@ -332,6 +440,9 @@ class LocalBackend(Backend):
                     if not buf.startswith(b"ok"):
                         errors.append(f"{name}: {buf.decode(errors='replace').strip() or 'the shim died'}"
                                       f" (see {os.path.join(handle['dir'], name, 'shim.log')})")
+                    else:
+                        faults.point("launch.after_shim_ready", ready_count)
+                        ready_count += 1
         finally:
             for rfd in pending:
                 os.close(rfd)
@@ -696,6 +807,20 @@ def _same_process(pid, start_ticks, boot=None) -> bool:
     if boot and boot != _BOOT_ID:
         return False
     return shim.proc_start_ticks(pid) == start_ticks
+
+
+def _send(pid, sig) -> None:
+    try:
+        os.kill(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _listdir(path) -> list[str]:
+    try:
+        return os.listdir(path)
+    except OSError:
+        return []
 
 
 def _write_private_json(path, data) -> None:

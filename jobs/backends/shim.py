@@ -16,7 +16,8 @@ depend on Django, Redis or the process that launched it:
    last output time;
 4. write state.json (shim and child PIDs with their /proc start times, so a
    later reader can tell a recycled PID from ours), then report "ok" on the
-   ready pipe;
+   ready pipe; a launcher that died meanwhile changes nothing: the shim runs on
+   and records the exit as usual (the next launcher reads state.json);
 5. when the child ends, write exit.json (exit code, signal, time) atomically
    FIRST, then PUBLISH the exit on Redis over a raw socket with a short
    deadline; a Redis that is down costs at most a refused connection;
@@ -211,10 +212,25 @@ def _group_alive(pgid):
         return False
 
 
+def _tell_launcher(ready_fd, message):
+    """Report to the launcher on the ready pipe. A launcher that died (its worker was
+    killed mid-launch) closed the pipe: the shim runs on regardless, since state.json
+    and exit.json, not the pipe, are what every later reader goes by."""
+    try:
+        os.write(ready_fd, message)
+    except OSError as exc:  # BrokenPipeError: nobody reads the pipe any more
+        sys.stderr.write(f"vigil shim: the launcher is gone ({exc}); running on\n")
+        sys.stderr.flush()
+    try:
+        os.close(ready_fd)
+    except OSError:
+        pass
+
+
 def run(instance_dir, ready_fd):
     spec = read_json(os.path.join(instance_dir, SPEC))
     if spec is None:
-        os.write(ready_fd, b"error spec.json missing or unreadable\n")
+        _tell_launcher(ready_fd, b"error spec.json missing or unreadable\n")
         return 2
     run_no = spec.get("run", 1)
     exit_path = os.path.join(instance_dir, EXIT)
@@ -244,8 +260,7 @@ def run(instance_dir, ready_fd):
         record = {"exit_code": 127, "signal": None, "exited_at": exited_at, "started_at": started_at,
                   "run": run_no, "reason": f"cannot start: {exc}"}
         write_json_atomic(exit_path, record)
-        os.write(ready_fd, b"ok 0\n")
-        os.close(ready_fd)
+        _tell_launcher(ready_fd, b"ok 0\n")
         _announce(spec, record)
         return 0
     os.close(log_fd)
@@ -261,8 +276,7 @@ def run(instance_dir, ready_fd):
         "run": run_no,
     }
     write_json_atomic(os.path.join(instance_dir, STATE), state)
-    os.write(ready_fd, b"ok %d\n" % pid)
-    os.close(ready_fd)
+    _tell_launcher(ready_fd, b"ok %d\n" % pid)
 
     # Signals sent to the shim itself (shutdown of the machine, a person) go to the instance.
     def forward(signum, _frame):

@@ -16,8 +16,9 @@ import psutil
 import pytest
 import redis
 
+from jobs import faults
 from jobs.backends import get_backend, reset_backends
-from jobs.backends.base import AttemptLaunch, BackendError, InstanceLaunch, InstanceState
+from jobs.backends.base import AttemptLaunch, BackendError, InstanceLaunch, InstanceState, LaunchInProgress
 from jobs.backends.frameworks import build_instances
 from jobs.backends.local import LocalBackend
 from jobs.backends.shim import proc_start_ticks
@@ -445,7 +446,8 @@ def test_launching_the_same_attempt_twice_starts_nothing_new(backends):
     first = backend.launch(attempt("sleep 30"))
     again = backend.launch(attempt("sleep 30"))
     assert again == first
-    assert len(list((backends.data_dir / "jobs/job1/attempt-1").iterdir())) == 2  # attempt.json + worker-0
+    assert sorted(p.name for p in (backends.data_dir / "jobs/job1/attempt-1").iterdir()) == [
+        "attempt.json", "launch.json", "worker-0"]
 
 
 def test_the_instance_runs_in_the_job_workdir_shared_by_attempts(backends):
@@ -501,3 +503,111 @@ def test_a_launch_that_fails_half_way_can_be_tried_again(backends):
     [status] = wait_finished(backend, handle)
     assert status.state == InstanceState.SUCCEEDED
     assert any(p.name.startswith("failed-attempt-1-") for p in (backends.data_dir / "jobs/job1").iterdir())
+
+
+# --- a launcher killed at each step of the launch (jobs.faults) -------------------------
+
+def launch_killed_at(backends, spec, fault: str) -> None:
+    """Launch `spec` in a process of its own that SIGKILLs itself at the fault point."""
+    script = (
+        "import json, sys\n"
+        "from jobs.backends.local import LocalBackend\n"
+        "from jobs.backends.base import AttemptLaunch\n"
+        f"b = LocalBackend(data_dir={str(backends.data_dir)!r}, redis_url=None, grace=1.0)\n"
+        f"b.launch(AttemptLaunch.from_dict(json.loads({json.dumps(json.dumps(spec.to_dict()))})))\n"
+    )
+    env = dict(os.environ, VIGIL_FAULT_POINT=faults.check(fault))
+    out = subprocess.run([sys.executable, "-c", script], cwd=REPO, env=env, capture_output=True, text=True,
+                         timeout=30, start_new_session=True)
+    assert out.returncode == -signal.SIGKILL, (out.returncode, out.stderr)
+    assert f"vigil fault point {fault}" in out.stderr
+
+
+def processes_under(data_dir: Path) -> set[int]:
+    """Every live shim or rank whose command line or environment points into the data dir."""
+    found = set()
+    for p in psutil.process_iter(["cmdline", "status"]):
+        try:
+            if p.info["status"] == psutil.STATUS_ZOMBIE:
+                continue
+            if any(str(data_dir) in a for a in p.info["cmdline"] or ()) or \
+                    p.environ().get("VIGIL_TEST_DATA") == str(data_dir):
+                found.add(p.pid)
+        except psutil.Error:
+            pass
+    return found
+
+
+def ranks(backends, n=2):
+    return attempt("exec sleep 60", replicas={"Worker": n}, env={"VIGIL_TEST_DATA": str(backends.data_dir)})
+
+
+def test_a_shim_whose_launcher_died_runs_on_and_the_next_launch_completes_the_attempt(backends):
+    spec = ranks(backends, n=1)
+    launch_killed_at(backends, spec, "launch.after_shim_start")
+    idir = backends.data_dir / "jobs/job1/attempt-1/worker-0"
+    state = wait_until(lambda: json.loads((idir / "state.json").read_text()) if (idir / "state.json").exists()
+                       else None)
+    # Its ready pipe broke, yet it keeps its rank and stays the one to record the exit.
+    wait_until(lambda: b"the launcher is gone" in (idir / "shim.log").read_bytes())
+    assert proc_start_ticks(state["shim_pid"]) == state["shim_start"]
+
+    backend = backends()
+    handle = backend.launch(spec)  # every shim had started: completed, nothing started twice
+    [status] = backend.poll(handle)
+    assert status.state == InstanceState.RUNNING and status.pid == state["child_pid"]
+    assert not any(p.name.startswith("failed-") for p in (backends.data_dir / "jobs/job1").iterdir())
+    backend.stop(handle, grace=1.0)
+    [status] = backend.poll(handle)
+    assert status.state == InstanceState.STOPPED and status.signal == signal.SIGTERM  # the shim recorded it
+
+
+@pytest.mark.parametrize("fault", ["launch.after_claim", "launch.after_spec", "launch.after_attempt_json",
+                                   "launch.after_shim_start"])
+def test_a_launch_killed_half_way_is_cleaned_up_and_launched_again_from_the_start(backends, fault):
+    spec = ranks(backends)
+    launch_killed_at(backends, spec, fault)
+    expected = 2 if fault == "launch.after_shim_start" else 0  # shim 0 and its rank, which outlive the launcher
+    time.sleep(0.2)
+    wait_until(lambda: len(processes_under(backends.data_dir)) == expected)
+    before = processes_under(backends.data_dir)
+
+    backend = backends()
+    handle = backend.launch(spec)
+    statuses = backend.poll(handle)
+    assert [s.state for s in statuses] == [InstanceState.RUNNING] * 2
+    assert not before & processes_under(backends.data_dir), "a rank of the half-launch still runs"
+    live = {s.pid for s in statuses} | {json.loads((Path(handle["dir"]) / n / "state.json").read_text())["shim_pid"]
+                                        for n in ("worker-0", "worker-1")}
+    assert processes_under(backends.data_dir) == live  # two shims, two ranks, nothing else
+    aside = [p.name for p in (backends.data_dir / "jobs/job1").iterdir() if p.name.startswith("failed-attempt-1-")]
+    assert len(aside) == 1
+    assert backend.launch(spec) == handle  # launched now: a third call returns it
+
+
+def test_a_launch_in_progress_in_another_process_is_left_to_it(backends):
+    backend = backends()
+    job_dir = backends.data_dir / "jobs" / "job1"
+    job_dir.mkdir(parents=True)
+    holder = subprocess.Popen([sys.executable, "-c", "import fcntl, os, sys, time\n"
+                               f"fd = os.open({str(job_dir)!r}, os.O_RDONLY)\n"
+                               "fcntl.flock(fd, fcntl.LOCK_EX); print('locked', flush=True); time.sleep(60)"],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        with pytest.raises(LaunchInProgress, match="being launched by another process"):
+            backend.launch(ranks(backends))
+    finally:
+        holder.kill()
+        holder.wait(5)
+    handle = backend.launch(ranks(backends))  # its holder died: the lock went with it
+    assert [s.state for s in backend.poll(handle)] == [InstanceState.RUNNING] * 2
+
+
+def test_abandoning_a_half_launched_attempt_kills_what_it_started(backends):
+    spec = ranks(backends)
+    launch_killed_at(backends, spec, "launch.after_shim_start")
+    wait_until(lambda: len(processes_under(backends.data_dir)) == 2)
+    backends().abandon_launch("job1", 1)
+    assert processes_under(backends.data_dir) == set()
+    backends().abandon_launch("job1", 1)  # nothing left to do; no error
