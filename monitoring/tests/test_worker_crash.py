@@ -18,32 +18,23 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
 import sys
 import textwrap
 import time
-import uuid
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
-import redis
-from celery import Celery
-from django.conf import settings as django_settings
-from django.db import connection
 
 from jobs import actions
-from jobs.backends import get_backend, reset_backends
 from jobs.backends.base import InstanceState
 from jobs.models import Attempt, AttemptStatus, Job, JobStatus, RestartRecord
 
+from .cluster import TEARDOWN_GRACE, wait_until
+
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.redis]
 
-ROOT = Path(__file__).resolve().parents[2]
-CELERY = ROOT / ".venv" / "bin" / "celery"
 SEED_SYNC = ("--job-execution-mode=Sync --enable-job-restart=True --max-num-of-job-restart=3 "
              "--fault-tolerant-policy=ExitCodeAndErrorMsg")
-TEARDOWN_GRACE = 6.0  # seconds the worker waits for SIGTERM-ignoring ranks: the kill window
 
 # Rank 1 fails once with an NCCL error (a retryable failure); every other run trains
 # "forever", one step line every 0.2 s. With IGNORE_SIGTERM=1 the ranks ignore SIGTERM.
@@ -68,96 +59,6 @@ TRAIN = textwrap.dedent("""
         print(f"step={step} rank={rank} attempt={os.environ.get('VIGIL_ATTEMPT')}", flush=True)
         time.sleep(0.2)
 """)
-
-
-def wait_until(predicate, timeout: float, what: str, every: float = 0.1):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(every)
-    raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
-
-
-@pytest.fixture
-def private_redis_db():
-    """A Redis database of the real Redis that no parallel run uses: claimed, then flushed."""
-    base = django_settings.REDIS_URL.rsplit("/", 1)[0]
-    claim = f"vigil-test-claim:{os.getpid()}:{uuid.uuid4().hex}"
-    for db in range(15, 0, -1):
-        client = redis.Redis.from_url(f"{base}/{db}")
-        if client.set("vigil-test-claim", claim, nx=True, ex=900):
-            if client.dbsize() == 1:
-                break
-            client.delete("vigil-test-claim")
-        client.close()
-    else:
-        pytest.fail("no free Redis database (1..15) for a private Celery queue")
-    url = f"{base}/{db}"
-    yield url
-    if client.get("vigil-test-claim") == claim.encode():
-        client.flushdb()
-    client.close()
-
-
-@pytest.fixture
-def cluster(settings, tmp_path, private_redis_db, _test_wiring, transactional_db):
-    """The test process and its Celery workers share one data dir, database, Redis DB."""
-    data_dir = tmp_path / "data"
-    settings.JOB_BACKENDS = {
-        "local": {
-            "BACKEND": "jobs.backends.local.LocalBackend",
-            "OPTIONS": {"data_dir": str(data_dir / "local-backend"), "redis_url": private_redis_db, "grace": 2.0},
-        },
-    }
-    reset_backends()
-    backend = get_backend("local")
-    db = connection.settings_dict
-    if db["ENGINE"].endswith("sqlite3"):
-        database_url = f"sqlite:///{db['NAME']}"
-    else:
-        database_url = (f"postgres://{db.get('USER') or ''}:{db.get('PASSWORD') or ''}@{db.get('HOST') or '127.0.0.1'}"
-                        f":{db.get('PORT') or 5432}/{db['NAME']}")
-    env = dict(os.environ, DATABASE_URL=database_url, VIGIL_DATA_DIR=str(data_dir), SECRET_KEY=settings.SECRET_KEY,
-               REDIS_URL=private_redis_db, CELERY_BROKER_URL=private_redis_db,
-               VIGIL_RESTART_GRACE_SECONDS=str(TEARDOWN_GRACE), VIGIL_MONITOR_SWEEP_SECONDS="1",
-               # tasks_done() reads Celery's "Task ... succeeded" lines, which the quiet default hides.
-               VIGIL_LOG_LEVEL="INFO")
-    workers: list[subprocess.Popen] = []
-
-    def start_worker(name: str, beat: bool = False) -> subprocess.Popen:
-        log = open(tmp_path / f"{name}.log", "ab")
-        cmd = [str(CELERY), "-A", "console", "worker", "--pool", "solo", "--concurrency", "1", "-n", f"{name}@%h",
-               "--without-mingle", "--without-gossip", "--loglevel", "INFO"]
-        if beat:
-            cmd += ["--beat", "--schedule", str(tmp_path / f"{name}-beat-schedule")]
-        proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-        log.close()
-        proc.log_path = tmp_path / f"{name}.log"
-        workers.append(proc)
-        return proc
-
-    client = Celery("vigil-test-client", broker=private_redis_db, set_as_current=False)
-
-    def tasks_done(task: str) -> int:
-        """Deliveries of `task` the workers finished, from their logs."""
-        return sum(1 for p in workers for line in p.log_path.read_text(errors="replace").splitlines()
-                   if f"Task {task}[" in line and " succeeded in " in line)
-
-    yield SimpleNamespace(backend=backend, start_worker=start_worker, tmp_path=tmp_path, tasks_done=tasks_done,
-                          send=lambda task, *args: client.send_task(task, args=list(args)))
-    try:
-        for proc in workers:
-            try:  # the worker and anything it forked: it leads its own session
-                os.killpg(proc.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
-            proc.wait(10)
-    finally:
-        backend.stop_everything(grace=0.2)
-        client.close()
-        reset_backends()
 
 
 def submit_training_job(cluster, user, workspace, *, ignore_sigterm: bool) -> Job:
@@ -234,7 +135,7 @@ def test_worker_killed_between_restart_decision_and_launch_leaves_exactly_one_ru
     killed_at = time.monotonic()
 
     assert record.new_attempt == 2
-    assert Attempt.objects.get(job=job, number=1).status == AttemptStatus.RUNNING  # teardown interrupted
+    assert Attempt.objects.get(job=job, number=1).status == AttemptStatus.STOPPING  # teardown interrupted
     assert Attempt.objects.get(job=job, number=2).status == AttemptStatus.QUEUING
 
     cluster.start_worker("second", beat=True)  # the sweep finishes the dead worker's work
