@@ -29,7 +29,7 @@ from jobs import actions
 from jobs.backends.base import InstanceState
 from jobs.models import Attempt, AttemptStatus, Job, JobStatus, RestartRecord
 
-from .cluster import TEARDOWN_GRACE, wait_until
+from .cluster import wait_until
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.redis]
 
