@@ -168,8 +168,8 @@ def test_a_monitor_killed_at_any_step_of_a_restart_leaves_one_running_attempt_an
     assert record.result == RestartResult.SUCCEEDED
     assert JobEvent.objects.filter(job=job, message__startswith="Restart 1 succeeded: all 2 instances of attempt 2 "
                                    "started").count() == 1
-    assert all(b"attempt=2" in cluster.backend.tail_log(second.backend_handle, n, 4096)
-               for n in ("master-0", "worker-0"))
+    wait_until(lambda: all(b"attempt=2" in cluster.backend.tail_log(second.backend_handle, n, 4096)
+                           for n in ("master-0", "worker-0")), 15, "both ranks of attempt 2 to log a step")
 
     (cluster.tmp_path / "done").touch()
     wait_until(lambda: tick(job) or Job.objects.get(pk=job.pk).status == JobStatus.SUCCEEDED, 20,

@@ -443,3 +443,40 @@ def test_a_sigkill_without_evidence_is_restarted_once_and_then_fails(alice_ws, o
     assert record.exit_status_text == "signal SIGKILL" and record.evidence == ""
     assert job.status == JobStatus.FAILED and job.current_attempt == 2
     assert "retried only 1 time on one instance" in job.reason
+
+
+def test_stopping_an_attempt_keeps_the_exit_of_a_rank_that_ended_while_no_worker_watched(
+        alice, alice_ws, owner_api, job_body, memory_backend):
+    """Issue 20, 5: a rank's own exit seen by no tick is not overwritten as Stopped by the stop."""
+    from jobs import actions
+
+    job = submit(owner_api, alice_ws, job_body)
+    h = handle_of(job)
+    exited = time.time() - 30
+    memory_backend.finish(h, "worker-0", exit_code=3, now=exited)  # no tick sees it: the workers are down
+    assert actions.stop_job(alice, job)
+    actions.finish_stop(job.pk)
+    rows = {i.name: i for i in Instance.objects.filter(attempt__job=job)}
+    assert (rows["worker-0"].status, rows["worker-0"].exit_code) == ("Failed", 3)
+    assert abs(rows["worker-0"].exited_at.timestamp() - exited) < 0.01
+    assert rows["master-0"].status == "Stopped" and rows["master-0"].signal == 15  # the backend's own record
+
+
+def test_a_launch_that_ends_after_its_attempt_was_stopped_stops_what_it_started(
+        alice_ws, owner_api, job_body, memory_backend, monkeypatch):
+    """A stop that lands while a launch runs elsewhere: the launch must not leave ranks nobody knows."""
+    from jobs.models import AttemptStatus
+
+    launch = memory_backend.launch
+
+    def launch_while_a_stop_lands(spec):
+        handle = launch(spec)
+        Attempt.objects.filter(job_id=int(spec.job_id), number=spec.attempt).update(status=AttemptStatus.STOPPED)
+        return handle
+
+    monkeypatch.setattr(memory_backend, "launch", launch_while_a_stop_lands)
+    job = submit(owner_api, alice_ws, job_body)
+    attempt = Attempt.objects.get(job=job, number=1)
+    assert attempt.status == AttemptStatus.STOPPED and attempt.backend_handle == {}
+    assert not Instance.objects.filter(attempt=attempt).exists()
+    assert [(j, a) for j, a, *_ in memory_backend.stopped] == [(str(job.pk), 1)]
