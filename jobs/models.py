@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import secrets
+from datetime import timedelta
 
 from django.conf import settings
 from django.db import models
@@ -89,6 +90,8 @@ class ApiToken(models.Model):
     def __str__(self):
         return f"{self.hint}… ({self.user})"
 
+    LAST_USED_EVERY = timedelta(seconds=60)
+
     @classmethod
     def issue(cls, user, name: str = "default") -> tuple["ApiToken", str]:
         raw = new_token(cls.PREFIX)
@@ -106,7 +109,13 @@ class ApiToken(models.Model):
         )
         if token is None or not token.user.is_active:
             return None
-        cls.objects.filter(pk=token.pk).update(last_used_at=timezone.now())
+        # At most one write a minute per token: a write on every request would queue
+        # every read behind a busy SQLite writer.
+        now = timezone.now()
+        stale = now - cls.LAST_USED_EVERY
+        if token.last_used_at is None or token.last_used_at < stale:
+            cls.objects.filter(models.Q(last_used_at__isnull=True) | models.Q(last_used_at__lt=stale),
+                               pk=token.pk).update(last_used_at=now)
         return token
 
     def revoke(self) -> bool:

@@ -45,3 +45,29 @@ def test_only_one_attempt_of_a_number_can_exist(job):
     Attempt.objects.create(job=job, number=1)
     with pytest.raises(IntegrityError), transaction.atomic():
         Attempt.objects.create(job=job, number=1)
+
+
+def test_a_token_records_its_use_at_most_once_a_minute(alice):
+    """Issue 20, 4: a write per request would queue every read behind a busy SQLite writer."""
+    import time_machine
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+    from django.utils import timezone
+
+    from jobs.models import ApiToken
+
+    token, raw = ApiToken.issue(alice)
+    start = timezone.now()
+    with time_machine.travel(start, tick=False):
+        assert ApiToken.authenticate(raw).pk == token.pk
+        first = ApiToken.objects.get(pk=token.pk).last_used_at
+        assert first == start
+    with time_machine.travel(start + ApiToken.LAST_USED_EVERY - timezone.timedelta(seconds=1), tick=False):
+        with CaptureQueriesContext(connection) as queries:
+            assert ApiToken.authenticate(raw).pk == token.pk
+        assert not [q for q in queries.captured_queries if q["sql"].lstrip().upper().startswith("UPDATE")]
+        assert ApiToken.objects.get(pk=token.pk).last_used_at == first
+    later = start + ApiToken.LAST_USED_EVERY + timezone.timedelta(seconds=1)
+    with time_machine.travel(later, tick=False):
+        ApiToken.authenticate(raw)
+        assert ApiToken.objects.get(pk=token.pk).last_used_at == later
