@@ -3,6 +3,8 @@ time (a short Redis lock); the state changes inside are compare-and-set anyway,
 so a lost lock costs a skipped tick, never a double restart."""
 
 import logging
+import threading
+from contextlib import contextmanager
 
 import redis
 from celery import shared_task
@@ -11,9 +13,10 @@ from django.conf import settings
 from . import monitor
 
 log = logging.getLogger(__name__)
-# Long enough for a tick that stops an attempt (the grace) and launches the next;
-# short enough that a killed worker's lock does not keep its jobs unwatched long.
-LOCK_SECONDS = 20
+# Short, so that a killed worker's jobs are ticked by another within seconds; a
+# tick that runs longer (an attempt's teardown grace, a launch) renews its locks
+# every LOCK_SECONDS / 3 while it runs.
+LOCK_SECONDS = 4
 _client = None
 
 
@@ -26,7 +29,8 @@ def _redis():
 
 def with_job_lock(job_id: int, fn):
     try:
-        lock = _redis().lock(f"vigil:monitor:job:{job_id}", timeout=LOCK_SECONDS, blocking=False)
+        lock = _redis().lock(f"vigil:monitor:job:{job_id}", timeout=LOCK_SECONDS, blocking=False,
+                              thread_local=False)  # renewed from another thread
         acquired = lock.acquire()
     except redis.RedisError:
         log.warning("Redis unavailable; ticking job %s without the lock", job_id)
@@ -34,12 +38,37 @@ def with_job_lock(job_id: int, fn):
     if not acquired:
         return None  # another worker is on this job right now
     try:
-        return fn()
+        with renewed([lock]):
+            return fn()
     finally:
         try:
             lock.release()
         except redis.RedisError:
             pass
+
+
+@contextmanager
+def renewed(locks):
+    """Keep the locks' TTL at LOCK_SECONDS while the block runs (a thread renews them)."""
+    done = threading.Event()
+
+    def renew():
+        while not done.wait(LOCK_SECONDS / 3):
+            for lock in locks:
+                if done.is_set():
+                    return
+                try:
+                    lock.reacquire()
+                except redis.RedisError:  # lost (expired) or Redis away: the CAS writes still hold
+                    pass
+
+    renewer = threading.Thread(target=renew, name="vigil-lock-renewal", daemon=True)
+    renewer.start()
+    try:
+        yield
+    finally:
+        done.set()
+        renewer.join()
 
 
 @shared_task(name="monitoring.tasks.run_job", acks_late=True)
@@ -65,13 +94,14 @@ def sweep() -> int:
                 if lock is not None:
                     locks[job_id] = lock
             # Read after locking: no other tick of these jobs runs until we release.
-            snaps = monitor.load_snapshots(list(locks))
-            for job_id in locks:
-                try:
-                    monitor.run_job(job_id, snapshot=snaps.get(job_id))
-                except Exception:  # noqa: BLE001 - one broken job must not stop the others
-                    log.exception("monitor tick of job %s failed", job_id)
-                count += 1
+            with renewed([lock for lock in locks.values() if not isinstance(lock, _NoLock)]):
+                snaps = monitor.load_snapshots(list(locks))
+                for job_id in locks:
+                    try:
+                        monitor.run_job(job_id, snapshot=snaps.get(job_id))
+                    except Exception:  # noqa: BLE001 - one broken job must not stop the others
+                        log.exception("monitor tick of job %s failed", job_id)
+                    count += 1
         finally:
             for lock in locks.values():
                 try:
@@ -84,7 +114,8 @@ def sweep() -> int:
 def _try_lock(job_id: int):
     """The job's lock if free (None if another worker holds it); a dummy without Redis."""
     try:
-        lock = _redis().lock(f"vigil:monitor:job:{job_id}", timeout=LOCK_SECONDS, blocking=False)
+        lock = _redis().lock(f"vigil:monitor:job:{job_id}", timeout=LOCK_SECONDS, blocking=False,
+                              thread_local=False)  # renewed from another thread
         return lock if lock.acquire() else None
     except redis.RedisError:
         log.warning("Redis unavailable; ticking job %s without the lock", job_id)

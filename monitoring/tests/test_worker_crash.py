@@ -111,9 +111,9 @@ def assert_exactly_one_new_attempt_runs(cluster, job, timeout: float):
                            for n in ("master-0", "worker-0")), 15, "both ranks of attempt 2 to log a step")
 
 
-# Needs about 80 s: two Celery worker start-ups, the teardown grace the kill lands in, and
-# above all the dead worker's Redis lock on the job (monitoring.tasks.LOCK_SECONDS = 60 s),
-# which makes every sweep skip the job until it expires; only then does recover() re-launch.
+# Needs about 30 s: two Celery worker start-ups, the teardown grace the kill lands in, the
+# dead worker's Redis lock on the job (monitoring.tasks.LOCK_SECONDS), which makes every
+# sweep skip the job until it expires, and RELAUNCH_AFTER before recover() re-launches.
 @pytest.mark.timeout(180)
 def test_worker_killed_between_restart_decision_and_launch_leaves_exactly_one_running_attempt(
         cluster, alice, alice_ws):
