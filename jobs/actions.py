@@ -208,14 +208,34 @@ def submit_job(user, data: dict) -> tuple[Job, str]:
             attempt=1,
             key=f"submitted:{job.pk}",
         )
-        transaction.on_commit(lambda: enqueue_launch(job.pk, 1))
+        launch: dict = {}
+        transaction.on_commit(lambda: launch.update(queued=enqueue_launch(job.pk, 1)))
+    # False when the task queue did not answer in time: the job is stored and the
+    # sweep launches it once Redis answers again (None: not known yet, the caller's
+    # own transaction has not committed).
+    job.launch_queued = launch.get("queued")
+    if job.launch_queued is False:
+        Job.objects.filter(pk=job.pk, status=JobStatus.CREATING).update(reason=LAUNCH_DEFERRED)
+        job.reason = LAUNCH_DEFERRED
     return job, raw_token
 
 
-def enqueue_launch(job_id: int, number: int) -> None:
+LAUNCH_DEFERRED = ("Stored; the task queue (Redis) did not answer, so the launch was not queued now. "
+                   "The monitor's sweep launches the job once Redis answers again.")
+
+
+def enqueue_launch(job_id: int, number: int) -> bool:
+    """Queue the launch task; False if Redis did not take it within a second (the
+    monitor's sweep re-enqueues an attempt left queued, so nothing is lost)."""
+    from console.bounded import call_bounded
+
     from .tasks import launch_attempt_task
 
-    launch_attempt_task.delay(job_id, number)
+    if launch_attempt_task.app.conf.task_always_eager:  # tests: run here, now
+        launch_attempt_task.delay(job_id, number)
+        return True
+    return call_bounded(lambda: launch_attempt_task.delay(job_id, number),
+                        f"enqueue launch of attempt {number} of job {job_id}")
 
 
 # --- launch ---------------------------------------------------------------------

@@ -126,6 +126,9 @@ class JobViewSet(viewsets.GenericViewSet):
         job, token = actions.submit_job(request.user, request.data)
         data = JobDetailSerializer(job, context={"request": request}).data
         data["token"] = token  # shown once; the job's SDK uses it from its environment
+        # Whether the launch is queued now or left to the sweep (Redis did not answer).
+        data["launch"] = ({"queued": True} if job.launch_queued is not False
+                          else {"queued": False, "detail": actions.LAUNCH_DEFERRED})
         return Response(data, status=status.HTTP_201_CREATED)
 
     @extend_schema(request=None, responses=JobDetailSerializer)

@@ -14,19 +14,19 @@ change they describe has already committed.
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import threading
 
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
+
+from console.bounded import PUBLISH_TIMEOUT, call_bounded
 
 log = logging.getLogger(__name__)
 
 # Diagnoses are sent with their summary; their full data (stacks, C4D tables) is
 # rendered by the page on demand, so a message stays small.
 SUMMARY_LIMIT = 4000
-SEND_TIMEOUT = 10.0  # seconds to wait for a send started from an event-loop thread
+SEND_TIMEOUT = PUBLISH_TIMEOUT  # seconds a caller waits for a send before moving on
 
 
 def job_group(job_id: int) -> str:
@@ -107,26 +107,11 @@ def _send(groups: list[str], messages: list[dict]) -> None:
             for message in messages:
                 await layer.group_send(group, {"type": "job.message", "message": message})
 
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        async_to_sync(send_all)()
-        return
-    # Sync code called from a thread that runs an event loop (async code calling
-    # an action) cannot block on that loop: send from a short-lived thread.
-    errors: list[BaseException] = []
-
-    def run():
-        try:
-            async_to_sync(send_all)()
-        except BaseException as exc:  # noqa: BLE001 - re-raised below in the caller's thread
-            errors.append(exc)
-
-    worker = threading.Thread(target=run, name="vigil-publish", daemon=True)
-    worker.start()
-    worker.join(SEND_TIMEOUT)
-    if errors:
-        raise errors[0]
+    # In a thread of its own, waited on briefly: a stalled Redis must not stall the
+    # request or the monitor tick that committed the change (the page reads what it
+    # missed from the database when it reconnects). Also lets sync code called from a
+    # thread that runs an event loop send without blocking on that loop.
+    call_bounded(lambda: async_to_sync(send_all)(), f"publish to {', '.join(groups)}", SEND_TIMEOUT)
 
 
 def event_committed(event_id: int) -> None:

@@ -23,6 +23,8 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
+from console.bounded import call_bounded
+
 from jobs.models import NOTIFIABLE_EVENT_TYPES, EventType, JobEvent
 
 from .messages import EventInfo, job_url
@@ -96,10 +98,15 @@ def event_committed(event_id: int) -> list[int]:
 def enqueue(delivery_id: int, countdown: float | None = None) -> None:
     from .tasks import deliver
 
-    try:
-        deliver.apply_async((delivery_id,), countdown=countdown)
-    except Exception:  # noqa: BLE001 - broker down: the delivery stays pending for sweep_deliveries
-        log.exception("could not enqueue delivery %s; sweep_deliveries will retry it", delivery_id)
+    if deliver.app.conf.task_always_eager:
+        try:
+            deliver.apply_async((delivery_id,), countdown=countdown)
+        except Exception:  # noqa: BLE001 - broker down: the delivery stays pending for sweep_deliveries
+            log.exception("could not enqueue delivery %s; sweep_deliveries will retry it", delivery_id)
+        return
+    # A stalled broker must not stall the request or tick: the delivery stays pending
+    # for sweep_deliveries if this does not get through.
+    call_bounded(lambda: deliver.apply_async((delivery_id,), countdown=countdown), f"enqueue delivery {delivery_id}")
 
 
 # --- step 2: one attempt -----------------------------------------------------------
