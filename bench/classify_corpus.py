@@ -73,8 +73,8 @@ def _time_per_mib(entries: list[evaluate.Entry], repeat: int) -> float:
     return best / (size / 2**20) * 1000  # ms per MiB
 
 
-def _tail_times(entries: list[evaluate.Entry], repeat: int) -> dict[str, float]:
-    """Median ms for a full 64 KiB tail of three shapes: corpus text (every log, in turn,
+def _tail_times(entries: list[evaluate.Entry], repeat: int) -> dict[str, tuple[float, float]]:
+    """(median, best) ms for a full 64 KiB tail of three shapes: corpus text (every log, in turn,
     up to 64 KiB, so most signatures find something), plain progress lines that match
     nothing, and one 64 KiB line with no newline (the worst case for per-line bounds)."""
     corpus_text = "\n".join(e.log for e in entries)
@@ -95,7 +95,7 @@ def _tail_times(entries: list[evaluate.Entry], repeat: int) -> dict[str, float]:
             start = time.perf_counter()
             classify_failure(f)
             runs.append((time.perf_counter() - start) * 1000)
-        out[name] = statistics.median(runs)
+        out[name] = (statistics.median(runs), min(runs))
     return out
 
 
@@ -151,12 +151,14 @@ def main(argv: list[str] | None = None) -> int:
     size = sum(len(e.log.encode("utf-8")) for e in entries)
     print(f"speed: {per_mib:.1f} ms per MiB of corpus log ({size / 1024:.0f} KiB over {s.total} entries, best of "
           f"{max(1, args.repeat // 4)})")
-    for name, ms in tails.items():
-        print(f"speed: 64 KiB tail of {name}: {ms:.2f} ms (median of {args.repeat}; target < 5 ms)")
+    print(f"load average while timing: {', '.join(f'{x:.1f}' for x in os.getloadavg())} (on {os.cpu_count()} CPUs)")
+    for name, (median, best) in tails.items():
+        print(f"speed: 64 KiB tail of {name}: {median:.2f} ms median, {best:.2f} ms best of {args.repeat} "
+              "(target < 5 ms)")
     met = (s.agreement is not None and s.agreement >= TARGETS["overall"]
            and (s.held_back_agreement or 0) >= TARGETS["held_back"]
            and (s.false_retryable_rate or 0) <= TARGETS["false_retryable"]
-           and max(tails.values()) < TARGETS["tail_ms"])
+           and max(median for median, _ in tails.values()) < TARGETS["tail_ms"])
     print(f"targets {'met' if met else 'NOT met'}")
     return 0 if met else 1
 

@@ -322,26 +322,27 @@ def _fold(text: str) -> str:
     return text.encode("utf-8", "surrogatepass").lower().decode("utf-8", "surrogatepass")
 
 
-def _candidates(folded: str) -> dict[int, tuple[str, ...] | None]:
-    """The log signatures that can match a text whose fold is `folded`: index -> the
-    literals of its first requirement that occur in it (to find the lines that can hold
-    a match), or None for a signature searched whole."""
-    found: dict[int, tuple[str, ...] | None] = dict.fromkeys(_PREFILTER.always)
+def _candidates(folded: str) -> dict[int, dict[str, int] | None]:
+    """The log signatures that can match a text whose fold is `folded`: index -> where
+    the last occurrence of each literal of its first requirement starts (to find the
+    lines that can hold a match), or None for a signature searched whole."""
+    found: dict[int, dict[str, int] | None] = dict.fromkeys(_PREFILTER.always)
     if _PREFILTER.automaton is None:
         return found
-    seen = {i for _, i in _PREFILTER.automaton.iter(folded)}
+    last_end = {i: end for end, i in _PREFILTER.automaton.iter(folded)}  # later hits overwrite
+    seen = last_end.keys()
     met = {pair for i in seen for pair in _PREFILTER.meets[i]}
     counts: dict[int, int] = {}
     for index, _ in met:
         counts[index] = counts.get(index, 0) + 1
-    present = {_PREFILTER.literals[i] for i in seen}
-    found.update((i, tuple(lit for lit in _PREFILTER.first[i] if lit in present))
+    starts = {_PREFILTER.literals[i]: end - len(_PREFILTER.literals[i]) + 1 for i, end in last_end.items()}
+    found.update((i, {lit: starts[lit] for lit in _PREFILTER.first[i] if lit in starts})
                  for i, n in counts.items() if n == _PREFILTER.requirements[i])
     return found
 
 
 def _last_match(pattern: re.Pattern[str], text: str, folded: str,
-                literals: tuple[str, ...] | None) -> re.Match[str] | None:
+                literals: dict[str, int] | None) -> re.Match[str] | None:
     """The pattern's last match in the text. No catalog pattern matches across a line end
     (a catalog test checks it), so with literals one of which every match holds, only
     the lines that hold one are searched, from the last line back (found with rfind)."""
@@ -350,9 +351,10 @@ def _last_match(pattern: re.Pattern[str], text: str, folded: str,
         for last in pattern.finditer(text):
             pass
         return last
-    # The last occurrence of each literal before `limit`; each is searched for again only
-    # once the lines above it are reached, so every literal's scan covers the text once.
-    at = {lit: folded.rfind(lit) for lit in literals}
+    # The last occurrence of each literal not yet searched (the automaton's last hit to
+    # begin with); each is searched for again only once the lines above it are reached,
+    # so every literal's scan covers the text once.
+    at = dict(literals)
     while True:
         start = max(at.values())
         if start < 0:
