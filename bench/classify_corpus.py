@@ -27,8 +27,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from monitoring.classify import TAIL_LIMIT_BYTES, FailureInput, classify_failure  # noqa: E402
-from monitoring.corpus import evaluate  # noqa: E402
+from monitoring.classify import TAIL_LIMIT_BYTES, FailureInput, classify_failure
+from monitoring.corpus import evaluate
 
 TARGETS = {"overall": 0.97, "held_back": 0.93, "false_retryable": 0.01, "tail_ms": 5.0}
 

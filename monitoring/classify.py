@@ -40,8 +40,8 @@ from __future__ import annotations
 
 import re
 import signal as _signal
-from re import _constants as _sre  # the parse tree's opcodes (stable since Python 3.11)
-from re import _parser as _sre_parse
+from re import _constants as _sre  # type: ignore[attr-defined]  # parse-tree opcodes, stable since 3.11
+from re import _parser as _sre_parse  # type: ignore[attr-defined]
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
@@ -254,13 +254,16 @@ def _required_of(items, top: bool = False) -> list[frozenset[str]]:
         elif op is _sre.BRANCH:
             branches = [_best(_required_of(b)) for b in av[1]]
             if all(b is not None for b in branches):
-                inner = frozenset().union(*branches)
+                inner = frozenset(lit for b in branches if b is not None for lit in b)
         elif op in (_sre.MAX_REPEAT, _sre.MIN_REPEAT, _sre.POSSESSIVE_REPEAT) and av[0] >= 1:
             inner = _best(_required_of(av[2]))
         if inner:
             options.append(inner)
     close_run()
-    return options if top else ([_best(options)] if options else [])
+    if top:
+        return options
+    best = _best(options)
+    return [best] if best is not None else []
 
 
 def required_literals(pattern: re.Pattern[str]) -> tuple[frozenset[str], ...]:
@@ -290,8 +293,8 @@ def _build_prefilter(signatures) -> _Prefilter:
         first.append(tuple(sorted(requirements[0])) if requirements else ())
         if not requirements:
             always.add(index)
-        for clause, literals in enumerate(requirements):
-            for literal in literals:
+        for clause, needs in enumerate(requirements):
+            for literal in needs:
                 by_literal.setdefault(literal, []).append((index, clause))
     literals = tuple(by_literal)
     automaton = None
