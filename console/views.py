@@ -49,7 +49,7 @@ def readyz(request):
     response["Cache-Control"] = "no-store"
     # The body says what is down; Django's ERROR line per 503 would flood the log
     # at every probe of a load balancer while a part is down.
-    response._has_been_logged = True  # type: ignore[attr-defined]
+    response._has_been_logged = True
     return response
 
 

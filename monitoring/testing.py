@@ -35,3 +35,14 @@ def tick_until(job: Job, done: Callable[[Job], bool], seconds: float = 20.0, *, 
             log = f"(no log: {exc!r})"
     raise AssertionError(f"job {job.pk} did not {what or 'get there'} within {seconds} s: it is {job.status} "
                          f"on attempt {job.current_attempt} ({job.reason}).\nevents:\n{events}\nlog:\n{log}")
+
+
+def subprocess_database_url() -> str:
+    """DATABASE_URL for a process a test starts (a worker, a daphne): the test's own database."""
+    from django.db import connection
+
+    d = connection.settings_dict
+    if d["ENGINE"].endswith("sqlite3"):
+        return f"sqlite:///{d['NAME']}"
+    auth = (d.get("USER") or "") + (f":{d['PASSWORD']}" if d.get("PASSWORD") else "")
+    return f"postgres://{auth}@{d.get('HOST') or '127.0.0.1'}:{d.get('PORT') or 5432}/{d['NAME']}"

@@ -18,7 +18,6 @@ import time
 from pathlib import Path
 
 import pytest
-from django.core.cache import cache
 
 from monitoring import monitor
 from monitoring.testing import finished, tick_until
@@ -69,14 +68,6 @@ def cli(installed, home):
 
     run.start = start
     return run
-
-
-@pytest.fixture(autouse=True)
-def _roomy_sdk_rate(settings):
-    settings.REST_FRAMEWORK = {**settings.REST_FRAMEWORK, "DEFAULT_THROTTLE_RATES": {"sdk": "200/s"}}
-    cache.clear()
-    yield
-    cache.clear()
 
 
 @pytest.fixture

@@ -28,6 +28,8 @@ from pathlib import Path
 
 import pytest
 
+from monitoring.testing import subprocess_database_url
+
 pytestmark = pytest.mark.django_db(transaction=True)
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -113,16 +115,6 @@ class Processes:
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait(5)
-
-
-def database_url() -> str:
-    from django.db import connection
-
-    d = connection.settings_dict
-    if d["ENGINE"].endswith("sqlite3"):
-        return f"sqlite:///{d['NAME']}"
-    auth = d["USER"] + (f":{d['PASSWORD']}" if d.get("PASSWORD") else "")
-    return f"postgres://{auth}@{d['HOST'] or '127.0.0.1'}:{d['PORT'] or 5432}/{d['NAME']}"
 
 
 def wait_for(predicate, seconds: float, what: str, procs: Processes, every: float = 0.25):
@@ -226,7 +218,7 @@ def test_the_production_layout_serves_follows_and_restarts_a_job_behind_nginx(
         env.update({
             "SECRET_KEY": settings.SECRET_KEY,  # the test's sessions must be valid in the web process
             "ALLOWED_HOSTS": "127.0.0.1,localhost", "CSRF_TRUSTED_ORIGINS": base,
-            "DATABASE_URL": database_url(), "REDIS_URL": f"redis://:{password}@127.0.0.1:{redis_port}/0",
+            "DATABASE_URL": subprocess_database_url(), "REDIS_URL": f"redis://:{password}@127.0.0.1:{redis_port}/0",
             "VIGIL_DATA_DIR": str(tmp_path / "data"), "VIGIL_CONSOLE_URL": base, "VIGIL_WORKER_CONCURRENCY": "2",
             "VIGIL_LOG_FORMAT": "plain", "PATH": os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", ""),
         })

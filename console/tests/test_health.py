@@ -18,6 +18,7 @@ import time_machine
 
 from console import health
 from console.health import Part, assess
+from monitoring.testing import subprocess_database_url
 
 ROOT = Path(__file__).resolve().parents[2]
 NOW = 1_800_000_000.0
@@ -130,20 +131,10 @@ def procfile_command(name: str) -> str:
     raise AssertionError(f"no {name} in the Procfile")
 
 
-def database_url() -> str:
-    from django.db import connection
-
-    d = connection.settings_dict
-    if d["ENGINE"].endswith("sqlite3"):
-        return f"sqlite:///{d['NAME']}"
-    auth = d["USER"] + (f":{d['PASSWORD']}" if d.get("PASSWORD") else "")
-    return f"postgres://{auth}@{d['HOST'] or '127.0.0.1'}:{d['PORT'] or 5432}/{d['NAME']}"
-
-
 def start(name: str, tmp_path: Path, settings, **env) -> tuple[subprocess.Popen, Path]:
     out = tmp_path / f"{name}.out"
     full = {k: v for k, v in os.environ.items() if not k.startswith("VIGIL_LOG")}
-    full.update({"REDIS_URL": settings.REDIS_URL, "DATABASE_URL": database_url(), "VIGIL_DATA_DIR": str(tmp_path),
+    full.update({"REDIS_URL": settings.REDIS_URL, "DATABASE_URL": subprocess_database_url(), "VIGIL_DATA_DIR": str(tmp_path),
                  "VIGIL_WORKERS": "1", "DJANGO_SETTINGS_MODULE": "console.settings",
                  # The Procfile's `celery` and `python` are this virtualenv's, as under `make run`.
                  "PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""), **env})
