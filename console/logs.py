@@ -18,7 +18,7 @@ import logging
 # Loggers that talk at INFO about routine work: the sweep and other periodic
 # tasks, server start-up banners, connection chatter.
 CHATTY = ("celery", "kombu", "daphne", "django.channels.server", "asyncio", "twisted", "apprise",
-          "urllib3", "httpx")
+          "urllib3", "httpx", "axes")  # axes: four INFO lines per login
 # Fields of every LogRecord; anything else on a record came from `extra=`.
 _STANDARD = set(vars(logging.LogRecord("", 0, "", 0, "", (), None))) | {"message", "asctime", "taskName"}
 

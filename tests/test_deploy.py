@@ -304,6 +304,11 @@ def test_the_production_layout_serves_follows_and_restarts_a_job_behind_nginx(
             return subprocess.run([sys.executable, "-m", "vigil.cli", *map(str, args)], env=cli_env,
                                   capture_output=True, text=True, timeout=timeout)
 
+        import redis
+
+        # The instances' exit announcements reach the password Redis (the shim AUTHs).
+        exits = redis.Redis.from_url(env["REDIS_URL"]).pubsub(ignore_subscribe_messages=True)
+        exits.subscribe("vigil:instance-exit")
         r = vigil("submit", job, "--json")
         assert r.returncode == 0, r.stderr + procs.log("web")[-2000:]
         job_id = json.loads(r.stdout)["id"]
@@ -313,6 +318,14 @@ def test_the_production_layout_serves_follows_and_restarts_a_job_behind_nginx(
         assert lines[:3] == ["attempt 1 step 0", "attempt 1 step 1", "attempt 1 step 2"], r.stdout
         assert lines[4].startswith(f"==== attempt 2 of job {job_id} (restart: ")
         assert lines[5:] == ["attempt 2 step 0", "attempt 2 step 1", "attempt 2 step 2"], r.stdout
+        announced = []
+        deadline = time.monotonic() + 2
+        while time.monotonic() < deadline:  # None is also the (ignored) subscription notice
+            message = exits.get_message(timeout=0.2)
+            if message is not None:
+                announced.append(json.loads(message["data"]))
+        exits.close()
+        assert [str(a["job_id"]) for a in announced].count(str(job_id)) >= 4, announced  # 2 ranks x 2 attempts
         status = json.loads(vigil("status", job_id, "--json").stdout)
         assert (status["status"], status["restart_count"]) == ("Succeeded", 1)
         # The restart decision, logged once by whichever worker made it.
