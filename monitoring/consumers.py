@@ -66,6 +66,7 @@ TICK = 0.1  # seconds between reads of the logs
 REFRESH = 1.0  # seconds between looks at the job's attempt and instances
 INITIAL_TAIL_BYTES = 64 * 1024  # a first connection starts this far before the end
 MAX_BATCH_BYTES = 512 * 1024  # per instance per tick
+DRAIN_BATCHES = 16  # at most this many batches of a finished attempt are sent before following the next
 MAX_PARTIAL_LINE = 64 * 1024  # a line longer than this is sent without its newline
 BACKFILL_LIMIT = 2000
 SCAN_CHUNK = 1024 * 1024  # bytes read at a time when counting lines or looking for an error
@@ -138,6 +139,8 @@ class LogCursor:
 def complete_lines(data: bytes, final: bool = False) -> bytes:
     """The part of `data` that ends with a newline (all of it when a partial line
     has grown past MAX_PARTIAL_LINE or the stream is final)."""
+    if final:
+        return data
     cut = data.rfind(b"\n")
     if cut >= 0:
         return data[: cut + 1]
@@ -533,6 +536,10 @@ class JobConsumer(AccessGuard, AsyncJsonWebsocketConsumer):
         view = None
         next_refresh = 0.0
         try:
+            if fixed_attempt is None:
+                # A reconnect while following: first the end of the attempt it followed
+                # (its last lines are the error), then the attempt that replaced it.
+                await self._drain_earlier(only, offsets, lines)
             while True:
                 now = loop.time()
                 if now >= next_refresh:
@@ -540,6 +547,8 @@ class JobConsumer(AccessGuard, AsyncJsonWebsocketConsumer):
                     if fixed_attempt is None:
                         state = await _job_state(self.job_id)
                         if state and state["current_attempt"] and state["current_attempt"] != number:
+                            if number is not None:
+                                await self._drain(number, cursors, offsets, lines)
                             number = state["current_attempt"]
                             for c in cursors.values():
                                 c.close()
@@ -576,6 +585,41 @@ class JobConsumer(AccessGuard, AsyncJsonWebsocketConsumer):
             for c in cursors.values():
                 c.close()
 
+    async def _drain(self, number: int, cursors: dict, offsets: dict, lines: dict) -> None:
+        """Send what is left of an attempt's logs, its last partial line included,
+        before the view follows the next attempt."""
+        for name, cursor in cursors.items():
+            key = f"{number}:{name}"
+            for _ in range(DRAIN_BATCHES):
+                before = offsets.get(key)
+                try:
+                    await self._send_new(number, name, cursor, offsets, lines, final=True)
+                except (BackendError, OSError):
+                    break
+                if offsets.get(key) == before:
+                    break
+
+    async def _drain_earlier(self, only: set | None, offsets: dict, lines: dict) -> None:
+        state = await _job_state(self.job_id)
+        current = (state or {}).get("current_attempt") or 0
+        earlier = sorted({int(k.split(":", 1)[0]) for k in offsets if k.split(":", 1)[0].isdigit()})
+        for number in (n for n in earlier if n < current):
+            view = await _attempt_view(self.job_id, number)
+            if view is None or not view[0]:
+                continue
+            handle, names, backend_name = view
+            try:
+                backend = _backend(backend_name)
+            except BackendError:
+                continue
+            cursors = {name: LogCursor(backend, handle, name) for name in names
+                       if f"{number}:{name}" in offsets and (only is None or name in only)}
+            try:
+                await self._drain(number, cursors, offsets, lines)
+            finally:
+                for c in cursors.values():
+                    c.close()
+
     async def _open_at(self, number: int, cursor: LogCursor, target: dict, offsets: dict, lines: dict) -> None:
         """Start one instance's stream a little before the target line and say which
         line that is."""
@@ -591,7 +635,7 @@ class JobConsumer(AccessGuard, AsyncJsonWebsocketConsumer):
                               "line": line, "why": why})
 
     async def _send_new(self, number: int, name: str, cursor: LogCursor, offsets: dict,
-                        lines: dict | None = None) -> None:
+                        lines: dict | None = None, final: bool = False) -> None:
         lines = {} if lines is None else lines
         key = f"{number}:{name}"
         offset = offsets.get(key)
@@ -603,7 +647,7 @@ class JobConsumer(AccessGuard, AsyncJsonWebsocketConsumer):
                 offset = start_offset(size, head)
             offsets[key] = offset
         data = await cursor.read(offset, MAX_BATCH_BYTES)
-        chunk = complete_lines(data)
+        chunk = complete_lines(data, final=final and len(data) < MAX_BATCH_BYTES)
         if not chunk:
             return
         if key not in lines:

@@ -224,6 +224,7 @@ def test_only_whole_lines_are_sent_unless_a_line_grows_too_long():
     assert complete_lines(b"a\nb\npartial") == b"a\nb\n"
     assert complete_lines(b"partial") == b""
     assert complete_lines(b"x" * MAX_PARTIAL_LINE) == b"x" * MAX_PARTIAL_LINE
+    assert complete_lines(b"a\nlast words", final=True) == b"a\nlast words"  # a finished attempt's end
     assert split_lines(b"one\n\ntwo\n") == ["one", "", "two"]
     assert split_lines("naïve ✓\n".encode()) == ["naïve ✓"]
 
@@ -335,3 +336,55 @@ def test_batches_carry_line_numbers_and_a_permalink_target_opens_at_its_line(app
         await comm.disconnect()
 
     async_to_sync(scenario)()
+
+
+def test_a_reconnect_after_a_restart_shows_the_end_of_the_failed_attempt_before_the_new_one(
+        app, alice, alice_ws, job_body, memory_backend):
+    """Issue 20, 6: the failed attempt's last lines (its error) are not skipped."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from jobs.models import Attempt
+    from monitoring import monitor
+
+    job, _ = actions.submit_job(alice, job_body(alice_ws, settings={
+        "enable_error_monitoring_in_aimaster": True,
+        "error_monitoring_args": "--job-execution-mode=Sync --enable-job-restart=True --max-num-of-job-restart=3 "
+                                 "--fault-tolerant-policy=ExitCodeAndErrorMsg"}))
+    handle = job.attempts.get(number=1).backend_handle
+    cookie = session_cookie(alice)
+    nccl = ("RuntimeError: NCCL error in: ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:1331, "
+            "unhandled system error, NCCL version 2.18.1")
+
+    def fail_and_restart():
+        memory_backend.write_log(handle, "worker-0", nccl + "\n" + "last words without a newline")
+        memory_backend.finish(handle, "worker-0", exit_code=1)
+        monitor.run_job(job.pk, now=timezone.now() + timedelta(seconds=monitor.CASCADE_SETTLE_SECONDS + 1))
+        second = Attempt.objects.get(job=job, number=2).backend_handle
+        assert second, "attempt 2 was launched"
+        memory_backend.write_log(second, "worker-0", "attempt 2 step 1\n")
+
+    async def scenario():
+        memory_backend.write_log(handle, "worker-0", "step 1\nstep 2\n")
+        comm = communicator(app, job.pk, cookie)
+        assert (await comm.connect())[0]
+        await comm.send_json_to({"type": "hello", "after_event": None, "logs": {"attempt": None, "offsets": {}}})
+        got = await collect(comm, lambda ms: log_lines(ms, "worker-0") == ["step 1", "step 2"])
+        offsets = {f"{m['attempt']}:{m['instance']}": m["next_offset"] for m in got if m["type"] == "log"}
+        await comm.disconnect()
+
+        await sync_to_async(fail_and_restart)()  # while the page is away
+
+        comm = communicator(app, job.pk, cookie)
+        assert (await comm.connect())[0]
+        await comm.send_json_to({"type": "hello", "after_event": None,
+                                 "logs": {"attempt": None, "offsets": offsets}})
+        again = await collect(comm, lambda ms: "attempt 2 step 1" in log_lines(ms, "worker-0"))
+        await comm.disconnect()
+        return again
+
+    again = async_to_sync(scenario)()
+    batches = [(m["attempt"], line) for m in again if m["type"] == "log" and m["instance"] == "worker-0"
+               for line in m["lines"]]
+    assert batches == [(1, nccl), (1, "last words without a newline"), (2, "attempt 2 step 1")]
