@@ -246,7 +246,7 @@ CELERY_BEAT_SCHEDULE = {
 
 CHANNEL_LAYERS = {
     "default": {
-        "BACKEND": "channels_redis.core.RedisChannelLayer",
+        "BACKEND": "console.layers.ResilientRedisChannelLayer",  # degrades while Redis is away
         # redis-py's 5 s default read timeout races channels_redis's own blocking read
         # on an idle socket and closes quiet WebSockets; give reads room.
         "CONFIG": {"hosts": [{"address": REDIS_URL, "socket_timeout": 30}], "capacity": 2000, "expiry": 30},

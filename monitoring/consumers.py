@@ -66,6 +66,7 @@ TICK = 0.1  # seconds between reads of the logs
 REFRESH = 1.0  # seconds between looks at the job's attempt and instances
 INITIAL_TAIL_BYTES = 64 * 1024  # a first connection starts this far before the end
 MAX_BATCH_BYTES = 512 * 1024  # per instance per tick
+LIVE_CHECK = 2.0  # seconds between checks that Redis answers (live events on time)
 DRAIN_BATCHES = 16  # at most this many batches of a finished attempt are sent before following the next
 MAX_PARTIAL_LINE = 64 * 1024  # a line longer than this is sent without its newline
 BACKFILL_LIMIT = 2000
@@ -451,6 +452,7 @@ class JobConsumer(AccessGuard, AsyncJsonWebsocketConsumer):
     async def connect(self):
         self.job_id = None
         self.tail_task = None
+        self.live_task = None
         self.sent = _SentIds()
         job = await _job_if_member(self.scope.get("user"), self.scope["url_route"]["kwargs"]["job_id"])
         if job is None:
@@ -461,9 +463,29 @@ class JobConsumer(AccessGuard, AsyncJsonWebsocketConsumer):
         await self.channel_layer.group_add(self.group, self.channel_name)
         await self.accept()
         self.start_guard(job.workspace_id)
+        self.live_task = (asyncio.ensure_future(self._watch_live())
+                          if hasattr(self.channel_layer, "probe") else None)
+
+    async def _watch_live(self) -> None:
+        """Tell the page when live events may be late (Redis not answering; logs keep
+        coming from files), and when they are live again, with the events it missed."""
+        delayed = False
+        while True:
+            await self.channel_layer.probe()
+            now_delayed = self.channel_layer.delayed
+            if now_delayed != delayed and self.job_id is not None:
+                delayed = now_delayed
+                if not delayed:
+                    seen = max(self.sent.ids, default=None)
+                    for message in await _events_after(self.job_id, seen):
+                        if self.sent.add(message["id"]):
+                            await self.send_json(message)
+                await self.send_json({"type": "live", "delayed": delayed})
+            await asyncio.sleep(LIVE_CHECK)
 
     async def revoke(self, code: int, reason: str) -> None:
         # Stop reading logs and receiving events at once, before saying goodbye.
+        self._stop_live()
         if self.tail_task is not None:
             self.tail_task.cancel()
             self.tail_task = None
@@ -471,8 +493,14 @@ class JobConsumer(AccessGuard, AsyncJsonWebsocketConsumer):
         self.job_id = None
         await super().revoke(code, reason)
 
+    def _stop_live(self) -> None:
+        if getattr(self, "live_task", None) is not None:
+            self.live_task.cancel()
+            self.live_task = None
+
     async def disconnect(self, code):
         self.stop_guard()
+        self._stop_live()
         if self.tail_task is not None:
             self.tail_task.cancel()
         if self.job_id is not None:

@@ -678,6 +678,10 @@
             attemptSel.appendChild(opt);
             refresh(["header", "instances", "timeline", "restarts"]);
           }
+        } else if (msg.type === "live") {
+          // Redis is not answering: logs still stream from files, events may be late.
+          showBanner(msg.delayed ? "Live events are delayed: the console cannot reach Redis. Logs keep streaming."
+            : "Live events are back; the ones missed meanwhile are listed.", msg.delayed);
         } else if (msg.type === "diagnosis") {
           addEvent({ id: "dg" + msg.id, level: "warning", label: msg.label, created_at: msg.created_at, attempt: msg.attempt, instance: "", message: msg.summary.split("\n")[0] });
           refresh(["diagnoses"]);
