@@ -31,6 +31,32 @@ TICK = ("import sys, django; django.setup(); from monitoring.tasks import run_jo
         "print('tick:', run_job(int(sys.argv[1])), flush=True)")
 
 
+SEED_SYNC = ("--job-execution-mode=Sync --enable-job-restart=True --max-num-of-job-restart=3 "
+             "--fault-tolerant-policy=ExitCodeAndErrorMsg")
+
+
+def submit_script_job(cluster, user, workspace, script: str, envs: dict, display_name: str):
+    """A 2-rank PyTorch job (Master + Worker, Sync restarts) running `script` with python;
+    launched in the test process (Celery is eager there). FAULT_ONCE names a file the
+    script may create to fail only once."""
+    from jobs import actions
+
+    path = cluster.tmp_path / "train.py"
+    path.write_text(script)
+    body = {
+        "workspace": workspace.slug,
+        "display_name": display_name,
+        "job_type": "PyTorchJob",
+        "job_specs": [{"type": "Master", "pod_count": 1}, {"type": "Worker", "pod_count": 1}],
+        "user_command": f"exec {sys.executable} {path}",
+        "envs": {"FAULT_ONCE": str(cluster.tmp_path / "fault-fired"), **envs},
+        "backend": "local",
+        "settings": {"enable_error_monitoring_in_aimaster": True, "error_monitoring_args": SEED_SYNC},
+    }
+    job, _ = actions.submit_job(user, body)
+    return job
+
+
 def wait_until(predicate, timeout: float, what: str, every: float = 0.1):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

@@ -22,25 +22,21 @@ PostgreSQL (DATABASE_URL).
 
 from __future__ import annotations
 
-import sys
 import textwrap
 import time
 
 import psutil
 import pytest
 
-from jobs import actions
 from jobs.backends.base import InstanceState
 from jobs.models import Attempt, AttemptStatus, Instance, InstanceStatus, Job, JobEvent, JobStatus, RestartRecord
 from jobs.models import RestartResult
 from monitoring import monitor
 
-from .cluster import wait_until
+from .cluster import submit_script_job, wait_until
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.redis]
 
-SEED_SYNC = ("--job-execution-mode=Sync --enable-job-restart=True --max-num-of-job-restart=3 "
-             "--fault-tolerant-policy=ExitCodeAndErrorMsg")
 FAULTS = [
     "restart.after_decision",
     "restart.after_stop",
@@ -76,21 +72,8 @@ TRAIN = textwrap.dedent("""
 
 
 def submit(cluster, user, workspace) -> Job:
-    script = cluster.tmp_path / "train.py"
-    script.write_text(TRAIN)
-    body = {
-        "workspace": workspace.slug,
-        "display_name": "fault-point",
-        "job_type": "PyTorchJob",
-        "job_specs": [{"type": "Master", "pod_count": 1}, {"type": "Worker", "pod_count": 1}],
-        "user_command": f"exec {sys.executable} {script}",
-        "envs": {"FAULT_ONCE": str(cluster.tmp_path / "fault-fired"), "DONE": str(cluster.tmp_path / "done"),
-                 "CRASH_TEST": str(cluster.tmp_path)},
-        "backend": "local",
-        "settings": {"enable_error_monitoring_in_aimaster": True, "error_monitoring_args": SEED_SYNC},
-    }
-    job, _ = actions.submit_job(user, body)  # attempt 1 is launched here (Celery is eager in this process)
-    return job
+    return submit_script_job(cluster, user, workspace, TRAIN, {
+        "DONE": str(cluster.tmp_path / "done"), "CRASH_TEST": str(cluster.tmp_path)}, "fault-point")
 
 
 def job_processes(cluster) -> set[int]:

@@ -18,23 +18,19 @@ from __future__ import annotations
 
 import os
 import signal
-import sys
 import textwrap
 import time
 from pathlib import Path
 
 import pytest
 
-from jobs import actions
 from jobs.backends.base import InstanceState
 from jobs.models import Attempt, AttemptStatus, Job, JobStatus, RestartRecord
 
-from .cluster import wait_until
+from .cluster import submit_script_job, wait_until
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.redis]
 
-SEED_SYNC = ("--job-execution-mode=Sync --enable-job-restart=True --max-num-of-job-restart=3 "
-             "--fault-tolerant-policy=ExitCodeAndErrorMsg")
 
 # Rank 1 fails once with an NCCL error (a retryable failure); every other run trains
 # "forever", one step line every 0.2 s. With IGNORE_SIGTERM=1 the ranks ignore SIGTERM.
@@ -62,20 +58,8 @@ TRAIN = textwrap.dedent("""
 
 
 def submit_training_job(cluster, user, workspace, *, ignore_sigterm: bool) -> Job:
-    script = cluster.tmp_path / "train.py"
-    script.write_text(TRAIN)
-    body = {
-        "workspace": workspace.slug,
-        "display_name": "crash-window",
-        "job_type": "PyTorchJob",
-        "job_specs": [{"type": "Master", "pod_count": 1}, {"type": "Worker", "pod_count": 1}],
-        "user_command": f"exec {sys.executable} {script}",
-        "envs": {"FAULT_ONCE": str(cluster.tmp_path / "fault-fired"), "IGNORE_SIGTERM": "1" if ignore_sigterm else "0"},
-        "backend": "local",
-        "settings": {"enable_error_monitoring_in_aimaster": True, "error_monitoring_args": SEED_SYNC},
-    }
-    job, _ = actions.submit_job(user, body)  # launched in this process (Celery is eager here)
-    return job
+    return submit_script_job(cluster, user, workspace, TRAIN, {"IGNORE_SIGTERM": "1" if ignore_sigterm else "0"},
+                             "crash-window")
 
 
 def wait_for_first_failure(cluster, job):
