@@ -480,3 +480,26 @@ def test_a_launch_that_ends_after_its_attempt_was_stopped_stops_what_it_started(
     assert attempt.status == AttemptStatus.STOPPED and attempt.backend_handle == {}
     assert not Instance.objects.filter(attempt=attempt).exists()
     assert [(j, a) for j, a, *_ in memory_backend.stopped] == [(str(job.pk), 1)]
+
+
+def test_a_restart_whose_new_instance_never_started_is_not_counted_as_succeeded(
+        alice_ws, owner_api, job_body, memory_backend):
+    """Issue 20: "Restart 1 succeeded: all 2 instances started" was said with an instance Lost."""
+    from jobs.backends.base import InstanceState
+    from jobs.models import RestartResult
+
+    job = submit(owner_api, alice_ws, job_body)
+    h = handle_of(job)
+    memory_backend.write_log(h, "worker-0", NCCL)
+    memory_backend.finish(h, "worker-0", exit_code=1)
+    memory_backend.initial_state = InstanceState.PENDING  # attempt 2's instances start later, or never
+    assert settled(job.pk).action == "restart_job"
+    h2 = handle_of(job, 2)
+    memory_backend.set_instance(h2, "master-0", state="running", started_at=time.time())
+    memory_backend.set_instance(h2, "worker-0", state="lost", reason="the shim never started")
+    monitor.run_job(job.pk)  # the lost instance is then handled as a failure of its own (restart 2)
+    record = RestartRecord.objects.get(job=job, new_attempt=2)
+    assert record.result == RestartResult.FAILED
+    assert JobEvent.objects.filter(job=job, message="Restart 1 failed: 1 of 2 instances of attempt 2 never "
+                                   "started (worker-0).").count() == 1
+    assert not JobEvent.objects.filter(job=job, message__startswith="Restart 1 succeeded").exists()
