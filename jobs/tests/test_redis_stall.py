@@ -16,23 +16,15 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from django.db import connection
 
 from console.devredis import PrivateRedis, free_port
 from jobs.models import ApiToken, Attempt, AttemptStatus, Job
 from monitoring import monitor
+from monitoring.testing import subprocess_database_url
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.redis]
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def database_url() -> str:
-    db = connection.settings_dict
-    if db["ENGINE"].endswith("sqlite3"):
-        return f"sqlite:///{db['NAME']}"
-    return (f"postgres://{db.get('USER') or ''}:{db.get('PASSWORD') or ''}@{db.get('HOST') or '127.0.0.1'}"
-            f":{db.get('PORT') or 5432}/{db['NAME']}")
 
 
 @pytest.fixture
@@ -40,7 +32,7 @@ def stallable(settings, tmp_path, transactional_db):
     """(console base URL, the private Redis) for one test."""
     redis = PrivateRedis().start()
     port = free_port()
-    env = dict(os.environ, DATABASE_URL=database_url(), REDIS_URL=redis.url, CELERY_BROKER_URL=redis.url,
+    env = dict(os.environ, DATABASE_URL=subprocess_database_url(), REDIS_URL=redis.url, CELERY_BROKER_URL=redis.url,
                SECRET_KEY=settings.SECRET_KEY, VIGIL_DATA_DIR=str(tmp_path / "data"), VIGIL_LOG_LEVEL="WARNING",
                DJANGO_SETTINGS_MODULE="console.settings")
     log_path = tmp_path / "daphne.log"

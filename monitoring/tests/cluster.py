@@ -18,10 +18,10 @@ import pytest
 import redis
 from celery import Celery
 from django.conf import settings as django_settings
-from django.db import connection
 
 from jobs import faults
 from jobs.backends import get_backend, reset_backends
+from monitoring.testing import subprocess_database_url
 
 ROOT = Path(__file__).resolve().parents[2]
 CELERY = ROOT / ".venv" / "bin" / "celery"
@@ -100,13 +100,7 @@ def cluster(settings, tmp_path, private_redis_db, _test_wiring, transactional_db
     }
     reset_backends()
     backend = get_backend("local")
-    db = connection.settings_dict
-    if db["ENGINE"].endswith("sqlite3"):
-        database_url = f"sqlite:///{db['NAME']}"
-    else:
-        database_url = (f"postgres://{db.get('USER') or ''}:{db.get('PASSWORD') or ''}@{db.get('HOST') or '127.0.0.1'}"
-                        f":{db.get('PORT') or 5432}/{db['NAME']}")
-    env = dict(os.environ, DATABASE_URL=database_url, VIGIL_DATA_DIR=str(data_dir), SECRET_KEY=settings.SECRET_KEY,
+    env = dict(os.environ, DATABASE_URL=subprocess_database_url(), VIGIL_DATA_DIR=str(data_dir), SECRET_KEY=settings.SECRET_KEY,
                REDIS_URL=private_redis_db, CELERY_BROKER_URL=private_redis_db,
                VIGIL_RESTART_GRACE_SECONDS=str(TEARDOWN_GRACE), VIGIL_MONITOR_SWEEP_SECONDS="1",
                # tasks_done() reads Celery's "Task ... succeeded" lines, which the quiet default hides.
