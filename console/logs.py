@@ -23,6 +23,17 @@ CHATTY = ("celery", "kombu", "daphne", "django.channels.server", "asyncio", "twi
 _STANDARD = set(vars(logging.LogRecord("", 0, "", 0, "", (), None))) | {"message", "asctime", "taskName"}
 
 
+class OneLineWarnings(logging.Filter):
+    """Python warnings (logging.captureWarnings) arrive as several lines: the message,
+    then the source line. One line each keeps them readable between the other records
+    (Celery's warning about running as root alone is nine lines)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.name == "py.warnings":
+            record.msg, record.args = " ".join(record.getMessage().split()), None
+        return True
+
+
 class JsonFormatter(logging.Formatter):
     """One line per record: time (UTC, ISO 8601), level, logger, message, the
     record's `extra` fields, and the traceback as text when there is one."""
@@ -63,7 +74,9 @@ def logging_config(level: str | None, fmt: str | None) -> dict:
             "plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"},
             "json": {"()": "console.logs.JsonFormatter"},
         },
-        "handlers": {"console": {"class": "logging.StreamHandler", "formatter": fmt}},
+        "filters": {"one_line_warnings": {"()": "console.logs.OneLineWarnings"}},
+        "handlers": {"console": {"class": "logging.StreamHandler", "formatter": fmt,
+                                 "filters": ["one_line_warnings"]}},
         "root": {"handlers": ["console"], "level": level},
         "loggers": {
             "django.db.backends": {"level": "WARNING"},

@@ -50,6 +50,21 @@ def test_the_json_formatter_prints_one_object_per_record_with_extras_and_traceba
     assert entry["time"].endswith("Z") and "RuntimeError: boom" in entry["exc"]
 
 
+def test_a_python_warning_is_one_line():
+    import warnings
+
+    from console.logs import OneLineWarnings
+
+    text = warnings.formatwarning("running as root:\n  absolutely not recommended!\n\nUse --uid.", UserWarning,
+                                  "platforms.py", 893, "_warn_or_raise(uid)")
+    # What logging.captureWarnings logs, through the filter every config's handler has.
+    record = logging.LogRecord("py.warnings", logging.WARNING, "", 0, "%s", (text,), None)
+    assert OneLineWarnings().filter(record)
+    assert record.getMessage() == ("platforms.py:893: UserWarning: running as root: absolutely not recommended! "
+                                   "Use --uid. _warn_or_raise(uid)")
+    assert logging_config(None, "json")["handlers"]["console"]["filters"] == ["one_line_warnings"]
+
+
 @pytest.mark.django_db
 def test_a_restart_decision_is_one_log_line_after_commit(alice, alice_ws, api_as, job_body, memory_backend, caplog,
                                                           django_capture_on_commit_callbacks):
