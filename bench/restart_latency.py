@@ -138,10 +138,13 @@ class VigilStack:
                 self.procs.append(subprocess.Popen(shlex.split(cmd), cwd=ROOT, env=self.env, stdout=log,
                                                    stderr=subprocess.STDOUT, start_new_session=True))
                 log.close()
-        ok = wait_until(lambda: "ready." in (Path(self.tmp) / "worker.log").read_text(errors="replace"), 60, 0.2)
+        from console import health
+
+        # Their heartbeats (what /readyz reads): the worker runs, the exit listener is subscribed.
+        ok = wait_until(lambda: all(health.readiness()[part].ok for part in ("worker", "exit_listener")), 60, 0.2)
         if not ok:
-            raise RuntimeError("the Celery worker did not start:\n" + (Path(self.tmp) / "worker.log").read_text()[-3000:])
-        time.sleep(1.0)  # the exit listener subscribes
+            raise RuntimeError("the Celery worker or the exit listener did not start:\n"
+                               + (Path(self.tmp) / "worker.log").read_text()[-3000:])
 
     def close(self):
         for p in self.procs:
