@@ -20,3 +20,5 @@ urlpatterns = [
     path("", views.dashboard, name="dashboard"),
 ]
 
+
+handler400 = "console.views.bad_request"

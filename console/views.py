@@ -76,3 +76,11 @@ def workspace_dashboard(request, slug):
     context = {"workspace": workspace, "can_write": can_write(request, workspace), **dashboard_context(workspace)}
     template = "console/_dashboard_panels.html" if request.htmx else "console/dashboard.html"
     return render(request, template, context)
+
+
+def bad_request(request, exception=None, template_name="400.html"):
+    """handler400: say what was wrong (jobs.inputs.InputError names the field)."""
+    from jobs.inputs import InputError
+
+    message = str(exception) if isinstance(exception, InputError) else ""
+    return render(request, template_name, {"message": message}, status=400)

@@ -15,6 +15,7 @@ from django.utils import timezone
 from . import faults
 from .access import missing_backend_permission, may_run_on
 from .backends.base import AttemptLaunch, BackendError, InstanceLaunch, LaunchInProgress
+from .inputs import whole_number, workspace_ref
 from .models import (
     ADMIN_ROLES,
     FINISHED_JOB_STATUSES,
@@ -57,17 +58,26 @@ class Forbidden(Exception):
 
 
 def workspace_for(user, ref) -> Workspace:
-    """The workspace `ref` (id or slug) if the user is a member; NotFound otherwise."""
+    """The workspace `ref` names if the user is a member; NotFound otherwise. `ref` is
+    a Workspace, an id (an int or ASCII digits) or a slug (which starts with a
+    letter); anything else is an InputError naming the workspace field."""
     qs = Workspace.objects.for_user(user)
-    ws = None
     if isinstance(ref, Workspace):
         ws = qs.filter(pk=ref.pk).first()
-    elif isinstance(ref, int) or (isinstance(ref, str) and ref.isdigit()):
-        ws = qs.filter(pk=int(ref)).first()
-    elif isinstance(ref, str) and ref:
-        ws = qs.filter(slug=ref).first()
+    else:
+        kind, value = workspace_ref(ref)
+        ws = qs.filter(**{kind: value}).first()
     if ws is None:
         raise NotFound(f"workspace {ref!r} not found")
+    return ws
+
+
+def workspace_by_slug(user, slug: str) -> Workspace:
+    """The workspace with this slug (never an id: page URLs carry slugs) if the
+    user is a member; NotFound otherwise."""
+    ws = Workspace.objects.for_user(user).filter(slug=slug).first() if isinstance(slug, str) else None
+    if ws is None:
+        raise NotFound(f"workspace {slug!r} not found")
     return ws
 
 
@@ -610,8 +620,8 @@ def hang_interval_error(value) -> str | None:
 
 def set_hang_interval(job: Job, value, *, source: str) -> None:
     """The runtime override of --job-hang-interval (API now, SDK reset_config/hang_detect)."""
-    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
-        value = int(value.strip())
+    if isinstance(value, str) and whole_number(value) is not None:
+        value = whole_number(value)
     err = hang_interval_error(value)
     if err:
         raise SubmissionError({"job_hang_interval": [err]})

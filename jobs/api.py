@@ -15,6 +15,7 @@ from rest_framework.response import Response
 from . import actions
 from .access import WORKSPACE_CREATION_REFUSED, may_create_workspace
 from .backends.base import BackendError
+from .inputs import SLUG_RE, parse_int, query_int, workspace_ref
 from .models import WRITE_ROLES, Instance, Job, Membership, Role, Workspace
 from .serializers import (
     AttemptSerializer,
@@ -70,6 +71,8 @@ class WorkspaceViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.
     def perform_create(self, serializer):
         name = serializer.validated_data["name"]
         base = serializer.validated_data.get("slug") or slugify(name)[:90] or "workspace"
+        if not SLUG_RE.fullmatch(base):
+            base = f"ws-{base}"[:90]  # "2026 runs" -> ws-2026-runs: a slug starts with a letter
         with transaction.atomic():
             slug, n = base, 1
             while Workspace.objects.filter(slug=slug).exists():
@@ -90,7 +93,8 @@ class JobViewSet(viewsets.GenericViewSet):
         qs = actions.jobs_for(self.request.user).select_related("workspace")
         ws = self.request.query_params.get("workspace")
         if ws:
-            qs = qs.filter(workspace__pk=int(ws)) if ws.isdigit() else qs.filter(workspace__slug=ws)
+            kind, value = workspace_ref(ws)
+            qs = qs.filter(**{f"workspace__{kind}": value})
         st = self.request.query_params.get("status")
         if st:
             qs = qs.filter(status__in=[s.strip().capitalize() for s in st.split(",")])
@@ -107,7 +111,7 @@ class JobViewSet(viewsets.GenericViewSet):
 
     @extend_schema(
         parameters=[
-            OpenApiParameter("workspace", str, description="workspace id or slug"),
+            OpenApiParameter("workspace", str, description="workspace id (digits) or slug (starts with a letter)"),
             OpenApiParameter("status", str, description="comma-separated statuses"),
             OpenApiParameter("q", str, description="name contains"),
         ]
@@ -161,9 +165,9 @@ class JobViewSet(viewsets.GenericViewSet):
     def events(self, request, pk=None):
         job = self.get_job()
         qs = job.events.order_by("id")
-        after = request.query_params.get("after")
-        if after and after.isdigit():
-            qs = qs.filter(pk__gt=int(after))
+        after = query_int(request.query_params, "after")
+        if after is not None:
+            qs = qs.filter(pk__gt=after)
         types = request.query_params.get("type")
         if types:
             qs = qs.filter(type__in=types.split(","))
@@ -226,8 +230,8 @@ class JobViewSet(viewsets.GenericViewSet):
     def logs(self, request, pk=None):
         job = self.get_job()
         name = request.query_params.get("instance", "")
-        number = request.query_params.get("attempt") or job.current_attempt
-        attempt = job.attempts.filter(number=int(number) if str(number).isdigit() else -1).first()
+        number = query_int(request.query_params, "attempt", default=job.current_attempt, minimum=1)
+        attempt = job.attempts.filter(number=number).first()
         if attempt is None:
             raise exceptions.NotFound(f"attempt {number} not found; this job has attempts 1 to {job.current_attempt}.")
         known = list(attempt.instances.values_list("name", flat=True))
@@ -246,13 +250,17 @@ class JobViewSet(viewsets.GenericViewSet):
                                     filename=f"job{job.pk}-attempt{attempt.number}-{name}.log", content_type="text/plain")
         try:
             if request.query_params.get("tail"):
-                nbytes = _bounded_int(request.query_params["tail"], "tail")
+                nbytes = min(parse_int(request.query_params["tail"], "tail", minimum=1), MAX_LOG_BYTES)
                 data = backend.tail_log(handle, name, nbytes)
                 path = backend.log_path(handle, name)
                 size = _size(path, len(data))
                 offset = size - len(data)
             else:
-                offset = _bounded_int(request.query_params.get("offset", "0"), "offset", allow_zero=True, cap=None)
+                offset = query_int(request.query_params, "offset", default=0)
+                size = _size(backend.log_path(handle, name), None)
+                if size is not None and offset > size:
+                    raise exceptions.ValidationError(
+                        {"offset": [f"{offset} is past the end of the log ({size} bytes); use 0 to {size}."]})
                 data = backend.read_log(handle, name, offset=offset, limit=MAX_LOG_BYTES)
         except BackendError as exc:
             raise exceptions.APIException(f"the backend could not read the log: {exc.message}") from None
@@ -281,21 +289,11 @@ class JobViewSet(viewsets.GenericViewSet):
         actions.require_role(request.user, job.workspace, WRITE_ROLES, "changing the hang interval")
         if job.finished:
             raise Conflict(f"job {job.pk} is {job.status}; a finished job's hang interval can no longer change.")
-        if "job_hang_interval" not in request.data:
+        if not isinstance(request.data, dict) or "job_hang_interval" not in request.data:
             raise exceptions.ValidationError({"job_hang_interval": ["is required: seconds > 0, -1 to suspend, or null."]})
         actions.set_hang_interval(job, request.data["job_hang_interval"], source=request.user.get_username())
         job.refresh_from_db()
         return Response(JobDetailSerializer(job, context={"request": request}).data)
-
-
-def _bounded_int(raw, field, allow_zero=False, cap=MAX_LOG_BYTES) -> int:
-    try:
-        value = int(raw)
-    except (TypeError, ValueError):
-        raise exceptions.ValidationError({field: ["must be a whole number of bytes."]}) from None
-    if value < 0 or (value == 0 and not allow_zero):
-        raise exceptions.ValidationError({field: ["must be positive."]})
-    return min(value, cap) if cap else value
 
 
 def _size(path, default):

@@ -33,6 +33,7 @@ from monitoring.flags import (
 )
 
 from .access import masked_envs
+from .inputs import whole_number
 from .models import JobType
 from .submission import ALLOWED_GPU_COUNTS, JOB_TYPE_ROLES
 
@@ -229,7 +230,7 @@ class JobForm(forms.Form):
         parts = path.split(".")
         if parts[0] in ("display_name", "job_type", "user_command", "backend", "workdir", "envs"):
             return parts[0]
-        if parts[0] == "job_specs" and len(parts) >= 3 and parts[1].isdigit():
+        if parts[0] == "job_specs" and len(parts) >= 3 and parts[1].isascii() and parts[1].isdigit():
             k = int(parts[1])
             row = self.spec_rows[k] if k < len(self.spec_rows) else 0
             leaf = {"type": "type", "pod_count": "replicas", "image": "image"}.get(parts[2])
@@ -250,8 +251,11 @@ class EnvLineError(ValueError):
 
 
 def _int_or_text(value):
+    """A whole number when the field holds ASCII digits, else the text itself for
+    submit_job to refuse beside the field ("²" passes isdigit() but not int())."""
     text = str(value).strip()
-    return int(text) if text.lstrip("-").isdigit() else text
+    number = whole_number(text)
+    return text if number is None else number
 
 
 # --- fields + box -> one configuration (pure) -----------------------------------------

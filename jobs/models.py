@@ -12,6 +12,8 @@ from django.conf import settings
 from django.db import models
 from django.utils import timezone
 
+from .inputs import validate_name, validate_workspace_slug
+
 
 def token_digest(token: str) -> str:
     # Tokens carry 256 bits of randomness, so a plain SHA-256 is enough (no KDF).
@@ -30,8 +32,9 @@ class WorkspaceQuerySet(models.QuerySet):
 
 
 class Workspace(models.Model):
-    name = models.CharField(max_length=100)
-    slug = models.SlugField(max_length=100, unique=True)
+    name = models.CharField(max_length=100, validators=[validate_name])
+    # Starts with a letter, so that an all-digit reference is always an id.
+    slug = models.SlugField(max_length=100, unique=True, validators=[validate_workspace_slug])
     created_at = models.DateTimeField(default=timezone.now)
     # Retryable error keywords that count for every job of the workspace (added by an
     # owner/admin from a failure's verdict, issue 13), after each job's own.

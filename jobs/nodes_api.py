@@ -12,6 +12,7 @@ from monitoring.reputation import NodeFaultSeen, standings
 
 from .backends import get_backend
 from .backends.base import BackendError
+from .inputs import text_problem
 from .models import NodeFault
 
 
@@ -63,9 +64,12 @@ class NodeViewSet(viewsets.ViewSet):
             raise exceptions.NotFound(f"no node {node!r} on the {backend_name} backend.")
         try:
             if isolate:
-                reason = str(request.data.get("reason") or "").strip()
+                raw = request.data.get("reason") if isinstance(request.data, dict) else None
+                reason = raw.strip() if isinstance(raw, str) else ""
                 if not reason:
                     raise exceptions.ValidationError({"reason": ["is required: say why the node is isolated."]})
+                if text_problem(reason, one_line=True):
+                    raise exceptions.ValidationError({"reason": [text_problem(reason, one_line=True)]})
                 backend.isolate_node(node, f"{reason} (by {request.user.get_username()})"[:400])
             else:
                 backend.restore_node(node)

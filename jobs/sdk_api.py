@@ -42,7 +42,6 @@ from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from drf_spectacular.utils import extend_schema, inline_serializer
 from rest_framework import exceptions, permissions, serializers, status
 from rest_framework.authentication import BaseAuthentication, get_authorization_header
-from rest_framework.parsers import JSONParser
 from rest_framework.renderers import JSONRenderer
 from rest_framework.response import Response
 from rest_framework.settings import api_settings
@@ -50,6 +49,7 @@ from rest_framework.throttling import SimpleRateThrottle
 from rest_framework.views import APIView
 
 from . import actions
+from .inputs import BoundedJSONParser, UnacceptableJSON, text_problem
 from .models import (
     Attempt,
     C4DReport,
@@ -99,13 +99,9 @@ def _is_int(value: Any) -> bool:
 
 def _storable(text: str, field: str) -> str:
     """PostgreSQL stores neither NUL characters nor lone UTF-16 surrogates (both valid in JSON)."""
-    if "\x00" in text:
-        raise SdkRefusal(f"{field} contains a NUL character (\\u0000), which cannot be stored; remove it.", field)
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        raise SdkRefusal(f"{field} contains a lone surrogate (an invalid \\ud800-\\udfff escape); "
-                         "send valid Unicode.", field) from None
+    problem = text_problem(text)
+    if problem:
+        raise SdkRefusal(f"{field} {problem}", field)
     return text
 
 
@@ -401,11 +397,15 @@ class SdkJobThrottle(SimpleRateThrottle):
         return super().allow_request(request, view)
 
 
+class SdkJSONParser(BoundedJSONParser):
+    brackets = True  # records[0].op, as the checks below name fields
+
+
 class SdkView(APIView):
     authentication_classes = [JobTokenAuthentication]
     permission_classes = [OwnJobOnly]
     throttle_classes = [SdkJobThrottle]
-    parser_classes = [JSONParser]
+    parser_classes = [SdkJSONParser]
     renderer_classes = [JSONRenderer]
     max_body_bytes = 64 * KIB
     # Config-like calls that mean nothing once the job has finished.
@@ -445,6 +445,8 @@ class SdkView(APIView):
     def handle_exception(self, exc):
         if isinstance(exc, SdkRefusal):
             return Response(exc.body(), status=exc.status_code)
+        if isinstance(exc, UnacceptableJSON):
+            return Response(SdkRefusal(f"{exc.field} {exc.message}", exc.field).body(), status=exc.status_code)
         if isinstance(exc, SubmissionError):  # from actions' own checks
             field, errors = next(iter(exc.errors.items()))
             return Response({"detail": f"{field} {'; '.join(map(str, errors))}", "field": field}, status=400)

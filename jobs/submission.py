@@ -10,8 +10,11 @@ from dataclasses import dataclass, field
 
 from monitoring.flags import FaultToleranceConfig, FlagError, parse_flags
 
+from .inputs import text_problem, whole_number
+
 ALLOWED_GPU_COUNTS = (0, 1, 2, 4, 8, 16)
-ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+MEMORY_RE = re.compile(r"[0-9]+(\.[0-9]+)?\s*([KMGT]i?B?|[kmgt]i?b?)?", re.ASCII)
 # Variables that change how the shell or the dynamic loader behave before the
 # user's command runs; a job must not be able to set them for every instance.
 DENIED_ENV_NAMES = frozenset(
@@ -126,13 +129,18 @@ def gpu_count_error(gpu) -> str | None:
     return None
 
 
+def _text_ok(value: str, path: str, errs: SubmissionErrors, *, one_line: bool = False) -> bool:
+    problem = text_problem(value, one_line=one_line)
+    if problem:
+        errs.add(path, problem)
+    return problem is None
+
+
 def _int_field(value, path: str, errs: SubmissionErrors, lo: int, hi: int) -> int | None:
-    if isinstance(value, bool) or not isinstance(value, int):
-        if isinstance(value, str) and value.strip().lstrip("-").isdigit():
-            value = int(value.strip())
-        else:
-            errs.add(path, f"must be a whole number from {lo} to {hi}.")
-            return None
+    value = whole_number(value)
+    if value is None:
+        errs.add(path, f"must be a whole number from {lo} to {hi} (ASCII digits).")
+        return None
     if not lo <= value <= hi:
         errs.add(path, f"must be from {lo} to {hi}, got {value}.")
         return None
@@ -168,8 +176,8 @@ def _role_specs(job_type: str, specs, errs: SubmissionErrors) -> list[RoleSpec]:
             errs.add(f"{path}.resource_config", "must be an object with cpu, memory and gpu.")
             res = {}
         gpu = res.get("gpu", 0)
-        if isinstance(gpu, str) and gpu.strip().isdigit():
-            gpu = int(gpu)
+        if isinstance(gpu, str) and whole_number(gpu) is not None:
+            gpu = whole_number(gpu)
         gpu_err = gpu_count_error(gpu)
         if gpu_err:
             errs.add(f"{path}.resource_config.gpu", gpu_err)
@@ -182,11 +190,13 @@ def _role_specs(job_type: str, specs, errs: SubmissionErrors) -> list[RoleSpec]:
             errs.add(f"{path}.resource_config.cpu", f"must be a number of CPUs above 0 and at most 1024, got {cpu!r}.")
             cpu = 1.0
         memory = res.get("memory", "")
-        if memory not in ("", None) and not re.fullmatch(r"\d+(\.\d+)?\s*([KMGT]i?B?|[kmgt]i?b?)?", str(memory)):
+        if memory not in ("", None) and not (isinstance(memory, (str, int)) and MEMORY_RE.fullmatch(str(memory))):
             errs.add(f"{path}.resource_config.memory", f"must look like 512Mi, 4Gi or 16G, got {memory!r}.")
         image = spec.get("image") or ""
         if not isinstance(image, str) or len(image) > 512:
             errs.add(f"{path}.image", "must be a string of at most 512 characters.")
+            image = ""
+        elif not _text_ok(image, f"{path}.image", errs, one_line=True):
             image = ""
         if replicas is not None and role is not None and not gpu_err:
             out.append(RoleSpec(role, replicas, image, cpu, str(memory or ""), gpu))
@@ -209,7 +219,7 @@ def _envs(envs, errs: SubmissionErrors) -> dict:
     out = {}
     for name, value in envs.items():
         path = f"envs.{name}"
-        if not isinstance(name, str) or not ENV_NAME_RE.match(name):
+        if not isinstance(name, str) or not ENV_NAME_RE.fullmatch(name):
             errs.add(path, "names must match ^[A-Za-z_][A-Za-z0-9_]*$.")
             continue
         if name.upper() in DENIED_ENV_NAMES:
@@ -222,8 +232,10 @@ def _envs(envs, errs: SubmissionErrors) -> dict:
             errs.add(path, "values must be strings.")
             continue
         value = str(value)
-        if len(value) > MAX_ENV_VALUE or "\x00" in value:
-            errs.add(path, f"values must be at most {MAX_ENV_VALUE} characters without NUL bytes.")
+        if len(value) > MAX_ENV_VALUE:
+            errs.add(path, f"values must be at most {MAX_ENV_VALUE} characters.")
+            continue
+        if not _text_ok(value, path, errs):
             continue
         if value == MASKED_VALUE:
             errs.add(path, "is still the mask shown for a secret you may not see; enter the value itself.")
@@ -248,6 +260,8 @@ def validate_keywords(keywords, path: str, errs: SubmissionErrors) -> tuple[str,
             errs.add(path, "keywords cannot be empty.")
         elif len(k) > MAX_KEYWORD_LENGTH:
             errs.add(path, f"each keyword must be at most {MAX_KEYWORD_LENGTH} characters.")
+        elif not _text_ok(k, path, errs):
+            pass
         elif k not in cleaned:
             cleaned.append(k)
     return tuple(cleaned)
@@ -262,27 +276,34 @@ def validate_submission(data: dict, backends: tuple[str, ...] = ("local",)) -> V
     name = data.get("display_name")
     if not isinstance(name, str) or not name.strip():
         errs.add("display_name", "is required: a name for the job.")
-    elif len(name.strip()) > MAX_DISPLAY_NAME or any(ord(c) < 32 for c in name):
+    elif len(name.strip()) > MAX_DISPLAY_NAME:
         errs.add("display_name", f"must be at most {MAX_DISPLAY_NAME} printable characters.")
+    else:
+        _text_ok(name, "display_name", errs, one_line=True)
     job_type = data.get("job_type")
-    if job_type not in JOB_TYPE_ROLES:
+    known_type = isinstance(job_type, str) and job_type in JOB_TYPE_ROLES  # an object or a list is not hashable
+    if not known_type:
         errs.add("job_type", f"{job_type!r} is not accepted; use one of {', '.join(JOB_TYPE_ROLES)}.")
-    roles = _role_specs(job_type, data.get("job_specs"), errs) if job_type in JOB_TYPE_ROLES else []
+    roles = _role_specs(job_type, data.get("job_specs"), errs) if known_type else []
 
     command = data.get("user_command")
     if not isinstance(command, str) or not command.strip():
         errs.add("user_command", "is required: the shell command every instance runs.")
-    elif len(command) > MAX_COMMAND or "\x00" in command:
-        errs.add("user_command", f"must be at most {MAX_COMMAND} characters without NUL bytes.")
+    elif len(command) > MAX_COMMAND:
+        errs.add("user_command", f"must be at most {MAX_COMMAND} characters.")
+    else:
+        _text_ok(command, "user_command", errs)
     envs = _envs(data.get("envs"), errs)
 
     backend = data.get("backend") or "local"
-    if backend not in backends:
+    if not isinstance(backend, str) or backend not in backends:
         errs.add("backend", f"{backend!r} is not configured; accepted: {', '.join(backends)}.")
 
     workdir = data.get("workdir") or ""
     if not isinstance(workdir, str) or len(workdir) > 1024 or (workdir and not workdir.startswith("/")):
         errs.add("workdir", "must be an absolute path of at most 1024 characters.")
+        workdir = ""
+    elif not _text_ok(workdir, "workdir", errs, one_line=True):
         workdir = ""
 
     settings = data.get("settings") or {}
@@ -297,6 +318,8 @@ def validate_submission(data: dict, backends: tuple[str, ...] = ("local",)) -> V
     ft_config = FaultToleranceConfig()
     if not isinstance(args, str) or len(args) > MAX_FLAGS:
         errs.add("settings.error_monitoring_args", f"must be a flag string of at most {MAX_FLAGS} characters.")
+    elif not _text_ok(args, "settings.error_monitoring_args", errs):
+        pass
     else:
         try:
             ft_config = parse_flags(args)

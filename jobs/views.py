@@ -25,8 +25,9 @@ from rest_framework import serializers as drf_serializers
 
 from . import actions
 from .access import permission_name, runnable_backends, sees_secrets
-from .backends.base import BackendError
+from .backends.base import BackendError, read_log_file
 from .forms import BOOL_FIELDS, EnvLineError, FieldFlagErrors, JobForm, fault_tolerance_from, initial_from_job
+from .inputs import query_int
 from .models import ADMIN_ROLES, WRITE_ROLES, Attempt, EventType, JobStatus, RestartRecord
 from .submission import SubmissionError
 
@@ -38,7 +39,7 @@ STATUS_ORDER = [s.value for s in JobStatus]
 
 def workspace_or_404(request, slug):
     try:
-        workspace = actions.workspace_for(request.user, slug)
+        workspace = actions.workspace_by_slug(request.user, slug)
     except actions.NotFound:
         raise Http404("No such workspace among yours.") from None
     request.session["workspace"] = workspace.slug
@@ -250,8 +251,7 @@ def job_detail(request, slug, job_id):
     context = _job_context(request, workspace, job)
     context["new_token"] = request.session.pop(f"new_token_{job.pk}", None)
     context["reset_token"] = request.session.pop(f"reset_token_{job.pk}", None)
-    attempt_param = request.GET.get("attempt", "")
-    context["log_attempt"] = int(attempt_param) if attempt_param.isdigit() else None
+    context["log_attempt"] = query_int(request.GET, "attempt", minimum=1)
     context["log_instance"] = request.GET.get("instance", "")
     context["failures_json"] = json.dumps(job_failures(job))
     return render(request, "jobs/job_detail.html", context)
@@ -360,7 +360,7 @@ def retryable_keyword(request, slug, job_id):
 def restart_records(request, slug, job_id):
     workspace, job = job_or_404(request, slug, job_id)
     context = _job_context(request, workspace, job)
-    context["open_id"] = int(request.GET["open"]) if request.GET.get("open", "").isdigit() else None
+    context["open_id"] = query_int(request.GET, "open", minimum=1)
     return render(request, "jobs/restart_records.html", context)
 
 
@@ -460,11 +460,7 @@ def _log_reader(backend, handle: dict, instance: str):
     except BackendError:
         path = None
     if path and os.path.exists(path):
-        def read_file(offset, limit):
-            with open(path, "rb") as f:
-                f.seek(offset)
-                return f.read(limit)
-        return read_file, path
+        return (lambda offset, limit: read_log_file(path, offset, limit)), path
 
     def read_backend(offset, limit):
         try:

@@ -123,7 +123,7 @@ class LogCursor:
                 with open(self.path, "rb") as f:
                     f.seek(offset)
                     return f.read(limit)
-            except OSError:
+            except (OSError, OverflowError, ValueError):
                 return b""
         return self.backend.read_log(self.handle, self.name, offset, limit)
 
@@ -131,7 +131,10 @@ class LogCursor:
         if self.path:
             if not self._open():
                 return b""
-            return os.pread(self.fd, limit, offset)
+            try:
+                return os.pread(self.fd, limit, offset)
+            except (OSError, OverflowError, ValueError):
+                return b""  # an offset past anything a file can hold (a client's): nothing there
         return await sync_to_async(self.backend.read_log, thread_sensitive=False)(
             self.handle, self.name, offset, limit
         )
@@ -318,12 +321,12 @@ def _job_if_member(user, job_id):
 
 @database_sync_to_async
 def _workspace_if_member(user, slug):
-    from jobs.actions import NotFound, workspace_for
+    from jobs.actions import NotFound, workspace_by_slug
 
     if user is None or not user.is_authenticated:
         return None
     try:
-        return workspace_for(user, slug)
+        return workspace_by_slug(user, slug)
     except NotFound:
         return None
 

@@ -13,6 +13,7 @@ from django.conf import settings
 from django.db import models
 from django.utils import timezone
 
+from jobs.inputs import validate_name
 from jobs.models import NOTIFIABLE_EVENT_TYPES, JobEvent, Workspace
 
 from .matching import rule_matches
@@ -37,7 +38,7 @@ class ChannelKind(models.TextChoices):
 
 class Channel(models.Model):
     workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="notification_channels")
-    name = models.CharField(max_length=100)
+    name = models.CharField(max_length=100, validators=[validate_name])
     kind = models.CharField(max_length=20, choices=ChannelKind.choices)
     # The URL carries the service's tokens: shown to workspace admins only.
     url = models.TextField()
@@ -85,7 +86,7 @@ class JobScope(models.TextChoices):
 
 class EventRule(models.Model):
     workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="event_rules")
-    name = models.CharField(max_length=100)
+    name = models.CharField(max_length=100, validators=[validate_name])
     event_types = models.JSONField(default=list)  # values of jobs.models.EventType
     job_scope = models.CharField(max_length=10, choices=JobScope.choices, default=JobScope.ALL)
     # fnmatch-style glob over the job's display name, case-insensitive ("resnet-*").

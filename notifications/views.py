@@ -12,6 +12,7 @@ from django.http import Http404, HttpResponseNotAllowed
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 
+from jobs.inputs import query_int
 from jobs.models import ADMIN_ROLES, Workspace
 
 from . import dispatch
@@ -54,10 +55,11 @@ def channel_list(request, slug):
     for channel in channels:
         channel.last = channel.last_delivery()
     tested = None
-    if request.GET.get("tested", "").isdigit():
+    tested_id = query_int(request.GET, "tested", minimum=1)
+    if tested_id is not None:
         tested = (
             Delivery.objects.select_related("channel")
-            .filter(pk=int(request.GET["tested"]), channel__workspace=workspace, is_test=True)
+            .filter(pk=tested_id, channel__workspace=workspace, is_test=True)
             .first()
         )
     return render(

@@ -12,6 +12,7 @@ Attempt row and used by any process (console, Celery worker) after a restart.
 from __future__ import annotations
 
 import dataclasses
+import os
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -135,6 +136,10 @@ def read_log_file(path: str | None, offset: int = 0, limit: int | None = None) -
         raise BackendError(f"limit: {limit} must be >= 0 or None")
     try:
         with open(path, "rb") as f:
+            # Past the end there is nothing to read; seeking there can fail outright
+            # (ext4 refuses offsets beyond its largest file: EINVAL).
+            if offset >= os.fstat(f.fileno()).st_size:
+                return b""
             f.seek(offset)
             return f.read() if limit is None else f.read(limit)
     except (FileNotFoundError, TypeError):
