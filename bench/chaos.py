@@ -1115,7 +1115,7 @@ def main() -> int:
     parser.add_argument("--pg-url", default=os.environ.get("CHAOS_PG_URL", DEFAULT_PG))
     parser.add_argument("--only", default="", help="experiment names, comma-separated ('fault@*' for every step)")
     parser.add_argument("--quick", action="store_true", help=f"the CI subset: {', '.join(QUICK)} on SQLite")
-    parser.add_argument("--stall", type=float, default=12.0, help="seconds Redis stays SIGSTOPped")
+    parser.add_argument("--stall", type=float, default=None, help="seconds Redis stays SIGSTOPped (12; --quick: 8)")
     parser.add_argument("--timeout", type=float, default=3600.0, help="seconds per database before it is cut off")
     parser.add_argument("--report", help="also write every row (experiment, db, held, checks) to this JSON file")
     parser.add_argument("--json", help=argparse.SUPPRESS)
@@ -1123,6 +1123,8 @@ def main() -> int:
     args = parser.parse_args()
     if args.quick:
         args.db = "sqlite"
+    if args.stall is None:
+        args.stall = 8.0 if args.quick else 12.0
     if args.workdir:  # a child: one database
         return run_database(args)
 
