@@ -27,6 +27,7 @@ from console.bounded import call_bounded
 
 from jobs.models import NOTIFIABLE_EVENT_TYPES, EventType, JobEvent
 
+from . import outbound
 from .messages import EventInfo, job_url
 from .models import Channel, Delivery, DeliveryAttempt, DeliveryStatus, EventRule
 from .transports import DeliveryFailure, InvalidChannelURL, transport_for
@@ -187,6 +188,8 @@ def attempt_delivery(delivery_id: int, *, allow_retry: bool = True) -> AttemptOu
         log.exception("transport %s crashed on delivery %s", channel.kind, delivery_id)
         verdict, error = "transient", f"{exc.__class__.__name__}: {exc}"
     duration_ms = (time.monotonic() - started) * 1000.0
+    # Shown to every member and kept: never the URL's path, query or credentials.
+    error = outbound.scrub(error, channel.url)
 
     number = delivery.attempts + 1
     delays = retry_delays() if allow_retry else ()

@@ -15,8 +15,18 @@ How the check cannot be dodged:
   that resolves to a public address at check time and a private one a moment
   later (DNS rebinding) therefore never reaches the private one. TLS SNI and the
   Host header still carry the name, because urllib3 takes those from the URL.
+- smtplib (apprise's e-mail) connects the same way while guarded(): SMTP and
+  SMTP_SSL open their socket through `_checked_smtp_socket`, so the SMTP server
+  is reached at the address that was checked, never by a second lookup of
+  smtplib's own; TLS still verifies the name.
 - The webhook transport follows redirects itself (at most MAX_REDIRECTS), checking
   each Location before connecting to it.
+- Special-purpose ranges are refused like private ones, each named for what it
+  is (documentation, benchmarking, IETF protocol assignments, shared address
+  space), and so is anything else `ipaddress` does not call global.
+- What is stored about a failure never holds the destination's secrets:
+  `scrub(text, url)` removes the URL's path, query, credentials (and, for
+  service URLs such as slack://TokenA/..., its tokens) from error texts.
 
 Addresses listed in settings.VIGIL_OUTBOUND_ALLOW (IPs or CIDRs) are let
 through, except the metadata addresses, which are never allowed.
@@ -26,10 +36,11 @@ from __future__ import annotations
 
 import contextvars
 import ipaddress
+import re
 import socket
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from urllib.parse import urljoin, urlsplit
+from urllib.parse import quote, unquote, urljoin, urlsplit
 
 from django.conf import settings
 
@@ -48,7 +59,25 @@ METADATA_ADDRESSES = frozenset(
         "168.63.129.16",  # Azure wire server
     )
 )
-SHARED_ADDRESS_SPACE = ipaddress.ip_network("100.64.0.0/10")
+# Ranges named by what they are (RFC 6890's special-purpose registries), judged
+# before the general "private" and "not global": a documentation address is not
+# somebody's private network, and the person reading the refusal should know that.
+SPECIAL_PURPOSE = tuple(
+    (ipaddress.ip_network(net), label)
+    for net, label in (
+        ("100.64.0.0/10", "in the shared address space (100.64.0.0/10, carrier-grade NAT)"),
+        ("192.0.0.0/24", "an IETF protocol assignment (192.0.0.0/24)"),
+        ("192.0.2.0/24", "a documentation address (TEST-NET-1, 192.0.2.0/24)"),
+        ("198.51.100.0/24", "a documentation address (TEST-NET-2, 198.51.100.0/24)"),
+        ("203.0.113.0/24", "a documentation address (TEST-NET-3, 203.0.113.0/24)"),
+        ("2001:db8::/32", "a documentation address (2001:db8::/32)"),
+        ("3fff::/20", "a documentation address (3fff::/20)"),
+        ("198.18.0.0/15", "a benchmarking address (198.18.0.0/15)"),
+        ("2001:2::/48", "a benchmarking address (2001:2::/48)"),
+        ("64:ff9b:1::/48", "a local-use NAT64 address (64:ff9b:1::/48)"),
+    )
+)
+NAT64 = ipaddress.ip_network("64:ff9b::/96")
 
 
 class OutboundError(Exception):
@@ -88,6 +117,8 @@ def refusal_reason(address, allow=()) -> str | None:
     if ip.version == 6:
         # An IPv4 address wrapped in IPv6 is judged as the IPv4 address it carries.
         embedded = ip.ipv4_mapped or ip.sixtofour or (ip.teredo[1] if ip.teredo else None)
+        if embedded is None and ip in NAT64:  # a NAT64 gateway reaches the IPv4 address in the low bits
+            embedded = ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)
         if embedded is not None:
             ip = embedded
     if ip in METADATA_ADDRESSES:
@@ -100,8 +131,9 @@ def refusal_reason(address, allow=()) -> str | None:
         return f"{ip} is a loopback address"
     if ip.is_link_local:
         return f"{ip} is a link-local address"
-    if ip.version == 4 and ip in SHARED_ADDRESS_SPACE:
-        return f"{ip} is in the shared address space (100.64.0.0/10)"
+    for net, label in SPECIAL_PURPOSE:
+        if ip.version == net.version and ip in net:
+            return f"{ip} is {label}"
     if ip.is_multicast:
         return f"{ip} is a multicast address"
     if ip.is_reserved:
@@ -203,13 +235,12 @@ class GuardState:
 
 _guard: contextvars.ContextVar[GuardState | None] = contextvars.ContextVar("vigil_outbound_guard", default=None)
 _original_create_connection = None
+_original_smtp_get_socket = None
 
 
-def _checked_create_connection(address, *args, **kwargs):
-    state = _guard.get()
-    if state is None:
-        return _original_create_connection(address, *args, **kwargs)
-    host, port = address
+def _connect_checked(state: GuardState, host: str, port: int, connect):
+    """Resolve host once, check every address, and connect (with `connect(ip)`)
+    to the checked addresses themselves: no second lookup can answer differently."""
     try:
         infos = resolve_checked(host, port, state.allow)
     except RefusedDestination as exc:
@@ -219,20 +250,40 @@ def _checked_create_connection(address, *args, **kwargs):
         raise
     except UnresolvableHost as exc:
         raise socket.gaierror(str(exc)) from None
-    last_error = None
+    last_error: OSError = OSError(f"could not connect to {host}")
     for info in infos:
         try:
-            # Connect to the checked address itself; no second lookup.
-            return _original_create_connection((info[4][0], port), *args, **kwargs)
+            return connect(info[4][0])
         except OSError as exc:
             last_error = exc
     raise last_error
 
 
+def _checked_create_connection(address, *args, **kwargs):
+    state = _guard.get()
+    if state is None:
+        return _original_create_connection(address, *args, **kwargs)
+    host, port = address
+    return _connect_checked(state, host, port, lambda ip: _original_create_connection((ip, port), *args, **kwargs))
+
+
+def _checked_smtp_socket(self, host, port, timeout):
+    """smtplib.SMTP._get_socket (SMTP_SSL wraps what it returns, verifying `host`)."""
+    state = _guard.get()
+    if state is None:
+        return _original_smtp_get_socket(self, host, port, timeout)
+    if timeout is not None and not timeout:
+        raise ValueError("Non-blocking socket (timeout=0) is not supported")
+    return _connect_checked(state, host, port,
+                            lambda ip: socket.create_connection((ip, port), timeout, self.source_address))
+
+
 def _install() -> None:
-    global _original_create_connection
+    global _original_create_connection, _original_smtp_get_socket
     if _original_create_connection is not None:
         return
+    import smtplib
+
     from urllib3 import connection as u3_connection
     from urllib3.util import connection as u3_util_connection
 
@@ -242,6 +293,9 @@ def _install() -> None:
     # guarded() the wrapper is a plain pass-through.
     u3_util_connection.create_connection = _checked_create_connection
     assert u3_connection.connection is u3_util_connection
+    # SMTP_SSL._get_socket calls SMTP's through super(), so this covers both.
+    _original_smtp_get_socket = smtplib.SMTP._get_socket  # type: ignore[attr-defined]
+    smtplib.SMTP._get_socket = _checked_smtp_socket  # type: ignore[attr-defined]
 
 
 @contextmanager
@@ -307,6 +361,64 @@ def http_request(method: str, url: str, *, data: bytes | None = None, headers=No
                 continue
             return HttpResult(status=resp.status_code, url=url, body=body, headers=dict(resp.headers))
     raise AssertionError("unreachable")
+
+
+# --- what may be stored about a failure ------------------------------------------------
+
+_URL_IN_TEXT = re.compile(r"(?i)\b([a-z][a-z0-9+.-]{1,15})://([^\s'\"<>)\]]*)")
+_URL_FIELD = re.compile(r"(?i)(\burl[:=]\s*)([^\s'\",<>)]+)")
+_SEPARATORS = re.compile(r"[/?#&=@:;,]")
+SCRUBBED = "…"
+
+
+def _public_host(url: str) -> str:
+    """The URL's host when it is a DNS name or an IP address (not a service token)."""
+    try:
+        host = (urlsplit(str(url or "").strip()).hostname or "").lower()
+    except ValueError:
+        return ""
+    return host if "." in host or ":" in host else ""
+
+
+def secrets_of(url: str) -> list[str]:
+    """The parts of a destination URL that may be secret, longest first: its path,
+    query, fragment and credentials, each piece of them, and, for a service URL
+    whose host is not a DNS name (slack://TokenA/TokenB, tgram://BotToken/ChatID),
+    the host too. A webhook URL's path is often its only secret."""
+    url = str(url or "").strip()
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        rest = url
+    public_host = _public_host(url)
+    authority = re.split(r"[/?#]", rest, maxsplit=1)[0]
+    found = {rest[len(authority):]} if len(rest) > len(authority) else set()
+    if "@" in authority:
+        found.add(authority.rsplit("@", 1)[0])
+    for token in _SEPARATORS.split(rest):
+        if len(token) < 4 or (token.isdigit() and len(token) <= 5) or (
+                public_host and (public_host + ".").endswith(token.lower() + ".")):
+            continue  # too short to be a secret, a port, or the public host name (or its domain)
+        found.update({token, unquote(token), quote(token, safe="")})
+    return sorted((f for f in found if len(f) >= 4), key=len, reverse=True)
+
+
+def scrub(text: str, url: str) -> str:
+    """`text` (an error to store and show) without the secrets of the destination
+    `url`, and with any URL in it cut to its scheme and host."""
+    host = _public_host(url)
+    if host:  # a secret path segment ("hooks") must not eat into the host name (hooks.example.com)
+        text = re.sub(re.escape(host), "\x00", text, flags=re.IGNORECASE)
+    for secret in secrets_of(url):
+        text = text.replace(secret, SCRUBBED)
+    text = text.replace("\x00", host)
+
+    def host_only(match) -> str:
+        rest = match.group(2)
+        authority = re.split(r"[/?#]", rest, maxsplit=1)[0]
+        return f"{match.group(1)}://{authority.rsplit('@', 1)[-1]}" + (f"/{SCRUBBED}" if rest != authority else "")
+
+    text = _URL_IN_TEXT.sub(host_only, text)
+    return _URL_FIELD.sub(lambda m: m.group(1) + SCRUBBED, text)
 
 
 def _short(exc: Exception) -> str:

@@ -374,3 +374,196 @@ def test_a_log_offset_past_the_end_of_the_file_is_a_400_not_a_failed_seek(alice,
     r = page.get(reverse("pages:log-line-at", args=[alice_ws.slug, job.pk, 1, "worker-0", 10**15]))
     assert r.status_code == 302
     actions.stop_job(alice, job)
+
+
+# --- notifications: what is stored about a failure, where it may connect ---------------------------------------
+
+from notifications.tests.conftest import loopback_allowed, nothing_allowed, smtp_sink  # noqa: E402,F401
+
+SECRET_PATH = "hooks/s3cr3t-path-7Qx"
+SECRET_QUERY = "qu3ry-secret-9Zk"
+SECRET_PASSWORD = "pa55-word-4Lm"
+
+
+def assert_no_secret(*texts):
+    for text in texts:
+        for secret in (SECRET_PATH, "s3cr3t-path-7Qx", SECRET_QUERY, SECRET_PASSWORD):
+            assert secret not in text, text
+
+
+@pytest.fixture
+def echo_server():
+    """A real HTTP server on loopback that answers every request with `status`
+    and a body repeating the path and query it was sent (as some services do)."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    state = {"status": 404}
+
+    class Echo(BaseHTTPRequestHandler):
+        def do_POST(self):
+            self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            body = f"no hook at {self.path} (http://{self.headers['Host']}{self.path})".encode()
+            self.send_response(state["status"])
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        do_GET = do_POST
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Echo)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    state["port"] = server.server_address[1]
+    yield state
+    server.shutdown()
+    server.server_close()
+    thread.join(timeout=5)
+
+
+@pytest.mark.parametrize("kind, url", [
+    ("webhook", "http://127.0.0.1:{port}/" + SECRET_PATH + "?token=" + SECRET_QUERY),
+    ("webhook", "http://user:" + SECRET_PASSWORD + "@127.0.0.1:{port}/" + SECRET_PATH),
+    ("apprise_json", "json://127.0.0.1:{port}/" + SECRET_PATH + "?token=" + SECRET_QUERY),
+])
+def test_a_failed_delivery_stores_and_shows_no_part_of_the_destinations_secrets(
+        client, alice, carol, alice_ws, loopback_allowed, echo_server, kind, url):  # noqa: F811
+    from notifications import dispatch
+    from notifications.models import Channel, Delivery, DeliveryAttempt
+
+    channel = Channel.objects.create(workspace=alice_ws, name="hook", kind=kind,
+                                     url=url.format(port=echo_server["port"]))
+    test = dispatch.send_test(channel)  # "Send test": shown to the admin at once
+    assert test.status == "failed"
+    job, _ = actions.submit_job(alice, {
+        "workspace": alice_ws.slug, "display_name": "j", "job_type": "PyTorchJob", "user_command": "true",
+        "job_specs": [{"type": "Worker", "pod_count": 1}]})
+    from jobs.models import JobEvent
+
+    event = JobEvent.objects.create(job=job, type="restart", message="restarting", level="warning")
+    delivery = Delivery.objects.create(event=event, channel=channel)
+    dispatch.attempt_delivery(delivery.pk)  # 404: permanent, the channel is disabled with the reason
+    delivery.refresh_from_db()
+    channel.refresh_from_db()
+    assert delivery.status == "failed" and not channel.enabled
+    stored = [test.error, delivery.error, channel.disabled_reason,
+              *DeliveryAttempt.objects.values_list("error", flat=True)]
+    assert all(stored) and "404" in delivery.error
+    assert_no_secret(*stored)
+    for who in (alice, carol):
+        client.force_login(who)
+        page = client.get(reverse("notifications:channels", args=[alice_ws.slug]), {"tested": test.pk})
+        assert page.status_code == 200 and "404" in page.content.decode()
+        # Admins see the URL itself in its own column (it is theirs to edit); nothing else shows it.
+        html = page.content.decode().replace(f"<code>{channel.url}</code>", "", 1 if who == alice else 0)
+        assert_no_secret(html)
+
+
+def test_a_connection_error_naming_the_url_is_stored_without_it(alice_ws, loopback_allowed):  # noqa: F811
+    """requests' own text says "Max retries exceeded with url: /path?query"."""
+    import socket
+
+    from notifications import dispatch
+    from notifications.models import Channel
+
+    probe = socket.socket()
+    probe.bind(("127.0.0.1", 0))
+    closed_port = probe.getsockname()[1]
+    probe.close()  # nothing listens there: connection refused
+    channel = Channel.objects.create(workspace=alice_ws, name="hook", kind="webhook",
+                                     url=f"http://127.0.0.1:{closed_port}/{SECRET_PATH}?token={SECRET_QUERY}")
+    test = dispatch.send_test(channel)
+    assert test.status == "failed" and "could not connect" in test.error
+    assert_no_secret(test.error)
+    assert "127.0.0.1" in test.error  # the host stays: it is what the admin needs to look at
+
+
+def test_stored_errors_from_before_are_scrubbed_by_the_migration(alice_ws):
+    import importlib
+
+    from django.apps import apps
+
+    from notifications.models import Channel, Delivery
+
+    url = f"https://hooks.example.com/{SECRET_PATH}?token={SECRET_QUERY}"
+    channel = Channel.objects.create(workspace=alice_ws, name="hook", kind="webhook", url=url, enabled=False,
+                                     disabled_reason=f"HTTP 404 from hooks.example.com: no hook {SECRET_PATH}")
+    Delivery.objects.create(channel=channel, is_test=True, error=f"could not connect: with url: /{SECRET_PATH}")
+    importlib.import_module("notifications.migrations.0003_scrub_stored_delivery_errors").scrub_stored_errors(
+        apps, None)
+    channel.refresh_from_db()
+    assert_no_secret(channel.disabled_reason, *Delivery.objects.values_list("error", flat=True))
+    assert "hooks.example.com" in channel.disabled_reason
+
+
+@pytest.mark.parametrize("address, words", [
+    ("192.0.0.9", "IETF protocol assignment"),
+    ("192.0.0.170", "IETF protocol assignment"),
+    ("198.18.0.1", "benchmarking"),
+    ("198.19.255.254", "benchmarking"),
+    ("100.64.0.1", "shared address space"),
+    ("192.0.2.10", "documentation"),
+    ("198.51.100.7", "documentation"),
+    ("203.0.113.9", "documentation"),
+    ("2001:db8::1", "documentation"),
+    ("2001:2::1", "benchmarking"),
+    ("64:ff9b::7f00:1", "loopback"),  # NAT64 of 127.0.0.1
+    ("64:ff9b:1::1", "local-use NAT64"),
+    ("::ffff:198.18.0.1", "benchmarking"),
+])
+def test_special_purpose_addresses_are_refused_and_named_for_what_they_are(address, words):
+    from notifications import outbound
+
+    reason = outbound.refusal_reason(address)
+    assert reason and words in reason, reason
+    assert "private" not in reason
+
+
+def test_a_documentation_address_is_refused_at_save_and_labelled_as_such(client, alice, alice_ws,
+                                                                           nothing_allowed):  # noqa: F811
+    from notifications.models import Channel
+
+    client.force_login(alice)
+    r = client.post(reverse("notifications:channel-add", args=[alice_ws.slug]),
+                    {"name": "docs", "kind": "webhook", "url": "http://192.0.2.10/hook"})
+    assert r.status_code == 200
+    html = r.content.decode()
+    assert "documentation address" in html and "private" not in html.split("documentation address")[0][-80:]
+    assert not Channel.objects.exists()
+
+
+def test_smtp_connects_to_the_address_that_was_checked_not_to_a_second_lookup(
+        alice, alice_ws, loopback_allowed, smtp_sink, monkeypatch):  # noqa: F811
+    """A real SMTP server on loopback. The host is a name only our resolver
+    knows; every lookup of it must come from the outbound check (which then
+    connects to the checked address), none from smtplib's own connect."""
+    import socket
+    import traceback
+
+    from notifications import dispatch
+    from notifications.models import Channel
+
+    real_getaddrinfo = socket.getaddrinfo
+    lookups = []
+
+    def fake_getaddrinfo(host, port, *args, **kwargs):
+        if host == "mail.vigil.test":
+            lookups.append([frame.name for frame in traceback.extract_stack()])
+            return real_getaddrinfo("127.0.0.1", port, *args, **kwargs)
+        return real_getaddrinfo(host, port, *args, **kwargs)
+
+    monkeypatch.setattr(socket, "getaddrinfo", fake_getaddrinfo)
+    channel = Channel.objects.create(
+        workspace=alice_ws, name="mail", kind="email",
+        url=f"mailto://mail.vigil.test:{smtp_sink.port}?from=vigil@example.com&to=oncall@example.com")
+    test = dispatch.send_test(channel)
+    assert test.status == "sent", test.error
+    assert len(smtp_sink.messages) == 1
+    assert lookups, "the SMTP host was never resolved"
+    for stack in lookups:
+        assert "resolve_checked" in stack, stack
+        assert "create_connection" not in stack or "_connect_checked" in stack, stack
