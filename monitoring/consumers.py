@@ -49,6 +49,7 @@ and closes with that code, so the page can say why and stop reconnecting:
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import re
 from collections import OrderedDict
@@ -59,6 +60,7 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
 from jobs.backends.base import BackendError
+from jobs.inputs import json_problem
 
 from .publish import event_message, job_group, status_message, workspace_group
 
@@ -362,6 +364,21 @@ def _access_lost(session_key: str | None, user_id: int, workspace_id: int) -> tu
     return None
 
 
+class BoundedClientJson:
+    """A client's message is JSON of bounded depth without unstorable text
+    (jobs.inputs, as for every JSON endpoint); anything else is ignored like an
+    unknown message type, instead of ending the socket with a RecursionError."""
+
+    async def receive(self, text_data=None, bytes_data=None, **kwargs):
+        try:
+            content = json.loads(text_data) if text_data is not None else None
+        except (ValueError, RecursionError):
+            return
+        if content is None or json_problem(content):
+            return
+        await self.receive_json(content, **kwargs)  # type: ignore[attr-defined]
+
+
 class AccessGuard:
     """Checks an open socket's person every ACCESS_CHECK_SECONDS and ends the
     socket when access has ended (mixed into both consumers)."""
@@ -451,7 +468,7 @@ class _SentIds:
         return True
 
 
-class JobConsumer(AccessGuard, AsyncJsonWebsocketConsumer):
+class JobConsumer(BoundedClientJson, AccessGuard, AsyncJsonWebsocketConsumer):
     async def connect(self):
         self.job_id = None
         self.tail_task = None
@@ -698,7 +715,7 @@ class JobConsumer(AccessGuard, AsyncJsonWebsocketConsumer):
         })
 
 
-class WorkspaceConsumer(AccessGuard, AsyncJsonWebsocketConsumer):
+class WorkspaceConsumer(BoundedClientJson, AccessGuard, AsyncJsonWebsocketConsumer):
     """Statuses and events of every job of one workspace (job list, dashboard)."""
 
     async def connect(self):

@@ -567,3 +567,44 @@ def test_smtp_connects_to_the_address_that_was_checked_not_to_a_second_lookup(
     for stack in lookups:
         assert "resolve_checked" in stack, stack
         assert "create_connection" not in stack or "_connect_checked" in stack, stack
+
+
+# --- the job page's socket --------------------------------------------------------------------------------------
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_socket_message_nested_too_deep_is_ignored_and_the_socket_stays_open(alice, alice_ws, settings):
+    """A RecursionError in the consumer used to end the socket (and its log stream)."""
+    import os
+    import uuid
+
+    from asgiref.sync import async_to_sync
+
+    from console.asgi import application
+    from monitoring.tests.test_consumers import communicator, session_cookie
+
+    settings.CHANNEL_LAYERS = {"default": {
+        "BACKEND": "channels_redis.core.RedisChannelLayer",
+        "CONFIG": {"hosts": [{"address": settings.REDIS_URL, "socket_timeout": 30}],
+                   "prefix": f"vigil-test-{os.getpid()}-{uuid.uuid4().hex[:8]}"}}}
+    job, _ = actions.submit_job(alice, {
+        "workspace": alice_ws.slug, "display_name": "j", "job_type": "PyTorchJob", "user_command": "true",
+        "job_specs": [{"type": "Worker", "pod_count": 1}]})
+    cookie = session_cookie(alice)
+
+    async def scenario():
+        comm = communicator(application, job.pk, cookie)
+        assert (await comm.connect())[0]
+        await comm.send_to(text_data="[" * 100_000 + "]" * 100_000)
+        await comm.send_to(text_data='{"type": "hello", "logs": ' + "[" * 50 + "]" * 50 + "}")
+        await comm.send_to(text_data="not json")
+        await comm.send_json_to({"type": "ping"})
+        for _ in range(50):
+            message = await comm.receive_json_from(timeout=5)
+            if message.get("type") == "pong":
+                break
+        else:
+            raise AssertionError("no pong: the socket did not survive")
+        await comm.disconnect()
+
+    async_to_sync(scenario)()
