@@ -179,7 +179,7 @@ def submit_job(user, data: dict) -> tuple[Job, str]:
         raise SubmissionError({"non_field_errors": ["the request body must be a JSON object."]})
     ws_ref = data.get("workspace")
     if ws_ref in (None, ""):
-        raise SubmissionError({"workspace": ["is required: the id or slug of one of your workspaces."]})
+        raise SubmissionError({"workspace": ["is required: the id (digits) or slug (starts with a letter) of one of your workspaces."]})
     workspace = workspace_for(user, ws_ref)
     require_role(user, workspace, WRITE_ROLES, "submitting a job")
     valid = validate_submission(data, tuple(settings.JOB_BACKENDS))

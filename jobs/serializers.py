@@ -138,7 +138,7 @@ class DiagnosisSerializer(serializers.ModelSerializer):
 class JobSubmitSerializer(serializers.Serializer):
     """Documents the CreateJob body for the schema; validation is jobs.submission."""
 
-    workspace = serializers.CharField(help_text="id or slug of one of your workspaces")
+    workspace = serializers.CharField(help_text="id (digits) or slug (starts with a letter) of one of your workspaces")
     display_name = serializers.CharField(max_length=128)
     job_type = serializers.ChoiceField(choices=JobType.choices)
     job_specs = serializers.ListField(child=serializers.DictField())
