@@ -36,6 +36,11 @@ POINTS = (
     "launch.after_launched",  # the backend marked the launch complete, nothing stored yet
     "launch.after_handle_stored",  # the handle and instance rows are committed
 )
+# The steps of restarting one instance within its attempt (Async jobs).
+INSTANCE_RESTART_POINTS = (
+    "restart.instance_after_record",  # the exit is taken and the instance restart recorded
+    "restart.instance_after_backend",  # the instance's next run started, nothing stored yet
+)
 
 
 def point(name: str, index: int | None = None) -> None:
@@ -61,6 +66,7 @@ def point(name: str, index: int | None = None) -> None:
 def check(name: str) -> str:
     """A test names a point that exists (a typo would otherwise never fire)."""
     base, _, index = name.rpartition(".")
-    if name in POINTS or (index.isdigit() and base in POINTS):
+    known = POINTS + INSTANCE_RESTART_POINTS
+    if name in known or (index.isdigit() and base in known):
         return name
-    raise ValueError(f"unknown fault point {name!r}; known: {', '.join(POINTS)}")
+    raise ValueError(f"unknown fault point {name!r}; known: {', '.join(known)}")

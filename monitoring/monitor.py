@@ -24,6 +24,7 @@ from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import transaction
+from django.db.models import F
 from django.utils import timezone
 
 from jobs import actions, faults
@@ -106,6 +107,7 @@ class JobSnapshot:
     job: Job
     live_attempts: list[Attempt] = field(default_factory=list)
     instances: list[Instance] = field(default_factory=list)
+    pending_instance_restarts: list[datetime] = field(default_factory=list)  # their restart times
 
     @property
     def current(self) -> Attempt | None:
@@ -114,6 +116,8 @@ class JobSnapshot:
     def needs_recovery(self, now: datetime) -> bool:
         """recover() has work only for a queued attempt nobody took or an older attempt still live."""
         relaunch, lease = relaunch_after(), actions.launch_lease()
+        if any(t < now - lease for t in self.pending_instance_restarts):
+            return True
         return any(a.number < self.job.current_attempt
                    or (a.number == self.job.current_attempt and a.status == AttemptStatus.QUEUING
                        and a.queued_at < now - relaunch)
@@ -127,7 +131,7 @@ SNAPSHOT_CHUNK = 200  # jobs read per bulk query in a sweep
 
 
 def load_snapshots(job_ids: list[int]) -> dict[int, JobSnapshot]:
-    """Three queries for any number of jobs (the caller chunks the ids)."""
+    """Four queries for any number of jobs (the caller chunks the ids)."""
     snaps = {j.pk: JobSnapshot(j) for j in Job.objects.filter(pk__in=job_ids).select_related("workspace")}
     for a in Attempt.objects.filter(job_id__in=job_ids, status__in=LIVE_ATTEMPT_STATUSES):
         snap = snaps.get(a.job_id)
@@ -137,6 +141,10 @@ def load_snapshots(job_ids: list[int]) -> dict[int, JobSnapshot]:
     current = {s.current.pk: s for s in snaps.values() if s.current is not None}
     for i in Instance.objects.filter(attempt_id__in=list(current)):
         current[i.attempt_id].instances.append(i)
+    for job_id, at in RestartRecord.objects.filter(job_id__in=job_ids, kind=RestartKind.INSTANCE,
+                                                   result=RestartResult.PENDING).values_list("job_id", "restart_time"):
+        if job_id in snaps:
+            snaps[job_id].pending_instance_restarts.append(at)
     return snaps
 
 
@@ -286,6 +294,12 @@ def recover(job: Job, now: datetime) -> None:
     )
     if stuck is not None:
         actions.enqueue_launch(job.pk, stuck.number)
+    for record in RestartRecord.objects.filter(job=job, kind=RestartKind.INSTANCE, attempt=job.current_attempt,
+                                               result=RestartResult.PENDING,
+                                               restart_time__lt=now - actions.launch_lease()):
+        attempt = Attempt.objects.filter(job=job, number=record.attempt, status__in=LIVE_ATTEMPT_STATUSES).first()
+        if attempt is not None and attempt.backend_handle:
+            complete_instance_restart(job, attempt, record)  # its worker died half-way
     stop_orphaned_attempts(job, below=job.current_attempt)
 
 
@@ -456,13 +470,15 @@ def handle_failures(job, attempt, instances, failed, backend, now) -> tuple[str,
                         node=root_inst.node, classification=root.classification),
     )
     exit_key = f"{attempt.number}:{root_inst.name}:{root_inst.restarts}"
+    if decision.action == Action.RESTART_INSTANCE:
+        # Async: the other failed instances are handled on their own later ticks.
+        if not restart_instance(job, attempt, root_inst, root.classification, decision, offsets.get(root_inst.name),
+                                exit_key):
+            return None
+        return "restart_instance", decision.reason
     # Only one worker acts on one exit.
     if not Instance.objects.filter(pk=root_inst.pk, handled_exit_key="").update(handled_exit_key=exit_key):
         return None
-    if decision.action == Action.RESTART_INSTANCE:
-        # Async: the other failed instances are handled on their own later ticks.
-        restart_instance(job, attempt, root_inst, root.classification, decision, offsets.get(root_inst.name))
-        return "restart_instance", decision.reason
     # Sync (or a fail): the other failures of this attempt are cascades of the root.
     for o in cascades:
         Instance.objects.filter(attempt=attempt, name=o.instance, handled_exit_key="").update(
@@ -524,10 +540,15 @@ def _progress_step(job: Job) -> int | None:
     return Job.objects.filter(pk=job.pk).values_list("last_progress_step", flat=True).first()
 
 
-def restart_instance(job, attempt, inst, c: Classification, decision, log_offset) -> None:
-    backend = actions.get_backend_for(job)
+def restart_instance(job, attempt, inst, c: Classification, decision, log_offset, exit_key: str) -> bool:
+    """Async: restart one instance within its attempt. The exit is taken (only one worker
+    acts on one exit) and the restart recorded in one transaction, so a worker dying
+    right after leaves a pending record that recover() completes, never an exit that
+    nobody restarts. False if another worker took this exit first."""
     number = RestartRecord.objects.filter(job=job, kind=RestartKind.INSTANCE).count() + 1
     with transaction.atomic():
+        if not Instance.objects.filter(pk=inst.pk, handled_exit_key="").update(handled_exit_key=exit_key):
+            return False
         record = RestartRecord.objects.create(
             job=job, number=number, kind=RestartKind.INSTANCE, attempt=attempt.number, new_attempt=attempt.number,
             node_name=inst.node, instance_name=inst.name, error_code=c.error_code, error_message=c.message,
@@ -538,23 +559,44 @@ def restart_instance(job, attempt, inst, c: Classification, decision, log_offset
         actions.record_event(job, EventType.RESTART, decision.reason, level=EventLevel.WARNING, attempt=attempt.number,
                              instance=inst.name, key=f"restart:{record.idempotency_key}",
                              payload={"kind": "instance", "rule": c.rule, "error_code": c.error_code, "record": record.pk})
+    faults.point("restart.instance_after_record")
+    complete_instance_restart(job, attempt, record)
+    return True
+
+
+def complete_instance_restart(job: Job, attempt: Attempt, record: RestartRecord) -> None:
+    """Start the recorded instance's next run unless the backend already did (a worker
+    died after asking it), then record the restart once. Run by the deciding worker, or
+    by recover() for a record left pending past the launch lease."""
+    backend = actions.get_backend_for(job)
     started = time.monotonic()
-    try:
-        handle = backend.restart_instance(attempt.backend_handle, inst.name)
-    except BackendError as exc:
-        RestartRecord.objects.filter(pk=record.pk).update(result=RestartResult.FAILED, completed_at=timezone.now())
-        fail_and_stop(job, attempt, f"Could not restart {inst.name}: {exc.message}",
-                      key=f"instance-restart-failed:{record.pk}", payload={"instance": inst.name})
-        return
-    Attempt.objects.filter(pk=attempt.pk).update(backend_handle=handle)
-    Instance.objects.filter(pk=inst.pk).update(
-        status=InstanceStatus.RUNNING, exit_code=None, signal=None, exited_at=None, backend_reason="",
-        restarts=inst.restarts + 1, handled_exit_key="", started_at=timezone.now(),
-    )
-    RestartRecord.objects.filter(pk=record.pk).update(
-        result=RestartResult.SUCCEEDED, completed_at=timezone.now(), duration_seconds=time.monotonic() - started
-    )
-    Job.objects.filter(pk=job.pk).update(restart_count=job.restart_count + 1)
+    name = record.instance_name
+    handle = attempt.backend_handle
+    status = next((s for s in actions._safe_poll(backend, handle) if s.name == name), None)
+    # Already restarted: its new run is live, or ended after the decision.
+    done = status is not None and (not status.state.finished
+                                   or (status.exited_at or 0) > record.restart_time.timestamp())
+    if not done:
+        try:
+            handle = backend.restart_instance(handle, name)
+        except BackendError as exc:
+            if RestartRecord.objects.filter(pk=record.pk, result=RestartResult.PENDING).update(
+                    result=RestartResult.FAILED, completed_at=timezone.now()):
+                fail_and_stop(job, attempt, f"Could not restart {name}: {exc.message}",
+                              key=f"instance-restart-failed:{record.pk}", payload={"instance": name})
+            return
+        faults.point("restart.instance_after_backend")
+    with transaction.atomic():
+        if not RestartRecord.objects.filter(pk=record.pk, result=RestartResult.PENDING).update(
+                result=RestartResult.SUCCEEDED, completed_at=timezone.now(),
+                duration_seconds=time.monotonic() - started):
+            return  # completed by another worker
+        Attempt.objects.filter(pk=attempt.pk).update(backend_handle=handle)
+        Instance.objects.filter(attempt=attempt, name=name).update(
+            status=InstanceStatus.RUNNING, exit_code=None, signal=None, exited_at=None, backend_reason="",
+            restarts=F("restarts") + 1, handled_exit_key="", started_at=timezone.now(),
+        )
+        Job.objects.filter(pk=job.pk).update(restart_count=F("restart_count") + 1)
 
 
 def restart_job(job, attempt, instances, backend, reason: str, source: ErrorSource, *, root_inst=None,

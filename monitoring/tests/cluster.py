@@ -35,8 +35,9 @@ SEED_SYNC = ("--job-execution-mode=Sync --enable-job-restart=True --max-num-of-j
              "--fault-tolerant-policy=ExitCodeAndErrorMsg")
 
 
-def submit_script_job(cluster, user, workspace, script: str, envs: dict, display_name: str):
-    """A 2-rank PyTorch job (Master + Worker, Sync restarts) running `script` with python;
+def submit_script_job(cluster, user, workspace, script: str, envs: dict, display_name: str, *,
+                      job_type: str = "PyTorchJob", roles=(("Master", 1), ("Worker", 1)), flags: str = SEED_SYNC):
+    """A job (by default 2-rank PyTorch, Sync restarts) running `script` with python;
     launched in the test process (Celery is eager there). FAULT_ONCE names a file the
     script may create to fail only once."""
     from jobs import actions
@@ -46,12 +47,12 @@ def submit_script_job(cluster, user, workspace, script: str, envs: dict, display
     body = {
         "workspace": workspace.slug,
         "display_name": display_name,
-        "job_type": "PyTorchJob",
-        "job_specs": [{"type": "Master", "pod_count": 1}, {"type": "Worker", "pod_count": 1}],
+        "job_type": job_type,
+        "job_specs": [{"type": role, "pod_count": count} for role, count in roles],
         "user_command": f"exec {sys.executable} {path}",
         "envs": {"FAULT_ONCE": str(cluster.tmp_path / "fault-fired"), **envs},
         "backend": "local",
-        "settings": {"enable_error_monitoring_in_aimaster": True, "error_monitoring_args": SEED_SYNC},
+        "settings": {"enable_error_monitoring_in_aimaster": True, "error_monitoring_args": flags},
     }
     job, _ = actions.submit_job(user, body)
     return job

@@ -28,6 +28,7 @@ import time
 import psutil
 import pytest
 
+from jobs import faults
 from jobs.backends.base import InstanceState
 from jobs.models import Attempt, AttemptStatus, Instance, InstanceStatus, Job, JobEvent, JobStatus, RestartRecord
 from jobs.models import RestartResult
@@ -162,4 +163,62 @@ def test_a_monitor_killed_at_any_step_of_a_restart_leaves_one_running_attempt_an
                "the job to succeed", every=0.2)
     assert Attempt.objects.get(job=job, number=2).status == AttemptStatus.SUCCEEDED
     assert RestartRecord.objects.filter(job=job).count() == 1 and Attempt.objects.filter(job=job).count() == 2
+    wait_until(lambda: not job_processes(cluster), 10, "every process of the job to end")
+
+
+# Async: worker-1 fails once; every instance prints steps until DONE exists.
+TRAIN_ASYNC = textwrap.dedent("""
+    import os, sys, time
+    name = os.environ["VIGIL_INSTANCE"]
+    if name == "worker-1":
+        try:
+            os.close(os.open(os.environ["FAULT_ONCE"], os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+            time.sleep(0.3)
+            sys.exit(3)
+        except FileExistsError:
+            pass
+    while not os.path.exists(os.environ["DONE"]):
+        print(f"step instance={name}", flush=True)
+        time.sleep(0.1)
+""")
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("fault", faults.INSTANCE_RESTART_POINTS)
+def test_a_monitor_killed_while_restarting_one_instance_restarts_it_exactly_once(
+        cluster, alice, alice_ws, settings, fault):
+    settings.VIGIL_LAUNCH_LEASE_SECONDS = 1.0
+    job = submit_script_job(cluster, alice, alice_ws, TRAIN_ASYNC, {
+        "DONE": str(cluster.tmp_path / "done"), "CRASH_TEST": str(cluster.tmp_path)}, "instance-fault",
+        job_type="ElasticBatchJob", roles=(("Worker", 2),),
+        flags="--job-execution-mode=Async --fault-tolerant-policy=OnFailure")
+    attempt = Attempt.objects.get(job=job, number=1)
+    assert attempt.backend_handle, f"attempt 1 was not launched: {attempt.reason}"
+    wait_until(lambda: any(s.name == "worker-1" and s.state == InstanceState.FAILED
+                           for s in cluster.backend.poll(attempt.backend_handle)), 20, "worker-1 to fail")
+
+    cluster.tick_killed_at(job.pk, fault)
+    record = RestartRecord.objects.get(job=job)
+    assert (record.kind, record.instance_name, record.result) == ("instance", "worker-1", RestartResult.PENDING)
+
+    def restarted():
+        tick(job)
+        a = Attempt.objects.get(pk=attempt.pk)
+        states = {s.name: s.state for s in cluster.backend.poll(a.backend_handle)}
+        return (RestartRecord.objects.get(pk=record.pk).result == RestartResult.SUCCEEDED
+                and set(states.values()) == {InstanceState.RUNNING} and a)
+
+    current = wait_until(restarted, 30, "worker-1 to run again with its restart recorded", every=0.2)
+    job.refresh_from_db()
+    assert (job.status, job.current_attempt, job.restart_count) == (JobStatus.RUNNING, 1, 1)
+    assert RestartRecord.objects.filter(job=job).count() == 1
+    worker = Instance.objects.get(attempt=attempt, name="worker-1")
+    assert (worker.status, worker.restarts, worker.handled_exit_key) == (InstanceStatus.RUNNING, 1, "")
+    live = attempt_processes(cluster, current.backend_handle)
+    wait_until(lambda: job_processes(cluster) == live, 10, "one run of each instance and nothing else", every=0.2)
+
+    (cluster.tmp_path / "done").touch()
+    wait_until(lambda: tick(job) or Job.objects.get(pk=job.pk).status == JobStatus.SUCCEEDED, 20,
+               "the job to succeed", every=0.2)
+    assert RestartRecord.objects.filter(job=job).count() == 1 and Job.objects.get(pk=job.pk).restart_count == 1
     wait_until(lambda: not job_processes(cluster), 10, "every process of the job to end")
