@@ -36,7 +36,7 @@ test: $(VENV)/.installed-test
 	$(BIN)/python -m console.devredis -- $(BIN)/python -m pytest $(PYTEST_ARGS)
 
 # Issue 20's chaos suite: its own console, Redis and databases (SQLite and PostgreSQL at
-# CHAOS_PG_URL, default postgres://postgres@127.0.0.1:5432/vigil_chaos); ~25 min in full.
+# CHAOS_PG_URL, default postgres://postgres@127.0.0.1:5432/vigil_chaos); ~11 min in full.
 # CHAOS_ARGS=--quick runs the CI subset, CHAOS_ARGS="--db sqlite --only worker-kill" one row.
 CHAOS_ARGS ?=
 chaos: $(VENV)/.installed-test
