@@ -68,13 +68,6 @@ def text_problem(value: str, *, one_line: bool = False) -> str | None:
     return None
 
 
-def validate_storable_text(value) -> None:
-    """Django validator for free text (commands, messages): storable anywhere."""
-    problem = text_problem(value) if isinstance(value, str) else None
-    if problem:
-        raise DjangoValidationError(problem[0].upper() + problem[1:], code="unstorable")
-
-
 def validate_name(value) -> None:
     """Django validator for names shown on one line (workspaces, channels, rules)."""
     problem = text_problem(value, one_line=True) if isinstance(value, str) else None
@@ -105,17 +98,17 @@ def whole_number(raw) -> int | None:
     return None
 
 
-def parse_int(raw, field: str, *, minimum: int | None = 0, maximum: int = MAX_BIGINT) -> int:
+def parse_int(raw, field: str, *, minimum: int = 0, maximum: int = MAX_BIGINT) -> int:
     value = whole_number(raw)
-    low = "" if minimum is None else f" from {minimum}"
     if value is None:
-        raise InputError(field, f"must be a whole number{low} to {maximum} in ASCII digits; got {str(raw)[:40]!r}.")
-    if (minimum is not None and value < minimum) or value > maximum:
-        raise InputError(field, f"must be{low or ' at most'} to {maximum}; got {value}.")
+        raise InputError(field, f"must be a whole number from {minimum} to {maximum} in ASCII digits; "
+                                f"got {str(raw)[:40]!r}.")
+    if not minimum <= value <= maximum:
+        raise InputError(field, f"must be from {minimum} to {maximum}; got {value}.")
     return value
 
 
-def query_int(params, field: str, *, default=None, minimum: int | None = 0, maximum: int = MAX_BIGINT):
+def query_int(params, field: str, *, default=None, minimum: int = 0, maximum: int = MAX_BIGINT):
     """A whole-number query parameter, `default` when it is absent or empty."""
     raw = params.get(field)
     if raw in (None, ""):
