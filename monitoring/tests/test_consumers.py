@@ -11,7 +11,7 @@ import uuid
 
 import pytest
 from asgiref.sync import async_to_sync, sync_to_async
-from channels.testing import WebsocketCommunicator
+from channels.testing import WebsocketCommunicator as _WebsocketCommunicator
 from django.test import Client
 
 from jobs import actions
@@ -53,6 +53,16 @@ def session_cookie(user) -> str:
     client = Client()
     client.force_login(user)
     return client.cookies["sessionid"].value
+
+
+class WebsocketCommunicator(_WebsocketCommunicator):
+    """Channels' communicator with a handshake that may take 10 s instead of 1 s: on a
+    loaded machine the consumer's database read can outlast 1 s, and a timed-out
+    handshake cancels the consumer in the middle of that read, which can hang the
+    test until pytest's timeout instead of failing it."""
+
+    async def connect(self, timeout=10):
+        return await super().connect(timeout)
 
 
 def communicator(app, job_id, cookie=None, origin=ORIGIN):

@@ -291,7 +291,7 @@ def test_an_open_job_socket_stops_streaming_when_access_ends(how, code, alice, d
 
     async def scenario():
         comm = _socket(f"/ws/jobs/{job.pk}/", client)
-        assert (await comm.connect())[0]
+        assert (await comm.connect(timeout=10))[0]
         await comm.send_json_to({"type": "hello", "after_event": None, "logs": {"attempt": None, "offsets": {}}})
         memory_backend.write_log(handle, "worker-0", "step 1\n")
         while True:  # streaming
@@ -323,7 +323,7 @@ def test_an_open_workspace_socket_closes_when_its_member_is_removed(alice, dave,
 
     async def scenario():
         comm = _socket(f"/ws/workspaces/{alice_ws.slug}/", client)
-        assert (await comm.connect())[0]
+        assert (await comm.connect(timeout=10))[0]
         await sync_to_async(_revoke)("membership", dave, alice_ws, client)
         closed, before, _ = await _until_closed(comm, ACCESS_CHECK_SECONDS + 3)
         await comm.disconnect()

@@ -594,7 +594,7 @@ def test_a_socket_message_nested_too_deep_is_ignored_and_the_socket_stays_open(a
 
     async def scenario():
         comm = communicator(application, job.pk, cookie)
-        assert (await comm.connect())[0]
+        assert (await comm.connect(timeout=10))[0]
         await comm.send_to(text_data="[" * 100_000 + "]" * 100_000)
         await comm.send_to(text_data='{"type": "hello", "logs": ' + "[" * 50 + "]" * 50 + "}")
         await comm.send_to(text_data="not json")
