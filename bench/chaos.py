@@ -41,6 +41,7 @@ data dir, and any process whose working directory is in the job's directory).
 
 Run:   .venv/bin/python bench/chaos.py                  # everything, SQLite then PostgreSQL
        .venv/bin/python bench/chaos.py --quick          # worker-kill + redis-stop, SQLite (CI)
+       .venv/bin/python bench/chaos.py --quick --db postgres --pg-url postgres://...  # the same on PostgreSQL
        .venv/bin/python bench/chaos.py --db sqlite --only worker-kill,fault@launch.after_claim
 Exit status 0 when every row held. CHAOS_KEEP=1 keeps the data dirs (logs of every process).
 """
@@ -1114,18 +1115,19 @@ def print_table(rows: list[dict], dbs: list[str]) -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--db", default="sqlite,postgres", help="sqlite, postgres or both (comma-separated)")
+    parser.add_argument("--db", default=None, help="sqlite, postgres or both, comma-separated (default both; "
+                                                   "--quick: sqlite)")
     parser.add_argument("--pg-url", default=os.environ.get("CHAOS_PG_URL", DEFAULT_PG))
     parser.add_argument("--only", default="", help="experiment names, comma-separated ('fault@*' for every step)")
-    parser.add_argument("--quick", action="store_true", help=f"the CI subset: {', '.join(QUICK)} on SQLite")
+    parser.add_argument("--quick", action="store_true", help=f"the CI subset: {', '.join(QUICK)}")
     parser.add_argument("--stall", type=float, default=None, help="seconds Redis stays SIGSTOPped (12; --quick: 8)")
     parser.add_argument("--timeout", type=float, default=3600.0, help="seconds per database before it is cut off")
     parser.add_argument("--report", help="also write every row (experiment, db, held, checks) to this JSON file")
     parser.add_argument("--json", help=argparse.SUPPRESS)
     parser.add_argument("--workdir", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.quick:
-        args.db = "sqlite"
+    if args.db is None:
+        args.db = "sqlite" if args.quick else "sqlite,postgres"
     if args.stall is None:
         args.stall = 8.0 if args.quick else 12.0
     if args.workdir:  # a child: one database
