@@ -567,11 +567,11 @@ _STATE_TO_STATUS = {
 
 def sync_instances(attempt: Attempt, statuses, rows: list[Instance] | None = None) -> list[Instance]:
     """Make the Instance rows say what the backend says; write only what changed."""
-    rows = {i.name: i for i in (attempt.instances.all() if rows is None else rows)}
+    by_name = {i.name: i for i in (attempt.instances.all() if rows is None else rows)}
     changed = []
     fields = ("status", "node", "exit_code", "signal", "backend_reason", "started_at", "exited_at", "last_output_at")
     for s in statuses:
-        row = rows.get(s.name)
+        row = by_name.get(s.name)
         if row is None:
             continue
         new = {
@@ -590,7 +590,7 @@ def sync_instances(attempt: Attempt, statuses, rows: list[Instance] | None = Non
             changed.append(row)
     if changed:
         Instance.objects.bulk_update(changed, fields)
-    return list(rows.values())
+    return list(by_name.values())
 
 
 # --- tokens -----------------------------------------------------------------------

@@ -155,6 +155,10 @@ def compare_and_set(model, pk, expected: str | tuple | list, new: str, **fields)
 
 class Job(models.Model):
     TOKEN_PREFIX = "vjt_"
+    # Not stored: set by submit_job on the instance it returns. False when the task
+    # queue did not take the launch in time (the sweep launches it later), None when
+    # not known yet.
+    launch_queued: bool | None = None
 
     workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="jobs")
     created_by = models.ForeignKey(

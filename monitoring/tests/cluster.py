@@ -117,7 +117,7 @@ def cluster(settings, tmp_path, private_redis_db, _test_wiring, transactional_db
             cmd += ["--beat", "--schedule", str(tmp_path / f"{name}-beat-schedule")]
         proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         log.close()
-        proc.log_path = tmp_path / f"{name}.log"
+        proc.log_path = tmp_path / f"{name}.log"  # type: ignore[attr-defined]
         workers.append(proc)
         return proc
 
@@ -125,8 +125,12 @@ def cluster(settings, tmp_path, private_redis_db, _test_wiring, transactional_db
 
     def tasks_done(task: str) -> int:
         """Deliveries of `task` the workers finished, from their logs."""
-        return sum(1 for p in workers for line in p.log_path.read_text(errors="replace").splitlines()
-                   if f"Task {task}[" in line and " succeeded in " in line)
+        done = 0
+        for p in workers:
+            log: Path = p.log_path  # type: ignore[attr-defined]
+            done += sum(1 for line in log.read_text(errors="replace").splitlines()
+                        if f"Task {task}[" in line and " succeeded in " in line)
+        return done
 
     def tick_killed_at(job_id: int, fault: str, timeout: float = 60) -> subprocess.CompletedProcess:
         """One monitor tick of the job in a process that SIGKILLs its group at `fault`."""
