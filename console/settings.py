@@ -315,6 +315,12 @@ if os.environ.get("VIGIL_SLURM_PARTITION") is not None or env_bool("VIGIL_SLURM"
         },
     }
 
+# /metrics (Prometheus): scrapers send "Authorization: Bearer <VIGIL_METRICS_TOKEN>", or
+# connect directly (not through the proxy) from an address in VIGIL_METRICS_ALLOW
+# (addresses or networks, e.g. 10.0.0.0/24). With neither set, /metrics refuses everyone.
+VIGIL_METRICS_TOKEN = os.environ.get("VIGIL_METRICS_TOKEN", "")
+VIGIL_METRICS_ALLOW = env_list("VIGIL_METRICS_ALLOW")
+
 # Outbound notification targets that are allowed although private (tests: 127.0.0.1).
 VIGIL_OUTBOUND_ALLOW = env_list("VIGIL_OUTBOUND_ALLOW")
 

@@ -14,6 +14,7 @@ urlpatterns = [
     path("api/docs/", views.api_docs_page(SpectacularSwaggerView.as_view(url_name="schema")), name="api-docs"),
     path("healthz", views.healthz, name="healthz"),
     path("readyz", views.readyz, name="readyz"),
+    path("metrics", views.metrics, name="metrics"),
     path("", include("jobs.sdk_urls")),
     path("", include("jobs.page_urls")),
     path("", include("notifications.urls")),

@@ -4,7 +4,7 @@ do when you have none) and a workspace's dashboard."""
 from django.conf import settings
 from django.contrib.auth.decorators import login_required
 from django.contrib.auth.views import redirect_to_login
-from django.http import JsonResponse
+from django.http import HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
 from rest_framework.exceptions import NotAuthenticated
 from rest_framework.permissions import BasePermission
@@ -50,6 +50,49 @@ def readyz(request):
     # The body says what is down; Django's ERROR line per 503 would flood the log
     # at every probe of a load balancer while a part is down.
     response._has_been_logged = True
+    return response
+
+
+def metrics_refusal(request) -> HttpResponse | None:
+    """None when the scraper may read /metrics: the bearer token matches
+    VIGIL_METRICS_TOKEN, or it connects directly from an address in VIGIL_METRICS_ALLOW.
+    A request that came through the reverse proxy (X-Forwarded-For) is never let in
+    by address: behind nginx every request comes from 127.0.0.1."""
+    import hmac
+    import ipaddress
+
+    header = request.META.get("HTTP_AUTHORIZATION", "")
+    token = settings.VIGIL_METRICS_TOKEN
+    if header:
+        scheme, _, given = header.partition(" ")
+        if token and scheme.lower() == "bearer" and hmac.compare_digest(given.strip().encode(), token.encode()):
+            return None
+        return HttpResponse("wrong metrics token (Authorization: Bearer <VIGIL_METRICS_TOKEN>).\n", status=403,
+                            content_type="text/plain")
+    if settings.VIGIL_METRICS_ALLOW and "HTTP_X_FORWARDED_FOR" not in request.META:
+        try:
+            address = ipaddress.ip_address(request.META.get("REMOTE_ADDR", ""))
+            if any(address in ipaddress.ip_network(net, strict=False) for net in settings.VIGIL_METRICS_ALLOW):
+                return None
+        except ValueError:
+            pass
+    response = HttpResponse("metrics need Authorization: Bearer <VIGIL_METRICS_TOKEN> "
+                            "(or a direct connection from an address in VIGIL_METRICS_ALLOW).\n", status=401,
+                            content_type="text/plain")
+    response["WWW-Authenticate"] = 'Bearer realm="vigil-metrics"'
+    return response
+
+
+def metrics(request):
+    """Prometheus exposition of every process's counters (see console/metrics.py)."""
+    refusal = metrics_refusal(request)
+    if refusal is not None:
+        return refusal
+    from console.metrics import render
+
+    body, content_type = render()
+    response = HttpResponse(body, content_type=content_type)
+    response["Cache-Control"] = "no-store"
     return response
 
 

@@ -27,6 +27,7 @@ from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
+from console import metrics
 from jobs import actions, faults
 from jobs.actions import sync_instances
 from jobs.backends.base import BackendError
@@ -268,6 +269,7 @@ def complete_pending_restart(job: Job, attempt: Attempt, instances: list[Instanc
                 text = (f"Restart {record.number} failed: {len(never)} of {len(instances)} instances of attempt "
                         f"{attempt.number} never started ({', '.join(never)}).")
             else:
+                metrics.restart_completed("job", took)
                 text = (f"Restart {record.number} succeeded: all {len(instances)} instances of attempt "
                         f"{attempt.number} started {took:.1f} s after the decision.")
             actions.record_event(job, EventType.DECISION, text, attempt=attempt.number,
@@ -475,14 +477,17 @@ def handle_failures(job, attempt, instances, failed, backend, now) -> tuple[str,
         if not restart_instance(job, attempt, root_inst, root.classification, decision, offsets.get(root_inst.name),
                                 exit_key):
             return None
+        metrics.failure_decided(root.classification, root_inst.exited_at, decision.action)
         return "restart_instance", decision.reason
     # Only one worker acts on one exit.
     if not Instance.objects.filter(pk=root_inst.pk, handled_exit_key="").update(handled_exit_key=exit_key):
         return None
+    metrics.failure_decided(root.classification, root_inst.exited_at, decision.action)
     # Sync (or a fail): the other failures of this attempt are cascades of the root.
     for o in cascades:
-        Instance.objects.filter(attempt=attempt, name=o.instance, handled_exit_key="").update(
-            handled_exit_key=f"cascade-of:{exit_key}")
+        if Instance.objects.filter(attempt=attempt, name=o.instance, handled_exit_key="").update(
+                handled_exit_key=f"cascade-of:{exit_key}"):
+            metrics.instance_failed(o.classification)
     count_node_fault(job, root_inst, root.classification)
     cascade_info = [{"instance": o.instance, "error_code": o.classification.error_code,
                      "message": o.classification.message} for o in cascades]
@@ -509,6 +514,7 @@ def fail_without_monitoring(job, attempt, inst, c: Classification, cascades) -> 
     """Fault tolerance off: the first failure fails the job, with its cause."""
     if not Instance.objects.filter(pk=inst.pk, handled_exit_key="").update(handled_exit_key=f"nofault:{attempt.number}"):
         return "none", ""
+    metrics.failure_decided(c, inst.exited_at, "fail_job")
     what = f"exit code {inst.exit_code}" if inst.signal is None else f"signal {inst.signal}"
     # The catalog's next step assumes the monitor is on; say what applies instead.
     advice = ("Turn on automatic fault tolerance to have failures like this one retried."
@@ -559,6 +565,7 @@ def restart_instance(job, attempt, inst, c: Classification, decision, log_offset
         actions.record_event(job, EventType.RESTART, decision.reason, level=EventLevel.WARNING, attempt=attempt.number,
                              instance=inst.name, key=f"restart:{record.idempotency_key}",
                              payload={"kind": "instance", "rule": c.rule, "error_code": c.error_code, "record": record.pk})
+    metrics.restart_decided("instance", metrics.cause_of(c, c.source))
     faults.point("restart.instance_after_record")
     complete_instance_restart(job, attempt, record)
     return True
@@ -586,10 +593,10 @@ def complete_instance_restart(job: Job, attempt: Attempt, record: RestartRecord)
                               key=f"instance-restart-failed:{record.pk}", payload={"instance": name})
             return
         faults.point("restart.instance_after_backend")
+    took = time.monotonic() - started
     with transaction.atomic():
         if not RestartRecord.objects.filter(pk=record.pk, result=RestartResult.PENDING).update(
-                result=RestartResult.SUCCEEDED, completed_at=timezone.now(),
-                duration_seconds=time.monotonic() - started):
+                result=RestartResult.SUCCEEDED, completed_at=timezone.now(), duration_seconds=took):
             return  # completed by another worker
         Attempt.objects.filter(pk=attempt.pk).update(backend_handle=handle)
         Instance.objects.filter(attempt=attempt, name=name).update(
@@ -597,6 +604,7 @@ def complete_instance_restart(job: Job, attempt: Attempt, record: RestartRecord)
             restarts=F("restarts") + 1, handled_exit_key="", started_at=timezone.now(),
         )
         Job.objects.filter(pk=job.pk).update(restart_count=F("restart_count") + 1)
+    metrics.restart_completed("instance", took)
 
 
 def restart_job(job, attempt, instances, backend, reason: str, source: ErrorSource, *, root_inst=None,
@@ -631,6 +639,7 @@ def restart_job(job, attempt, instances, backend, reason: str, source: ErrorSour
                              payload={"kind": "job", "new_attempt": n + 1, "source": str(source),
                                       "rule": c.rule if c else "", "error_code": c.error_code if c else "",
                                       "cascades": list(cascades), "progress": progress})
+    metrics.restart_decided("job", metrics.cause_of(c, source))
     job.current_attempt = n + 1
     job.status = JobStatus.RESTARTING
     faults.point("restart.after_decision")
@@ -678,6 +687,7 @@ def on_problem(job, attempt, instances, source: ErrorSource, event_type: str, me
     event = actions.record_event(job, event_type, message, level=EventLevel.ERROR, attempt=attempt.number, key=key)
     if event is None:
         return "none", ""  # another worker is already handling this attempt's hang
+    metrics.hang_detected(metrics.cause_of(None, source))
     if source == ErrorSource.HANG:
         diagnose_hang(job, attempt, instances)
     backend = actions.get_backend_for(job)

@@ -4,11 +4,14 @@ so a lost lock costs a skipped tick, never a double restart."""
 
 import logging
 import threading
+import time
 from contextlib import contextmanager
 
 import redis
 from celery import shared_task
 from django.conf import settings
+
+from console import metrics
 
 from . import monitor
 
@@ -83,6 +86,7 @@ def sweep() -> int:
     from console import health
 
     health.record(health.SWEEP)  # /readyz: the beat schedules sweeps and a worker runs them
+    started = time.time()
     count = 0
     ids = monitor.live_job_ids()
     for start in range(0, len(ids), monitor.SNAPSHOT_CHUNK):
@@ -108,6 +112,7 @@ def sweep() -> int:
                     lock.release()
                 except redis.RedisError:
                     pass
+    metrics.sweep_done(started, count, settings.MONITOR_SWEEP_SECONDS)
     return count
 
 

@@ -23,6 +23,7 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
+from console import metrics
 from console.bounded import call_bounded
 
 from jobs.models import NOTIFIABLE_EVENT_TYPES, EventType, JobEvent
@@ -172,6 +173,7 @@ def attempt_delivery(delivery_id: int, *, allow_retry: bool = True) -> AttemptOu
     if not channel.enabled and not delivery.is_test:
         error = f"channel disabled: {channel.disabled_reason}"
         Delivery.objects.filter(pk=delivery_id).update(status=DeliveryStatus.SKIPPED, error=error)
+        metrics.delivery_attempted(channel.kind, DeliveryStatus.SKIPPED)
         return AttemptOutcome(delivery_id, DeliveryStatus.SKIPPED, error=error)
 
     info = test_info(channel, now) if delivery.is_test else event_info(delivery.event)
@@ -215,6 +217,7 @@ def attempt_delivery(delivery_id: int, *, allow_retry: bool = True) -> AttemptOu
         sent_at=finished if status == DeliveryStatus.SENT else None,
         next_attempt_at=finished + timedelta(seconds=retry_in) if retry_in is not None else None,
     )
+    metrics.delivery_attempted(channel.kind, status, None if delivery.is_test else delivery.event.created_at)
     if verdict == "permanent" and not delivery.is_test:
         channel.disable(error)
     return AttemptOutcome(delivery_id, status, retry_in, error)
