@@ -46,3 +46,37 @@ def subprocess_database_url() -> str:
         return f"sqlite:///{d['NAME']}"
     auth = (d.get("USER") or "") + (f":{d['PASSWORD']}" if d.get("PASSWORD") else "")
     return f"postgres://{auth}@{d.get('HOST') or '127.0.0.1'}:{d.get('PORT') or 5432}/{d['NAME']}"
+
+
+# worker-0 fails once with a retryable NCCL error (a marker file remembers it); the
+# restarted attempt runs clean. Used by tests that need one real restart.
+FAULT_ONCE_SCRIPT = '''
+import os, sys, time
+me = os.environ["VIGIL_INSTANCE"]
+marker = os.path.join(os.environ["MARKERS"], me)
+if me == "worker-0" and not os.path.exists(marker):
+    open(marker, "w").close()
+    print("step=1 loss=0.9", flush=True)
+    print("RuntimeError: NCCL error in: ProcessGroupNCCL.cpp:1331, unhandled system error, NCCL version 2.18.1",
+          file=sys.stderr, flush=True)
+    sys.exit(1)
+for step in range(1, 4):
+    print(f"step={step}", flush=True)
+    time.sleep(0.05)
+'''
+SYNC_RESTART_ARGS = ("--job-execution-mode=Sync --enable-job-restart=True --max-num-of-job-restart=3 "
+                     "--fault-tolerant-policy=ExitCodeAndErrorMsg")
+
+
+def submit_fault_once(api, body: dict, tmp_path) -> Job:
+    """Submit `body` (a CreateJob body) running FAULT_ONCE_SCRIPT through the API."""
+    import sys
+
+    script = tmp_path / "fault_once.py"
+    script.write_text(FAULT_ONCE_SCRIPT)
+    (tmp_path / "markers").mkdir(exist_ok=True)
+    body = {**body, "user_command": f"{sys.executable} {script}", "envs": {"MARKERS": str(tmp_path / "markers")},
+            "settings": {"enable_error_monitoring_in_aimaster": True, "error_monitoring_args": SYNC_RESTART_ARGS}}
+    r = api.post("/api/v1/jobs/", body, format="json")
+    assert r.status_code == 201, r.content
+    return Job.objects.get(pk=r.json()["id"])

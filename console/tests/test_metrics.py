@@ -4,8 +4,6 @@ serves to a scraper with the token; without it or with a wrong one, nothing."""
 
 from __future__ import annotations
 
-import sys
-import textwrap
 import time
 
 import pytest
@@ -15,32 +13,11 @@ from prometheus_client.parser import text_string_to_metric_families
 from console import metrics
 from jobs.models import Job, JobStatus, RestartRecord
 from monitoring import tasks
-from monitoring.testing import finished
+from monitoring.testing import finished, submit_fault_once
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 TOKEN = "scrape-token-0123456789"
-ARGS = ("--job-execution-mode=Sync --enable-job-restart=True --max-num-of-job-restart=3 "
-        "--fault-tolerant-policy=ExitCodeAndErrorMsg")
-# worker-0 fails once with a retryable NCCL error; attempt 2 runs clean.
-SCRIPT = textwrap.dedent(
-    """
-    import os, sys, time
-    me = os.environ["VIGIL_INSTANCE"]
-    marker = os.path.join(os.environ["MARKERS"], me)
-    if me == "worker-0" and not os.path.exists(marker):
-        open(marker, "w").close()
-        print("step=1 loss=0.9", flush=True)
-        print("RuntimeError: NCCL error in: ProcessGroupNCCL.cpp:1331, unhandled system error, NCCL version 2.18.1",
-              file=sys.stderr, flush=True)
-        sys.exit(1)
-    for step in range(1, 4):
-        print(f"step={step}", flush=True)
-        time.sleep(0.05)
-    """
-)
-
-
 @pytest.fixture
 def scrape_token(settings):
     settings.VIGIL_METRICS_TOKEN = TOKEN
@@ -81,16 +58,9 @@ def sweep_until(job: Job, done, seconds: float = 30.0) -> Job:
 
 def test_a_real_restart_moves_the_counters_a_scraper_reads(
         live_server, scrape_token, alice, alice_ws, api_as, job_body, local_backend, tmp_path):
-    script = tmp_path / "train.py"
-    script.write_text(SCRIPT)
-    (tmp_path / "markers").mkdir()
     before = scrape(live_server)
-
-    r = api_as(alice).post("/api/v1/jobs/", job_body(
-        alice_ws, user_command=f"{sys.executable} {script}", envs={"MARKERS": str(tmp_path / "markers")},
-        settings={"enable_error_monitoring_in_aimaster": True, "error_monitoring_args": ARGS}), format="json")
-    assert r.status_code == 201, r.content
-    job = sweep_until(Job.objects.get(pk=r.json()["id"]), finished)
+    job = submit_fault_once(api_as(alice), job_body(alice_ws), tmp_path)
+    job = sweep_until(job, finished)
     assert job.status == JobStatus.SUCCEEDED and job.current_attempt == 2, job.reason
     record = RestartRecord.objects.get(job=job)
     assert record.family and record.rule

@@ -5,13 +5,10 @@ restart of a real job on a loopback webhook."""
 
 from __future__ import annotations
 
-import sys
-import textwrap
-
 import pytest
 
 from jobs.models import Job, JobEvent, JobStatus
-from monitoring.testing import finished, tick_until
+from monitoring.testing import finished, submit_fault_once, tick_until
 from notifications.models import Channel, Delivery, DeliveryStatus, EventRule
 
 BASE = "/api/v1/workspaces/{ws}/notifications/"
@@ -94,8 +91,6 @@ def test_members_and_viewers_read_with_secrets_masked_and_change_nothing(objects
 
 def test_bobs_objects_are_404_through_alices_workspace(alice_api, objects, bob, bob_ws, make_channel, make_rule,
                                                        make_event):
-    from jobs.models import Job
-
     theirs = make_channel(HOOK, name="theirs", workspace=bob_ws)
     rule = make_rule(theirs, workspace=bob_ws)
     job = Job.objects.create(workspace=bob_ws, created_by=bob, display_name="bobs", user_command="true")
@@ -301,26 +296,6 @@ def test_the_openapi_schema_describes_the_notification_endpoints(alice_api):
 
 # --- end to end -----------------------------------------------------------------------------
 
-ARGS = ("--job-execution-mode=Sync --enable-job-restart=True --max-num-of-job-restart=3 "
-        "--fault-tolerant-policy=ExitCodeAndErrorMsg")
-SCRIPT = textwrap.dedent(
-    """
-    import os, sys, time
-    me = os.environ["VIGIL_INSTANCE"]
-    marker = os.path.join(os.environ["MARKERS"], me)
-    if me == "worker-0" and not os.path.exists(marker):
-        open(marker, "w").close()
-        print("step=1", flush=True)
-        print("RuntimeError: NCCL error in: ProcessGroupNCCL.cpp:1331, unhandled system error, NCCL version 2.18.1",
-              file=sys.stderr, flush=True)
-        sys.exit(1)
-    for step in range(1, 4):
-        print(f"step={step}", flush=True)
-        time.sleep(0.05)
-    """
-)
-
-
 @pytest.mark.django_db(transaction=True)
 def test_a_channel_and_rule_made_through_the_api_hear_about_a_real_restart(
         alice_api, alice_ws, job_body, local_backend, http_sink, loopback_allowed, tmp_path, client):
@@ -340,14 +315,8 @@ def test_a_channel_and_rule_made_through_the_api_hear_about_a_real_restart(
                        format="json")
     assert r.status_code == 201, r.content
     rule = r.json()
-    script = tmp_path / "train.py"
-    script.write_text(SCRIPT)
-    (tmp_path / "markers").mkdir()
-    r = alice_api.post("/api/v1/jobs/", job_body(
-        alice_ws, display_name="api-notify", user_command=f"{sys.executable} {script}",
-        envs={"MARKERS": str(tmp_path / "markers")},
-        settings={"enable_error_monitoring_in_aimaster": True, "error_monitoring_args": ARGS}), format="json")
-    job = tick_until(Job.objects.get(pk=r.json()["id"]), finished, backend=local_backend)
+    job = submit_fault_once(alice_api, job_body(alice_ws, display_name="api-notify"), tmp_path)
+    job = tick_until(job, finished, backend=local_backend)
     assert job.status == JobStatus.SUCCEEDED and job.current_attempt == 2, job.reason
 
     [delivery] = alice_api.get(url(DELIVERIES) + f"?rule={rule['id']}").json()["results"]
