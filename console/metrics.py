@@ -26,10 +26,12 @@ channel kinds, delivery statuses. Never a job id, a user, or user text.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import os
 import socket
+import threading
 import time
 from dataclasses import dataclass
 
@@ -222,6 +224,7 @@ def delivery_attempted(channel_kind: str, status: str, event_at=None) -> None:
 VIEWERS_TTL = 120  # a dead web process's viewers vanish after this long
 _viewers = 0
 _viewers_written = 0.0
+_viewers_lock = threading.Lock()
 
 
 def _viewers_key() -> str:
@@ -231,19 +234,27 @@ def _viewers_key() -> str:
 def log_viewers(delta: int = 0) -> None:
     """This process's open log streams, kept under a per-process key with a TTL (so a
     crashed web process does not count its viewers forever). delta=0 refreshes the
-    TTL, at most every few seconds (the streams call it on every tick)."""
+    TTL, at most every few seconds. The lock spans the count and its write, so the
+    write that lands last carries the latest count."""
     global _viewers, _viewers_written
-    _viewers += delta
-    now = time.monotonic()
-    if delta or now - _viewers_written > VIEWERS_TTL / 4:
-        _viewers_written = now
-        count = _viewers
-        _write(lambda p: p.set(_viewers_key(), count, ex=VIEWERS_TTL))
+    with _viewers_lock:
+        _viewers += delta
+        now = time.monotonic()
+        if delta or now - _viewers_written > VIEWERS_TTL / 4:
+            _viewers_written = now
+            count = _viewers
+            _write(lambda p: p.set(_viewers_key(), count, ex=VIEWERS_TTL))
 
 
 def lines_streamed(count: int) -> None:
     if count:
         inc("vigil_log_lines_streamed", count)
+
+
+def in_background(fn, *args) -> None:
+    """From async code (the log streams): record in a thread, never waiting for it, so
+    a stalled Redis never holds up the event loop or a stream."""
+    asyncio.get_running_loop().run_in_executor(None, fn, *args)
 
 
 # --- the scrape (web process) ----------------------------------------------------------

@@ -584,7 +584,7 @@ class JobConsumer(BoundedClientJson, AccessGuard, AsyncJsonWebsocketConsumer):
         cursors: dict[str, LogCursor] = {}
         view = None
         next_refresh = 0.0
-        metrics.log_viewers(1)  # sync like the -1 below, so the two always pair up
+        metrics.in_background(metrics.log_viewers, 1)
         try:
             if fixed_attempt is None:
                 # A reconnect while following: first the end of the attempt it followed
@@ -594,7 +594,7 @@ class JobConsumer(BoundedClientJson, AccessGuard, AsyncJsonWebsocketConsumer):
                 now = loop.time()
                 if now >= next_refresh:
                     next_refresh = now + REFRESH
-                    await sync_to_async(metrics.log_viewers, thread_sensitive=False)()  # keeps this stream counted
+                    metrics.in_background(metrics.log_viewers)  # keeps this stream counted
                     if fixed_attempt is None:
                         state = await _job_state(self.job_id)
                         if state and state["current_attempt"] and state["current_attempt"] != number:
@@ -635,7 +635,7 @@ class JobConsumer(BoundedClientJson, AccessGuard, AsyncJsonWebsocketConsumer):
         finally:
             for c in cursors.values():
                 c.close()
-            metrics.log_viewers(-1)  # sync: a cancelled task cannot await; one short Redis write
+            metrics.in_background(metrics.log_viewers, -1)
 
     async def _drain(self, number: int, cursors: dict, offsets: dict, lines: dict) -> None:
         """Send what is left of an attempt's logs, its last partial line included,
@@ -707,7 +707,7 @@ class JobConsumer(BoundedClientJson, AccessGuard, AsyncJsonWebsocketConsumer):
         line = lines[key]
         offsets[key] = offset + len(chunk)
         lines[key] = line + chunk.count(b"\n")
-        await sync_to_async(metrics.lines_streamed, thread_sensitive=False)(lines[key] - line)
+        metrics.in_background(metrics.lines_streamed, lines[key] - line)
         await self.send_json({
             "type": "log",
             "attempt": number,

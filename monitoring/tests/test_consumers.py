@@ -398,3 +398,39 @@ def test_a_reconnect_after_a_restart_shows_the_end_of_the_failed_attempt_before_
     batches = [(m["attempt"], line) for m in again if m["type"] == "log" and m["instance"] == "worker-0"
                for line in m["lines"]]
     assert batches == [(1, nccl), (1, "last words without a newline"), (2, "attempt 2 step 1")]
+
+
+def scraped(name: str) -> float:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from console.metrics import render
+
+    text = render()[0].decode()
+    return sum(s.value for f in text_string_to_metric_families(text) for s in f.samples if s.name == name)
+
+
+def test_a_live_log_stream_counts_as_a_viewer_and_its_lines_as_streamed(app, alice, running_job, memory_backend):
+    job, handle = running_job
+    memory_backend.write_log(handle, "worker-0", "".join(f"step {i}\n" for i in range(6)))
+    viewers, lines = scraped("vigil_log_viewers"), scraped("vigil_log_lines_streamed_total")
+    cookie = session_cookie(alice)
+
+    async def until(check):
+        # The stream records in a thread, never waiting for Redis: give it a moment.
+        for _ in range(100):
+            if await sync_to_async(check)():
+                return
+            await asyncio.sleep(0.02)
+        raise AssertionError("the metrics did not move")
+
+    async def scenario():
+        comm = communicator(app, job.pk, cookie)
+        assert (await comm.connect())[0]
+        await comm.send_json_to({"type": "hello", "after_event": None, "logs": {"attempt": None, "offsets": {}}})
+        await collect(comm, lambda ms: len(log_lines(ms, "worker-0")) >= 6)
+        await until(lambda: scraped("vigil_log_viewers") == viewers + 1
+                    and scraped("vigil_log_lines_streamed_total") >= lines + 6)
+        await comm.disconnect()
+        await until(lambda: scraped("vigil_log_viewers") == viewers)
+
+    async_to_sync(scenario)()
