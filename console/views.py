@@ -90,7 +90,12 @@ def metrics(request):
         return refusal
     from console.metrics import render
 
-    body, content_type = render()
+    try:
+        body, content_type = render()
+    except Exception as exc:  # noqa: BLE001 - Redis or the database down: a failed scrape, not a 500 trace
+        response = HttpResponse(f"metrics unavailable: {type(exc).__name__}\n", status=503, content_type="text/plain")
+        response._has_been_logged = True  # Prometheus shows the failed scrape; no ERROR line per scrape
+        return response
     response = HttpResponse(body, content_type=content_type)
     response["Cache-Control"] = "no-store"
     return response

@@ -136,3 +136,13 @@ def test_an_allowed_address_scrapes_directly_but_not_through_the_proxy(live_serv
     assert requests.get(url, headers={"X-Forwarded-For": "203.0.113.9"}, timeout=10).status_code == 401
     settings.VIGIL_METRICS_ALLOW = ["10.0.0.0/8"]
     assert requests.get(url, timeout=10).status_code == 401
+
+
+def test_a_scrape_while_redis_is_down_is_a_503_not_a_500(live_server, scrape_token, monkeypatch):
+    import redis
+
+    from console import health
+
+    monkeypatch.setattr(health, "_client", redis.Redis.from_url("redis://127.0.0.1:9/0", socket_connect_timeout=0.5))
+    r = requests.get(live_server.url + "/metrics", headers={"Authorization": f"Bearer {TOKEN}"}, timeout=10)
+    assert r.status_code == 503 and "unavailable" in r.text
