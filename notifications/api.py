@@ -20,6 +20,7 @@ from rest_framework.decorators import action
 from rest_framework.response import Response
 
 from jobs.api import Conflict
+from jobs.inputs import MAX_BIGINT, InputError, query_int, workspace_ref
 from jobs.models import ADMIN_ROLES, NOTIFIABLE_EVENT_TYPES, Workspace
 
 from . import dispatch
@@ -130,7 +131,7 @@ class EventRuleWriteSerializer(FormValidated):
     event_types = serializers.ListField(child=_text(), help_text="any of: " + ", ".join(t.value for t in NOTIFIABLE_EVENT_TYPES))
     job_scope = _text(required=False, help_text='"all" (default) or "pattern"')
     job_pattern = _text(required=False)
-    channels = serializers.ListField(child=serializers.IntegerField(), help_text="ids of this workspace's channels")
+    channels = serializers.ListField(child=serializers.IntegerField(min_value=1, max_value=MAX_BIGINT), help_text="ids of this workspace's channels")
     enabled = serializers.BooleanField(required=False, help_text="default true")
 
     def defaults(self):
@@ -153,9 +154,11 @@ class InWorkspace(viewsets.GenericViewSet):
 
     def get_workspace(self) -> Workspace:
         if not hasattr(self, "_workspace"):
-            ref = str(self.kwargs["workspace"])
-            mine = Workspace.objects.for_user(self.request.user)
-            ws = mine.filter(pk=int(ref)).first() if ref.isdigit() else mine.filter(slug=ref).first()
+            try:
+                key, ref = workspace_ref(self.kwargs["workspace"])
+            except InputError:
+                raise exceptions.NotFound("No such workspace.") from None
+            ws = Workspace.objects.for_user(self.request.user).filter(**{key: ref}).first()
             if ws is None:
                 raise exceptions.NotFound("No such workspace.")
             self._workspace = ws
@@ -258,8 +261,8 @@ class EventRuleViewSet(Writable):
 
 
 class DeliveryFilter(serializers.Serializer):
-    rule = serializers.IntegerField(required=False)
-    channel = serializers.IntegerField(required=False)
+    rule = serializers.IntegerField(required=False, help_text="a rule id")
+    channel = serializers.IntegerField(required=False, help_text="a channel id")
     status = serializers.ChoiceField(choices=DeliveryStatus.choices, required=False)
     type = serializers.CharField(required=False, help_text="event type")
 
@@ -279,13 +282,16 @@ class DeliveryViewSet(InWorkspace):
               .select_related("event", "channel").prefetch_related("matched_rules").order_by("-created_at", "-id"))
         if self.action != "list":
             return qs
-        given = DeliveryFilter(data=self.request.query_params)
+        params = self.request.query_params
+        given = DeliveryFilter(data={k: params[k] for k in ("status", "type") if k in params})
         given.is_valid(raise_exception=True)
         f = given.validated_data
-        if "rule" in f:
-            qs = qs.filter(matched_rules=f["rule"])
-        if "channel" in f:
-            qs = qs.filter(channel_id=f["channel"])
+        # Ids as everywhere in the API: ASCII digits within a database column (jobs.inputs).
+        rule, channel = query_int(params, "rule", minimum=1), query_int(params, "channel", minimum=1)
+        if rule is not None:
+            qs = qs.filter(matched_rules=rule)
+        if channel is not None:
+            qs = qs.filter(channel_id=channel)
         if "status" in f:
             qs = qs.filter(status=f["status"])
         if "type" in f:

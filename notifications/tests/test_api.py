@@ -106,6 +106,7 @@ def test_bobs_objects_are_404_through_alices_workspace(alice_api, objects, bob, 
 def test_the_workspace_is_found_by_id_or_slug_and_a_login_is_needed(alice_api, alice_ws, objects, client):
     assert alice_api.get(url(CHANNELS, ws=alice_ws.pk)).json()["count"] == 1
     assert alice_api.get(url(CHANNELS, ws="no-such-lab")).status_code == 404
+    assert alice_api.get(url(CHANNELS, ws="9" * 30)).status_code == 404
     assert client.get(url(CHANNELS)).status_code in (401, 403)
 
 
@@ -217,6 +218,7 @@ def test_an_admin_creates_updates_and_deletes_a_rule(alice_api, objects):
     ({"channels": []}, "channels"),
     ({"channels": ["ops"]}, "channels"),
     ({"channels": [999999]}, "channels"),
+    ({"channels": [10 ** 30]}, "channels"),
     ({"job_scope": "pattern", "job_pattern": ""}, "job_pattern"),
     ({"job_scope": "pattern", "job_pattern": "x" * 201}, "job_pattern"),
     ({"job_scope": "some"}, "job_scope"),
@@ -257,7 +259,8 @@ def test_deliveries_filter_by_rule_channel_status_and_type(alice_api, objects):
     assert (one["event_type"], one["channel_kind"], one["matched_rules"]) == ("restart", "webhook", [rule.pk])
 
 
-@pytest.mark.parametrize("query, field", [("?status=lost", "status"), ("?rule=one", "rule"), ("?channel=x", "channel")])
+@pytest.mark.parametrize("query, field", [("?status=lost", "status"), ("?rule=one", "rule"), ("?channel=x", "channel"),
+                                          ("?rule=" + "9" * 30, "rule"), ("?channel=%EF%BC%91", "channel")])
 def test_a_bad_delivery_filter_is_a_400_naming_it(alice_api, objects, query, field):
     r = alice_api.get(url(DELIVERIES) + query)
     assert r.status_code == 400 and field in r.json()
