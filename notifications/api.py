@@ -152,6 +152,11 @@ class InWorkspace(viewsets.GenericViewSet):
 
     lookup_value_regex = r"\d+"
 
+    def initial(self, request, *args, **kwargs):
+        super().initial(request, *args, **kwargs)
+        if request.method in ("POST", "PUT", "PATCH"):
+            _ = request.data  # a malformed body is a 400 before any lookup, as on every JSON endpoint
+
     def get_workspace(self) -> Workspace:
         if not hasattr(self, "_workspace"):
             try:
