@@ -28,6 +28,26 @@ def env_list(name: str, default: str = "") -> list[str]:
 DATA_DIR = Path(os.environ.get("VIGIL_DATA_DIR", BASE_DIR / "var")).resolve()
 DATA_DIR.mkdir(parents=True, exist_ok=True)
 
+# --- As which OS user local jobs run (jobs/backends/osuser.py) -----------------------
+# A console running as root never runs a job as root: each job runs as its workspace's
+# `run_as` user or else this one. VIGIL_LOCAL_ALLOW_ROOT=1 runs them as root instead.
+VIGIL_LOCAL_RUN_AS = os.environ.get("VIGIL_LOCAL_RUN_AS", "nobody")
+VIGIL_LOCAL_ALLOW_ROOT = env_bool("VIGIL_LOCAL_ALLOW_ROOT", False)
+# Jobs that run as another user pass through the data dir to their own attempt's
+# directory (0711: they cannot list it); otherwise nobody but the console enters it.
+LOCAL_JOBS_SWITCH_USER = os.geteuid() == 0 and not VIGIL_LOCAL_ALLOW_ROOT
+
+
+def _secure_data_dir() -> None:
+    """The data dir and its secrets are the console's alone, also on installs made before
+    that was enforced (the SQLite file is fixed again on each connection: console/apps.py)."""
+    from console.datadir import secure
+
+    secure(DATA_DIR, traversable=LOCAL_JOBS_SWITCH_USER)
+
+
+_secure_data_dir()
+
 DEBUG = env_bool("DEBUG", False)
 
 
@@ -293,6 +313,8 @@ JOB_BACKENDS = {
             "data_dir": str(DATA_DIR / "local-backend"),
             "redis_url": REDIS_URL,
             "grace": VIGIL_STOP_GRACE_SECONDS,
+            "run_as": VIGIL_LOCAL_RUN_AS,
+            "allow_root": VIGIL_LOCAL_ALLOW_ROOT,
         },
     },
 }

@@ -294,6 +294,8 @@ def attempt_launch_spec(job: Job, attempt: Attempt, avoid_nodes=()) -> AttemptLa
         env=env,
         workdir=job.workdir or None,
         avoid_nodes=tuple(avoid_nodes),
+        run_as=job.workspace.run_as,
+        account=job.workspace.slurm_account,
     )
 
 

@@ -33,7 +33,11 @@ class MembershipInline(admin.TabularInline):
 
 @admin.register(Workspace)
 class WorkspaceAdmin(admin.ModelAdmin):
-    list_display = ("name", "slug", "created_at")
+    list_display = ("name", "slug", "run_as", "slurm_account", "created_at")
+    fieldsets = (
+        (None, {"fields": ("name", "slug")}),
+        ("Where its jobs run (docs/security.md)", {"fields": ("run_as", "slurm_account")}),
+    )
     search_fields = ("name", "slug")
     prepopulated_fields = {"slug": ("name",)}
     inlines = [MembershipInline]

@@ -9,6 +9,7 @@ import secrets
 from datetime import timedelta
 
 from django.conf import settings
+from django.core.validators import RegexValidator
 from django.db import models
 from django.utils import timezone
 
@@ -31,6 +32,11 @@ class WorkspaceQuerySet(models.QuerySet):
         return self.filter(memberships__user=user).distinct()
 
 
+OS_USER_NAME = RegexValidator(r"^[a-z_][a-z0-9_.-]{0,31}$", "An OS user name: lowercase letters, digits, '_', '.', '-'.")
+SLURM_ACCOUNT_NAME = RegexValidator(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$",
+                                    "A Slurm account: letters, digits, '_', '.', '-'.")
+
+
 class Workspace(models.Model):
     name = models.CharField(max_length=100, validators=[validate_name])
     # Starts with a letter, so that an all-digit reference is always an id.
@@ -39,6 +45,17 @@ class Workspace(models.Model):
     # Retryable error keywords that count for every job of the workspace (added by an
     # owner/admin from a failure's verdict, issue 13), after each job's own.
     retryable_keywords = models.JSONField(default=list, blank=True)
+    # Set by staff only (admin): who this workspace's jobs run as on this machine and the
+    # cluster, when the console may switch users (docs/security.md).
+    run_as = models.CharField(
+        "run as OS user", max_length=32, blank=True, default="", validators=[OS_USER_NAME],
+        help_text="The OS user this workspace's jobs run as (local backend, and Slurm when the console "
+                  "runs as root). Empty: VIGIL_LOCAL_RUN_AS (nobody) locally, the console's "
+                  "own cluster user on Slurm.")
+    slurm_account = models.CharField(
+        max_length=64, blank=True, default="", validators=[SLURM_ACCOUNT_NAME],
+        help_text="The Slurm account (sbatch --account) this workspace's jobs are charged to. "
+                  "Empty: the backend's account option.")
 
     objects = WorkspaceQuerySet.as_manager()
 

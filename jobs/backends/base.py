@@ -90,6 +90,9 @@ class AttemptLaunch:
     env: dict = field(default_factory=dict)
     workdir: str | None = None
     avoid_nodes: tuple[str, ...] = ()
+    # The workspace's OS user ("" = the backend's default) and Slurm account ("" = the backend's).
+    run_as: str = ""
+    account: str = ""
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)

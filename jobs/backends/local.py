@@ -31,7 +31,25 @@ oversubscribed. Slots are counted within one attempt.
 Environment of an instance: a few inherited variables (option `inherit_env`),
 PYTHONUNBUFFERED=1 (so the log's mtime tracks output), then the attempt's env,
 the instance's env, and last the framework and VIGIL_* variables, which the
-user cannot override (frameworks.py says why).
+user cannot override (frameworks.py says why). Nothing else of the console's
+environment (REDIS_URL, SECRET_KEY, DATABASE_URL) reaches a job: the shim, not
+the job, reports the exit.
+
+As which OS user (osuser.py): when the backend runs as root, each job runs as
+the workspace's `run_as` user or else option `run_as` (VIGIL_LOCAL_RUN_AS,
+default `nobody`), never as root unless option `allow_root`
+(VIGIL_LOCAL_ALLOW_ROOT=1). The shim stays root and drops privileges for the
+job's process only. Then the tree is laid out so that a job reaches only what
+is its own:
+
+    <data>, jobs/, jobs/<job_id>/, attempt-<n>/, <instance>/   root, 0711: pass through, never list
+    every file the backend or shim writes (spec.json, attempt.json,
+    state/exit/stop.json, output.log, shim.log)               root, 0600
+    <instance>/home/    the job's HOME, TMPDIR (home/tmp) and XDG_CACHE_HOME (home/.cache), job user, 0700
+    jobs/<job_id>/work/ the default working directory, job user, 0700
+
+Without a switch (the backend is not root, or jobs run as root on purpose)
+the directories are 0700 and HOME/TMPDIR are inherited as before.
 """
 
 from __future__ import annotations
@@ -53,7 +71,7 @@ from urllib.parse import unquote, urlsplit
 
 import psutil
 
-from . import frameworks, shim
+from . import frameworks, osuser, shim
 from .. import faults
 from .base import (AttemptLaunch, Backend, BackendError, InstanceState, InstanceStatus, LaunchInProgress, Node,
                    read_log_file, tail_log_file)
@@ -96,6 +114,8 @@ class LocalBackend(Backend):
         channel_prefix: str = "vigil",
         inherit_env: list[str] | tuple[str, ...] = DEFAULT_INHERIT,
         python: str | None = None,
+        run_as: str = osuser.DEFAULT_RUN_AS,
+        allow_root: bool = False,
     ):
         super().__init__(name)
         data_dir = data_dir or os.environ.get("VIGIL_DATA_DIR") or os.path.join("var", "local-backend")
@@ -111,7 +131,11 @@ class LocalBackend(Backend):
         self.redis = self._parse_redis(redis_url, channel_prefix)
         self.inherit_env = tuple(inherit_env)
         self.python = python or sys.executable
-        os.makedirs(os.path.join(self.data_dir, "jobs"), exist_ok=True)
+        if not isinstance(run_as, str) or not run_as:
+            raise BackendError(f"local backend option 'run_as': {run_as!r} is not an OS user name")
+        self.run_as = run_as
+        self.allow_root = bool(allow_root)
+        os.makedirs(os.path.join(self.data_dir, "jobs"), mode=0o700, exist_ok=True)
 
     # -- options -------------------------------------------------------------
     @staticmethod
@@ -173,6 +197,10 @@ class LocalBackend(Backend):
         return os.path.join(handle["dir"], name)
 
     # -- launch --------------------------------------------------------------
+    def identity(self, requested: str = "") -> osuser.RunAs:
+        """Who a job of a workspace asking for `requested` ("" = nothing) runs as."""
+        return osuser.resolve_run_as(requested, default=self.run_as, allow_root=self.allow_root)
+
     # A launch is a sequence of steps, each of which a worker death may interrupt:
     # claim (the attempt directory, launch.json naming the launcher), spec.json per
     # instance, attempt.json (the handle), each shim started, each shim ready, and
@@ -185,21 +213,23 @@ class LocalBackend(Backend):
     # killed by PID) and launched again from the start.
     def launch(self, spec: AttemptLaunch) -> dict:
         self._check_spec(spec)
+        who = self.identity(spec.run_as)
         attempt_dir = self.attempt_dir(spec.job_id, spec.attempt)
-        os.makedirs(os.path.dirname(attempt_dir), exist_ok=True)
+        self._private_dirs(os.path.dirname(attempt_dir), who)
         with self._launch_lock(spec.job_id, spec.attempt):
             if os.path.isdir(attempt_dir):
                 handle = self._resume(attempt_dir)
                 if handle is not None:
                     return handle
             os.mkdir(attempt_dir)  # the claim
-            _write_private_json(os.path.join(attempt_dir, LAUNCH), {
+            os.chmod(attempt_dir, _dir_mode(who))
+            shim.write_json_atomic(os.path.join(attempt_dir, LAUNCH), {
                 "pid": os.getpid(), "start": shim.proc_start_ticks(os.getpid()), "boot_id": _BOOT_ID,
                 "claimed_at": time.time(), "launched_at": None,
             })
             faults.point("launch.after_claim")
             try:
-                handle = self._launch_claimed(spec, attempt_dir)
+                handle = self._launch_claimed(spec, attempt_dir, who)
                 self._mark_launched(attempt_dir)
             except BaseException:
                 self._abandon(attempt_dir)
@@ -222,7 +252,7 @@ class LocalBackend(Backend):
     def _mark_launched(self, attempt_dir):
         claim = shim.read_json(os.path.join(attempt_dir, LAUNCH)) or {}
         claim["launched_at"] = time.time()
-        _write_private_json(os.path.join(attempt_dir, LAUNCH), claim)
+        shim.write_json_atomic(os.path.join(attempt_dir, LAUNCH), claim)
 
     def _resume(self, attempt_dir) -> dict | None:
         """An attempt directory exists and nobody is launching it (we hold the lock):
@@ -240,6 +270,34 @@ class LocalBackend(Backend):
             return handle
         self._abandon(attempt_dir)
         return None
+
+    def _private_dirs(self, job_dir: str, who: osuser.RunAs) -> None:
+        """The data dir, jobs/ and the job's directory exist with the modes of the layout:
+        0711 when jobs run as another user (they pass through to their own files), else 0700."""
+        mode = _dir_mode(who)
+        for d in (self.data_dir, os.path.join(self.data_dir, "jobs"), job_dir):
+            os.makedirs(d, mode=mode, exist_ok=True)
+            if os.stat(d).st_uid == os.geteuid() and (os.stat(d).st_mode & 0o777) != mode:
+                os.chmod(d, mode)
+        if who.switch:
+            blocked = osuser.blocked_ancestor(job_dir, who)
+            if blocked:
+                raise BackendError(f"jobs run as OS user {who.name!r}, who cannot pass through {blocked}: "
+                                   f"give it the search (x) permission or move the data dir "
+                                   f"({self.data_dir})")
+
+    def _job_owned_dir(self, path: str, who: osuser.RunAs) -> None:
+        """A directory the job writes to: 0700 and the job user's (files moved on if the
+        workspace's user changed since an earlier attempt)."""
+        os.makedirs(path, mode=0o700, exist_ok=True)
+        if not who.switch:
+            return
+        if os.stat(path).st_uid != who.uid:
+            for root, dirs, files in os.walk(path):
+                for name in dirs + files:
+                    os.chown(os.path.join(root, name), who.uid, who.gid, follow_symlinks=False)
+            os.chown(path, who.uid, who.gid)
+        os.chmod(path, 0o700)
 
     def _abandon(self, attempt_dir):
         """A launch failed or died half-way: kill every shim and rank it started and
@@ -308,7 +366,7 @@ class LocalBackend(Backend):
         except LaunchInProgress:
             pass
 
-    def _launch_claimed(self, spec: AttemptLaunch, attempt_dir: str) -> dict:
+    def _launch_claimed(self, spec: AttemptLaunch, attempt_dir: str, who: osuser.RunAs) -> dict:
         placement = self._place(spec)
         previous = shim.read_json(os.path.join(self.attempt_dir(spec.job_id, spec.attempt - 1), ATTEMPT)) or {}
         ports = self._free_ports(len(spec.instances), avoid=set((previous.get("ports") or {}).values()))
@@ -324,20 +382,24 @@ class LocalBackend(Backend):
         except frameworks.FrameworkError as exc:
             raise BackendError(str(exc)) from exc
 
-        workdir = spec.workdir or os.path.join(self.data_dir, "jobs", str(spec.job_id), "work")
-        os.makedirs(workdir, exist_ok=True)
+        workdir = spec.workdir
+        if not workdir:
+            workdir = os.path.join(self.data_dir, "jobs", str(spec.job_id), "work")
+            self._job_owned_dir(workdir, who)
         base = {k: os.environ[k] for k in self.inherit_env if k in os.environ}
         base["PYTHONUNBUFFERED"] = "1"
         for inst in spec.instances:
             idir = placements[inst.name].dir
-            os.mkdir(idir)
+            os.mkdir(idir, _dir_mode(who))
+            os.chmod(idir, _dir_mode(who))
             setup = setups[inst.name]
             for path, content in setup.files.items():
-                with open(path, "w") as f:
+                with open(path, "w") as f:  # the MPI hostfile: the job reads it, nothing secret
                     f.write(content)
-            env = frameworks.instance_environment(base, spec.env, inst.env, setup.env)
-            self._write_spec(idir, spec, inst.name, inst.command, env, workdir, run=1)
-            open(os.path.join(idir, LOG), "ab").close()
+            env = frameworks.instance_environment({**base, **self._home_env(idir, who)}, spec.env, inst.env,
+                                                  setup.env)
+            self._write_spec(idir, spec, inst.name, inst.command, env, workdir, run=1, who=who)
+            os.close(os.open(os.path.join(idir, LOG), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600))
 
         handle = {
             "backend": self.name,
@@ -346,6 +408,7 @@ class LocalBackend(Backend):
             "job_type": spec.job_type,
             "dir": attempt_dir,
             "launched_at": time.time(),
+            "run_as": who.name,
             "ports": {inst.name: p.port for inst, p in ((i, placements[i.name]) for i in spec.instances)},
             # PyTorch's rendezvous port (rank 0's), kept on the Attempt row; None for other frameworks.
             "master_port": (placements[min(spec.instances, key=lambda i: i.rank).name].port
@@ -388,7 +451,20 @@ class LocalBackend(Backend):
         if spec.workdir and not os.path.isdir(spec.workdir):
             raise BackendError(f"workdir: {spec.workdir!r} is not a directory on this machine")
 
-    def _write_spec(self, idir, spec, name, command, env, workdir, run):
+    def _home_env(self, idir: str, who: osuser.RunAs) -> dict:
+        """For a job that runs as another user: a HOME, TMPDIR and cache of its own (the
+        console's HOME is not its to write, and PyTorch, Triton and pip want one), and the
+        names that say who it is. The job's own envs may still override them."""
+        if not who.switch:
+            return {}
+        home = os.path.join(idir, "home")
+        self._job_owned_dir(home, who)
+        for sub in ("tmp", ".cache"):
+            self._job_owned_dir(os.path.join(home, sub), who)
+        return {"HOME": home, "TMPDIR": os.path.join(home, "tmp"), "XDG_CACHE_HOME": os.path.join(home, ".cache"),
+                "USER": who.name, "LOGNAME": who.name, "SHELL": "/bin/sh"}
+
+    def _write_spec(self, idir, spec, name, command, env, workdir, run, who: osuser.RunAs):
         data = {
             "job_id": str(spec.job_id),
             "attempt": spec.attempt,
@@ -400,8 +476,10 @@ class LocalBackend(Backend):
             "log": LOG,
             "leftover_grace": self.leftover_grace,
             "redis": self.redis,
+            "user": ({"name": who.name, "uid": who.uid, "gid": who.gid, "groups": list(who.groups)}
+                     if who.switch else None),
         }
-        _write_private_json(os.path.join(idir, shim.SPEC), data)
+        shim.write_json_atomic(os.path.join(idir, shim.SPEC), data)
 
     def _start_shims(self, handle, names):
         """Start one shim per name and wait until each has its child running."""
@@ -409,7 +487,8 @@ class LocalBackend(Backend):
         for name in names:
             idir = os.path.join(handle["dir"], name)
             rfd, wfd = os.pipe()
-            with open(os.path.join(idir, "shim.log"), "ab") as shim_log:
+            shim_log_fd = os.open(os.path.join(idir, "shim.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+            with os.fdopen(shim_log_fd, "ab") as shim_log:
                 proc = subprocess.Popen(
                     [self.python, "-I", "-S", SHIM_PATH, idir, str(wfd)],
                     stdin=subprocess.DEVNULL, stdout=shim_log, stderr=shim_log,
@@ -735,7 +814,7 @@ class LocalBackend(Backend):
                     + f"===== vigil: {name} restarted (run {run + 1} of attempt {handle['attempt']}) at {stamp} =====\n".encode())
         spec["run"] = run + 1
         spec["redis"] = self.redis
-        _write_private_json(os.path.join(idir, shim.SPEC), spec)
+        shim.write_json_atomic(os.path.join(idir, shim.SPEC), spec)
         self._start_shims(handle, [name])
         return handle
 
@@ -823,13 +902,8 @@ def _listdir(path) -> list[str]:
         return []
 
 
-def _write_private_json(path, data) -> None:
-    """Atomically write a file only its owner can read (spec.json holds the job token)."""
-    tmp = f"{path}.tmp.{os.getpid()}"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as f:
-        json.dump(data, f)
-    os.replace(tmp, path)
+def _dir_mode(who: osuser.RunAs) -> int:
+    return 0o711 if who.switch else 0o700
 
 
 def _last_byte(path) -> bytes:

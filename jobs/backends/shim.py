@@ -24,8 +24,15 @@ depend on Django, Redis or the process that launched it:
 6. end whatever the instance left behind (SIGTERM, then SIGKILL).
 
 spec.json (written by the backend) holds: command, env, cwd, job_id, attempt,
-instance, run, log, leftover_grace and redis ({host, port, username, password,
-channel} or null).
+instance, run, log, leftover_grace, redis ({host, port, username, password,
+channel} or null) and user ({name, uid, gid, groups} or null).
+
+When `user` is given (the shim runs as root, the job must not), only the child
+drops privileges: setgroups, setgid, then setuid, after the log file is opened
+and the working directory entered, so the shim itself keeps writing its files,
+announcing the exit and cleaning up as root. Every file the shim writes is
+owner-only (0600): the job cannot read its own spec (the Redis credentials) nor
+another job's.
 """
 
 import json
@@ -69,7 +76,8 @@ def boot_id():
 def write_json_atomic(path, data):
     """Write JSON to `path` so readers see the old file or the new one, never a part."""
     tmp = f"{path}.tmp.{os.getpid()}"
-    with open(tmp, "w") as f:
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
         json.dump(data, f)
     os.replace(tmp, path)
 
@@ -236,7 +244,14 @@ def run(instance_dir, ready_fd):
     exit_path = os.path.join(instance_dir, EXIT)
     log_path = os.path.join(instance_dir, spec.get("log", "output.log"))
     _set_child_subreaper()
-    log_fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    log_fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    user = spec.get("user") or None
+    identity = {}
+    if user:
+        # Only the child: subprocess calls setgroups, setgid and setuid in that order,
+        # after the fork and chdir, so the shim stays root.
+        identity = {"user": int(user["uid"]), "group": int(user["gid"]),
+                    "extra_groups": [int(g) for g in user.get("groups") or ()]}
 
     import subprocess  # here, not at the top: the fork above should be as cheap as possible
 
@@ -251,11 +266,13 @@ def run(instance_dir, ready_fd):
             stderr=log_fd,
             process_group=0,
             close_fds=True,
+            **identity,
         )
-    except OSError as exc:
+    except (OSError, subprocess.SubprocessError) as exc:
         # The command could not even start (missing workdir, no /bin/sh): say so in the
         # log, record it as exit code 127 like a shell would, and announce it.
-        os.write(log_fd, f"vigil: cannot start the instance: {exc}\n".encode())
+        as_user = f" as OS user {user.get('name') or user['uid']}" if user else ""
+        os.write(log_fd, f"vigil: cannot start the instance{as_user}: {exc}\n".encode())
         exited_at = time.time()
         record = {"exit_code": 127, "signal": None, "exited_at": exited_at, "started_at": started_at,
                   "run": run_no, "reason": f"cannot start: {exc}"}

@@ -29,6 +29,14 @@ OPTIONS (settings.JOB_BACKENDS["slurm"]["OPTIONS"]), all optional but log_dir:
     port_base, port_span  instance ports (MASTER_PORT, TF) are taken from this range
     redis_url          where instances announce their exit ("" = don't); nodes must reach it
     channel_prefix     exits are published on "<prefix>:instance-exit" ("vigil")
+
+Workspaces (AttemptLaunch.account, AttemptLaunch.run_as): a workspace's Slurm account
+replaces `account`. A workspace's OS user (`run_as`) is who the allocation runs as
+(sbatch --uid/--gid), which only a console running as root may ask for: the attempt's
+directory is then that user's (0700), so no other cluster user reads its token or
+logs, while the console (root) still reads and writes it. Otherwise every workspace's
+jobs run as the console's own cluster user, and a workspace with a run_as is refused
+rather than run as someone else (docs/slurm.md, docs/security.md).
 """
 
 from __future__ import annotations
@@ -45,6 +53,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
+from . import osuser
 from . import slurm_step as step
 from .base import AttemptLaunch, Backend, BackendError, InstanceState, InstanceStatus, Node, read_log_file, tail_log_file
 
@@ -442,7 +451,20 @@ class SlurmBackend(Backend):
         shutil.copyfile(here / "frameworks.py", pkg / "frameworks.py")
         shutil.copyfile(here / "slurm_step.py", runtime / "slurm_step.py")
 
-    def sbatch_argv(self, spec: AttemptLaunch, attempt_dir: Path) -> list[str]:
+    @staticmethod
+    def identity(requested: str) -> osuser.RunAs | None:
+        """The OS user a workspace's allocations run as, or None for the console's own."""
+        if not requested:
+            return None
+        if os.geteuid() != 0:
+            raise BackendError(
+                f"the workspace's jobs must run as OS user {requested!r}, but only a console running as "
+                "root may submit Slurm jobs as another user (sbatch --uid): clear the workspace's run_as, "
+                "or run the console's worker as root")
+        return osuser.resolve_run_as(requested, allow_root=False, setting="the workspace's run_as",
+                                     allow_setting="(no setting: the Slurm backend never runs a workspace as root)")
+
+    def sbatch_argv(self, spec: AttemptLaunch, attempt_dir: Path, who: osuser.RunAs | None = None) -> list[str]:
         o = self.opts
         argv = ["--parsable", f"--job-name={self.job_name(spec.job_id, spec.attempt)}",
                 f"--ntasks={len(spec.instances)}", f"--cpus-per-task={o['cpus_per_instance']}",
@@ -452,14 +474,18 @@ class SlurmBackend(Backend):
             argv.append(f"--gpus-per-task={o['gpus_per_instance']}")
         if o["partition"]:
             argv.append(f"--partition={o['partition']}")
-        if o["account"]:
-            argv.append(f"--account={o['account']}")
+        account = spec.account or o["account"]
+        if account:
+            argv.append(f"--account={account}")
+        if who is not None:
+            argv += [f"--uid={who.uid}", f"--gid={who.gid}"]
         if spec.avoid_nodes:
             argv.append("--exclude=" + ",".join(spec.avoid_nodes))
         return argv + list(o["sbatch_options"])
 
     def launch(self, spec: AttemptLaunch) -> dict:
         self._check_spec(spec)
+        self.identity(spec.run_as)  # refuse before claiming anything
         attempt_dir = self.attempt_dir(spec.job_id, spec.attempt)
         try:
             attempt_dir.parent.mkdir(parents=True, exist_ok=True)
@@ -527,11 +553,27 @@ class SlurmBackend(Backend):
             f" supervise {shlex.quote(str(attempt_dir))}\n")
         job_name = self.job_name(spec.job_id, spec.attempt)
         step.write_json(str(attempt_dir / SUBMITTING), {"job_name": job_name, "ports": ports, "at": time.time()})
-        res = self._run("sbatch", *self.sbatch_argv(spec, attempt_dir), str(script))
+        who = self.identity(spec.run_as)
+        if who is not None:
+            self._hand_over(attempt_dir, who)
+        res = self._run("sbatch", *self.sbatch_argv(spec, attempt_dir, who), str(script))
         job_id = res.stdout.strip().split(";")[0]
         if not job_id.isdigit():
             raise BackendError(f"sbatch gave no job id (said {res.stdout.strip()!r})", retryable=True)
         return self._write_handle(spec, attempt_dir, job_id, ports)
+
+    @staticmethod
+    def _hand_over(attempt_dir: Path, who: osuser.RunAs) -> None:
+        """The allocation runs as `who`: it writes its records and logs into the attempt's
+        directory, which stays 0700, so no other cluster user reads the token in it."""
+        blocked = osuser.blocked_ancestor(str(attempt_dir.parent), who)
+        if blocked:
+            raise BackendError(f"the workspace's OS user {who.name!r} cannot pass through {blocked} on the "
+                               "way to its attempt's directory: give it the search (x) permission")
+        for root, dirs, files in os.walk(attempt_dir):
+            for name in dirs + files:
+                os.chown(os.path.join(root, name), who.uid, who.gid, follow_symlinks=False)
+        os.chown(attempt_dir, who.uid, who.gid)
 
     def _write_handle(self, spec: AttemptLaunch, attempt_dir: Path, slurm_job_id: str, ports: dict) -> dict:
         first = min(spec.instances, key=lambda i: i.rank).name
@@ -545,6 +587,7 @@ class SlurmBackend(Backend):
             "ports": ports,
             # PyTorch's rendezvous port (rank 0's), kept on the Attempt row; None for other frameworks.
             "master_port": ports[first] if spec.job_type == "PyTorchJob" else None,
+            "run_as": spec.run_as or osuser.current_user(),
             "instances": [{"name": i.name, "role": i.role, "index": i.index, "rank": i.rank, "run": 1}
                           for i in spec.instances],
         }

@@ -62,14 +62,22 @@ POLL_INTERVAL = 0.3
 
 
 def write_json(path: str, data: dict) -> None:
-    """Write atomically: readers on other nodes see the old file or the whole new one."""
+    """Write atomically: readers on other nodes see the old file or the whole new one.
+
+    Owner-only: attempt.json holds the job's token, the rest is nobody else's business.
+    The file belongs to whoever owns its directory (a root console writing a stop or
+    restart request into the directory of an allocation that runs as the workspace's
+    user gives it to that user, before anyone can read it)."""
     tmp = f"{path}.tmp-{socket.gethostname()}-{os.getpid()}"
-    # Owner-only: attempt.json holds the job's token, the rest is nobody else's business.
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as fh:
         json.dump(data, fh)
         fh.flush()
         os.fsync(fh.fileno())
+        if os.geteuid() == 0:
+            st = os.stat(os.path.dirname(path) or ".")
+            if st.st_uid != 0:
+                os.fchown(fh.fileno(), st.st_uid, st.st_gid)
     os.replace(tmp, path)
 
 

@@ -1,0 +1,105 @@
+"""Which operating-system user a job's processes run as (local and Slurm backends).
+
+A process can only switch users when it is root: then a job never runs as root
+unless the deployer said so (VIGIL_LOCAL_ALLOW_ROOT=1), and runs as the
+workspace's `run_as` user or else the backend's default (`nobody`). A console
+that is not root cannot switch: its jobs run as its own user, and a workspace
+that asks for another user is refused rather than silently run as the console.
+
+Standard library only (the shim and the Slurm step import nothing of Django).
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+import stat
+from dataclasses import asdict, dataclass
+
+from .base import BackendError
+
+DEFAULT_RUN_AS = "nobody"
+
+
+@dataclass(frozen=True)
+class RunAs:
+    """Who a job runs as. `switch` says whether the launcher must drop privileges
+    (it is root and the job's user is someone else)."""
+
+    name: str
+    uid: int
+    gid: int
+    groups: tuple[int, ...]
+    switch: bool
+
+    @property
+    def is_root(self) -> bool:
+        return self.uid == 0
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["groups"] = list(self.groups)
+        return d
+
+
+def _user_name(uid: int) -> str:
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return str(uid)
+
+
+def resolve_run_as(requested: str, *, default: str = DEFAULT_RUN_AS, allow_root: bool = False,
+                   setting: str = "VIGIL_LOCAL_RUN_AS", allow_setting: str = "VIGIL_LOCAL_ALLOW_ROOT",
+                   euid: int | None = None) -> RunAs:
+    """The user a job runs as. `requested` is the workspace's `run_as` ("" = none)."""
+    euid = os.geteuid() if euid is None else euid
+    if euid != 0:
+        me = _user_name(euid)
+        if requested and requested != me:
+            raise BackendError(
+                f"the workspace's jobs must run as OS user {requested!r}, but the console runs as {me!r}, "
+                "not root, so it cannot switch users: clear the workspace's run_as or run the console's "
+                "worker as root")
+        return RunAs(me, euid, os.getegid(), tuple(os.getgroups()), switch=False)
+    if not requested and allow_root:
+        return RunAs("root", 0, 0, (0,), switch=False)
+    name = requested or default
+    try:
+        pw = pwd.getpwnam(name)
+    except KeyError:
+        where = "the workspace's run_as" if requested else setting
+        raise BackendError(f"{where}: there is no OS user {name!r} on this machine") from None
+    if pw.pw_uid == 0 and not allow_root:
+        raise BackendError(f"refusing to run a job as root (OS user {name!r}): set {allow_setting}=1 "
+                           "to allow it")
+    groups = tuple(sorted(set(os.getgrouplist(name, pw.pw_gid))))
+    return RunAs(name, pw.pw_uid, pw.pw_gid, groups, switch=pw.pw_uid != 0)
+
+
+def current_user() -> str:
+    return _user_name(os.geteuid())
+
+
+def blocked_ancestor(path: str, who: RunAs) -> str | None:
+    """The first directory on the way to `path` that `who` may not pass through
+    (mode bits only), or None. Root passes everywhere."""
+    if who.uid == 0:
+        return None
+    path = os.path.abspath(path)
+    parts = path.split(os.sep)
+    for i in range(1, len(parts) + 1):
+        d = os.sep.join(parts[:i]) or os.sep
+        try:
+            st = os.stat(d)
+        except OSError:
+            return d
+        if st.st_uid == who.uid:
+            ok = st.st_mode & stat.S_IXUSR
+        elif st.st_gid in who.groups or st.st_gid == who.gid:
+            ok = st.st_mode & stat.S_IXGRP
+        else:
+            ok = st.st_mode & stat.S_IXOTH
+        if not ok:
+            return d
+    return None
