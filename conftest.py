@@ -16,6 +16,27 @@ FAST_HASHER = "django.contrib.auth.hashers.MD5PasswordHasher"
 os.environ.setdefault("VIGIL_PASSWORD_HASHERS", FAST_HASHER)
 
 
+_OWN_BASETEMP = "_vigil_own_basetemp"
+
+
+def pytest_configure(config):
+    """Run as root, jobs run as `nobody` and must pass through to the tests' tmp dirs.
+    Under pytest's shared /tmp/pytest-of-root every session start takes that search
+    bit away again (pytest keeps its root 0700), so a session of its own root
+    gets a base dir that no other session touches."""
+    import tempfile
+
+    if os.geteuid() == 0 and not config.option.basetemp and not hasattr(config, "workerinput"):
+        config.option.basetemp = tempfile.mkdtemp(prefix="vigil-pytest-")
+        setattr(config, _OWN_BASETEMP, config.option.basetemp)
+
+
+def pytest_sessionfinish(session, exitstatus):
+    own = getattr(session.config, _OWN_BASETEMP, None)
+    if own and exitstatus == 0:  # a failed session keeps its files to look at
+        shutil.rmtree(own, ignore_errors=True)
+
+
 def pytest_report_header(config):
     from django.conf import settings
 
@@ -61,47 +82,15 @@ def memory_backend(_test_wiring, db):
     return get_backend("local")
 
 
-def let_jobs_reach(*paths) -> None:
-    """Run as root (CI is), the real local backend runs each job as `nobody`, as in
-    production. Such a job must pass through to the interpreter (pyenv's lives under
-    /root, 0700), the repository and the test's own directory (pytest makes its tmp
-    dirs 0700): add the search bit (o+x, never read) on the root-owned directories in
-    the way. Nothing is listable or readable that was not before."""
-    if os.geteuid() != 0:
-        return
-    import sys
-
-    from jobs.backends.osuser import blocked_ancestor, resolve_run_as
-
-    who = resolve_run_as("")
-    targets = [os.path.realpath(sys.executable), sys.prefix, sys.base_prefix, os.path.dirname(__file__), *paths]
-    for target in targets:
-        for _ in range(64):
-            blocked = blocked_ancestor(str(target), who)
-            if blocked is None or os.stat(blocked).st_uid != 0:
-                break
-            os.chmod(blocked, os.stat(blocked).st_mode | 0o001)
-
-
-def job_writable(path):
-    """A directory where a test's jobs may write (a marker, a PID file): the job user's."""
-    os.makedirs(path, exist_ok=True)
-    if os.geteuid() == 0:
-        from jobs.backends.osuser import resolve_run_as
-
-        who = resolve_run_as("")
-        os.chown(path, who.uid, who.gid)
-    return path
-
-
 @pytest.fixture
 def local_backend(settings, tmp_path, _test_wiring):
     """The real local backend (real processes) in a private data dir; every
     instance it started is stopped at teardown, even when the test failed. Jobs
     run as they do in production: as `nobody` when the suite runs as root."""
     from jobs.backends import get_backend, reset_backends
+    from jobs.testing import job_writable
 
-    let_jobs_reach(tmp_path)
+    job_writable(tmp_path)  # the tests' jobs run scripts and leave markers there
     data_dir = tmp_path / "local-backend"
     settings.JOB_BACKENDS = {
         "local": {

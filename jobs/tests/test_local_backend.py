@@ -17,7 +17,7 @@ import pytest
 import redis
 
 from jobs import faults
-from conftest import job_writable, let_jobs_reach
+from jobs.testing import job_writable, let_jobs_reach
 from jobs.backends import get_backend, reset_backends
 from jobs.backends.base import AttemptLaunch, BackendError, InstanceLaunch, InstanceState, LaunchInProgress
 from jobs.backends.frameworks import build_instances
@@ -141,7 +141,7 @@ def test_a_process_killed_by_a_signal_is_recorded_with_that_signal_and_no_exit_c
 
 def test_stop_kills_grandchildren_in_the_group_and_those_that_left_it(backends):
     backend = backends()
-    pidfile = job_writable(backends.data_dir.parent / "shared") / "pids"
+    pidfile = Path(job_writable(backends.data_dir.parent / "shared")) / "pids"
     handle = backend.launch(attempt(
         f"sleep 30 & echo $! >> {pidfile}; setsid sleep 31 & echo $! >> {pidfile}; sleep 32"))
     grandchildren = wait_until(lambda: pidfile.exists() and len(pidfile.read_text().split()) == 2

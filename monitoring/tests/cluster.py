@@ -21,6 +21,7 @@ from django.conf import settings as django_settings
 
 from jobs import faults
 from jobs.backends import get_backend, reset_backends
+from jobs.testing import job_writable
 from monitoring.testing import subprocess_database_url
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -92,6 +93,7 @@ def private_redis_db():
 @pytest.fixture
 def cluster(settings, tmp_path, private_redis_db, _test_wiring, transactional_db):
     """The test process and its Celery workers share one data dir, database, Redis DB."""
+    job_writable(tmp_path)  # the job's script and its fault marker are there
     data_dir = tmp_path / "data"
     settings.JOB_BACKENDS = {
         "local": {

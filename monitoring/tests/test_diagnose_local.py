@@ -9,6 +9,7 @@ import time
 import pytest
 from django.utils import timezone
 
+from jobs.testing import job_writable
 from jobs.models import Attempt, C4DReport, Diagnosis, Job, JobEvent, JobStatus, RestartRecord
 from monitoring import diagnose
 from monitoring.testing import tick_until
@@ -54,6 +55,7 @@ def nodes_backend(settings, tmp_path, _test_wiring):
     """The local backend presenting this machine as three one-slot virtual nodes."""
     from jobs.backends import get_backend, reset_backends
 
+    job_writable(tmp_path)  # the job's script is there
     data = tmp_path / "nodes-backend"
     settings.JOB_BACKENDS = {"local": {"BACKEND": "jobs.backends.local.LocalBackend", "OPTIONS": {
         "data_dir": str(data), "redis_url": None, "grace": 1.0,

@@ -6,6 +6,7 @@ import textwrap
 
 import pytest
 
+from jobs.testing import job_writable
 from jobs.models import Attempt, Instance, Job, JobEvent, JobStatus, RestartRecord
 from monitoring import monitor
 from monitoring.testing import finished, tick_until
@@ -68,7 +69,7 @@ SCRIPT = textwrap.dedent(
 def script(tmp_path):
     path = tmp_path / "train.py"
     path.write_text(SCRIPT)
-    (tmp_path / "markers").mkdir()
+    job_writable(tmp_path / "markers")
     return path
 
 

@@ -16,7 +16,6 @@ import pytest
 from django.conf import settings as django_settings
 from django.urls import reverse
 
-from conftest import pytorch_job
 from jobs import actions
 from jobs.backends.base import BackendError
 from jobs.backends.osuser import resolve_run_as
@@ -26,10 +25,12 @@ pytestmark = pytest.mark.django_db(transaction=True)  # the launch is sent on co
 as_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root, as CI runs: only root can switch users")
 
 
-def submit(user, workspace, command, **overrides) -> Job:
-    body = pytorch_job(workspace, display_name="probe", user_command=command, **overrides)
-    body["job_specs"] = [{"type": "Master", "pod_count": 1, "resource_config": {"cpu": 1, "gpu": 0}}]
-    job, _ = actions.submit_job(user, body)
+def submit(user, workspace, command) -> Job:
+    job, _ = actions.submit_job(user, {
+        "workspace": workspace.slug, "display_name": "probe", "job_type": "PyTorchJob", "backend": "local",
+        "job_specs": [{"type": "Master", "pod_count": 1, "resource_config": {"cpu": 1, "gpu": 0}}],
+        "user_command": command, "envs": {},
+    })
     return job
 
 
