@@ -287,8 +287,8 @@ CHANNEL_LAYERS = {
 _BIND = os.environ.get("VIGIL_BIND") or "127.0.0.1"
 VIGIL_CONSOLE_URL = os.environ.get("VIGIL_CONSOLE_URL") or (
     f"http://{'127.0.0.1' if _BIND in ('0.0.0.0', '::') else _BIND}:{os.environ.get('VIGIL_PORT') or '8000'}")
-# Workspace roles that may submit jobs to the local backend: local jobs run as
-# the console's own operating-system user.
+# Workspace roles that may submit jobs to the local backend: local jobs run on the
+# console's machine (as VIGIL_LOCAL_RUN_AS when the console is root, else as its user).
 VIGIL_LOCAL_SUBMIT_ROLES = env_list("VIGIL_LOCAL_SUBMIT_ROLES", "owner,admin")
 # The OpenAPI schema and its Swagger page without a login (off: they need one).
 VIGIL_PUBLIC_API_DOCS = env_bool("VIGIL_PUBLIC_API_DOCS", False)

@@ -55,7 +55,6 @@ the directories are 0700 and HOME/TMPDIR are inherited as before.
 from __future__ import annotations
 
 import fcntl
-import json
 import os
 import re
 import select

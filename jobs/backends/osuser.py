@@ -71,8 +71,8 @@ def resolve_run_as(requested: str, *, default: str = DEFAULT_RUN_AS, allow_root:
         where = "the workspace's run_as" if requested else setting
         raise BackendError(f"{where}: there is no OS user {name!r} on this machine") from None
     if pw.pw_uid == 0 and not allow_root:
-        raise BackendError(f"refusing to run a job as root (OS user {name!r}): set {allow_setting}=1 "
-                           "to allow it")
+        how = f": set {allow_setting}=1 to allow it" if allow_setting else ""
+        raise BackendError(f"refusing to run a job as root (OS user {name!r}){how}")
     groups = tuple(sorted(set(os.getgrouplist(name, pw.pw_gid))))
     return RunAs(name, pw.pw_uid, pw.pw_gid, groups, switch=pw.pw_uid != 0)
 

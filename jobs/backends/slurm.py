@@ -462,7 +462,7 @@ class SlurmBackend(Backend):
                 "root may submit Slurm jobs as another user (sbatch --uid): clear the workspace's run_as, "
                 "or run the console's worker as root")
         return osuser.resolve_run_as(requested, allow_root=False, setting="the workspace's run_as",
-                                     allow_setting="(no setting: the Slurm backend never runs a workspace as root)")
+                                     allow_setting="")
 
     def sbatch_argv(self, spec: AttemptLaunch, attempt_dir: Path, who: osuser.RunAs | None = None) -> list[str]:
         o = self.opts

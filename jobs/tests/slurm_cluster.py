@@ -81,7 +81,9 @@ class SlurmCluster:
 
     @property
     def munge_socket(self) -> Path:
-        return self.root / "munge" / "munge.socket"
+        # Apart from the key, and reachable by every user as /run/munge is: steps that
+        # run as a workspace's OS user (sbatch --uid) authenticate through it too.
+        return self.root / "munge-run" / "munge.socket"
 
     @property
     def shared_dir(self) -> Path:
@@ -105,9 +107,11 @@ class SlurmCluster:
     # -- bring-up -------------------------------------------------------------
 
     def write_files(self) -> None:
-        for sub in ("munge", "state", "spool", "log", "shared"):
+        for sub in ("munge", "munge-run", "state", "spool", "log", "shared"):
             (self.root / sub).mkdir(parents=True, exist_ok=True)
         os.chmod(self.root / "munge", 0o700)
+        os.chmod(self.root / "munge-run", 0o755)
+        os.chmod(self.root, 0o711)  # others pass through to slurm.conf and the socket, never list
         key = self.root / "munge" / "munge.key"
         key.write_bytes(os.urandom(1024))
         os.chmod(key, 0o400)

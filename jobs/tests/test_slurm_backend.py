@@ -8,9 +8,12 @@ binaries missing). The first tests are pure: Slurm's outputs parsed without Slur
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
+import pwd
 import shutil
+import stat
 import sys
 import time
 from pathlib import Path
@@ -20,6 +23,7 @@ import redis
 
 from jobs.backends.base import AttemptLaunch, BackendError, InstanceLaunch, InstanceState
 from jobs.backends.frameworks import build_instances
+from jobs.backends.osuser import resolve_run_as
 from jobs.backends.slurm import (
     InstanceFiles,
     SlurmBackend,
@@ -39,6 +43,7 @@ from jobs.backends.slurm_step import (
     expand_tasks_per_node,
     place_instances,
 )
+from jobs.testing import let_jobs_reach
 from jobs.tests.slurm_cluster import SlurmCluster, start_cluster, why_cluster_cannot_run
 
 PY_SPY = str(Path(sys.executable).parent / "py-spy")
@@ -230,6 +235,37 @@ def test_two_instance_pytorch_job_succeeds_with_the_master_on_the_first_node(bac
         assert backend.read_log(handle, name) == (
             f"rank={rank} world=2 master={slurm_cluster.hostname}:{port} procid={rank} user=hi\n".encode())
     assert backend.tail_log(handle, "worker-0", 6) == b"er=hi\n"
+
+
+def test_a_workspaces_account_and_os_user_go_to_sbatch(tmp_path, monkeypatch):
+    b = SlurmBackend(log_dir=str(tmp_path), account="everyone")
+    spec = AttemptLaunch(job_id="1", attempt=1, job_type="ElasticBatchJob",
+                         instances=(InstanceLaunch("worker-0", "Worker", 0, 0, "true"),), account="team-a")
+    assert "--account=team-a" in b.sbatch_argv(spec, tmp_path)
+    nobody = resolve_run_as("nobody", euid=0)
+    argv = b.sbatch_argv(spec, tmp_path, nobody)
+    assert f"--uid={nobody.uid}" in argv and f"--gid={nobody.gid}" in argv
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    with pytest.raises(BackendError, match="only a console running as root may submit Slurm jobs as another user"):
+        b.launch(dataclasses.replace(spec, run_as="nobody"))
+    assert not (tmp_path / "jobs").exists()  # refused before anything was claimed
+
+
+@pytest.mark.slurm
+@pytest.mark.skipif(os.geteuid() != 0, reason="only root may submit as another user (CI runs as root)")
+def test_a_workspaces_os_user_runs_the_allocation_and_alone_reads_its_files(backend, slurm_cluster):
+    let_jobs_reach(slurm_cluster.shared_dir)
+    handle = launch(backend, "as-nobody", [InstanceLaunch("worker-0", "Worker", 0, 0, "echo uid=$(id -u)")],
+                    run_as="nobody", env={"VIGIL_JOB_TOKEN": "the-token"})
+    statuses = wait_for(backend, handle, all_finished)
+    assert statuses["worker-0"].state == InstanceState.SUCCEEDED, (statuses, (Path(handle["attempt_dir"]) / "batch.log").read_text(errors="replace"), backend.read_log(handle, "worker-0"))
+    nobody = pwd.getpwnam("nobody").pw_uid
+    assert backend.read_log(handle, "worker-0") == f"uid={nobody}\n".encode()
+    attempt_dir = Path(handle["attempt_dir"])
+    assert (os.stat(attempt_dir).st_uid, stat.S_IMODE(os.stat(attempt_dir).st_mode)) == (nobody, 0o700)
+    token_file = attempt_dir / "attempt.json"
+    assert (os.stat(token_file).st_uid, stat.S_IMODE(os.stat(token_file).st_mode)) == (nobody, 0o600)
+    assert handle["run_as"] == "nobody"
 
 
 @pytest.mark.slurm
