@@ -309,6 +309,9 @@ def main():
     args = parser.parse_args()
 
     data_dir = Path(tempfile.mkdtemp(prefix="vigil-bench-"))
+    from jobs.testing import let_jobs_reach
+
+    let_jobs_reach(data_dir)  # run as root, the writer job runs as nobody (docs/security.md)
     prefix = f"vigil-bench-{os.getpid()}"
     daphne = None
     try:

@@ -101,6 +101,9 @@ class VigilStack:
         from console.devredis import PrivateRedis
 
         self.tmp = tempfile.mkdtemp(prefix="vigil-bench-")
+        from jobs.testing import let_jobs_reach
+
+        let_jobs_reach(self.tmp)  # run as root, the jobs run as nobody (docs/security.md)
         self.redis = PrivateRedis().start()
         self.env = dict(os.environ, VIGIL_DATA_DIR=self.tmp, REDIS_URL=self.redis.url,
                         CELERY_BROKER_URL=self.redis.url, DJANGO_SETTINGS_MODULE="console.settings",

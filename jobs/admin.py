@@ -35,7 +35,7 @@ class MembershipInline(admin.TabularInline):
 class WorkspaceAdmin(admin.ModelAdmin):
     list_display = ("name", "slug", "run_as", "slurm_account", "created_at")
     fieldsets = (
-        (None, {"fields": ("name", "slug")}),
+        (None, {"fields": ("name", "slug", "created_at", "retryable_keywords")}),
         ("Where its jobs run (docs/security.md)", {"fields": ("run_as", "slurm_account")}),
     )
     search_fields = ("name", "slug")

@@ -165,6 +165,19 @@ def test_an_unknown_os_user_fails_the_launch_naming_it(alice, alice_ws, local_ba
     assert job.status == JobStatus.FAILED and "no OS user 'no-such-user-here'" in job.reason
 
 
+def test_staff_set_a_workspaces_os_user_and_slurm_account_in_the_admin(alice_ws, admin_client):
+    url = reverse("admin:jobs_workspace_change", args=[alice_ws.pk])
+    form = {"name": alice_ws.name, "slug": alice_ws.slug, "created_at_0": "2026-01-01", "created_at_1": "00:00:00",
+            "retryable_keywords": "[]", "memberships-TOTAL_FORMS": "0", "memberships-INITIAL_FORMS": "0"}
+    refused = admin_client.post(url, {**form, "run_as": "Root; rm -rf /", "slurm_account": "a b"})
+    assert refused.status_code == 200 and b"An OS user name" in refused.content and b"A Slurm account" in refused.content
+    alice_ws.refresh_from_db()
+    assert (alice_ws.run_as, alice_ws.slurm_account) == ("", "")
+    assert admin_client.post(url, {**form, "run_as": "daemon", "slurm_account": "team-a"}).status_code == 302
+    alice_ws.refresh_from_db()
+    assert (alice_ws.run_as, alice_ws.slurm_account) == ("daemon", "team-a")
+
+
 def test_a_console_that_is_not_root_runs_jobs_as_itself_and_refuses_another_user():
     me = resolve_run_as("", euid=12345)
     assert (me.uid, me.switch) == (12345, False)
