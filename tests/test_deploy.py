@@ -28,6 +28,7 @@ from pathlib import Path
 
 import pytest
 
+from jobs.testing import let_jobs_reach
 from monitoring.testing import subprocess_database_url
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -223,6 +224,7 @@ def test_the_production_layout_serves_follows_and_restarts_a_job_behind_nginx(
             "VIGIL_LOG_FORMAT": "plain", "PATH": os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", ""),
         })
         (tmp_path / "data").mkdir()
+        let_jobs_reach(tmp_path)  # run as root here, the workers run each job as nobody
 
         def argv(command: str, **subs: str) -> list[str]:
             # systemd's specifiers: %i the instance, %H the host name
