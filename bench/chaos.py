@@ -168,6 +168,11 @@ class Console:
         self.tmp = tmp
         self.data = tmp / "data"
         self.data.mkdir(parents=True)
+        # Run as root (CI is), the console runs each job as nobody: it must reach the
+        # interpreter and its script, and write its markers (docs/security.md).
+        from jobs.testing import let_jobs_reach
+
+        let_jobs_reach(tmp)
         if not shutil.which("redis-server"):
             raise SystemExit("the chaos suite needs redis-server on PATH (it stops and kills its own Redis)")
         self.redis = PrivateRedis().start()
@@ -375,9 +380,11 @@ class Console:
                                 headers={"Authorization": f"Bearer {self.token}"})
 
     def new_job_files(self, fault: bool) -> dict:
+        from jobs.testing import job_writable
+
         self.seq += 1
         base = self.tmp / "control" / f"j{self.seq}"
-        base.mkdir(parents=True)
+        job_writable(base)  # the job leaves its fault marker here
         files = {"done": base / "done"}
         if fault:
             files.update(once=base / "fault-fired", go=base / "go")

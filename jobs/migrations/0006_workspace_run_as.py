@@ -7,7 +7,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('jobs', '0004_workspace_retryable_keywords'),
+        ('jobs', '0005_workspace_slug_starts_with_a_letter'),
     ]
 
     operations = [
