@@ -72,9 +72,11 @@ def submit_fault_once(api, body: dict, tmp_path) -> Job:
     """Submit `body` (a CreateJob body) running FAULT_ONCE_SCRIPT through the API."""
     import sys
 
+    from jobs.testing import job_writable
+
     script = tmp_path / "fault_once.py"
     script.write_text(FAULT_ONCE_SCRIPT)
-    (tmp_path / "markers").mkdir(exist_ok=True)
+    job_writable(tmp_path / "markers")  # run as root, the job is nobody and leaves its marker there
     body = {**body, "user_command": f"{sys.executable} {script}", "envs": {"MARKERS": str(tmp_path / "markers")},
             "settings": {"enable_error_monitoring_in_aimaster": True, "error_monitoring_args": SYNC_RESTART_ARGS}}
     r = api.post("/api/v1/jobs/", body, format="json")
