@@ -38,6 +38,7 @@ Faults:
 
 from __future__ import annotations
 
+import atexit
 import datetime as _dt
 import os
 import signal
@@ -299,4 +300,13 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    # Leave without interpreter finalization: even after destroy_process_group, gloo's
+    # C++ threads can still hold tensors with Python references, and destroying them
+    # while the interpreter is torn down aborts the rank ("terminate called without an
+    # active exception", SIGABRT) after it trained to the end (pytorch/pytorch#179291).
+    # The exit handlers (the SDK's last progress report, C4D's recorder) still run.
+    atexit._run_exitfuncs()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
