@@ -1,6 +1,6 @@
 """The failure classifier against the real-world corpus (issue 13; a benchmark, not a test).
 
-Runs `monitoring.classify.classify_failure` over every entry of `monitoring/corpus/*.jsonl`
+Runs `core.classify.classify_failure` over every entry of `monitoring/corpus/*.jsonl`
 (how an entry becomes the classifier's input, including a null exit code, is in
 `monitoring/corpus/evaluate.py`) and prints: what it ran and on what machine, agreement with
 the sources' verdicts overall, on the training part and on the held-back part, the
@@ -27,7 +27,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from monitoring.classify import TAIL_LIMIT_BYTES, FailureInput, classify_failure
+from core.classify import TAIL_LIMIT_BYTES, FailureInput, classify_failure
 from monitoring.corpus import evaluate
 
 TARGETS = {"overall": 0.97, "held_back": 0.93, "false_retryable": 0.01, "tail_ms": 5.0}
@@ -54,7 +54,7 @@ def _commit() -> str:
     try:
         out = subprocess.run(["git", "-C", str(root), "log", "-1", "--format=%h %cI"], capture_output=True,
                              text=True, timeout=10)
-        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--", "monitoring"],
+        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--", "core", "monitoring"],
                                capture_output=True, text=True, timeout=10).stdout.strip()
         return out.stdout.strip() + (" (+ uncommitted changes)" if dirty else "")
     except (OSError, subprocess.SubprocessError):

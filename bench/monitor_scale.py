@@ -69,7 +69,7 @@ def create_running_jobs(count: int, backend, owner, workspace) -> None:
 
     from jobs import actions
     from jobs.models import Attempt, AttemptStatus, Instance, InstanceStatus, Job, JobStatus
-    from monitoring.flags import parse_flags
+    from core.flags import parse_flags
     from monitoring.monitor import _dt
 
     config = parse_flags(SEED_SYNC)

@@ -27,7 +27,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from monitoring.stacks import (
+from core.stacks import (
     Frame, ProcessStacks, StackSnapshot, ThreadStack, aggregate_stacks, dump_processes,
     find_py_spy,
 )

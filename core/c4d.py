@@ -41,7 +41,7 @@ from enum import StrEnum
 from statistics import median
 from typing import Any, Iterable, Mapping
 
-from monitoring.flags import C4DEnvs, C4DLogLevel
+from core.flags import C4DEnvs, C4DLogLevel
 
 
 class C4DKind(StrEnum):

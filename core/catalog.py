@@ -2,7 +2,7 @@
 
 Data only: what a failed instance's log tail or its backend's reason looks like when a
 known failure happened, whether a retry can help, and what to tell the user in plain
-language. `monitoring.classify` decides which entry applies.
+language. `core.classify` decides which entry applies.
 
 Rules for entries (they keep matching linear in the size of the log):
 - every log pattern starts with a literal or with `^` under MULTILINE, and every

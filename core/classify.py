@@ -8,7 +8,7 @@ Pure: no Django, no clock. Precedence, first that applies:
    CANCELLED is a preemption, a node failure, a time limit or a person's scancel);
 2. the job's (and its workspace's) retryable keywords: literal, case-insensitive
    substrings, never regular expressions; a match makes the failure retryable;
-3. the catalog (`monitoring.catalog`): specific signatures beat the generic uncaught-Python-
+3. the catalog (`core.catalog`): specific signatures beat the generic uncaught-Python-
    exception one when they appear inside or after the traceback of that exception (one
    seen only earlier in the log is stale: start-up retry warnings, say); among several
    specific ones, the one on the latest line of the tail wins (the most recent error),
@@ -48,7 +48,7 @@ from enum import StrEnum
 
 import ahocorasick
 
-from monitoring.catalog import BACKEND_SIGNATURES, LOG_SIGNATURES, Signature
+from core.catalog import BACKEND_SIGNATURES, LOG_SIGNATURES, Signature
 
 __all__ = [
     "TAIL_LIMIT_BYTES", "MAX_USER_KEYWORDS", "MAX_KEYWORD_LENGTH", "ROOT_CAUSE_WINDOW_SECONDS",

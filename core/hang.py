@@ -12,9 +12,9 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from monitoring.classify import ErrorSource
-from monitoring.flags import ExecutionMode, FaultToleranceConfig
-from monitoring.policy import DetectedProblem
+from core.classify import ErrorSource
+from core.flags import ExecutionMode, FaultToleranceConfig
+from core.policy import DetectedProblem
 
 __all__ = [
     "SUSPENDED", "InstanceActivity", "HangVerdict", "ExitHangVerdict", "Suggestion", "HangCheck",

@@ -30,8 +30,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from types import MappingProxyType
 
-from monitoring.classify import Classification, ErrorSource
-from monitoring.flags import ExecutionMode, FaultToleranceConfig, FaultTolerantPolicy
+from core.classify import Classification, ErrorSource
+from core.flags import ExecutionMode, FaultToleranceConfig, FaultTolerantPolicy
 
 __all__ = [
     "RESTART_LOOP_LIMIT", "WHOLE_JOB_ROLES", "REPEATED_FAILURE_REASON", "Action", "Step", "InstanceFailure",

@@ -27,7 +27,7 @@ from datetime import datetime, timezone
 from statistics import median
 from typing import Hashable, Iterable, Mapping
 
-from monitoring.flags import C4DLogLevel
+from core.flags import C4DLogLevel
 
 _TIMESTAMP = re.compile(
     r"^\s*(?:\[rank\d+\]:\s*)?\[?"

@@ -184,7 +184,7 @@ class JobViewSet(viewsets.GenericViewSet):
     def goodput(self, request, pk=None):
         """Where the job's time went: detection, teardown, scheduling, start-up, first
         progress per attempt, and the effective training time ratio (ETTR)."""
-        from monitoring.goodput import AttemptTimes, ledger
+        from core.goodput import AttemptTimes, ledger
 
         job = self.get_job()
         ts = lambda d: d.timestamp() if d else None  # noqa: E731

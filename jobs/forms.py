@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from django import forms
 from django.conf import settings
 
-from monitoring.flags import (
+from core.flags import (
     C4D_RUNTIME_LOG_LEVELS,
     FLAGS,
     KNOWN_FLAGS,

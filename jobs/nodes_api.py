@@ -8,7 +8,7 @@ from rest_framework import exceptions, permissions, viewsets
 from rest_framework.decorators import action
 from rest_framework.response import Response
 
-from monitoring.reputation import NodeFaultSeen, standings
+from core.reputation import NodeFaultSeen, standings
 
 from .backends import get_backend
 from .backends.base import BackendError

@@ -247,7 +247,7 @@ class C4DBatch:
 
 
 def check_c4d(body: dict, current_attempt: int) -> C4DBatch:
-    from monitoring.c4d import CollectiveRecord  # the consumer's own parser, so stored records always parse
+    from core.c4d import CollectiveRecord  # the consumer's own parser, so stored records always parse
 
     rank = body.get("rank")
     if not _is_int(rank) or not 0 <= rank <= MAX_RANK:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from monitoring.flags import FaultToleranceConfig, FlagError, parse_flags
+from core.flags import FaultToleranceConfig, FlagError, parse_flags
 
 from .inputs import text_problem, whole_number
 

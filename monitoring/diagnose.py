@@ -26,8 +26,8 @@ from jobs.models import (
     InstanceStatus,
     Job,
 )
-from monitoring.flags import C4DLogLevel, FaultToleranceConfig
-from monitoring.stacks import (
+from core.flags import C4DLogLevel, FaultToleranceConfig
+from core.stacks import (
     DUMP_FAILED,
     NOT_PYTHON,
     ProcessStacks,
@@ -140,7 +140,7 @@ def c4d_records(job: Job, attempt: Attempt) -> dict[int, list[dict]]:
 def run_c4d(job: Job, attempt: Attempt, config: FaultToleranceConfig, now: datetime | None = None):
     """Classify ranks from their collective reports; record what the log level shows.
     Returns the C4DResult (its `errors` are for the monitor to act on)."""
-    from monitoring.c4d import C4DState, analyze_collectives
+    from core.c4d import C4DState, analyze_collectives
 
     state = job.monitor_state or {}
     c4d_state = C4DState.from_dict(state.get("c4d") if state.get("c4d_attempt") == attempt.number else None)
@@ -200,7 +200,7 @@ def isolate_for(job: Job, attempt: Attempt, verdict) -> str | None:
 
 def check_stragglers(job: Job, attempt: Attempt, instances: list[Instance], backend, now: datetime) -> list:
     """Slow ranks from their log timestamps, no SDK needed; at most every STRAGGLER_EVERY s."""
-    from monitoring.stragglers import find_stragglers
+    from core.stragglers import find_stragglers
 
     state = job.monitor_state or {}
     ts = _now_ts(now)

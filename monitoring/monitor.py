@@ -48,7 +48,7 @@ from jobs.models import (
     RestartResult,
 )
 from monitoring import diagnose
-from monitoring.classify import (
+from core.classify import (
     Classification,
     ErrorSource,
     FailureInput,
@@ -56,8 +56,8 @@ from monitoring.classify import (
     classify_failure,
     pick_root_cause,
 )
-from monitoring.flags import ExecutionMode, FaultToleranceConfig
-from monitoring.policy import Action, DetectedProblem, InstanceFailure, JobHistory, PreviousFailure, decide
+from core.flags import ExecutionMode, FaultToleranceConfig
+from core.policy import Action, DetectedProblem, InstanceFailure, JobHistory, PreviousFailure, decide
 
 log = logging.getLogger(__name__)
 
@@ -658,7 +658,7 @@ def restart_job(job, attempt, instances, backend, reason: str, source: ErrorSour
 def check_problems(job: Job, config: FaultToleranceConfig, attempt: Attempt, instances: list[Instance],
                    now: datetime) -> tuple[str, str] | None:
     """Hang and exit hang (Sync jobs with the detections on)."""
-    from monitoring import hang
+    from core import hang
 
     if config.job_execution_mode != ExecutionMode.SYNC:
         return None
@@ -733,7 +733,7 @@ def check_c4d(job: Job, config: FaultToleranceConfig, attempt: Attempt, instance
 
 def scan_logs_for_hints(job, attempt, instances, backend, now) -> None:
     """Every LOG_SCAN_EVERY: a watchdog timeout in a log suggests a hang interval."""
-    from monitoring import hang
+    from core import hang
 
     state = job.monitor_state or {}
     last = state.get("log_scan_at")

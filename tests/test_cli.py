@@ -367,7 +367,7 @@ def test_stacks_prints_the_aggregated_view_and_stop_wait_exits_7(logged_in, tmp_
     r = logged_in("stacks", job_id)
     assert r.returncode == 0, r.stderr
     assert r.stdout.startswith("Stack snapshot of 1 process(es)")
-    from monitoring.stacks import find_py_spy
+    from core.stacks import find_py_spy
 
     if find_py_spy() is not None and "1 dumped" in r.stdout:
         assert "    stuck_in_a_collective (sleeper.py:6)" in r.stdout.splitlines()

@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from monitoring.c4d import (
+from core.c4d import (
     C4DKind, C4DResult, C4DState, CollectiveRecord, analyze_collectives, visible,
 )
-from monitoring.flags import C4DEnvs, C4DLogLevel
+from core.flags import C4DEnvs, C4DLogLevel
 
 ENVS = C4DEnvs(hang_timeout_us=10_000_000, hang_times=3)  # 10 s
 T0 = 1_000_000.0

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from monitoring.flags import (
+from core.flags import (
     KNOWN_FLAGS,
     MAX_COUNT,
     MAX_FLAGS_LENGTH,

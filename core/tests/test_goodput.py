@@ -2,7 +2,7 @@
 
 import pytest
 
-from monitoring.goodput import AttemptTimes, ledger
+from core.goodput import AttemptTimes, ledger
 
 
 def test_a_clean_run_is_productive_from_its_first_progress_to_its_end():

@@ -6,9 +6,9 @@ import copy
 
 import pytest
 
-from monitoring.classify import ErrorSource
-from monitoring.flags import ExecutionMode, FaultToleranceConfig, parse_flags
-from monitoring.hang import (
+from core.classify import ErrorSource
+from core.flags import ExecutionMode, FaultToleranceConfig, parse_flags
+from core.hang import (
     InstanceActivity,
     check_exit_hang,
     check_hang,
@@ -17,7 +17,7 @@ from monitoring.hang import (
     plan_hang_check,
     suggest_hang_interval,
 )
-from monitoring.policy import Action, JobHistory, decide
+from core.policy import Action, JobHistory, decide
 
 START = 1_000.0
 HANG_ON = parse_flags("--enable-job-hang-detection=True --job-hang-interval=60")

@@ -7,9 +7,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from monitoring.classify import Classification, ErrorSource, FailureInput, classify_failure
-from monitoring.flags import ExecutionMode, FaultToleranceConfig, FaultTolerantPolicy, parse_flags
-from monitoring.policy import (
+from core.classify import Classification, ErrorSource, FailureInput, classify_failure
+from core.flags import ExecutionMode, FaultToleranceConfig, FaultTolerantPolicy, parse_flags
+from core.policy import (
     RESTART_LOOP_LIMIT,
     Action,
     DetectedProblem,
@@ -364,7 +364,7 @@ def test_a_sigkill_without_evidence_is_retried_once_per_instance():
 
 
 def _previous(**kw):
-    from monitoring.policy import PreviousFailure
+    from core.policy import PreviousFailure
 
     base = dict(rule="nccl-system-error", role="Worker", index=1)
     base.update(kw)
@@ -380,7 +380,7 @@ def _previous(**kw):
     (dict(rule="connection-reset"), False),                          # another signature
 ])
 def test_the_repeated_failure_guard_needs_the_same_failure_at_the_same_point(previous, repeated):
-    from monitoring.policy import REPEATED_FAILURE_REASON
+    from core.policy import REPEATED_FAILURE_REASON
 
     d = decide(sync_restartable(), history(previous_failure=_previous(**previous)), failure())
     if repeated:

@@ -13,8 +13,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from monitoring import stacks
-from monitoring.stacks import (
+from core import stacks
+from core.stacks import (
     Frame, ProcessStacks, StackSnapshot, ThreadStack, aggregate_stacks, dump_process_stacks,
     dump_processes, find_python_processes, parse_py_spy_json,
 )

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from monitoring.flags import C4DLogLevel
-from monitoring.stragglers import find_stragglers, parse_step_line, step_marks, step_times
+from core.flags import C4DLogLevel
+from core.stragglers import find_stragglers, parse_step_line, step_marks, step_times
 
 START = datetime(2026, 11, 29, 23, 0, 0, tzinfo=timezone.utc)
 

@@ -4,7 +4,7 @@ import pytest
 from django.utils import timezone
 
 from jobs.models import NodeFault
-from monitoring.reputation import NodeFaultSeen, standings
+from core.reputation import NodeFaultSeen, standings
 
 pytestmark = pytest.mark.django_db
 

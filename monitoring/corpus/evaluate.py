@@ -26,7 +26,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from monitoring.classify import Classification, FailureInput, classify_failure
+from core.classify import Classification, FailureInput, classify_failure
 from monitoring.corpus.split import is_holdout
 
 __all__ = [

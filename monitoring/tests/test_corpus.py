@@ -89,8 +89,8 @@ def test_issue_13_targets():
 
 @pytest.mark.parametrize("entry", ENTRIES, ids=[e.id for e in ENTRIES])
 def test_the_prefilter_never_changes_a_corpus_classification(monkeypatch, entry):
-    from monitoring import classify
-    from monitoring.catalog import LOG_SIGNATURES
+    from core import classify
+    from core.catalog import LOG_SIGNATURES
 
     with_prefilter = classify.classify_failure(evaluate.failure_input(entry))
     monkeypatch.setattr(classify, "_candidates", lambda folded: dict.fromkeys(range(len(LOG_SIGNATURES))))
@@ -100,8 +100,8 @@ def test_the_prefilter_never_changes_a_corpus_classification(monkeypatch, entry)
 def test_a_signature_grown_from_the_corpus_decides_some_corpus_entry():
     # Its real example is in the corpus rather than in test_classify's SAMPLES. (Not the
     # entries its `documented` cites by id: the corpus's ids may be renumbered.)
-    from monitoring.catalog import LOG_SIGNATURES
-    from monitoring.tests.test_classify import SAMPLES
+    from core.catalog import LOG_SIGNATURES
+    from core.tests.test_classify import SAMPLES
 
     sampled = {rule for rule, _, _ in SAMPLES}
     decided = {o.classification.rule for o in SCORE.outcomes}

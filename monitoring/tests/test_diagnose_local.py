@@ -13,7 +13,7 @@ from jobs.testing import job_writable
 from jobs.models import Attempt, C4DReport, Diagnosis, Job, JobEvent, JobStatus, RestartRecord
 from monitoring import diagnose
 from monitoring.testing import tick_until
-from monitoring.stacks import NOT_PYTHON
+from core.stacks import NOT_PYTHON
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -39,7 +39,7 @@ from jobs.models import (
     RestartRecord,
 )
 from monitoring import monitor
-from monitoring.flags import parse_flags
+from core.flags import parse_flags
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
