@@ -15,6 +15,11 @@ How an entry becomes a `FailureInput` (the corpus records what its source showed
   process status exists (the monitor passes the backend's reason the same way);
 - an `exit_code` of 0 with no signal (a process that caught its error and exited cleanly
   while its scheduler failed it) is passed as null, as the monitor does for a lost instance.
+
+An entry's optional `batch` (a positive integer, 1 when absent) says which gathering it
+came from: batch 1 was there while the catalog's signatures were written, batch 2 was
+gathered afterwards and never shown to whoever writes them, so its agreement is a fresh
+held-back measure (`Score.fresh`).
 """
 
 from __future__ import annotations
@@ -30,7 +35,7 @@ from core.classify import Classification, FailureInput, classify_failure
 from monitoring.corpus.split import is_holdout
 
 __all__ = [
-    "CORPUS_DIR", "FAMILIES", "VERDICTS", "Entry", "Outcome", "FamilyScore", "Score",
+    "CORPUS_DIR", "FAMILIES", "VERDICTS", "FRESH_BATCH", "Entry", "Outcome", "FamilyScore", "Score",
     "load_corpus", "failure_input", "run", "score",
 ]
 
@@ -38,6 +43,7 @@ CORPUS_DIR = Path(__file__).resolve().parent
 FAMILIES = ("preemption", "startup", "rendezvous", "external-services", "storage", "gpu", "network",
             "signals", "collective-timeout", "user-error", "nan")
 VERDICTS = ("retryable", "not-retryable")
+FRESH_BATCH = 2  # gathered after the signatures were written, never seen by their writers
 
 
 @dataclass(frozen=True)
@@ -54,6 +60,7 @@ class Entry:
     why: str
     holdout: bool
     marked: bool = True  # the file carries the holdout field (split.py ran over it)
+    batch: int = 1  # which gathering the entry came from (module docstring)
 
     @property
     def retryable(self) -> bool:
@@ -80,6 +87,7 @@ def load_corpus(directory: Path = CORPUS_DIR) -> list[Entry]:
                     backend_reason=raw["backend_reason"], verdict=raw["verdict"], why=raw["why"],
                     # Entries not yet marked by split.py are held back by the same rule.
                     holdout=raw.get("holdout", is_holdout(raw["id"])), marked="holdout" in raw,
+                    batch=raw.get("batch", 1),
                 )
             except KeyError as exc:
                 raise ValueError(f"{where}: missing field {exc.args[0]!r}") from exc
@@ -89,6 +97,8 @@ def load_corpus(directory: Path = CORPUS_DIR) -> list[Entry]:
                 raise ValueError(f"{where}: log must be a string")
             if entry.exit_code is not None and (isinstance(entry.exit_code, bool) or not isinstance(entry.exit_code, int)):
                 raise ValueError(f"{where}: exit_code must be an integer or null")
+            if isinstance(entry.batch, bool) or not isinstance(entry.batch, int) or entry.batch < 1:
+                raise ValueError(f"{where}: batch must be a positive integer, not {entry.batch!r}")
             entries.append(entry)
     return entries
 
@@ -156,6 +166,11 @@ def _ratio(part: int, whole: int) -> float | None:
     return part / whole if whole else None
 
 
+def _false_retryable_rate(outcomes: list[Outcome]) -> float | None:
+    negatives = [o for o in outcomes if not o.entry.retryable]
+    return _ratio(sum(o.classification.retryable for o in negatives), len(negatives))
+
+
 @dataclass(frozen=True)
 class Score:
     outcomes: list[Outcome]
@@ -194,8 +209,21 @@ class Score:
     @property
     def false_retryable_rate(self) -> float | None:
         """Among the entries whose source says not retryable, the share judged retryable."""
-        negatives = [o for o in self.outcomes if not o.entry.retryable]
-        return _ratio(sum(o.classification.retryable for o in negatives), len(negatives))
+        return _false_retryable_rate(self.outcomes)
+
+    @property
+    def fresh(self) -> list[Outcome]:
+        """The entries of the fresh batch, gathered after the signatures were written."""
+        return [o for o in self.outcomes if o.entry.batch == FRESH_BATCH]
+
+    @property
+    def fresh_agreement(self) -> float | None:
+        part = self.fresh
+        return _ratio(sum(o.agrees for o in part), len(part))
+
+    @property
+    def fresh_false_retryable_rate(self) -> float | None:
+        return _false_retryable_rate(self.fresh)
 
     @property
     def misses(self) -> list[Outcome]:

@@ -1,8 +1,11 @@
-"""The held-back split of the failure corpus: fixed by the id alone, idempotent."""
+"""The held-back split of the failure corpus: fixed by the id alone, idempotent; and the
+fresh batch (entries gathered after the signatures were written), scored apart."""
 
 import json
 
-from monitoring.corpus import split
+import pytest
+
+from monitoring.corpus import evaluate, split
 
 
 def _write(path, entries):
@@ -31,3 +34,27 @@ def test_a_new_entry_or_a_wrong_mark_is_found_by_check_and_fixed(tmp_path):
     assert split.main(["--dir", str(tmp_path)]) == 0
     marks = [json.loads(line)["holdout"] for line in (tmp_path / "nan.jsonl").read_text().splitlines()]
     assert marks == [True, split.is_holdout("nan-999")]
+
+
+def _entry(entry_id: str, **extra):
+    return {"id": entry_id, "family": "gpu", "source": "https://example.org/issue/1", "framework": "nccl",
+            "log": "some failure", "exit_code": None, "signal": None, "backend_reason": None,
+            "verdict": "retryable", "why": "a stated cause", **extra}
+
+
+def test_batch_defaults_to_1_and_the_fresh_batch_is_scored_apart(tmp_path):
+    _write(tmp_path / "gpu.jsonl", [_entry("gpu-001"), _entry("gpu-002", batch=2),
+                                    _entry("gpu-003", batch=2, verdict="not-retryable")])
+    entries = evaluate.load_corpus(tmp_path)
+    assert [e.batch for e in entries] == [1, 2, 2]
+    s = evaluate.score(evaluate.run(entries))
+    assert [o.entry.id for o in s.fresh] == ["gpu-002", "gpu-003"]
+    assert s.fresh_agreement == sum(o.agrees for o in s.fresh) / 2
+    assert s.fresh_false_retryable_rate == float(s.fresh[1].classification.retryable)
+
+
+@pytest.mark.parametrize("batch", [0, -1, "2", 1.5, True, None])
+def test_a_malformed_batch_is_an_error_naming_the_file_line_and_field(tmp_path, batch):
+    _write(tmp_path / "gpu.jsonl", [_entry("gpu-001"), _entry("gpu-002", batch=batch)])
+    with pytest.raises(ValueError, match=r"^gpu\.jsonl:2: batch "):
+        evaluate.load_corpus(tmp_path)
