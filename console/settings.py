@@ -86,6 +86,7 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "rest_framework",
     "drf_spectacular",
+    "drf_spectacular_sidecar",  # Swagger UI's files, served by us (the docs work offline)
     "django_htmx",
     "channels",
     "axes",
@@ -240,6 +241,10 @@ SPECTACULAR_SETTINGS = {
     "DESCRIPTION": "Run distributed deep-learning jobs and keep them alive.",
     "VERSION": "1.0.0",
     "SERVE_INCLUDE_SCHEMA": False,
+    # Pinned assets from drf-spectacular-sidecar instead of a CDN at @latest.
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
     "ENUM_NAME_OVERRIDES": {
         "JobStatusEnum": "jobs.models.JobStatus",
         "AttemptStatusEnum": "jobs.models.AttemptStatus",
