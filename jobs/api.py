@@ -16,6 +16,7 @@ from . import actions
 from .access import WORKSPACE_CREATION_REFUSED, may_create_workspace
 from .backends.base import BackendError
 from .inputs import SLUG_RE, parse_int, query_int, workspace_ref
+from .logs import InstanceLog
 from .models import WRITE_ROLES, Instance, Job, Membership, Role, Workspace
 from .serializers import (
     AttemptSerializer,
@@ -243,25 +244,23 @@ class JobViewSet(viewsets.GenericViewSet):
         handle = attempt.backend_handle
         if not handle:
             return Response({"instance": name, "attempt": attempt.number, "offset": 0, "next_offset": 0, "content": ""})
-        if request.query_params.get("download") in ("1", "true", "True"):
-            path = backend.log_path(handle, name)
-            if path:
-                return FileResponse(open(path, "rb"), as_attachment=True,
-                                    filename=f"job{job.pk}-attempt{attempt.number}-{name}.log", content_type="text/plain")
+        log = InstanceLog(backend, handle, name)
+        if request.query_params.get("download") in ("1", "true", "True") and log.path:
+            return FileResponse(open(log.path, "rb"), as_attachment=True,
+                                filename=f"job{job.pk}-attempt{attempt.number}-{name}.log", content_type="text/plain")
         try:
             if request.query_params.get("tail"):
                 nbytes = min(parse_int(request.query_params["tail"], "tail", minimum=1), MAX_LOG_BYTES)
-                data = backend.tail_log(handle, name, nbytes)
-                path = backend.log_path(handle, name)
-                size = _size(path, len(data))
-                offset = size - len(data)
+                data = log.tail(nbytes)
+                size = log.size()
+                offset = (len(data) if size is None else size) - len(data)
             else:
                 offset = query_int(request.query_params, "offset", default=0)
-                size = _size(backend.log_path(handle, name), None)
+                size = log.size()
                 if size is not None and offset > size:
                     raise exceptions.ValidationError(
                         {"offset": [f"{offset} is past the end of the log ({size} bytes); use 0 to {size}."]})
-                data = backend.read_log(handle, name, offset=offset, limit=MAX_LOG_BYTES)
+                data = log.read(offset, MAX_LOG_BYTES)
         except BackendError as exc:
             raise exceptions.APIException(f"the backend could not read the log: {exc.message}") from None
         return Response({
@@ -294,13 +293,3 @@ class JobViewSet(viewsets.GenericViewSet):
         actions.set_hang_interval(job, request.data["job_hang_interval"], source=request.user.get_username())
         job.refresh_from_db()
         return Response(JobDetailSerializer(job, context={"request": request}).data)
-
-
-def _size(path, default):
-    import os
-
-    try:
-        return os.path.getsize(path) if path else default
-    except OSError:
-        return default
-

@@ -25,9 +25,9 @@ from rest_framework import serializers as drf_serializers
 
 from . import actions
 from .access import permission_name, runnable_backends, sees_secrets
-from .backends.base import BackendError, read_log_file
 from .forms import BOOL_FIELDS, EnvLineError, FieldFlagErrors, JobForm, fault_tolerance_from, initial_from_job
 from .inputs import query_int
+from .logs import InstanceLog
 from .models import ADMIN_ROLES, WRITE_ROLES, Attempt, EventType, JobStatus, RestartRecord
 from .submission import SubmissionError
 
@@ -424,50 +424,20 @@ def log_download(request, slug, job_id, number, instance):
         response = HttpResponse(b"", content_type="text/plain; charset=utf-8")
         response["Content-Disposition"] = f'attachment; filename="{filename}"'
         return response
-    backend = actions.get_backend_for(job)
-    handle = attempt.backend_handle
-    path = None
-    try:
-        path = backend.log_path(handle, instance)
-    except BackendError:
-        path = None
-    if path and os.path.exists(path):
-        return FileResponse(open(path, "rb"), as_attachment=True, filename=filename,
+    log = InstanceLog(actions.get_backend_for(job), attempt.backend_handle, instance)
+    if log.path and os.path.exists(log.path):
+        return FileResponse(open(log.path, "rb"), as_attachment=True, filename=filename,
                             content_type="text/plain; charset=utf-8")
 
     def chunks():
         offset = 0
-        while True:
-            try:
-                data = backend.read_log(handle, instance, offset=offset, limit=CHUNK)
-            except BackendError:
-                return
-            if not data:
-                return
+        while data := log.read_or_empty(offset, CHUNK):
             offset += len(data)
             yield data
 
     response = StreamingHttpResponse(chunks(), content_type="text/plain; charset=utf-8")
     response["Content-Disposition"] = f'attachment; filename="{filename}"'
     return response
-
-
-def _log_reader(backend, handle: dict, instance: str):
-    """read(offset, limit) -> bytes over one instance log: its file when the backend
-    has a local one, else the backend's read_log."""
-    try:
-        path = backend.log_path(handle, instance)
-    except BackendError:
-        path = None
-    if path and os.path.exists(path):
-        return (lambda offset, limit: read_log_file(path, offset, limit)), path
-
-    def read_backend(offset, limit):
-        try:
-            return backend.read_log(handle, instance, offset=offset, limit=limit)
-        except BackendError:
-            return b""
-    return read_backend, None
 
 
 def line_permalink(workspace, job, attempt: int, instance: str, line: int | None = None) -> str:
@@ -480,16 +450,14 @@ def line_permalink(workspace, job, attempt: int, instance: str, line: int | None
 def log_line_at(request, slug, job_id, number, instance, offset):
     """The permalink of the line holding byte `offset` (a restart record's
     log_offset): counts the newlines before it, streaming, and redirects."""
-    from monitoring.consumers import line_at_offset
-
     workspace, job = job_or_404(request, slug, job_id)
     attempt = Attempt.objects.filter(job=job, number=number).first()
     if attempt is None or not attempt.instances.filter(name=instance).exists():
         raise Http404("No such instance in this attempt.")
     if not attempt.backend_handle:
         return redirect(line_permalink(workspace, job, number, instance))
-    read, path = _log_reader(actions.get_backend_for(job), attempt.backend_handle, instance)
-    return redirect(line_permalink(workspace, job, number, instance, line_at_offset(read, offset, path)))
+    log = InstanceLog(actions.get_backend_for(job), attempt.backend_handle, instance)
+    return redirect(line_permalink(workspace, job, number, instance, log.line_at(offset, lenient=True)))
 
 
 class _ArchivePipe:
@@ -551,7 +519,8 @@ def attempt_logs_archive(request, slug, job_id, number):
     members = []
     if attempt.backend_handle:
         backend = actions.get_backend_for(job)
-        members = [(f"{folder}/{name}.log", _log_reader(backend, attempt.backend_handle, name)[0]) for name in names]
+        members = [(f"{folder}/{name}.log", InstanceLog(backend, attempt.backend_handle, name).read_or_empty)
+                   for name in names]
     else:
         members = [(f"{folder}/{name}.log", lambda offset, limit: b"") for name in names]
     response = StreamingHttpResponse((c for c in attempt_archive_chunks(members) if c), content_type="application/zip")

@@ -50,270 +50,40 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import re
 from collections import OrderedDict
-from collections.abc import Callable
+from importlib import import_module
 
 from asgiref.sync import sync_to_async
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
+from django.conf import settings
+from django.contrib.auth import get_user, get_user_model
 
 from console import metrics
+from core.logindex import INITIAL_TAIL_BYTES, complete_lines, parse_target, split_lines, start_offset
+from jobs.actions import NotFound, job_for, workspace_by_slug
+from jobs.backends import get_backend
 from jobs.backends.base import BackendError
 from jobs.inputs import json_problem
+from jobs.logs import InstanceLog
+from jobs.models import Attempt, Job, JobEvent, Membership
 
 from .publish import event_message, job_group, status_message, workspace_group
 
 TICK = 0.1  # seconds between reads of the logs
 REFRESH = 1.0  # seconds between looks at the job's attempt and instances
-INITIAL_TAIL_BYTES = 64 * 1024  # a first connection starts this far before the end
 MAX_BATCH_BYTES = 512 * 1024  # per instance per tick
 LIVE_CHECK = 2.0  # seconds between checks that Redis answers (live events on time)
 DRAIN_BATCHES = 16  # at most this many batches of a finished attempt are sent before following the next
-MAX_PARTIAL_LINE = 64 * 1024  # a line longer than this is sent without its newline
 BACKFILL_LIMIT = 2000
-SCAN_CHUNK = 1024 * 1024  # bytes read at a time when counting lines or looking for an error
-TARGET_CONTEXT = 100  # lines sent before a target line
-# Generic "this looks like an error" for the `e` key when the classifier left no line.
-ERROR_LINE = re.compile(rb"Traceback|Error|error:")
 REFUSED = 4403
 SESSION_ENDED = 4401
 ACCOUNT_DISABLED = 4423
 ACCESS_CHECK_SECONDS = 2.0  # how long a socket may outlive its person's access
 
 
-class LogCursor:
-    """Reads one instance log by byte offset: from its file when the backend has a
-    local path (a pread, no thread hop), else through backend.read_log."""
-
-    def __init__(self, backend, handle: dict, name: str):
-        self.backend = backend
-        self.handle = handle
-        self.name = name
-        self.path = None
-        self.fd = None
-        try:
-            self.path = backend.log_path(handle, name)
-        except Exception:  # noqa: BLE001 - a backend without paths reads through read_log
-            self.path = None
-
-    def close(self) -> None:
-        if self.fd is not None:
-            os.close(self.fd)
-            self.fd = None
-
-    def _open(self) -> bool:
-        if self.fd is None and self.path:
-            try:
-                self.fd = os.open(self.path, os.O_RDONLY)
-            except OSError:
-                return False
-        return self.fd is not None
-
-    async def size(self) -> int | None:
-        if self.path:
-            try:
-                return os.path.getsize(self.path)
-            except OSError:
-                return 0
-        return None
-
-    def read_sync(self, offset: int, limit: int) -> bytes:
-        """The same read for a worker thread (line counting, error search)."""
-        if self.path:
-            try:
-                with open(self.path, "rb") as f:
-                    f.seek(offset)
-                    return f.read(limit)
-            except (OSError, OverflowError, ValueError):
-                return b""
-        return self.backend.read_log(self.handle, self.name, offset, limit)
-
-    async def read(self, offset: int, limit: int) -> bytes:
-        if self.path:
-            if not self._open():
-                return b""
-            try:
-                return os.pread(self.fd, limit, offset)
-            except (OSError, OverflowError, ValueError):
-                return b""  # an offset past anything a file can hold (a client's): nothing there
-        return await sync_to_async(self.backend.read_log, thread_sensitive=False)(
-            self.handle, self.name, offset, limit
-        )
-
-
-def complete_lines(data: bytes, final: bool = False) -> bytes:
-    """The part of `data` that ends with a newline (all of it when a partial line
-    has grown past MAX_PARTIAL_LINE or the stream is final)."""
-    if final:
-        return data
-    cut = data.rfind(b"\n")
-    if cut >= 0:
-        return data[: cut + 1]
-    return data if (final or len(data) >= MAX_PARTIAL_LINE) else b""
-
-
-def split_lines(chunk: bytes) -> list[str]:
-    text = chunk.decode("utf-8", errors="replace")
-    if text.endswith("\n"):
-        text = text[:-1]
-    return text.split("\n")
-
-
-def start_offset(size: int, head: bytes) -> int:
-    """Where a first view of a long log starts: INITIAL_TAIL_BYTES before the end,
-    moved forward to the start of the next whole line (`head` is the bytes there)."""
-    start = max(0, size - INITIAL_TAIL_BYTES)
-    if start == 0:
-        return 0
-    nl = head.find(b"\n")
-    return start + nl + 1 if nl >= 0 else start
-
-
-# --- line numbers and targets (pure over a read(offset, limit) function) ----------------
-
-Reader = Callable[[int, int], bytes]
-# Logs only grow, so a (offset, line) pair once counted stays true: the next count
-# of the same file starts there instead of at byte 0.
-_KNOWN_LINES: OrderedDict[str, tuple[int, int]] = OrderedDict()
-_KNOWN_LIMIT = 512
-
-
-def _remember(key: str | None, offset: int, line: int) -> None:
-    if key is None:
-        return
-    have = _KNOWN_LINES.get(key)
-    if have is None or have[0] < offset:
-        _KNOWN_LINES[key] = (offset, line)
-        _KNOWN_LINES.move_to_end(key)
-        while len(_KNOWN_LINES) > _KNOWN_LIMIT:
-            _KNOWN_LINES.popitem(last=False)
-
-
-def line_at_offset(read: Reader, offset: int, key: str | None = None) -> int:
-    """The 1-based number of the line holding byte `offset` (newlines before it + 1)."""
-    pos, line = 0, 1
-    have = _KNOWN_LINES.get(key) if key else None
-    if have and have[0] <= offset:
-        pos, line = have
-    while pos < offset:
-        data = read(pos, min(SCAN_CHUNK, offset - pos))
-        if not data:
-            break
-        line += data.count(b"\n")
-        pos += len(data)
-    _remember(key, pos, line)
-    return line
-
-
-def offset_of_line(read: Reader, line: int, key: str | None = None) -> int | None:
-    """The byte offset where 1-based line `line` starts, or None past the last line."""
-    if line <= 1:
-        return 0
-    pos, at = 0, 1
-    have = _KNOWN_LINES.get(key) if key else None
-    if have and have[1] < line:  # `have` may sit inside its line: only later lines are found from it
-        pos, at = have
-    while True:
-        data = read(pos, SCAN_CHUNK)
-        if not data:
-            return None
-        count = data.count(b"\n")
-        if at + count >= line:
-            cut = -1
-            for _ in range(line - at):
-                cut = data.index(b"\n", cut + 1)
-            start = pos + cut + 1
-            # A line "starts" at the end of the file only if something follows.
-            if not read(start, 1):
-                return None
-            _remember(key, start, line)
-            return start
-        at += count
-        pos += len(data)
-
-
-def count_lines(read: Reader) -> int:
-    """How many lines the log has (a last line without its newline counts)."""
-    pos, lines, last = 0, 0, b"\n"
-    while True:
-        data = read(pos, SCAN_CHUNK)
-        if not data:
-            return lines + (0 if last == b"\n" else 1)
-        lines += data.count(b"\n")
-        last = data[-1:]
-        pos += len(data)
-
-
-def first_match(read: Reader, pattern: re.Pattern = ERROR_LINE) -> int | None:
-    """The byte offset of the start of the first line matching `pattern`, or None.
-    Reads whole lines at a time, so a match is never cut at a chunk boundary."""
-    pos = 0
-    while True:
-        data = read(pos, SCAN_CHUNK)
-        if not data:
-            return None
-        cut = data.rfind(b"\n")
-        whole = data[: cut + 1] if cut >= 0 and len(data) == SCAN_CHUNK else data  # a longer line is searched in pieces
-        m = pattern.search(whole)
-        if m:
-            return pos + whole.rfind(b"\n", 0, m.start()) + 1
-        pos += len(whole)
-
-
-def resolve_target(read: Reader, target: dict, key: str | None = None) -> tuple[int | None, int, int, str]:
-    """(target line or None, byte offset and line number to stream from, why) for a
-    target of the log view: {"line": N}, {"offset": byte} or {"first_error": true}."""
-    why = ""
-    line = None
-    if "line" in target:
-        if offset_of_line(read, target["line"], key) is None:
-            why = f"the log has {count_lines(read):,} lines"
-        else:
-            line = target["line"]
-    elif "offset" in target:
-        if target["offset"] > 0 and not read(target["offset"] - 1, 1):
-            why = "the log is shorter than the recorded offset"
-        else:
-            line = line_at_offset(read, target["offset"], key)
-    else:
-        offset = first_match(read)
-        if offset is None:
-            why = "no line matches Traceback, Error or error:"
-        else:
-            line = line_at_offset(read, offset, key)
-    if line is None:
-        return None, 0, 1, why
-    start_line = max(1, line - TARGET_CONTEXT)
-    start = offset_of_line(read, start_line, key)
-    return line, start or 0, start_line, why
-
-
-def parse_target(raw) -> dict | None:
-    """A target from a client message, or None when it is not one."""
-    if not isinstance(raw, dict) or not isinstance(raw.get("instance"), str):
-        return None
-
-    def whole(v):
-        return isinstance(v, int) and not isinstance(v, bool)
-
-    out = {"instance": raw["instance"]}
-    if whole(raw.get("line")) and raw["line"] >= 1:
-        out["line"] = raw["line"]
-    elif whole(raw.get("offset")) and raw["offset"] >= 0:
-        out["offset"] = raw["offset"]
-    elif raw.get("first_error") is True:
-        out["first_error"] = True
-    else:
-        return None
-    return out
-
-
 @database_sync_to_async
 def _job_if_member(user, job_id):
-    from jobs.actions import NotFound, job_for
-
     if user is None or not user.is_authenticated:
         return None
     try:
@@ -324,8 +94,6 @@ def _job_if_member(user, job_id):
 
 @database_sync_to_async
 def _workspace_if_member(user, slug):
-    from jobs.actions import NotFound, workspace_by_slug
-
     if user is None or not user.is_authenticated:
         return None
     try:
@@ -346,13 +114,6 @@ def _access_lost(session_key: str | None, user_id: int, workspace_id: int) -> tu
     """(close code, reason) when the socket's person may no longer watch this
     workspace, else None. The session is read anew from its store, as an HTTP
     request would: a logout deletes it, and a password change voids its hash."""
-    from importlib import import_module
-
-    from django.conf import settings
-    from django.contrib.auth import get_user, get_user_model
-
-    from jobs.models import Membership
-
     user = get_user_model().objects.filter(pk=user_id).only("is_active").first()
     if user is None or not user.is_active:
         return ACCOUNT_DISABLED, "your account was deactivated"
@@ -414,8 +175,6 @@ class AccessGuard:
 
 @database_sync_to_async
 def _events_after(job_id: int, after: int | None) -> list[dict]:
-    from jobs.models import JobEvent
-
     qs = JobEvent.objects.filter(job_id=job_id).order_by("id")
     if after is not None:
         qs = qs.filter(pk__gt=after)
@@ -428,8 +187,6 @@ def _events_after(job_id: int, after: int | None) -> list[dict]:
 
 @database_sync_to_async
 def _job_state(job_id: int) -> dict | None:
-    from jobs.models import Job
-
     job = Job.objects.filter(pk=job_id).first()
     return status_message(job) if job else None
 
@@ -437,8 +194,6 @@ def _job_state(job_id: int) -> dict | None:
 @database_sync_to_async
 def _attempt_view(job_id: int, number: int) -> tuple[dict, list[str], str] | None:
     """(backend handle, instance names, backend name) of one attempt, or None."""
-    from jobs.models import Attempt
-
     attempt = Attempt.objects.select_related("job").filter(job_id=job_id, number=number).first()
     if attempt is None:
         return None
@@ -446,10 +201,12 @@ def _attempt_view(job_id: int, number: int) -> tuple[dict, list[str], str] | Non
     return attempt.backend_handle or {}, names, attempt.job.backend
 
 
-def _backend(name: str):
-    from jobs.backends import get_backend
-
-    return get_backend(name)
+async def _read_now(log: InstanceLog, offset: int, limit: int) -> bytes:
+    """A local file is read in the event loop (a pread is quick); a backend's
+    read_log in a worker thread."""
+    if log.path:
+        return log.pread(offset, limit)
+    return await sync_to_async(log.read, thread_sensitive=False)(offset, limit)
 
 
 class _SentIds:
@@ -581,7 +338,7 @@ class JobConsumer(BoundedClientJson, AccessGuard, AsyncJsonWebsocketConsumer):
         lines = {} if lines is None else lines
         loop = asyncio.get_running_loop()
         number = fixed_attempt
-        cursors: dict[str, LogCursor] = {}
+        logs: dict[str, InstanceLog] = {}
         view = None
         next_refresh = 0.0
         metrics.in_background(metrics.log_viewers, 1)
@@ -599,33 +356,33 @@ class JobConsumer(BoundedClientJson, AccessGuard, AsyncJsonWebsocketConsumer):
                         state = await _job_state(self.job_id)
                         if state and state["current_attempt"] and state["current_attempt"] != number:
                             if number is not None:
-                                await self._drain(number, cursors, offsets, lines)
+                                await self._drain(number, logs, offsets, lines)
                             number = state["current_attempt"]
-                            for c in cursors.values():
+                            for c in logs.values():
                                 c.close()
-                            cursors = {}
+                            logs = {}
                     view = await _attempt_view(self.job_id, number) if number else None
                     if view is not None:
                         handle, names, backend_name = view
                         if handle:
                             try:
-                                backend = _backend(backend_name)
+                                backend = get_backend(backend_name)
                             except BackendError:
                                 backend = None
                             for name in names if backend else ():
-                                if (only is None or name in only) and name not in cursors:
-                                    cursors[name] = LogCursor(backend, handle, name)
-                if target is not None and target["instance"] in cursors:
-                    await self._open_at(number, cursors[target["instance"]], target, offsets, lines)
+                                if (only is None or name in only) and name not in logs:
+                                    logs[name] = InstanceLog(backend, handle, name)
+                if target is not None and target["instance"] in logs:
+                    await self._open_at(number, logs[target["instance"]], target, offsets, lines)
                     target = None
                 elif target is not None and view is not None and target["instance"] not in view[1]:
                     await self.send_json({"type": "log_target", "attempt": number, "instance": target["instance"],
                                           "line": None, "why": f"attempt {number} has no instance of that name",
                                           "missing_instance": True})
                     target = None
-                for name, cursor in cursors.items():
+                for name, log in logs.items():
                     try:
-                        await self._send_new(number, name, cursor, offsets, lines)
+                        await self._send_new(number, name, log, offsets, lines)
                     except (BackendError, OSError):
                         # A log the backend cannot read right now is tried again next tick.
                         continue
@@ -633,19 +390,19 @@ class JobConsumer(BoundedClientJson, AccessGuard, AsyncJsonWebsocketConsumer):
         except asyncio.CancelledError:
             raise
         finally:
-            for c in cursors.values():
+            for c in logs.values():
                 c.close()
             metrics.in_background(metrics.log_viewers, -1)
 
-    async def _drain(self, number: int, cursors: dict, offsets: dict, lines: dict) -> None:
+    async def _drain(self, number: int, logs: dict, offsets: dict, lines: dict) -> None:
         """Send what is left of an attempt's logs, its last partial line included,
         before the view follows the next attempt."""
-        for name, cursor in cursors.items():
+        for name, log in logs.items():
             key = f"{number}:{name}"
             for _ in range(DRAIN_BATCHES):
                 before = offsets.get(key)
                 try:
-                    await self._send_new(number, name, cursor, offsets, lines, final=True)
+                    await self._send_new(number, name, log, offsets, lines, final=True)
                 except (BackendError, OSError):
                     break
                 if offsets.get(key) == before:
@@ -661,49 +418,48 @@ class JobConsumer(BoundedClientJson, AccessGuard, AsyncJsonWebsocketConsumer):
                 continue
             handle, names, backend_name = view
             try:
-                backend = _backend(backend_name)
+                backend = get_backend(backend_name)
             except BackendError:
                 continue
-            cursors = {name: LogCursor(backend, handle, name) for name in names
+            logs = {name: InstanceLog(backend, handle, name) for name in names
                        if f"{number}:{name}" in offsets and (only is None or name in only)}
             try:
-                await self._drain(number, cursors, offsets, lines)
+                await self._drain(number, logs, offsets, lines)
             finally:
-                for c in cursors.values():
+                for c in logs.values():
                     c.close()
 
-    async def _open_at(self, number: int, cursor: LogCursor, target: dict, offsets: dict, lines: dict) -> None:
+    async def _open_at(self, number: int, log: InstanceLog, target: dict, offsets: dict, lines: dict) -> None:
         """Start one instance's stream a little before the target line and say which
         line that is."""
-        key = f"{number}:{cursor.name}"
+        key = f"{number}:{log.name}"
         try:
-            line, start, start_line, why = await sync_to_async(resolve_target, thread_sensitive=False)(
-                cursor.read_sync, target, cursor.path)
+            line, start, start_line, why = await sync_to_async(log.resolve, thread_sensitive=False)(target)
         except (BackendError, OSError) as exc:
             line, why = None, f"the log could not be read ({exc})"
         if line is not None:
             offsets[key], lines[key] = start, start_line
-        await self.send_json({"type": "log_target", "attempt": number, "instance": cursor.name,
+        await self.send_json({"type": "log_target", "attempt": number, "instance": log.name,
                               "line": line, "why": why})
 
-    async def _send_new(self, number: int, name: str, cursor: LogCursor, offsets: dict,
+    async def _send_new(self, number: int, name: str, log: InstanceLog, offsets: dict,
                         lines: dict | None = None, final: bool = False) -> None:
         lines = {} if lines is None else lines
         key = f"{number}:{name}"
         offset = offsets.get(key)
         if offset is None:
-            size = await cursor.size()
+            size = log.size()
             offset = 0
             if size and size > INITIAL_TAIL_BYTES:
-                head = await cursor.read(size - INITIAL_TAIL_BYTES, INITIAL_TAIL_BYTES)
+                head = await _read_now(log, size - INITIAL_TAIL_BYTES, INITIAL_TAIL_BYTES)
                 offset = start_offset(size, head)
             offsets[key] = offset
-        data = await cursor.read(offset, MAX_BATCH_BYTES)
+        data = await _read_now(log, offset, MAX_BATCH_BYTES)
         chunk = complete_lines(data, final=final and len(data) < MAX_BATCH_BYTES)
         if not chunk:
             return
         if key not in lines:
-            lines[key] = await sync_to_async(line_at_offset, thread_sensitive=False)(cursor.read_sync, offset, cursor.path)
+            lines[key] = await sync_to_async(log.line_at, thread_sensitive=False)(offset)
         line = lines[key]
         offsets[key] = offset + len(chunk)
         lines[key] = line + chunk.count(b"\n")
