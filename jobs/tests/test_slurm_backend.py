@@ -24,18 +24,8 @@ import redis
 from jobs.backends.base import AttemptLaunch, BackendError, InstanceLaunch, InstanceState
 from jobs.backends.frameworks import build_instances
 from jobs.backends.osuser import resolve_run_as
-from jobs.backends.slurm import (
-    InstanceFiles,
-    SlurmBackend,
-    SlurmJob,
-    check_options,
-    instance_status,
-    job_from_sacct,
-    job_from_scontrol,
-    job_from_squeue_json,
-    nodes_from_sinfo_json,
-    nodes_from_sinfo_text,
-)
+from core.slurm import SlurmJob
+from jobs.backends.slurm import InstanceFiles, SlurmBackend, check_options, instance_status
 from jobs.backends.slurm_step import (
     allocate,
     attempt_ports,
@@ -97,36 +87,6 @@ def test_each_attempt_gets_ports_other_than_the_previous_attempts():
     second = attempt_ports("job-7", 2, 4, 29500, 20000)
     assert len(set(first)) == 4 and not set(first) & set(second)
     assert all(29500 <= p < 49500 for p in first + second)
-
-
-def test_squeue_json_of_both_generations_gives_state_and_pending_reason():
-    old = {"jobs": [{"job_id": 3, "job_state": "RUNNING", "state_reason": "None"},
-                    {"job_id": 4, "job_state": "PENDING", "state_reason": "Resources", "nodes": ""}]}
-    new = {"jobs": [{"job_id": {"set": True, "number": 4}, "job_state": ["PENDING"],
-                     "state_reason": "Priority"}]}
-    assert job_from_squeue_json(old, "4") == SlurmJob("4", "PENDING", "Resources", "")
-    assert job_from_squeue_json(new, "4").reason == "Priority"
-    assert job_from_squeue_json(old, "3").reason == ""
-    assert job_from_squeue_json(old, "9") is None
-
-
-def test_scontrol_and_sacct_lines_give_the_job_state():
-    line = "JobId=12 JobName=x JobState=NODE_FAIL Reason=None NodeList=n3"
-    assert job_from_scontrol(line, "12") == SlurmJob("12", "NODE_FAIL", "", "n3")
-    assert job_from_sacct("12|CANCELLED by 0|None|n1,n2\n", "12") == SlurmJob("12", "CANCELLED", "", "n1,n2")
-
-
-def test_drained_and_down_nodes_are_not_schedulable_in_json_and_text():
-    data = {"nodes": [
-        {"name": "a", "cpus": 8, "state": "idle", "state_flags": ["DRAIN"], "reason": "Vigil: job 4"},
-        {"name": "b", "cpus": {"set": True, "number": 4}, "state": ["MIXED"], "reason": ""},
-    ]}
-    assert [(n.name, n.slots, n.schedulable) for n in nodes_from_sinfo_json(data)] == [
-        ("a", 8, False), ("b", 4, True)]
-    text = "a|8|drained|Vigil: job 4\na|8|drained|Vigil: job 4\nb|4|mixed|none\nc|2|idle*|none\n"
-    nodes = nodes_from_sinfo_text(text)
-    assert [(n.name, n.schedulable, n.reason) for n in nodes] == [
-        ("a", False, "Vigil: job 4"), ("b", True, ""), ("c", False, "")]
 
 
 def test_an_instance_left_without_exit_record_by_a_node_failure_is_failed_naming_the_node():
