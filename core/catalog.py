@@ -319,6 +319,30 @@ LOG_SIGNATURES: tuple[Signature, ...] = (
         next_step=_RETRY_COMM,
         documented="Linux errno ETIMEDOUT (110), strerror text; NCCL socket connect",
     ),
+    # Decision: not retryable. Since pytorch/pytorch#74641 ("c10d: retry dns lookup failures",
+    # for #73682: Kubernetes pods' DNS records appear up to ~30 s after the pod) c10d's client
+    # socket does not give up on a failed lookup: it logs this line and looks the name up
+    # again until its connect timeout runs out (torch/csrc/distributed/c10d/socket.cpp
+    # SocketConnectOp::tryConnect, `retry = true` on a getaddrinfo error; the line repeats
+    # while peers start, kubernetes-sigs/jobset#93). A process that ended with it has waited
+    # out that start-up race already; the name does not resolve from this node (the machine's
+    # own host name unknown to DNS or /etc/hosts, a wrong MASTER_ADDR, a missing search
+    # domain), and a restart waits in vain again. The older TCPStore that failed on the first
+    # lookup ("host not found") stays the retryable race below.
+    Signature(
+        rule="c10d-name-not-resolved", family="rendezvous",
+        pattern=_re(r"network addresses of \([^\n]{0,300}?\) cannot be retrieved \(gai error"),
+        retryable=False, error_code="NAME_NOT_RESOLVED_AFTER_RETRIES",
+        message="The master's host name did not resolve, even after c10d retried",
+        cause="The rendezvous host name did not resolve from this node for as long as PyTorch kept "
+              "looking it up, so this is no start-up race: the name is wrong or unknown here (often "
+              "the machine's own host name, missing from DNS and /etc/hosts).",
+        next_step="Set MASTER_ADDR (or rdzv_endpoint) to a name every node resolves, or to the master's "
+                  "IP address, and check /etc/hosts and the pods' DNS settings, then submit the job again.",
+        documented="torch/csrc/distributed/c10d/socket.cpp SocketConnectOp::tryConnect (\"The {IPv4 |IPv6 "
+                   "}network addresses of ({}, {}) cannot be retrieved (gai error: {} - {})\", then a retry "
+                   "until the connect timeout), pytorch/pytorch#74641; corpus rendezvous-004, -013",
+    ),
     Signature(
         rule="name-resolution-failed", family="rendezvous",
         pattern=_re(r"Temporary failure in name resolution"),
@@ -452,15 +476,28 @@ LOG_SIGNATURES: tuple[Signature, ...] = (
         next_step=_HARDWARE_NEXT,
         documented="NVIDIA Xid 79, docs.nvidia.com/deploy/xid-errors",
     ),
+    # Decision: not retryable, as an illegal memory access (below) and the Xids 13/31/43 it
+    # comes with (above). CUDA documents cudaErrorLaunchFailure as "an exception occurred on
+    # the device while executing a kernel", commonly an invalid device pointer or an
+    # out-of-bounds shared-memory access: the program's own kernel, or a build of torch or an
+    # extension that does not fit the node, which an unchanged rerun repeats. A GPU that is
+    # really failing says so in its own lines (Xid 48/79, ECC, fallen off the bus), which win
+    # when they come later in the tail.
     Signature(
         rule="cuda-launch-failure", family="gpu",
         pattern=_re(r"unspecified launch failure|cudaErrorLaunchFailure"),
-        retryable=True, error_code="CUDA_LAUNCH_FAILURE",
+        retryable=False, error_code="CUDA_LAUNCH_FAILURE",
         message="CUDA: unspecified launch failure",
-        cause="A GPU kernel failed for a reason CUDA could not name; it often comes with a GPU "
-              "fault (Xid 13/31/43) on the node.",
-        next_step=_HARDWARE_NEXT,
-        documented="CUDA runtime cudaErrorLaunchFailure (\"unspecified launch failure\")",
+        cause="A GPU kernel raised an exception while it ran (CUDA's \"unspecified launch failure\"): "
+              "most often an invalid pointer or an out-of-bounds access in a kernel, or a torch or "
+              "extension build that does not fit this GPU, which a restart repeats.",
+        next_step="Run with CUDA_LAUNCH_BLOCKING=1 to find the failing operation, and check that torch, "
+                  "CUDA and compiled extensions match; if it only ever happens on one node, treat it as "
+                  "hardware and add \"unspecified launch failure\" as a retryable keyword.",
+        documented="CUDA runtime API cudaErrorLaunchFailure (719): \"An exception occurred on the device while "
+                   "executing a kernel. Common causes include dereferencing an invalid device pointer and "
+                   "accessing out of bounds shared memory\"; corpus gpu-010 (pytorch/pytorch#2567: recurred "
+                   "with one torch build, gone with the next)",
     ),
     # Decision: an illegal memory access is treated as a bug (not retryable). In training it
     # is most often an index out of range or a faulty custom kernel, which repeats at the
@@ -618,6 +655,26 @@ LOG_SIGNATURES: tuple[Signature, ...] = (
         cause="A worker process was killed by a signal, without an error of its own in the log.",
         next_step="The job is retried automatically; if it repeats on the same node, check that node.",
         documented="torch/distributed/elastic/multiprocessing/api.py (\"Signal %s (%s) received by PID %s\")",
+    ),
+    # Ray tells a system failure (the actor's or worker's process died: killed, its node
+    # gone, a crash) from an application error (the exception is shown, "died because of an
+    # error raised in its creation task"), and retries only system failures by default; so
+    # does the monitor. A process that crashes the same way every time is stopped by the
+    # repeated-failure guard.
+    Signature(
+        rule="ray-process-died", family="signals",
+        pattern=_re(r"The (?:actor|worker) died unexpectedly (?:before finishing|while executing) this task"),
+        retryable=True, error_code="RAY_PROCESS_DIED",
+        message="A Ray actor or worker process died",
+        cause="A Ray actor or worker process of the job died without an error of its own (killed, "
+              "its node lost or reclaimed), which Ray counts as a system failure, not the program's.",
+        next_step="The job is retried automatically. If it repeats, look at the Ray logs of the node "
+                  "the process ran on (raylet.out, dmesg) for the out-of-memory killer or a lost node.",
+        cascade_like=True,
+        documented="Ray ray.exceptions.RayActorError/ActorDiedError (\"the actor process is dead\") and "
+                   "WorkerCrashedError (\"The worker died unexpectedly while executing this task\"); Ray fault "
+                   "tolerance docs: system failures are retried by default, application exceptions are not; "
+                   "corpus preemption-027 (ray-project/ray#29982: a reclaimed spot node)",
     ),
     # ---- from the corpus (issue 13): infrastructure going away under the job ---------
     Signature(
@@ -785,6 +842,25 @@ LOG_SIGNATURES: tuple[Signature, ...] = (
         next_step="Check the name/path and the job's credentials or access token, then submit the job again.",
         documented="HTTP 401/403/404 (RFC 9110); huggingface_hub RepositoryNotFoundError/GatedRepoError; "
                    "S3 AccessDenied/NoSuchKey",
+    ),
+    # Decision: not retryable. The HTTP client (requests/urllib3) got EAI_NONAME for the host
+    # of the URL it was given: the DNS answered that the name does not exist. That is a
+    # service address that is wrong or gone (a retired tracking server, a typo), which a
+    # restart asks about again; a resolver that is down or slow answers EAI_AGAIN instead
+    # ("[Errno -3] Temporary failure in name resolution"), which stays retryable. The job's
+    # own peers starting late are the rendezvous entries below, not an HTTP URL.
+    Signature(
+        rule="service-host-unknown", family="external-services",
+        pattern=_re(r"HTTPS?ConnectionPool\(host=[^\n]{0,600}?\[Errno -2\] Name or service not known"),
+        retryable=False, error_code="SERVICE_HOST_UNKNOWN",
+        message="A service's host name does not exist",
+        cause="The job called a service (tracking server, model hub, store) at a host name that the "
+              "DNS says does not exist, so the address is wrong or the service is gone.",
+        next_step="Check the service's URL in the job's settings (or turn the integration off if the "
+                  "service was retired), then submit the job again.",
+        documented="urllib3 NewConnectionError \"Failed to establish a new connection: [Errno -2] Name or "
+                   "service not known\" (glibc EAI_NONAME, vs EAI_AGAIN -3 for a resolver failure); corpus "
+                   "external-services-027 (MisterMap/undeepvo#66: the MLflow server no longer existed)",
     ),
     # ---- rendezvous and DNS start-up races ----------------------------------------
     Signature(
@@ -1029,6 +1105,18 @@ LOG_SIGNATURES: tuple[Signature, ...] = (
         documented="http.client RemoteDisconnected; urllib3 ProtocolError (\"Connection aborted.\"), "
                    "IncompleteRead; requests ChunkedEncodingError; ssl SSLEOFError; conda "
                    "\"HTTP 000 CONNECTION FAILED\"",
+    ),
+    Signature(
+        rule="service-connection-eof", family="external-services",
+        pattern=_re(r"(?:Get|Head|Post|Put) \"?https?://[^\s\"]{1,400}\"?: (?:unexpected )?EOF\b"),
+        retryable=True, error_code="CONNECTION_DROPPED",
+        message="A registry or service closed the connection without answering",
+        cause="A registry or service (seen by a Go client: docker, containerd, kubelet) closed the "
+              "connection before it sent a response, a hiccup of the service or a proxy in between.",
+        next_step="The job is retried automatically. If it keeps happening, check the service's status "
+                  "page and any proxy between the nodes and it.",
+        documented="Go net/http url.Error wrapping io.EOF (\"Get \\\"https://quay.io/v2/\\\": EOF\": the server "
+                   "closed the connection before responding); corpus startup-044 (a quay.io incident)",
     ),
     Signature(
         rule="store-barrier-timeout", family="rendezvous",

@@ -227,6 +227,20 @@ SAMPLES: list[tuple[str, int, str]] = [
     ("connection-dropped", 1,
      "requests.exceptions.ConnectionError: ('Connection aborted.', RemoteDisconnected('Remote end closed connection "
      "without response'))\n"),
+    ("service-connection-eof", 1,
+     "Using default tag: latest\n"
+     'Error response from daemon: Get "https://registry.example.com/v2/": EOF\n'),
+    ("service-host-unknown", 1,
+     "requests.exceptions.ConnectionError: HTTPSConnectionPool(host='mlflow.old-team.example', port=443): Max retries "
+     "exceeded with url: /api/2.0/mlflow/runs/create (Caused by NewConnectionError('<urllib3.connection."
+     "HTTPSConnection object at 0x7f1c>: Failed to establish a new connection: [Errno -2] Name or service not known'))\n"),
+    ("c10d-name-not-resolved", 1,
+     "[W1129 10:00:00.100 socket.cpp:752] [c10d] The IPv6 network addresses of (trainer-0.internal, 29500) cannot be "
+     "retrieved (gai error: -2 - Name or service not known).\n"
+     "[W1129 10:00:01.100 socket.cpp:752] [c10d] The IPv4 network addresses of (trainer-0.internal, 29500) cannot be "
+     "retrieved (gai error: -2 - Name or service not known).\n"),
+    ("ray-process-died", 1,
+     "(TorchTrainer pid=4121) ray.exceptions.RayActorError: The actor died unexpectedly before finishing this task.\n"),
     ("store-barrier-timeout", 1,
      "RuntimeError: Timed out initializing process group in store based barrier on rank: 3, for key: "
      "store_based_barrier_key:1 (world_size=4, worker_count=3, timeout=0:30:00)\n"),
@@ -485,6 +499,47 @@ def test_on_one_line_the_narrower_catalog_entry_wins():
     got = classify("torch.distributed.DistNetworkError: Gloo connectFullMesh failed with "
                    "[../third_party/gloo/gloo/transport/tcp/pair.cc:144] Connection refused\n")
     assert got.rule == "gloo-connect-full-mesh-failed"
+
+
+def test_a_name_c10d_retried_to_resolve_is_not_a_start_up_race_but_a_first_failed_lookup_is():
+    # c10d retries a failed lookup until its connect timeout (pytorch/pytorch#74641), so its
+    # warning at the end of a log is a name that never resolved; the old TCPStore's
+    # first-lookup ValueError is the Kubernetes start-up race (pytorch/pytorch#73682).
+    c10d = classify("[W socket.cpp:601] [c10d] The IPv6 network addresses of (user, 53821) cannot be retrieved "
+                    "(gai error: -3 - Temporary failure in name resolution).\n")
+    assert (c10d.rule, c10d.retryable, c10d.family) == ("c10d-name-not-resolved", False, "rendezvous")
+    race = classify("store = TCPStore(master_addr, master_port, world_size, start_daemon, timeout)\n"
+                    "ValueError: host not found: Name or service not known\n")
+    assert (race.rule, race.retryable) == ("name-not-resolved", True)
+
+
+def test_a_service_host_that_does_not_exist_is_not_retried_but_a_resolver_failure_is():
+    pool = ("requests.exceptions.ConnectionError: HTTPSConnectionPool(host='huggingface.co', port=443): Max retries "
+            "exceeded with url: /bert/resolve/main/config.json (Caused by NewConnectionError('<urllib3.connection."
+            "HTTPSConnection object at 0x7f>: Failed to establish a new connection: [Errno {}] {}'))\n")
+    gone = classify(pool.format(-2, "Name or service not known"))
+    assert (gone.rule, gone.retryable) == ("service-host-unknown", False)
+    flaky = classify(pool.format(-3, "Temporary failure in name resolution"))
+    assert (flaky.rule, flaky.retryable) == ("name-resolution-failed", True)
+
+
+def test_a_ray_process_that_died_is_a_system_failure_but_an_actor_exception_is_the_program():
+    died = classify("ray.exceptions.RayActorError: The actor died unexpectedly before finishing this task.\n")
+    assert (died.rule, died.retryable, died.cascade_like) == ("ray-process-died", True, True)
+    crashed = classify("ray.exceptions.WorkerCrashedError: The worker died unexpectedly while executing this task. "
+                       "Check python-core-worker-*.log files for more information.\n")
+    assert crashed.rule == "ray-process-died"
+    raised = classify("Traceback (most recent call last):\n"
+                      "ray.exceptions.RayActorError: The actor died because of an error raised in its creation task, "
+                      "ray::Trainer.__init__() (pid=41, ip=10.0.0.4)\n")
+    assert (raised.rule, raised.retryable) == ("python-exception", False)
+
+
+def test_an_unspecified_launch_failure_is_the_programs_kernel_unless_the_gpu_says_otherwise():
+    launch = "RuntimeError: CUDA error: unspecified launch failure\n"
+    assert classify(launch).retryable is False
+    got = classify(launch + "[ 8812.1] NVRM: Xid (PCI:0000:3b:00): 79, pid=0, GPU has fallen off the bus.\n")
+    assert got.retryable is True and got.family == "gpu"
 
 
 def test_import_error_for_a_missing_shared_library_is_an_import_error():
