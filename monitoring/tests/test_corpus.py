@@ -61,9 +61,10 @@ def test_the_held_back_marks_are_the_split_scripts():
 # strict xfail below turns into a failure the day they are met, so the floors are then
 # raised to the targets.
 ISSUE_TARGETS = {"overall": 0.97, "held_back": 0.93, "false_retryable": 0.01}
-# What the classifier reached on the complete corpus when these tests were written, less
-# a small margin: a later signature that breaks old cases fails here.
-FLOORS = {"overall": 0.80, "held_back": 0.66, "false_retryable": 0.18}
+# What the classifier last reached on the complete corpus, less a small margin (raised with
+# each round of signatures, never lowered): a later signature that breaks old cases fails
+# here. Last raised at 84.4 % overall, 71.7 % held back, 13.2 % false-retryable (333 entries).
+FLOORS = {"overall": 0.84, "held_back": 0.70, "false_retryable": 0.14}
 
 
 def test_overall_agreement_stays_above_its_floor():
