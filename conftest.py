@@ -106,9 +106,7 @@ def local_backend(settings, tmp_path, _test_wiring):
     reset_backends()
     backend = get_backend("local")
     yield backend
-    stop_all = getattr(backend, "stop_everything", None)
-    if stop_all:
-        stop_all(grace=0.5)
+    backend.stop_everything(grace=0.5)
     reset_backends()
     shutil.rmtree(data_dir, ignore_errors=True)
 

@@ -79,12 +79,8 @@ def _dump_instance(backend, handle: dict, inst: Instance) -> list[ProcessStacks]
             return [ProcessStacks(pid=pids[0], instance=inst.name, rank=inst.rank, error_code=NOT_PYTHON,
                                   error=f"no Python process runs under {inst.name} (pids {pids})")]
         return dump_processes([(inst.name, inst.rank, pid) for pid in python], timeout=DUMP_TIMEOUT)
-    remote = getattr(backend, "dump_stacks", None)
-    if remote is None:
-        return [ProcessStacks(pid=0, instance=inst.name, rank=inst.rank, error_code=DUMP_FAILED,
-                              error=f"the {backend.name} backend cannot reach {inst.name}'s processes")]
     try:
-        dumped = remote(handle, inst.name)
+        dumped = backend.dump_stacks(handle, inst.name)
     except BackendError as exc:
         return [ProcessStacks(pid=0, instance=inst.name, rank=inst.rank, error_code=DUMP_FAILED, error=exc.message)]
     out = []

@@ -170,6 +170,7 @@ class Backend(ABC):
 
     can_dump_stacks: bool = False  # pids() returns local PIDs that py-spy can read
     can_isolate_nodes: bool = False  # isolate_node()/restore_node() work
+    name: str = ""  # its key in settings.JOB_BACKENDS
 
     def __init__(self, name: str = "", **options):
         self.name = name
@@ -230,6 +231,29 @@ class Backend(ABC):
     def pids(self, handle: dict, name: str) -> list[int]:
         """PIDs of the instance's processes on this machine (for stack dumps)."""
         raise BackendError(f"backend {self.name or type(self).__name__} cannot list local PIDs")
+
+    def dump_stacks(self, handle: dict, name: str, timeout: float = 30.0) -> list[dict]:
+        """py-spy dumps of the instance's Python processes taken where they run, for
+        an instance pids() cannot reach from here: [{"pid", "stacks"}] or
+        [{"pid", "error"}] per process."""
+        raise BackendError(f"the {self.name} backend cannot reach {name}'s processes")
+
+    # -- re-adoption and exits -----------------------------------------------
+    def handle_for(self, job_id, attempt: int) -> dict:
+        """The handle of an attempt this backend launched, found again without the
+        caller's copy (a console that lost it)."""
+        raise BackendError(f"backend {self.name or type(self).__name__} cannot find attempt {attempt} "
+                           f"of job {job_id} again")
+
+    @property
+    def exit_channel(self) -> str | None:
+        """The Redis channel instance exits are announced on, or None when they are not."""
+        return None
+
+    def stop_everything(self, grace: float = 0.5) -> list[int]:
+        """Stop every instance of every attempt this backend holds (test teardown,
+        decommissioning); returns the PIDs it had to kill outright."""
+        raise BackendError(f"backend {self.name or type(self).__name__} cannot stop everything")
 
     # -- helpers for subclasses ------------------------------------------
     @staticmethod

@@ -166,6 +166,18 @@ class MemoryBackend(Backend):
         log = att.logs[name]
         return bytes(log[max(0, len(log) - nbytes):])
 
+    def handle_for(self, job_id, attempt: int) -> dict:
+        try:
+            return self.attempts[(str(job_id), attempt)].handle
+        except KeyError:
+            raise BackendError(f"no attempt {attempt} of job {job_id} in this backend") from None
+
+    def stop_everything(self, grace: float = 0.5) -> list[int]:
+        for att in self.attempts.values():
+            if any(not s.state.finished for s in att.statuses.values()):
+                self.stop(att.handle, grace)
+        return []  # no processes
+
     def list_nodes(self) -> list[Node]:
         return [Node(n["name"], n["slots"], n["name"] not in self.isolated, self.isolated.get(n["name"], ""))
                 for n in self.nodes]

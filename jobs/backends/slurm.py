@@ -464,6 +464,26 @@ class SlurmBackend(Backend):
             raise BackendError(f"no attempt {attempt} of job {job_id} under {self.log_dir}")
         return handle
 
+    def attempt_handles(self) -> list[dict]:
+        """Handles of every attempt under log_dir (for cleanup)."""
+        handles = []
+        for path in sorted((self.log_dir / "jobs").glob(f"*/attempt-*/{HANDLE}")):
+            handle = step.read_json(str(path))
+            if handle is not None:
+                handles.append(handle)
+        return handles
+
+    def stop_everything(self, grace: float = 0.5) -> list[int]:
+        """Stop every attempt under log_dir that Slurm still runs; Slurm kills what
+        is left, so no PID is killed from here."""
+        for handle in self.attempt_handles():
+            try:
+                if self.job(handle).active:
+                    self.stop(handle, grace=grace)
+            except BackendError:
+                pass
+        return []
+
     def job(self, handle: dict) -> SlurmJob:
         """Slurm's view of the attempt's job: squeue --json, else scontrol, else sacct."""
         job_id = str(handle["slurm_job_id"])
