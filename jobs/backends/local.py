@@ -66,11 +66,12 @@ import sys
 import time
 from contextlib import contextmanager
 from datetime import datetime, timezone
-from urllib.parse import unquote, urlsplit
+from urllib.parse import urlsplit
 
 import psutil
 
 from . import frameworks, osuser, shim
+from .noderedis import redis_target
 from .. import faults
 from .base import (AttemptLaunch, Backend, BackendError, InstanceState, InstanceStatus, LaunchInProgress, Node,
                    read_log_file, tail_log_file)
@@ -172,16 +173,9 @@ class LocalBackend(Backend):
     def _parse_redis(url, channel_prefix):
         if not url:
             return None
-        parts = urlsplit(url)
-        if parts.scheme != "redis":
+        if urlsplit(url).scheme != "redis":
             raise BackendError(f"local backend option 'redis_url': {url!r} is not redis://host:port/db")
-        return {
-            "host": parts.hostname or "127.0.0.1",
-            "port": parts.port or 6379,
-            "username": unquote(parts.username) if parts.username else None,
-            "password": unquote(parts.password) if parts.password else None,
-            "channel": f"{channel_prefix}:instance-exit",
-        }
+        return redis_target(url, f"{channel_prefix}:instance-exit")
 
     @property
     def exit_channel(self) -> str | None:

@@ -20,7 +20,8 @@ depend on Django, Redis or the process that launched it:
    and records the exit as usual (the next launcher reads state.json);
 5. when the child ends, write exit.json (exit code, signal, time) atomically
    FIRST, then PUBLISH the exit on Redis over a raw socket with a short
-   deadline; a Redis that is down costs at most a refused connection;
+   deadline (noderedis.py, shared with the Slurm wrapper); a Redis that is down
+   costs at most a refused connection;
 6. end whatever the instance left behind (SIGTERM, then SIGKILL).
 
 spec.json (written by the backend) holds: command, env, cwd, job_id, attempt,
@@ -38,9 +39,14 @@ another job's.
 import json
 import os
 import signal
-import socket
 import sys
 import time
+
+try:  # imported as jobs.backends.shim (local.py)
+    from .noderedis import publish
+except ImportError:  # run by path with -I, which leaves the script's folder off sys.path
+    sys.path.append(os.path.dirname(os.path.abspath(__file__)))
+    from noderedis import publish  # type: ignore[no-redef]
 
 STATE = "state.json"
 EXIT = "exit.json"
@@ -90,45 +96,6 @@ def read_json(path):
         return None
     except ValueError:
         return None
-
-
-def resp_command(*args):
-    out = [b"*%d\r\n" % len(args)]
-    for a in args:
-        if isinstance(a, str):
-            a = a.encode()
-        out.append(b"$%d\r\n%s\r\n" % (len(a), a))
-    return b"".join(out)
-
-
-def publish(redis, payload, deadline=REDIS_DEADLINE):
-    """PUBLISH `payload` on redis["channel"]; True if Redis answered. Never raises."""
-    if not redis:
-        return False
-    end = time.monotonic() + deadline
-    try:
-        with socket.create_connection((redis["host"], int(redis["port"])), timeout=deadline) as s:
-            commands = []
-            if redis.get("password"):
-                if redis.get("username"):
-                    commands.append(resp_command("AUTH", redis["username"], redis["password"]))
-                else:
-                    commands.append(resp_command("AUTH", redis["password"]))
-            commands.append(resp_command("PUBLISH", redis["channel"], payload))
-            s.sendall(b"".join(commands))
-            replies = b""
-            while replies.count(b"\r\n") < len(commands):
-                left = end - time.monotonic()
-                if left <= 0:
-                    return False
-                s.settimeout(left)
-                chunk = s.recv(4096)
-                if not chunk:
-                    return False
-                replies += chunk
-            return not any(line.startswith(b"-") for line in replies.split(b"\r\n"))
-    except (OSError, ValueError):
-        return False
 
 
 def descendants(root_pids):
@@ -338,7 +305,7 @@ def _announce(spec, record):
             "run": record["run"],
         }
     )
-    publish(spec.get("redis"), payload)
+    publish(spec.get("redis"), payload, REDIS_DEADLINE)
 
 
 def main(argv):

@@ -312,6 +312,7 @@ class SlurmBackend(Backend):
         # Only InstanceLaunch is needed on the nodes; base.py itself wants Python 3.11 (StrEnum).
         (pkg / "base.py").write_text(RUNTIME_BASE)
         shutil.copyfile(here / "frameworks.py", pkg / "frameworks.py")
+        shutil.copyfile(here / "noderedis.py", pkg / "noderedis.py")
         shutil.copyfile(here / "slurm_step.py", runtime / "slurm_step.py")
 
     @staticmethod

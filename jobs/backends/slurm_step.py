@@ -40,11 +40,11 @@ import subprocess
 import sys
 import time
 import zlib
-from urllib.parse import unquote, urlparse
 
 try:  # imported as part of jobs.backends
     from .base import InstanceLaunch
     from .frameworks import Placement, framework_setup, instance_environment
+    from .noderedis import publish, redis_target
 except ImportError:  # run as a script from the attempt's runtime copy
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     from vigil_runtime.base import InstanceLaunch  # type: ignore[no-redef]
@@ -53,8 +53,10 @@ except ImportError:  # run as a script from the attempt's runtime copy
         framework_setup,
         instance_environment,
     )
+    from vigil_runtime.noderedis import publish, redis_target  # type: ignore[no-redef]
 
 EXIT_CHANNEL = "vigil:instance-exit"
+ANNOUNCE_DEADLINE = 1.0  # seconds; the exit is on disk already, the sweep finds it without Redis
 POLL_INTERVAL = 0.3
 
 
@@ -142,36 +144,6 @@ def attempt_ports(job_id: str, attempt: int, count: int, base: int, span: int) -
     rendezvous of attempt n-1 cannot capture attempt n), spread per job."""
     offset = zlib.crc32(str(job_id).encode()) % span
     return [base + (offset + attempt * count + i) % span for i in range(count)]
-
-
-# -- Redis announcement (plain RESP, no client library on the nodes) ----------------------
-
-
-def announce_exit(redis_url: str, payload: dict, channel: str = EXIT_CHANNEL, timeout: float = 1.0) -> bool:
-    if not redis_url:
-        return False
-    u = urlparse(redis_url)
-    if u.scheme not in ("redis", ""):
-        return False
-
-    def bulk(*args: str) -> bytes:
-        out = [f"*{len(args)}\r\n".encode()]
-        for a in args:
-            b = a.encode()
-            out.append(f"${len(b)}\r\n".encode() + b + b"\r\n")
-        return b"".join(out)
-
-    try:
-        with socket.create_connection((u.hostname or "127.0.0.1", u.port or 6379), timeout=timeout) as s:
-            if u.password:
-                creds = (unquote(u.username), unquote(u.password)) if u.username else (unquote(u.password),)
-                s.sendall(bulk("AUTH", *creds))
-                if not s.recv(256).startswith(b"+OK"):
-                    return False
-            s.sendall(bulk("PUBLISH", channel, json.dumps(payload)))
-            return s.recv(256).startswith(b":")
-    except OSError:
-        return False
 
 
 # -- the supervisor ------------------------------------------------------------------
@@ -398,10 +370,10 @@ def run_instance(attempt_dir: str, name: str, run: int) -> int:
     code, sig = (None, -rc) if rc < 0 else (rc, None)
     write_json(exit_file(attempt_dir, name, run), {
         "run": run, "exit_code": code, "signal": sig, "exited_at": exited_at, "reason": ""})
-    announce_exit(spec["options"].get("redis_url", ""), {
+    redis = redis_target(spec["options"].get("redis_url", ""), spec["options"].get("exit_channel") or EXIT_CHANNEL)
+    publish(redis, json.dumps({
         "job_id": spec["job_id"], "attempt": spec["attempt"], "instance": name,
-        "exit_code": code, "signal": sig, "exited_at": exited_at},
-        spec["options"].get("exit_channel") or EXIT_CHANNEL)
+        "exit_code": code, "signal": sig, "exited_at": exited_at}), ANNOUNCE_DEADLINE)
     return rc if rc >= 0 else 128 - rc
 
 
