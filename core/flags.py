@@ -23,6 +23,11 @@ Decisions the SPEC leaves open
     ``--fault-tolerant-policy=Never`` is for.
   * ``--job-hang-interval`` and ``--job-exit-hang-interval`` are whole seconds from
     1 to 2592000 (30 days). The SDK's ``-1`` (suspend) is a runtime value, not a flag.
+  * ``--job-hang-startup-interval`` takes the same range. Left out, it follows the hang
+    interval: the larger of 600 s and ``--job-hang-interval`` (``None`` in the config,
+    resolved by ``FaultToleranceConfig.startup_interval``), so raising the hang interval
+    never leaves start-up with less. It may also be set shorter than the hang interval
+    (to catch a start-up that is stuck sooner); it is the user's number either way.
   * ``--max-tolerated-failure-rate`` is a decimal in [0, 1] or exactly -1 (off);
     ``nan``, ``inf``, ``30%`` and decimal commas are rejected.
   * ``--c4d-common-envs`` is ``K=V`` pairs separated by commas (whitespace around
@@ -57,6 +62,9 @@ MAX_FLAGS_LENGTH = 16384
 MAX_INTERVAL_SECONDS = 30 * 24 * 3600  # 30 days
 MAX_COUNT = 10_000
 MAX_C4D_HANG_TIMEOUT_US = MAX_INTERVAL_SECONDS * 1_000_000
+# The floor of the derived start-up interval: importing torch, joining the rendezvous and
+# loading a checkpoint take minutes on a busy cluster (SPEC section 3).
+DEFAULT_STARTUP_INTERVAL_SECONDS = 600
 
 _INT_RE = re.compile(r"-?[0-9]+")
 _DECIMAL_RE = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
@@ -330,6 +338,7 @@ class _Flag:
     check: Callable[[Any], Any]      # value -> canonical value (raises FlagError)
     render: Callable[[Any], str]
     empty_ok: bool = False
+    optional: bool = False           # None (not given) is a value: the default is derived
 
 
 def _bool_flag(flag: str, field_name: str) -> _Flag:
@@ -341,6 +350,13 @@ def _bool_flag(flag: str, field_name: str) -> _Flag:
 def _int_flag(flag: str, field_name: str, rule: _IntRule) -> _Flag:
     return _Flag(flag, field_name, rule.accepted,
                  lambda t: rule.from_text(flag, t), lambda v: rule.check(flag, v), str)
+
+
+def _optional_int_flag(flag: str, field_name: str, rule: _IntRule) -> _Flag:
+    # None means "not given": the field's default is derived from other flags.
+    return _Flag(flag, field_name, rule.accepted,
+                 lambda t: rule.from_text(flag, t), lambda v: None if v is None else rule.check(flag, v), str,
+                 optional=True)
 
 
 def _enum_flag(flag: str, field_name: str, enum: type[StrEnum]) -> _Flag:
@@ -360,6 +376,7 @@ FLAGS: tuple[_Flag, ...] = (
     _int_flag("--max-num-of-job-restart", "max_num_of_job_restart", _RESTARTS),
     _bool_flag("--enable-job-hang-detection", "enable_job_hang_detection"),
     _int_flag("--job-hang-interval", "job_hang_interval", _INTERVAL),
+    _optional_int_flag("--job-hang-startup-interval", "job_hang_startup_interval", _INTERVAL),
     _bool_flag("--enable-c4d-hang-detection", "enable_c4d_hang_detection"),
     _bool_flag("--enable-job-exit-hang-detection", "enable_job_exit_hang_detection"),
     _int_flag("--job-exit-hang-interval", "job_exit_hang_interval", _INTERVAL),
@@ -386,6 +403,7 @@ class FaultToleranceConfig:
     max_num_of_job_restart: int = 3
     enable_job_hang_detection: bool = False
     job_hang_interval: int = 1800
+    job_hang_startup_interval: int | None = None   # None: see startup_interval
     enable_c4d_hang_detection: bool = False
     enable_job_exit_hang_detection: bool = False
     job_exit_hang_interval: int = 600
@@ -399,6 +417,14 @@ class FaultToleranceConfig:
         for spec in FLAGS:
             object.__setattr__(self, spec.field, spec.check(getattr(self, spec.field)))
         self._check_combination()
+
+    @property
+    def startup_interval(self) -> int:
+        """Seconds of silence allowed from an attempt's start until its first progress: the
+        flag's value, or, when it is not given, the larger of 600 s and the hang interval."""
+        if self.job_hang_startup_interval is not None:
+            return self.job_hang_startup_interval
+        return max(DEFAULT_STARTUP_INTERVAL_SECONDS, self.job_hang_interval)
 
     def _check_combination(self) -> None:
         if self.job_execution_mode == ExecutionMode.ASYNC:

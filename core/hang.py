@@ -19,7 +19,7 @@ from core.policy import DetectedProblem
 __all__ = [
     "SUSPENDED", "InstanceActivity", "HangVerdict", "ExitHangVerdict", "Suggestion", "HangCheck",
     "effective_hang_interval", "check_hang", "check_exit_hang", "next_check_at", "plan_hang_check",
-    "suggest_hang_interval",
+    "suggest_hang_interval", "IntervalInForce", "interval_in_force", "HangStatus", "hang_status",
 ]
 
 SUSPENDED = -1  # a runtime hang interval of -1 suspends hang detection (SPEC 5)
@@ -37,6 +37,13 @@ class InstanceActivity:
 
 
 @dataclass(frozen=True)
+class IntervalInForce:
+    seconds: int
+    startup: bool          # the start-up interval: the attempt has not made progress yet
+    counted_from: float    # silence counts from no earlier than this (attempt start or interval change)
+
+
+@dataclass(frozen=True)
 class HangVerdict:
     silent_seconds: float        # how long the most recent writer has been silent
     interval: int                # the interval in force
@@ -46,6 +53,7 @@ class HangVerdict:
     run_c4d: bool                # --enable-c4d-hang-detection: diagnose the ranks too
     message: str
     source: ErrorSource = ErrorSource.HANG
+    startup: bool = False        # found before the attempt's first progress
 
     def to_trigger(self) -> DetectedProblem:
         return DetectedProblem(self.source, self.message)
@@ -110,6 +118,43 @@ def effective_hang_interval(config: FaultToleranceConfig, interval_override: int
     return None if interval == SUSPENDED else interval
 
 
+def _optional_time(name: str, value: object) -> float | None:
+    return None if value is None else _check_now(name, value)
+
+
+def interval_in_force(
+    config: FaultToleranceConfig,
+    interval_override: int | None,
+    *,
+    attempt_started_at: float,
+    first_progress_at: float | None,
+    override_set_at: float | None = None,
+) -> IntervalInForce | None:
+    """The silence that makes a hang now, and from when it is counted; None when hang
+    detection does not apply (see `effective_hang_interval`).
+
+    Until the attempt's first progress (SDK report_progress, a step line in a log, a C4D
+    collective) the start-up interval applies: importing, joining the rendezvous and
+    loading a checkpoint are not a stall. A runtime interval that the training code or a
+    person set during this attempt replaces it (the code knows what it is doing), except
+    the flag's own value, which is what the SDK's `hang_detect` restores when its scope
+    ends. A runtime interval from an earlier attempt does not: every attempt starts up.
+    """
+    interval = effective_hang_interval(config, interval_override)
+    start = _check_now("attempt_started_at", attempt_started_at)
+    progress = _optional_time("first_progress_at", first_progress_at)
+    set_at = _optional_time("override_set_at", override_set_at)
+    if interval is None:
+        return None
+    # A changed interval counts silence from the change, not from before it.
+    counted_from = start if set_at is None else max(start, set_at)
+    chosen_now = (interval_override is not None and set_at is not None and set_at >= start
+                  and interval_override != config.job_hang_interval)
+    if progress is None and not chosen_now:
+        return IntervalInForce(config.startup_interval, True, counted_from)
+    return IntervalInForce(interval, False, counted_from)
+
+
 def _latest_activity(running: Sequence[InstanceActivity], attempt_started_at: float) -> tuple[float, str | None]:
     latest, writer = attempt_started_at, None
     for inst in running:
@@ -129,21 +174,28 @@ def check_hang(
     instances: Sequence[InstanceActivity],
     attempt_started_at: float,
     now: float,
+    *,
+    first_progress_at: float | None,
+    override_set_at: float | None = None,
 ) -> HangVerdict | None:
-    """A hang when every running instance has been silent for at least the interval."""
-    interval = effective_hang_interval(config, interval_override)
-    start = _check_now("attempt_started_at", attempt_started_at)
+    """A hang when every running instance has been silent for at least the interval in
+    force (`interval_in_force`: the start-up interval until the first progress)."""
+    force = interval_in_force(config, interval_override, attempt_started_at=attempt_started_at,
+                              first_progress_at=first_progress_at, override_set_at=override_set_at)
     now = _check_now("now", now)
     running = _running(instances)
-    if interval is None or not running:
+    if force is None or not running:
         return None
-    latest, writer = _latest_activity(running, start)
+    interval = force.seconds
+    latest, writer = _latest_activity(running, force.counted_from)
     silent = now - latest
     if silent < interval:
         return None
     n = len(running)
     everyone = {1: "the only running instance has", 2: "both running instances have"}.get(
         n, f"all {n} running instances have")
+    which = ("start-up interval (the attempt has made no progress yet)" if force.startup
+             else "hang interval")
     if writer is None:
         last = f"none has written anything since the attempt started {silent:.0f} s ago"
     else:
@@ -151,8 +203,8 @@ def check_hang(
     return HangVerdict(
         silent_seconds=silent, interval=interval, last_writer=writer, last_output_at=latest,
         silent_instances=tuple(i.name for i in running),
-        run_c4d=config.enable_c4d_hang_detection,
-        message=_sentence(f"{everyone} been silent for {silent:.0f} s, at least the hang interval "
+        run_c4d=config.enable_c4d_hang_detection, startup=force.startup,
+        message=_sentence(f"{everyone} been silent for {silent:.0f} s, at least the {which} "
                           f"of {interval} s; {last}."),
     )
 
@@ -198,15 +250,19 @@ def next_check_at(
     interval_override: int | None,
     instances: Sequence[InstanceActivity],
     attempt_started_at: float,
+    *,
+    first_progress_at: float | None,
+    override_set_at: float | None = None,
 ) -> float | None:
     """The earliest moment a hang or an exit hang could be found if nothing else happens;
-    None when neither check has anything to watch. New output or exits move it later."""
+    None when neither check has anything to watch. New output, exits or the first
+    progress (which ends the start-up interval) move it."""
     due: list[float] = []
     running = _running(instances)
-    interval = effective_hang_interval(config, interval_override)
-    start = _check_now("attempt_started_at", attempt_started_at)
-    if interval is not None and running:
-        due.append(_latest_activity(running, start)[0] + interval)
+    force = interval_in_force(config, interval_override, attempt_started_at=attempt_started_at,
+                              first_progress_at=first_progress_at, override_set_at=override_set_at)
+    if force is not None and running:
+        due.append(_latest_activity(running, force.counted_from)[0] + force.seconds)
     if config.job_execution_mode == ExecutionMode.SYNC and config.enable_job_exit_hang_detection and running:
         first = _first_success(instances)
         if first is not None:
@@ -220,13 +276,62 @@ def plan_hang_check(
     instances: Sequence[InstanceActivity],
     attempt_started_at: float,
     now: float,
+    *,
+    first_progress_at: float | None,
+    override_set_at: float | None = None,
 ) -> HangCheck:
     """Both checks at `now`, and when to check next."""
+    when = dict(first_progress_at=first_progress_at, override_set_at=override_set_at)
     return HangCheck(
-        hang=check_hang(config, interval_override, instances, attempt_started_at, now),
+        hang=check_hang(config, interval_override, instances, attempt_started_at, now, **when),
         exit_hang=check_exit_hang(config, instances, now),
-        next_check_at=next_check_at(config, interval_override, instances, attempt_started_at),
+        next_check_at=next_check_at(config, interval_override, instances, attempt_started_at, **when),
     )
+
+
+@dataclass(frozen=True)
+class HangStatus:
+    """What the job page shows about hang detection right now."""
+
+    interval: int
+    startup: bool
+    silent_seconds: float
+    text: str          # "waiting for first progress: silent 2 of 10 min"
+
+
+def _duration(seconds: float, unit: str, *, whole: bool) -> str:
+    value = seconds / 60 if unit == "min" else seconds
+    # Silence counts up in whole units; an interval such as 150 s shows as 2.5 min.
+    return f"{math.floor(value):d}" if whole else f"{round(value, 1):g}"
+
+
+def hang_status(
+    config: FaultToleranceConfig,
+    interval_override: int | None,
+    instances: Sequence[InstanceActivity],
+    attempt_started_at: float,
+    now: float,
+    *,
+    first_progress_at: float | None,
+    override_set_at: float | None = None,
+) -> HangStatus | None:
+    """The interval in force and how much of it the current silence has used, in the
+    same terms `check_hang` decides on; None when hang detection does not apply or
+    nothing runs."""
+    force = interval_in_force(config, interval_override, attempt_started_at=attempt_started_at,
+                              first_progress_at=first_progress_at, override_set_at=override_set_at)
+    now = _check_now("now", now)
+    running = _running(instances)
+    if force is None or not running:
+        return None
+    silent = max(0.0, now - _latest_activity(running, force.counted_from)[0])
+    # Minutes once the interval is two minutes or more, so the numbers stay readable.
+    unit = "min" if force.seconds >= 120 else "s"
+    used = (f"silent {_duration(silent, unit, whole=True)} of "
+            f"{_duration(force.seconds, unit, whole=False)} {unit}")
+    text = (f"waiting for first progress: {used}" if force.startup
+            else f"making progress: {used}")
+    return HangStatus(interval=force.seconds, startup=force.startup, silent_seconds=silent, text=text)
 
 
 # "[Rank 0] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=1, OpType=ALLREDUCE,

@@ -40,6 +40,8 @@ from .submission import ALLOWED_GPU_COUNTS, JOB_TYPE_ROLES
 ROLE_ROWS = 4
 ALL_ROLES = ("Master", "Worker", "PS", "Chief", "Evaluator", "Launcher")
 OTHER = "error_monitoring_args"
+# Flags whose blank field means "not given" (their default is derived from other flags).
+OPTIONAL_FIELDS = {f.field for f in FLAGS if f.optional}
 
 # Form field -> the flag it sets (None: a C4D environment variable).
 FT_FIELD_FLAGS = {f.field: f.flag for f in FLAGS if f.field != "c4d_common_envs"}
@@ -93,6 +95,9 @@ class JobForm(forms.Form):
                                                  widget=forms.TextInput(attrs={"inputmode": "decimal"}))
     enable_job_hang_detection = forms.BooleanField(label="Hang Detection", required=False)
     job_hang_interval = forms.CharField(label="Hang interval (s)", initial="1800", widget=_num())
+    # Blank: the larger of 600 s and the hang interval (core.flags), so it follows the hang interval.
+    job_hang_startup_interval = forms.CharField(label="Start-up interval (s)", required=False,
+                                                widget=_num(placeholder="600 or the hang interval"))
     enable_job_exit_hang_detection = forms.BooleanField(label="Exit-hang detection", required=False)
     job_exit_hang_interval = forms.CharField(label="Exit-hang interval (s)", initial="600", widget=_num())
     enable_c4d_hang_detection = forms.BooleanField(label="C4D Detection", required=False)
@@ -280,6 +285,8 @@ def _field_value(field: str, raw) -> object:
         return bool(raw)
     flag = FT_FIELD_FLAGS[field]
     text = "" if raw is None else str(raw).strip()
+    if not text and field in OPTIONAL_FIELDS:
+        return None
     if not text:
         raise FlagError(flag, "a value is missing")
     return getattr(parse_flags(f"{flag}={shlex.quote(text)}"), field)
@@ -365,9 +372,12 @@ def initial_from_job(job, show_secrets: bool = True) -> dict:
 
 
 def config_to_initial(config: FaultToleranceConfig) -> dict:
-    out = {}
+    out: dict[str, bool | str] = {}
     for field in FT_FIELD_FLAGS:
         value = getattr(config, field)
+        if value is None:  # an optional flag left out: a blank field
+            out[field] = ""
+            continue
         out[field] = value if isinstance(value, bool) else (
             _plain_number(value) if isinstance(value, float) else str(value))
     for field, (_, attr) in C4D_ENV_FIELDS.items():

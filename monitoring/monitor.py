@@ -670,10 +670,10 @@ def check_problems(job: Job, config: FaultToleranceConfig, attempt: Attempt, ins
         exited_at=_epoch(i.exited_at),
     ) for i in instances]
     started = _epoch(attempt.starting_at) or _epoch(attempt.queued_at) or now.timestamp()
-    # A changed interval (API, SDK reset_config or the end of a hang_detect scope)
-    # counts silence from the change, not from before it.
-    started = max(started, _epoch(job.hang_interval_set_at) or 0.0)
-    verdict = hang.check_hang(config, job.hang_interval_override, activity, started, now.timestamp())
+    # Until the start-up interval is wired in here (issue 14), every attempt counts as
+    # having made progress, so the hang interval applies from the start as before.
+    verdict = hang.check_hang(config, job.hang_interval_override, activity, started, now.timestamp(),
+                              first_progress_at=started, override_set_at=_epoch(job.hang_interval_set_at))
     if verdict is not None:
         return on_problem(job, attempt, instances, ErrorSource.HANG, EventType.HANG, verdict.message, now)
     verdict = hang.check_exit_hang(config, activity, now.timestamp())

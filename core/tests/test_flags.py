@@ -27,6 +27,7 @@ SPEC_TABLE_ORDER = (
     "--max-num-of-job-restart",
     "--enable-job-hang-detection",
     "--job-hang-interval",
+    "--job-hang-startup-interval",
     "--enable-c4d-hang-detection",
     "--enable-job-exit-hang-detection",
     "--job-exit-hang-interval",
@@ -59,6 +60,7 @@ def test_an_empty_flag_string_gives_the_spec_defaults(text):
     assert config.max_num_of_job_restart == 3
     assert config.enable_job_hang_detection is False
     assert config.job_hang_interval == 1800
+    assert config.job_hang_startup_interval is None and config.startup_interval == 1800
     assert config.enable_c4d_hang_detection is False
     assert config.enable_job_exit_hang_detection is False
     assert config.job_exit_hang_interval == 600
@@ -67,6 +69,54 @@ def test_an_empty_flag_string_gives_the_spec_defaults(text):
     assert config.max_tolerated_failure_rate == -1.0
     assert config.c4d_log_level is C4DLogLevel.WARNING
     assert config.c4d_common_envs == C4DEnvs()
+
+
+@pytest.mark.parametrize(("hang_interval", "startup"), [(1, 600), (4, 600), (599, 600), (600, 600), (601, 601),
+                                                        (1800, 1800), (MAX_INTERVAL_SECONDS, MAX_INTERVAL_SECONDS)])
+def test_the_startup_interval_left_out_is_the_larger_of_600_s_and_the_hang_interval(hang_interval, startup):
+    config = parse_flags(f"--job-hang-interval={hang_interval}")
+    assert config.job_hang_startup_interval is None
+    assert config.startup_interval == startup
+    assert "--job-hang-startup-interval" not in config.to_flags()  # derived, so it follows the hang interval
+
+
+@pytest.mark.parametrize("startup", [1, 5, 600, 7200])
+def test_a_given_startup_interval_is_used_as_given_even_below_the_hang_interval(startup):
+    config = parse_flags(f"--job-hang-interval=1800 --job-hang-startup-interval={startup}")
+    assert config.startup_interval == startup
+    assert config.to_flags() == f"--job-hang-startup-interval={startup}"  # 1800 is the hang default
+    assert FaultToleranceConfig.from_dict(config.to_dict()) == config
+
+
+def test_a_startup_interval_of_600_given_explicitly_stays_explicit_when_the_hang_interval_grows():
+    # Rendering must not fold an explicit 600 into "not given": with a 3600 s hang
+    # interval the derived value would become 3600.
+    config = parse_flags("--job-hang-startup-interval=600 --job-hang-interval=3600")
+    assert config.startup_interval == 600
+    assert parse_flags(config.to_flags()).startup_interval == 600
+
+
+def test_a_stored_config_from_before_the_startup_flag_derives_it():
+    assert FaultToleranceConfig.from_dict({"job_hang_interval": 30}).startup_interval == 600
+    assert FaultToleranceConfig.from_dict({"job_hang_startup_interval": None}) == FaultToleranceConfig()
+
+
+@pytest.mark.parametrize(("value", "says"), [("-1", "positive"), ("2592001", "30 days"), ("10s", "positive"),
+                                            ("1.5", "positive")])
+def test_a_bad_startup_interval_names_its_flag(value, says):
+    error = rejection(f"--job-hang-startup-interval={value}")
+    assert error.flag == "--job-hang-startup-interval" and says in error.message
+
+
+def test_a_startup_interval_may_be_set_while_hang_detection_is_off():
+    config = parse_flags("--enable-job-hang-detection=False --job-hang-startup-interval=90")
+    assert config.startup_interval == 90
+
+
+def test_the_startup_interval_may_not_be_given_as_a_string_in_a_stored_config():
+    with pytest.raises(FlagError) as caught:
+        FaultToleranceConfig.from_dict({"job_hang_startup_interval": "60"})
+    assert caught.value.flag == "--job-hang-startup-interval"
 
 
 def test_the_c4d_environment_defaults_are_the_spec_defaults():
@@ -191,6 +241,7 @@ INTEGER_FLAGS = [
     # flag, field, lowest accepted, highest accepted
     ("--max-num-of-job-restart", "max_num_of_job_restart", 0, MAX_COUNT),
     ("--job-hang-interval", "job_hang_interval", 1, MAX_INTERVAL_SECONDS),
+    ("--job-hang-startup-interval", "job_hang_startup_interval", 1, MAX_INTERVAL_SECONDS),
     ("--job-exit-hang-interval", "job_exit_hang_interval", 1, MAX_INTERVAL_SECONDS),
     ("--max-num-of-same-error", "max_num_of_same_error", 1, MAX_COUNT),
 ]
@@ -304,7 +355,7 @@ def test_a_bad_integer_names_the_flag_and_the_accepted_range(flag, field, low, h
     assert str(high) in error.message
 
 
-@pytest.mark.parametrize("flag", ["--job-hang-interval", "--job-exit-hang-interval"])
+@pytest.mark.parametrize("flag", ["--job-hang-interval", "--job-hang-startup-interval", "--job-exit-hang-interval"])
 def test_an_interval_of_zero_is_refused_as_not_positive(flag):
     error = rejection(f"{flag}=0")
     assert "positive" in error.message and "30 days" in error.message
@@ -491,7 +542,8 @@ def test_every_flag_renders_in_spec_order_when_none_is_default():
     config = FaultToleranceConfig(
         job_execution_mode=ExecutionMode.SYNC,  # the one default left: Async forbids hang detection
         enable_job_restart=True, max_num_of_job_restart=7, enable_job_hang_detection=True,
-        job_hang_interval=900, enable_c4d_hang_detection=True, enable_job_exit_hang_detection=True,
+        job_hang_interval=900, job_hang_startup_interval=1200, enable_c4d_hang_detection=True,
+        enable_job_exit_hang_detection=True,
         job_exit_hang_interval=300, fault_tolerant_policy=FaultTolerantPolicy.NEVER,
         max_num_of_same_error=2, max_tolerated_failure_rate=1.0, c4d_log_level=C4DLogLevel.ERROR,
         c4d_common_envs=C4DEnvs(hang_timeout_us=5, enable_stats_output=True),
@@ -594,6 +646,7 @@ VALID_VALUES = {
     "--max-num-of-job-restart": st.integers(0, MAX_COUNT).map(str),
     "--enable-job-hang-detection": st.sampled_from(["True", "False"]).flatmap(any_case),
     "--job-hang-interval": st.integers(1, MAX_INTERVAL_SECONDS).map(str),
+    "--job-hang-startup-interval": st.integers(1, MAX_INTERVAL_SECONDS).map(str),
     "--enable-c4d-hang-detection": st.sampled_from(["True", "False"]).flatmap(any_case),
     "--enable-job-exit-hang-detection": st.sampled_from(["True", "False"]).flatmap(any_case),
     "--job-exit-hang-interval": st.integers(1, MAX_INTERVAL_SECONDS).map(str),
@@ -650,6 +703,7 @@ def valid_configs(draw):
         max_num_of_job_restart=draw(st.integers(0, MAX_COUNT)),
         enable_job_hang_detection=hang,
         job_hang_interval=draw(st.integers(1, MAX_INTERVAL_SECONDS)),
+        job_hang_startup_interval=draw(st.one_of(st.none(), st.integers(1, MAX_INTERVAL_SECONDS))),
         enable_c4d_hang_detection=hang and draw(st.booleans()),
         enable_job_exit_hang_detection=mode is ExecutionMode.SYNC and draw(st.booleans()),
         job_exit_hang_interval=draw(st.integers(1, MAX_INTERVAL_SECONDS)),

@@ -93,6 +93,23 @@ def test_bad_submissions_get_400_naming_the_field_and_store_nothing(alice_ws, al
     assert Job.objects.count() == 0
 
 
+def test_the_startup_interval_is_parsed_shown_and_refused_like_the_other_flags(alice_ws, alice, api_as, job_body):
+    api = api_as(alice)
+    args = "--enable-job-hang-detection=True --job-hang-interval=6 --job-hang-startup-interval=45"
+    r = api.post("/api/v1/jobs/", job_body(alice_ws, settings={"enable_error_monitoring_in_aimaster": True,
+                                                               "error_monitoring_args": args}), format="json")
+    assert r.status_code == 201, r.content
+    assert r.json()["settings"]["parsed"]["job_hang_startup_interval"] == 45
+    left_out = "--enable-job-hang-detection=True --job-hang-interval=6"
+    r = api.post("/api/v1/jobs/", job_body(alice_ws, settings={"enable_error_monitoring_in_aimaster": True,
+                                                               "error_monitoring_args": left_out}), format="json")
+    assert r.json()["settings"]["parsed"]["job_hang_startup_interval"] is None  # derived: max(600, 6)
+    bad = api.post("/api/v1/jobs/", job_body(alice_ws, settings={
+        "enable_error_monitoring_in_aimaster": True, "error_monitoring_args": "--job-hang-startup-interval=0"}),
+        format="json")
+    assert bad.status_code == 400 and "--job-hang-startup-interval" in str(bad.json())
+
+
 def test_the_seeds_example_configurations_are_accepted(alice_ws, alice, api_as, job_body):
     api = api_as(alice)
     sync = "--job-execution-mode=Sync --enable-job-restart=True --max-num-of-job-restart=3 --fault-tolerant-policy=ExitCodeAndErrorMsg"

@@ -186,6 +186,27 @@ def test_bad_values_show_their_errors_beside_their_fields(client, alice, alice_w
     assert Job.objects.count() == 0
 
 
+def test_the_startup_interval_field_is_optional_checked_like_the_flag_and_cloned(client, alice, alice_ws):
+    client.force_login(alice)
+    url = reverse("pages:job-new", args=[alice_ws.slug])
+    assert 'id="id_job_hang_startup_interval"' in client.get(url).content.decode()
+    # blank: not given, so the stored config derives it from the hang interval (900 -> 900)
+    assert client.post(url, form_data(display_name="derived")).status_code == 302
+    derived = Job.objects.get(display_name="derived")
+    assert derived.ft_config["job_hang_startup_interval"] is None
+    assert "--job-hang-startup-interval" not in derived.error_monitoring_args
+    bad = client.post(url, form_data(job_hang_startup_interval="0"))
+    assert bad.status_code == 400
+    assert _error_beside(bad.content.decode(), "id_job_hang_startup_interval").endswith(
+        "'0' is not accepted; use a positive whole number of seconds, at most 2592000 (30 days)")
+    assert client.post(url, form_data(display_name="given", job_hang_startup_interval="1200")).status_code == 302
+    given = Job.objects.get(display_name="given")
+    assert given.ft_config["job_hang_startup_interval"] == 1200
+    assert "--job-hang-startup-interval=1200" in given.error_monitoring_args
+    clone = client.get(url + f"?clone={given.pk}").content.decode()
+    assert re.search(r'id="id_job_hang_startup_interval"[^>]*value="1200"|value="1200"[^>]*id="id_job_hang_startup_interval"', clone)
+
+
 def test_c4d_without_hang_detection_is_an_error_beside_the_c4d_toggle(client, alice, alice_ws):
     client.force_login(alice)
     response = client.post(reverse("pages:job-new", args=[alice_ws.slug]), form_data(
