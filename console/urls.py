@@ -16,7 +16,7 @@ urlpatterns = [
     path("healthz", views.healthz, name="healthz"),
     path("readyz", views.readyz, name="readyz"),
     path("metrics", views.metrics, name="metrics"),
-    path("", include("jobs.sdk_urls")),
+    path("", include("jobs.sdk.urls")),
     path("", include("jobs.page_urls")),
     path("", include("notifications.urls")),
     path("", views.dashboard, name="dashboard"),

@@ -15,7 +15,7 @@ from django.utils import timezone
 from . import faults
 from .access import missing_backend_permission, may_run_on
 from .backends.base import AttemptLaunch, BackendError, InstanceLaunch, LaunchInProgress
-from .inputs import whole_number, workspace_ref
+from .inputs import workspace_ref
 from .models import (
     ADMIN_ROLES,
     FINISHED_JOB_STATUSES,
@@ -33,7 +33,8 @@ from .models import (
     Workspace,
     token_digest,
 )
-from .submission import RoleSpec, SubmissionError, instance_names, validate_submission
+from .serializers import JobSubmitSerializer
+from .submission import RoleSpec, instance_names
 
 log = logging.getLogger(__name__)
 
@@ -173,16 +174,22 @@ def _announce_event(event_id: int) -> None:
 
 
 def submit_job(user, data: dict) -> tuple[Job, str]:
-    """Validate and store a job with its first attempt, then enqueue the launch.
-    Returns the job and its plain SDK token (shown once)."""
-    if not isinstance(data, dict):
-        raise SubmissionError({"non_field_errors": ["the request body must be a JSON object."]})
-    ws_ref = data.get("workspace")
-    if ws_ref in (None, ""):
-        raise SubmissionError({"workspace": ["is required: the id (digits) or slug (starts with a letter) of one of your workspaces."]})
-    workspace = workspace_for(user, ws_ref)
-    require_role(user, workspace, WRITE_ROLES, "submitting a job")
-    valid = validate_submission(data, tuple(settings.JOB_BACKENDS))
+    """Validate a CreateJob body (jobs.serializers.JobSubmitSerializer: the API, the
+    form and scripts alike) and store the job with its first attempt, then enqueue
+    the launch. Returns the job and its plain SDK token (shown once). Refusals:
+    NotFound for a workspace not among the caller's, Forbidden for a role or a
+    backend they lack, serializers.ValidationError naming every bad field; nothing
+    is stored then."""
+    serializer = JobSubmitSerializer(data=data)
+    # The workspace first: another workspace's is 404 whatever the body holds.
+    ws_ref = data.get("workspace") if isinstance(data, dict) else None
+    workspace = None
+    if ws_ref not in (None, ""):
+        workspace = workspace_for(user, ws_ref)
+        require_role(user, workspace, WRITE_ROLES, "submitting a job")
+    serializer.is_valid(raise_exception=True)
+    assert workspace is not None  # the serializer refuses a body without one
+    valid = serializer.valid_submission()
     if not may_run_on(user, valid.backend):
         raise Forbidden(missing_backend_permission(valid.backend))
     if valid.backend == "local":
@@ -607,26 +614,10 @@ def reset_job_token(user, job: Job) -> str:
 
 # --- runtime configuration ----------------------------------------------------------
 
-MAX_HANG_INTERVAL = 30 * 24 * 3600
 
-
-def hang_interval_error(value) -> str | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int):
-        return "must be a whole number of seconds, -1 to suspend hang detection, or null to restore the job's setting."
-    if value != -1 and not 0 < value <= MAX_HANG_INTERVAL:
-        return f"must be from 1 to {MAX_HANG_INTERVAL} seconds, or -1 to suspend hang detection; got {value}."
-    return None
-
-
-def set_hang_interval(job: Job, value, *, source: str) -> None:
-    """The runtime override of --job-hang-interval (API now, SDK reset_config/hang_detect)."""
-    if isinstance(value, str) and whole_number(value) is not None:
-        value = whole_number(value)
-    err = hang_interval_error(value)
-    if err:
-        raise SubmissionError({"job_hang_interval": [err]})
+def set_hang_interval(job: Job, value: int | None, *, source: str) -> None:
+    """The runtime override of --job-hang-interval (API now, SDK reset_config/hang_detect):
+    a value jobs.serializers.HangInterval accepted."""
     now = timezone.now()
     Job.objects.filter(pk=job.pk).update(hang_interval_override=value, hang_interval_set_at=now)
     job.hang_interval_override = value

@@ -1,5 +1,7 @@
 """REST API v1 (SPEC section 8). Every query is scoped to the caller's
-workspaces, so another workspace's objects are 404, never 403."""
+workspaces, so another workspace's objects are 404, never 403. Bodies are
+validated by jobs.serializers; the domain's refusals (actions.NotFound,
+actions.Forbidden, ...) become responses in jobs.exceptions, not here."""
 
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ from rest_framework.response import Response
 from . import actions
 from .access import WORKSPACE_CREATION_REFUSED, may_create_workspace
 from .backends.base import BackendError
+from .exceptions import Conflict
 from .inputs import SLUG_RE, parse_int, query_int, workspace_ref
 from .logs import InstanceLog
 from .models import WRITE_ROLES, Instance, Job, Membership, Role, Workspace
@@ -26,36 +29,11 @@ from .serializers import (
     JobSerializer,
     JobSubmitSerializer,
     RestartRecordSerializer,
+    RuntimeSerializer,
     WorkspaceSerializer,
 )
-from .submission import SubmissionError
 
 MAX_LOG_BYTES = 8 * 1024 * 1024
-
-
-class Conflict(exceptions.APIException):
-    """The request is fine but the object's state refuses it (a finished job)."""
-
-    status_code = status.HTTP_409_CONFLICT
-    default_code = "conflict"
-
-
-def translate(fn):
-    """Domain exceptions to HTTP: NotFound 404, Forbidden 403, SubmissionError 400."""
-
-    def wrapper(*args, **kwargs):
-        try:
-            return fn(*args, **kwargs)
-        except actions.NotFound as exc:
-            raise exceptions.NotFound(str(exc)) from None
-        except actions.Forbidden as exc:
-            raise exceptions.PermissionDenied(str(exc)) from None
-        except SubmissionError as exc:
-            raise exceptions.ValidationError(exc.errors) from None
-
-    wrapper.__name__ = fn.__name__
-    wrapper.__doc__ = fn.__doc__
-    return wrapper
 
 
 class WorkspaceViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.CreateModelMixin, viewsets.GenericViewSet):
@@ -105,10 +83,7 @@ class JobViewSet(viewsets.GenericViewSet):
         return qs.order_by("-created_at", "-id")
 
     def get_job(self):
-        try:
-            return actions.job_for(self.request.user, self.kwargs["pk"])
-        except actions.NotFound as exc:
-            raise exceptions.NotFound(str(exc)) from None
+        return actions.job_for(self.request.user, self.kwargs["pk"])
 
     @extend_schema(
         parameters=[
@@ -126,7 +101,6 @@ class JobViewSet(viewsets.GenericViewSet):
         return Response(JobDetailSerializer(self.get_job(), context={"request": request}).data)
 
     @extend_schema(request=JobSubmitSerializer, responses={201: JobDetailSerializer})
-    @translate
     def create(self, request):
         job, token = actions.submit_job(request.user, request.data)
         data = JobDetailSerializer(job, context={"request": request}).data
@@ -138,7 +112,6 @@ class JobViewSet(viewsets.GenericViewSet):
 
     @extend_schema(request=None, responses=JobDetailSerializer)
     @action(detail=True, methods=["post"])
-    @translate
     def stop(self, request, pk=None):
         job = self.get_job()
         actions.stop_job(request.user, job)
@@ -205,7 +178,6 @@ class JobViewSet(viewsets.GenericViewSet):
 
     @extend_schema(request=None, responses={201: DiagnosisSerializer})
     @action(detail=True, methods=["post"], url_path="diagnoses/stacks")
-    @translate
     def snapshot_stacks(self, request, pk=None):
         """Take a stack snapshot of the current attempt now (py-spy on every instance)."""
         from monitoring.diagnose import snapshot_stacks
@@ -273,23 +245,21 @@ class JobViewSet(viewsets.GenericViewSet):
 
     @extend_schema(request=None, responses={200: dict})
     @action(detail=True, methods=["post"], url_path="reset-token")
-    @translate
     def reset_token(self, request, pk=None):
         job = self.get_job()
         raw = actions.reset_job_token(request.user, job)
         return Response({"token": raw, "token_hint": raw[:10]})
 
-    @extend_schema(request=dict, responses=JobDetailSerializer)
+    @extend_schema(request=RuntimeSerializer, responses=JobDetailSerializer)
     @action(detail=True, methods=["patch", "post"])
-    @translate
     def runtime(self, request, pk=None):
         """Change the hang interval while the job runs (-1 suspends, null restores the flag's)."""
         job = self.get_job()
         actions.require_role(request.user, job.workspace, WRITE_ROLES, "changing the hang interval")
         if job.finished:
             raise Conflict(f"job {job.pk} is {job.status}; a finished job's hang interval can no longer change.")
-        if not isinstance(request.data, dict) or "job_hang_interval" not in request.data:
-            raise exceptions.ValidationError({"job_hang_interval": ["is required: seconds > 0, -1 to suspend, or null."]})
-        actions.set_hang_interval(job, request.data["job_hang_interval"], source=request.user.get_username())
+        runtime = RuntimeSerializer(data=request.data)
+        runtime.is_valid(raise_exception=True)
+        actions.set_hang_interval(job, runtime.validated_data["job_hang_interval"], source=request.user.get_username())
         job.refresh_from_db()
         return Response(JobDetailSerializer(job, context={"request": request}).data)

@@ -223,7 +223,7 @@ class JobForm(forms.Form):
         return out
 
     def add_submission_errors(self, errors: dict[str, list[str]]) -> None:
-        """Put submit_job's field-path errors beside the fields they name."""
+        """Put JobSubmitSerializer's field-path errors beside the fields they name."""
         for path, messages in errors.items():
             field = self.field_for_path(path)
             for message in messages:
@@ -257,7 +257,7 @@ class EnvLineError(ValueError):
 
 def _int_or_text(value):
     """A whole number when the field holds ASCII digits, else the text itself for
-    submit_job to refuse beside the field ("²" passes isdigit() but not int())."""
+    JobSubmitSerializer to refuse beside the field ("²" passes isdigit() but not int())."""
     text = str(value).strip()
     number = whole_number(text)
     return text if number is None else number

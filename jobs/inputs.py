@@ -17,19 +17,21 @@ Why each rule exists:
   id and anything else is a slug: "4" can no longer mean two workspaces.
 
 Refusals are InputError, a BadRequest: the pages answer 400 through Django's
-handler400 (console.views.bad_request), the API through api_exception_handler,
-both naming the field.
+handler400 (console.views.bad_request), the API through
+jobs.exceptions.api_exception_handler, both naming the field.
 """
 
 from __future__ import annotations
 
 import re
 import unicodedata
+from typing import Any
 
 from django.core.exceptions import BadRequest
 from django.core.exceptions import ValidationError as DjangoValidationError
 from rest_framework import exceptions
 from rest_framework.parsers import JSONParser
+from rest_framework.settings import api_settings
 
 MAX_JSON_DEPTH = 32
 MAX_BIGINT = (1 << 63) - 1  # the largest id, offset or count a database column holds
@@ -198,10 +200,28 @@ class BoundedJSONParser(JSONParser):
         return data
 
 
-def api_exception_handler(exc, context):
-    """DRF's handler, plus InputError as a 400 naming its field."""
-    from rest_framework.views import exception_handler  # not at import: jobs.models imports this module
-
-    if isinstance(exc, InputError):
-        exc = exceptions.ValidationError({exc.field: [exc.message]})
-    return exception_handler(exc, context)
+def flat_errors(detail: Any, *, brackets: bool = False, path: str = "") -> dict[str, list[str]]:
+    """A serializer's nested errors keyed by the path the caller sent, so that the
+    message sits beside its field: {"job_specs": [{}, {"pod_count": [...]}]} becomes
+    {"job_specs.1.pod_count": [...]} (with brackets: `records[1].op`). An object's own
+    error (non_field_errors) is named by the object's path."""
+    if isinstance(detail, dict):
+        items: list[tuple[Any, Any]] = list(detail.items())
+    elif isinstance(detail, list) and detail and all(isinstance(d, (dict, list)) for d in detail):
+        items = list(enumerate(detail))  # a list serializer: one entry per item, {} for a valid one
+    else:
+        messages = detail if isinstance(detail, list) else [detail]
+        return {path or api_settings.NON_FIELD_ERRORS_KEY: [str(m) for m in messages]}
+    out: dict[str, list[str]] = {}
+    for key, child in items:
+        if not child:
+            continue
+        if key == api_settings.NON_FIELD_ERRORS_KEY and path:
+            child_path = path
+        elif isinstance(key, int):
+            child_path = f"{path}[{key}]" if brackets else f"{path}.{key}" if path else str(key)
+        else:
+            child_path = f"{path}.{key}" if path else str(key)
+        for name, messages in flat_errors(child, brackets=brackets, path=child_path).items():
+            out.setdefault(name, []).extend(messages)
+    return out

@@ -29,7 +29,6 @@ from .forms import BOOL_FIELDS, EnvLineError, FieldFlagErrors, JobForm, fault_to
 from .inputs import query_int
 from .logs import InstanceLog
 from .models import ADMIN_ROLES, WRITE_ROLES, Attempt, EventType, JobStatus, RestartRecord
-from .submission import SubmissionError
 
 LIST_PAGE_SIZE = 50
 STATUS_ORDER = [s.value for s in JobStatus]
@@ -153,8 +152,8 @@ def job_new(request, slug):
                 job, token = actions.submit_job(request.user, body)
             except EnvLineError as exc:
                 form.add_error("envs", str(exc))
-            except SubmissionError as exc:
-                form.add_submission_errors(exc.errors)
+            except drf_serializers.ValidationError as exc:  # JobSubmitSerializer's, keyed by field path
+                form.add_submission_errors(exc.detail)
             except actions.Forbidden as exc:
                 form.add_error("backend", str(exc))
                 status = 403

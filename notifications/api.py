@@ -19,7 +19,7 @@ from rest_framework import exceptions, serializers, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.response import Response
 
-from jobs.api import Conflict
+from jobs.exceptions import Conflict
 from jobs.inputs import MAX_BIGINT, InputError, query_int, workspace_ref
 from jobs.models import ADMIN_ROLES, NOTIFIABLE_EVENT_TYPES, Workspace
 

@@ -1,4 +1,4 @@
-"""The SDK endpoints (jobs.sdk_api) through DRF's APIClient: what each call does to
+"""The SDK endpoints (jobs.sdk) through DRF's APIClient: what each call does to
 the job, who may call, the limits that protect the console, finished jobs."""
 
 from __future__ import annotations
@@ -10,7 +10,8 @@ from hypothesis import strategies as st
 from rest_framework.test import APIClient
 
 from jobs.models import Attempt, C4DReport, EventType, Job, JobEvent, JobStatus, Workspace
-from jobs.sdk_api import C4D_RECORDS_KEPT_PER_RANK, merge_c4d_records, processes_of
+from jobs.sdk.auth import processes_of
+from jobs.sdk.views import C4D_RECORDS_KEPT_PER_RANK, merge_c4d_records
 from monitoring.monitor import keywords_of
 
 pytestmark = pytest.mark.django_db
