@@ -226,6 +226,7 @@ REST_FRAMEWORK = {
         "rest_framework.parsers.FormParser",
         "rest_framework.parsers.MultiPartParser",
     ],
+    # The one place domain errors (NotFound, Forbidden, InputError, ...) become responses.
     "EXCEPTION_HANDLER": "jobs.exceptions.api_exception_handler",
     "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.PageNumberPagination",
     "PAGE_SIZE": 50,
