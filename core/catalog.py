@@ -166,6 +166,36 @@ LOG_SIGNATURES: tuple[Signature, ...] = (
         next_step=_HARDWARE_NEXT,
         documented="NCCL src/init.cc ncclGetErrorString(ncclUnhandledCudaError)",
     ),
+    # Decision: not retryable. NCCL puts its intra-node buffers in /dev/shm; when it cannot
+    # create or map them there (a container's 64 MB default /dev/shm, docker without
+    # --ipc=host or --shm-size), every attempt on such an instance fails the same way. It is
+    # the line NCCL gives after "Last error:" of an ncclSystemError, which alone looks like a
+    # peer or network failure.
+    Signature(
+        rule="nccl-shm-segment-failed", family="network",
+        pattern=_re(r"Error while (?:creating|attaching to) shared memory segment"),
+        retryable=False, error_code="NCCL_SHM_FAILED",
+        message="NCCL could not set up its shared memory (/dev/shm)",
+        cause="NCCL could not create or map its buffers in /dev/shm, which is too small in the "
+              "instance (a container's default is 64 MB); every attempt fails the same way.",
+        next_step="Give the instance more shared memory (docker --ipc=host or --shm-size, a memory-backed "
+                  "emptyDir on /dev/shm in Kubernetes), or set NCCL_SHM_DISABLE=1, then submit the job again.",
+        documented="NCCL src/misc/shmutils.cc ncclShmOpen (\"Error while creating shared memory segment %s "
+                   "(size %ld)\"); NCCL troubleshooting, Docker: \"--shm-size=1g\" or \"--ipc=host\"",
+    ),
+    Signature(
+        rule="cuda-invalid-device", family="user-error",
+        pattern=_re(r"invalid device ordinal|cudaErrorInvalidDevice\b"),
+        retryable=False, error_code="CUDA_INVALID_DEVICE",
+        message="CUDA: invalid device ordinal",
+        cause="The program asked for a GPU number that the instance does not have, most often more "
+              "processes per node than GPUs (nproc_per_node) or a CUDA_VISIBLE_DEVICES that hides them.",
+        next_step="Start one process per GPU the instance has (or ask for more GPUs), and set each "
+                  "process's device from LOCAL_RANK, then submit the job again.",
+        documented="CUDA runtime cudaErrorInvalidDevice (\"invalid device ordinal\": \"the device ordinal "
+                   "supplied by the user does not correspond to a valid CUDA device\"); NCCL \"Cuda failure "
+                   "'invalid device ordinal'\"",
+    ),
     Signature(
         rule="nccl-invalid-usage", family="user-error",
         pattern=_re(r"ncclInvalidUsage|NCCL error in:[^\n]{0,400}?, invalid usage"),
@@ -548,13 +578,17 @@ LOG_SIGNATURES: tuple[Signature, ...] = (
     # ---- memory --------------------------------------------------------------------
     Signature(
         rule="cuda-out-of-memory", family="user-error",
-        pattern=_re(r"CUDA out of memory|CUDA error: out of memory|OutOfMemoryError|CUBLAS_STATUS_ALLOC_FAILED"),
+        pattern=_re(r"CUDA out of memory|CUDA error: out of memory|OutOfMemoryError|CUBLAS_STATUS_ALLOC_FAILED"
+                    # NCCL's CUDACHECK, the "Last error:" of an ncclUnhandledCudaError: its buffers did
+                    # not fit beside the program's tensors
+                    r"|Cuda failure (?:\d{1,4} )?'out of memory'"),
         retryable=False, error_code="CUDA_OOM",
         message="CUDA out of memory",
         cause="The program needed more GPU memory than the GPU has.",
         next_step="Lower the batch size or sequence length, or use activation checkpointing or more "
                   "GPUs, then submit the job again; a restart would run out of memory the same way.",
-        documented="torch/csrc/cuda/ (torch.OutOfMemoryError \"CUDA out of memory. Tried to allocate\")",
+        documented="torch/csrc/cuda/ (torch.OutOfMemoryError \"CUDA out of memory. Tried to allocate\"); NCCL "
+                   "CUDACHECK (\"NCCL WARN Cuda failure 'out of memory'\")",
     ),
     # Decision: only explicit OOM-killer evidence counts as an out-of-memory kill. A bare
     # "Killed" (what a shell prints for any SIGKILL) does not: preemption and people send
@@ -744,6 +778,21 @@ LOG_SIGNATURES: tuple[Signature, ...] = (
         explains_kill=True, explains_crash=True,
         documented="Kubernetes kubelet eviction message \"Container X was using N, which exceeds its "
                    "request of M\"; corpus preemption-004, -005",
+    ),
+    Signature(
+        rule="evicted-over-own-limit", family="preemption",
+        pattern=_re(r"exceeded its local ephemeral storage limit|Pod ephemeral local storage usage exceeds the "
+                    r"total limit|Usage of EmptyDir volume [^\n]{1,300}? exceeds the limit"),
+        retryable=False, error_code="EVICTED_OVER_LIMIT",
+        message="Evicted for writing more local disk than its limit",
+        cause="The kubelet evicted the instance because it wrote more to its local disk (ephemeral "
+              "storage or an emptyDir volume) than its own limit allows; any node evicts it again.",
+        next_step="Raise the instance's ephemeral-storage limit or emptyDir sizeLimit, or write large files "
+                  "(checkpoints, caches) to mounted storage instead, then submit the job again.",
+        explains_kill=True, explains_crash=True,
+        documented="Kubernetes kubelet pkg/kubelet/eviction/helpers.go (containerEphemeralStorageMessageFmt "
+                   "\"Container %s exceeded its local ephemeral storage limit %q\", podEphemeralStorageMessageFmt, "
+                   "emptyDirMessageFmt)",
     ),
     # ---- start-up -----------------------------------------------------------------
     Signature(

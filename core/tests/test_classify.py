@@ -241,6 +241,20 @@ SAMPLES: list[tuple[str, int, str]] = [
      "retrieved (gai error: -2 - Name or service not known).\n"),
     ("ray-process-died", 1,
      "(TorchTrainer pid=4121) ray.exceptions.RayActorError: The actor died unexpectedly before finishing this task.\n"),
+    ("nccl-shm-segment-failed", 1,
+     TRACEBACK_HEAD +
+     "[rank1]: torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/NCCLUtils.hpp:275, "
+     "unhandled system error (run with NCCL_DEBUG=INFO for details), NCCL version 2.20.5\n"
+     "[rank1]: ncclSystemError: System call (e.g. socket, malloc) or external library call failed or device error.\n"
+     "[rank1]: Last error:\n"
+     "[rank1]: Error while creating shared memory segment /dev/shm/nccl-Hq3Zb1 (size 9637888)\n"),
+    ("cuda-invalid-device", 1,
+     TRACEBACK_HEAD +
+     "[rank5]:     torch.cuda.set_device(local_rank)\n"
+     "[rank5]: RuntimeError: CUDA error: invalid device ordinal\n"
+     "[rank5]: CUDA kernel errors might be asynchronously reported at some other API call\n"),
+    ("evicted-over-own-limit", 1,
+     "Warning  Evicted  3m  kubelet  Pod ephemeral local storage usage exceeds the total limit of containers 20Gi.\n"),
     ("store-barrier-timeout", 1,
      "RuntimeError: Timed out initializing process group in store based barrier on rank: 3, for key: "
      "store_based_barrier_key:1 (world_size=4, worker_count=3, timeout=0:30:00)\n"),
@@ -540,6 +554,36 @@ def test_an_unspecified_launch_failure_is_the_programs_kernel_unless_the_gpu_say
     assert classify(launch).retryable is False
     got = classify(launch + "[ 8812.1] NVRM: Xid (PCI:0000:3b:00): 79, pid=0, GPU has fallen off the bus.\n")
     assert got.retryable is True and got.family == "gpu"
+
+
+def test_the_last_error_nccl_gives_decides_over_its_generic_error_class():
+    # ncclUnhandledCudaError / ncclSystemError alone read as a GPU or network fault; the
+    # "Last error:" line after them says when it is the program's memory or the container.
+    oom = classify("torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:1970, unhandled cuda "
+                   "error (run with NCCL_DEBUG=INFO for details), NCCL version 2.19.3\n"
+                   "ncclUnhandledCudaError: Call to CUDA function failed.\n"
+                   "Last error:\n"
+                   "Cuda failure 2 'out of memory'\n")
+    assert (oom.rule, oom.retryable) == ("cuda-out-of-memory", False)
+    fallback = classify("node-1:412:498 [1] NCCL WARN Cuda failure 'out of memory'\n")
+    assert fallback.rule == "cuda-out-of-memory"
+    shm = classify("ncclSystemError: System call (socket, malloc, munmap, etc) failed.\n"
+                   "node-1:4:4 [0] misc/shmutils.cc:72 NCCL WARN Error while creating shared memory segment "
+                   "/dev/shm/nccl-2pQ (size 9637888), error: No space left on device (28)\n")
+    assert (shm.rule, shm.retryable) == ("nccl-shm-segment-failed", False)
+    peer = classify("ncclSystemError: System call (socket, malloc, munmap, etc) failed.\n")
+    assert (peer.rule, peer.retryable) == ("nccl-system-error", True)
+
+
+def test_an_eviction_for_the_pods_own_disk_limit_is_not_retried_but_node_pressure_is():
+    own = classify_failure(FailureInput(
+        exit_code=None, signal=None, backend_reason="Evicted",
+        log_tail="Message: Container trainer exceeded its local ephemeral storage limit \"10Gi\". \n"))
+    assert (own.rule, own.retryable) == ("evicted-over-own-limit", False)
+    pressure = classify_failure(FailureInput(
+        exit_code=None, signal=None, backend_reason="Evicted",
+        log_tail="Message: The node was low on resource: ephemeral-storage.\n"))
+    assert pressure.retryable is True
 
 
 def test_import_error_for_a_missing_shared_library_is_an_import_error():
