@@ -28,7 +28,7 @@ from .access import permission_name, runnable_backends, sees_secrets
 from .forms import BOOL_FIELDS, EnvLineError, FieldFlagErrors, JobForm, fault_tolerance_from, initial_from_job
 from .inputs import query_int
 from .logs import InstanceLog
-from .models import ADMIN_ROLES, WRITE_ROLES, Attempt, EventType, JobStatus, RestartRecord
+from .models import ADMIN_ROLES, WRITE_ROLES, Attempt, EventType, Instance, JobStatus, RestartRecord
 
 LIST_PAGE_SIZE = 50
 STATUS_ORDER = [s.value for s in JobStatus]
@@ -253,7 +253,22 @@ def job_detail(request, slug, job_id):
     context["log_attempt"] = query_int(request.GET, "attempt", minimum=1)
     context["log_instance"] = request.GET.get("instance", "")
     context["failures_json"] = json.dumps(job_failures(job))
+    context["log_urls"] = log_urls(workspace, job)
     return render(request, "jobs/job_detail.html", context)
+
+
+def log_urls(workspace, job) -> dict[str, dict]:
+    """The download URLs the log view offers, reversed here so that the page's script
+    never builds one: {"archive": {attempt: zip}, "download": {attempt: {instance: log}}}.
+    Attempts that start later bring theirs in the refreshed instances panel."""
+    archive: dict[int, str] = {}
+    download: dict[int, dict[str, str]] = {}
+    for number in job.attempts.values_list("number", flat=True):
+        archive[number] = reverse("pages:attempt-logs", args=[workspace.slug, job.pk, number])
+    for number, name in Instance.objects.filter(attempt__job=job).values_list("attempt__number", "name"):
+        download.setdefault(number, {})[name] = reverse("pages:log-download",
+                                                        args=[workspace.slug, job.pk, number, name])
+    return {"archive": archive, "download": download}
 
 
 def job_failures(job) -> list[dict]:

@@ -64,7 +64,7 @@ def ago_text(value: datetime, now: datetime) -> str:
 
 @register.simple_tag
 def when(value, mode="ago"):
-    """<time> with the exact UTC value on hover; vigil.js rewrites the hover text
+    """<time> with the exact UTC value on hover; static/js/times.js rewrites the hover text
     (and, for mode "abs", the text) in the viewer's timezone and keeps "ago" fresh."""
     if not value:
         return mark_safe('<span class="muted">—</span>')

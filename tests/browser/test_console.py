@@ -126,6 +126,9 @@ def test_a_real_fault_restarts_the_job_live_and_fills_the_restart_records(page_f
     expect(page.locator("#logview")).to_contain_text("attempt 2 step", timeout=15_000)
     expect(page.locator("#logview")).to_contain_text("— attempt 2 —")
     expect(page.locator("#part-timeline")).to_contain_text("Attempt 2")
+    # the new attempt's archive link, its URL taken from the refreshed instances panel
+    expect(page.locator("#log-archive")).to_have_attribute(
+        "href", f"/workspaces/{alice_ws.slug}/jobs/{job.pk}/attempts/2/logs.zip")
     record = RestartRecord.objects.get(job=job)
     assert record.error_code and record.instance_name == "worker-0"
     # the NCCL line decided, so the record knows where it is in the log
@@ -244,3 +247,14 @@ def test_job_list_shows_status_changes_without_reloading(page_for, alice, alice_
     expect(page.locator(f"#job-{other.pk}")).to_be_visible(timeout=5_000)  # a new job appears too
     actions.stop_job(alice, other)
     actions.finish_stop(other.pk)
+
+
+def test_the_workspace_switcher_opens_the_chosen_workspace(page_for, alice, alice_ws, bob_ws):
+    from jobs.models import Membership, Role
+
+    Membership.objects.create(workspace=bob_ws, user=alice, role=Role.VIEWER)
+    page = page_for(alice)
+    page.goto(f"/workspaces/{alice_ws.slug}/jobs/")
+    page.select_option("#ws-switch", bob_ws.slug)
+    page.wait_for_url(f"**/workspaces/{bob_ws.slug}/")
+    expect(page.locator("h1")).to_have_text(bob_ws.name)

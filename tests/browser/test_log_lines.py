@@ -57,6 +57,10 @@ def test_a_line_permalink_opens_the_log_at_that_line_and_line_numbers_link_to_li
     box, view = target.bounding_box(), page.locator("#logview").bounding_box()
     assert view["y"] <= box["y"] <= view["y"] + view["height"] - box["height"]  # scrolled into the view
     expect(page.locator("#log-notice")).to_have_text("Linked line: line 250 of worker-0.")
+    # the download links of the chosen log, URLs the server reversed
+    expect(page.locator("#log-download")).to_have_attribute("href", f"{base}attempts/1/logs/worker-0/download/")
+    expect(page.locator("#log-download")).to_have_text("Download worker-0")
+    expect(page.locator("#log-archive")).to_have_attribute("href", f"{base}attempts/1/logs.zip")
     shoot(page, "log-permalink")
 
     # every line's number is a link to it; a click puts the permalink in the address bar
@@ -142,7 +146,7 @@ def test_lines_render_ansi_colours_escaped_progress_bars_and_timestamps_in_local
     log = page.locator("#logview")
     colour = log.locator(".ln .t", has_text="red alert")
     expect(colour).to_have_count(1)
-    expect(colour.locator("span.a-31")).to_have_text("red alert")
+    expect(colour.locator("span.ansi-red-fg")).to_have_text("red alert")
     assert colour.locator("b").count() == 0  # markup in a line is text
     expect(colour).to_have_text("red alert <b>not bold</b> extended blink done")  # unknown codes dropped
     assert "\x1b" not in log.inner_text() and "[38;5" not in log.inner_text()

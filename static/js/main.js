@@ -1,0 +1,38 @@
+// Vigil console, loaded as <script type="module"> (deferred: the document is parsed
+// when this runs). Plain ES modules, no build step; htmx does the partial swaps.
+
+import { initJob } from "./job-page.js";
+import { initKeysDialog } from "./keys.js";
+import { localize } from "./times.js";
+import { initWorkspace } from "./workspace.js";
+
+// A button that shows or hides the row it controls (restart records' details).
+document.addEventListener("click", (e) => {
+  const btn = e.target.closest && e.target.closest("[data-toggle-row]");
+  if (!btn) return;
+  const row = document.getElementById(btn.getAttribute("aria-controls"));
+  const open = btn.getAttribute("aria-expanded") !== "true";
+  btn.setAttribute("aria-expanded", open ? "true" : "false");
+  if (row) row.hidden = !open;
+});
+document.addEventListener("htmx:afterSwap", (e) => localize(e.target));
+initKeysDialog();
+
+localize(document);
+setInterval(() => localize(document), 15000);
+const switcher = document.querySelector("[data-switcher] select");
+if (switcher) {
+  // Each option carries its workspace's URL, reversed by the server.
+  switcher.addEventListener("change", () => {
+    location.href = switcher.selectedOptions[0].getAttribute("data-url");
+  });
+}
+const workspace = document.querySelector("[data-live-workspace]");
+if (workspace) initWorkspace(workspace);
+const job = document.getElementById("job");
+if (job) initJob(job);
+const errs = document.getElementById("form-errors");
+if (errs) {
+  const first = document.querySelector(".has-error input, .has-error select, .has-error textarea");
+  (first || errs).focus();
+}
