@@ -11,15 +11,17 @@ import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime, timezone
 
 from core.classify import ErrorSource
-from core.flags import ExecutionMode, FaultToleranceConfig
+from core.flags import MAX_INTERVAL_SECONDS, ExecutionMode, FaultToleranceConfig
 from core.policy import DetectedProblem
 
 __all__ = [
     "SUSPENDED", "InstanceActivity", "HangVerdict", "ExitHangVerdict", "Suggestion", "HangCheck",
     "effective_hang_interval", "check_hang", "check_exit_hang", "next_check_at", "plan_hang_check",
     "suggest_hang_interval", "IntervalInForce", "interval_in_force", "HangStatus", "hang_status",
+    "CadenceSuggestion", "step_times_from_log", "suggest_from_cadence", "suggestion_set",
 ]
 
 SUSPENDED = -1  # a runtime hang interval of -1 suspends hang detection (SPEC 5)
@@ -372,3 +374,88 @@ def suggest_hang_interval(log_text: str | bytes) -> Suggestion | None:
                 f"--job-hang-interval={interval} so that hangs are detected and stacks are taken "
                 f"before the watchdog ends the processes.",
     )
+
+
+# --- the suggestion from the step cadence ------------------------------------------------
+
+# A step line with a timestamp: "2026-11-29T23:59:01.123456Z step=12 ...", python logging's
+# "2026-11-29 23:59:01,123 ... iteration 12". Epochs are not steps. Bounded gaps: linear.
+_STAMPED_STEP = re.compile(
+    r"(?P<date>\d{4})-(?P<month>\d{2})-(?P<day>\d{2})[T ](?P<h>\d{2}):(?P<m>\d{2}):(?P<s>\d{2})"
+    r"(?:[.,](?P<frac>\d{1,9}))?[^\n]{0,200}?\b(?:step|iter(?:ation)?)\b\s{0,3}[=:#]?\s{0,3}(?P<step>\d{1,12})",
+    re.IGNORECASE)
+CADENCE_FACTOR = 10            # suggest 10 x the p99 step time
+CADENCE_MIN_STEPS = 10         # fewer step times say too little about the tail
+# Checkpoint saves and evaluations between steps run minutes; a shorter interval would
+# call them hangs. The top is the flag's own limit.
+CADENCE_FLOOR_SECONDS = 120
+
+
+@dataclass(frozen=True)
+class CadenceSuggestion:
+    steps: int                 # step times observed
+    p99_step_seconds: float
+    median_step_seconds: float
+    interval: int              # the suggested --job-hang-interval
+    message: str
+
+
+def step_times_from_log(log_text: str | bytes) -> list[tuple[float, int]]:
+    """(epoch seconds, step) of every timestamped step line, in log order. Timestamps
+    without a zone are read as UTC: only their differences are used."""
+    if isinstance(log_text, (bytes, bytearray)):
+        log_text = bytes(log_text).decode("utf-8", "replace")
+    elif not isinstance(log_text, str):
+        raise ValueError(f"log_text: expected str or bytes, got {type(log_text).__name__}")
+    out: list[tuple[float, int]] = []
+    for m in _STAMPED_STEP.finditer(log_text):
+        try:
+            day = datetime(int(m["date"]), int(m["month"]), int(m["day"]), int(m["h"]), int(m["m"]),
+                           int(m["s"]), tzinfo=timezone.utc)
+        except ValueError:  # 2026-13-45: not a timestamp
+            continue
+        frac = float("0." + m["frac"]) if m["frac"] else 0.0
+        out.append((day.timestamp() + frac, int(m["step"])))
+    return out
+
+
+def _nearest_rank(sorted_values: Sequence[float], q: float) -> float:
+    return sorted_values[max(0, math.ceil(q * len(sorted_values)) - 1)]
+
+
+def suggest_from_cadence(samples: Sequence[tuple[float, int]]) -> CadenceSuggestion | None:
+    """A hang interval of 10 x the p99 step time (nearest rank), at least 2 min and at
+    most 30 days, from (time, step) observations (timestamped log lines or
+    report_progress calls). Between two observations each step took (dt / steps); a
+    step number that does not grow (a restart, a repeated report) starts afresh."""
+    durations: list[float] = []
+    for (t0, s0), (t1, s1) in zip(samples, samples[1:]):
+        if s1 > s0 and t1 >= t0:
+            durations.extend([(t1 - t0) / (s1 - s0)] * min(s1 - s0, 1000))
+    if len(durations) < CADENCE_MIN_STEPS:
+        return None
+    durations.sort()
+    p99 = _nearest_rank(durations, 0.99)
+    median = _nearest_rank(durations, 0.5)
+    raw = math.ceil(CADENCE_FACTOR * p99)
+    interval = min(MAX_INTERVAL_SECONDS, max(CADENCE_FLOOR_SECONDS, raw))
+    bound = (f", raised to the floor of {CADENCE_FLOOR_SECONDS} s (checkpoints and evaluations between "
+             f"steps take minutes)" if raw < CADENCE_FLOOR_SECONDS else
+             ", cut to the 30-day limit" if raw > MAX_INTERVAL_SECONDS else "")
+    return CadenceSuggestion(
+        steps=len(durations), p99_step_seconds=p99, median_step_seconds=median, interval=interval,
+        message=f"{len(durations)} steps took {median:.3g} s (median) and {p99:.3g} s (p99); "
+                f"{CADENCE_FACTOR} x the p99 step time is {raw} s{bound}: set "
+                f"--job-hang-interval={interval}.",
+    )
+
+
+def suggestion_set(interval_in_force: int | None, cadence: int | None, watchdog: int | None) -> str | None:
+    """Which suggestion the interval the user set is: "cadence", "watchdog", or None."""
+    if interval_in_force is None:
+        return None
+    if cadence is not None and interval_in_force == cadence:
+        return "cadence"
+    if watchdog is not None and interval_in_force == watchdog:
+        return "watchdog"
+    return None

@@ -17,7 +17,10 @@ from core.hang import (
     interval_in_force,
     next_check_at,
     plan_hang_check,
+    step_times_from_log,
+    suggest_from_cadence,
     suggest_hang_interval,
+    suggestion_set,
 )
 from core.policy import Action, JobHistory, decide
 
@@ -296,3 +299,76 @@ def test_bytes_logs_are_read_too():
 def test_no_watchdog_line_means_no_suggestion():
     assert suggest_hang_interval("Watchdog caught collective operation timeout without details\n") is None
     assert suggest_hang_interval("") is None
+
+
+# ---- the suggestion from the step cadence -----------------------------------------------
+
+def stamped(steps_and_seconds) -> str:
+    """DDP example lines at the given seconds after 2026-11-29T23:00:00Z."""
+    lines = []
+    for step, at in steps_and_seconds:
+        whole, frac = divmod(at, 1)
+        m, sec = divmod(int(whole), 60)
+        lines.append(f"2026-11-29T23:{m:02d}:{sec:02d}.{round(frac * 1e6):06d}Z step={step} rank=0 loss=0.43\n")
+    return "".join(lines)
+
+
+def test_step_times_are_read_from_timestamped_step_lines_only():
+    text = ("2026-11-29T23:00:00.500000Z step=3 rank=0\n"
+            "loading checkpoint step 9 without a time\n"
+            "2026-11-29 23:00:02,250 INFO iteration 4 done\n"
+            "2026-11-29T23:00:03Z epoch=1\n"
+            "2026-13-45T23:00:03Z step=5\n")
+    base = 1795993200.0  # 2026-11-29T23:00:00Z
+    assert step_times_from_log(text) == [(base + 0.5, 3), (base + 2.25, 4)]
+    assert step_times_from_log(text.encode()) == step_times_from_log(text)
+
+
+def test_the_cadence_suggestion_is_ten_times_the_p99_step_time():
+    # 99 steps of 20 s and one of 30 s: p99 (nearest rank) is 20 s, the suggestion 200 s.
+    times, t = [(0, 0.0)], 0.0
+    for step in range(1, 101):
+        t += 30.0 if step == 50 else 20.0
+        times.append((step, t))
+    s = suggest_from_cadence([(at, step) for step, at in times])
+    assert (s.steps, s.p99_step_seconds, s.median_step_seconds, s.interval) == (100, 20.0, 20.0, 200)
+    assert "10 x the p99 step time is 200 s: set --job-hang-interval=200" in s.message
+    # Two slow steps in a hundred make the p99 the slow one.
+    times2 = [(at, step) for step, at in times]
+    times2[80] = (times2[80][0] + 10.0, times2[80][1])  # step 80 takes 30 s, step 81 10 s
+    assert suggest_from_cadence(times2).p99_step_seconds == 30.0
+
+
+def test_fast_steps_get_the_floor_and_the_message_says_so():
+    samples = step_times_from_log(stamped([(i, i * 0.05) for i in range(30)]))
+    s = suggest_from_cadence(samples)
+    assert s.interval == 120 and abs(s.p99_step_seconds - 0.05) < 1e-6
+    assert "is 1 s, raised to the floor of 120 s" in s.message
+
+
+def test_several_steps_between_two_observations_share_the_time():
+    # report_progress seen every 10 steps, 10 s apart: 1 s a step
+    s = suggest_from_cadence([(i * 10.0, i * 10) for i in range(5)])
+    assert (s.steps, s.p99_step_seconds) == (40, 1.0)
+
+
+def test_too_few_steps_or_a_restart_give_no_cadence_suggestion():
+    assert suggest_from_cadence([]) is None
+    assert suggest_from_cadence([(float(i), i) for i in range(10)]) is None  # 9 step times
+    # a restart back to step 0 is not a step of -40 s; the pairs across it are skipped
+    restarted = [(float(i), i) for i in range(5)] + [(100.0 + i, i) for i in range(5)]
+    assert suggest_from_cadence(restarted) is None  # 4 + 4 step times
+    assert suggest_from_cadence(restarted + [(105.0, 5), (106.0, 6)]).steps == 10
+
+
+def test_a_very_slow_cadence_is_cut_to_the_flag_limit():
+    s = suggest_from_cadence([(i * 400_000.0, i) for i in range(12)])
+    assert s.interval == 2_592_000 and "cut to the 30-day limit" in s.message
+
+
+def test_which_suggestion_the_user_set():
+    assert suggestion_set(200, 200, 450) == "cadence"
+    assert suggestion_set(450, 200, 450) == "watchdog"
+    assert suggestion_set(1800, 200, 450) is None
+    assert suggestion_set(None, 200, 450) is None
+    assert suggestion_set(450, None, None) is None
