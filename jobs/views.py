@@ -26,6 +26,7 @@ from rest_framework import serializers as drf_serializers
 from . import actions
 from .access import permission_name, runnable_backends, sees_secrets
 from .forms import BOOL_FIELDS, EnvLineError, FieldFlagErrors, JobForm, fault_tolerance_from, initial_from_job
+from .hang_panel import hang_panel
 from .inputs import query_int
 from .logs import InstanceLog
 from .models import ADMIN_ROLES, WRITE_ROLES, Attempt, EventType, Instance, JobStatus, RestartRecord
@@ -203,6 +204,7 @@ def _job_context(request, workspace, job) -> dict:
     instances = list(current.instances.order_by("rank", "role", "index")) if current else []
     records = list(job.restart_records.order_by("restart_time", "id"))
     events = list(job.events.order_by("-id")[:200])[::-1]
+    now = timezone.now()
     return {
         "workspace": workspace,
         "job": job,
@@ -218,7 +220,8 @@ def _job_context(request, workspace, job) -> dict:
         "can_admin": workspace.role_of(request.user) in ADMIN_ROLES,
         "failure_verdict": _failure_verdict(job),
         "live": not job.finished,
-        "now": timezone.now(),
+        "now": now,
+        "hang": hang_panel(job, current, instances, now),
     }
 
 

@@ -480,3 +480,52 @@ def test_the_short_job_link_in_notifications_leads_to_the_job_page_for_members_o
     assert r.status_code == 302 and r["Location"] == f"/workspaces/{alice_ws.slug}/jobs/{job.pk}/"
     client.force_login(bob)
     assert client.get(f"/jobs/{job.pk}/").status_code == 404
+
+
+def test_the_job_page_shows_the_interval_in_force_and_both_suggestions_agreeing_with_the_data(
+        client, alice, alice_ws, job_body, memory_backend):
+    from core import hang as core_hang
+    from jobs.models import Attempt, EventType, Instance, InstanceStatus, JobEvent
+
+    job = submit(alice, job_body(alice_ws, settings={
+        "enable_error_monitoring_in_aimaster": True,
+        "error_monitoring_args": "--enable-job-hang-detection=True --job-hang-interval=300"}))
+    attempt = Attempt.objects.get(job=job, number=1)
+    now = timezone.now()
+    Attempt.objects.filter(pk=attempt.pk).update(starting_at=now - timedelta(seconds=200), first_progress_at=None)
+    Instance.objects.filter(attempt=attempt).update(status=InstanceStatus.RUNNING,
+                                                    last_output_at=now - timedelta(seconds=130))
+    first = Instance.objects.filter(attempt=attempt).order_by("rank", "role", "index").first()
+    # 40 steps of 20 s with one of 30 s: with 40 step times the p99 (nearest rank) is the
+    # slowest, 30 s, so 10 x p99 = 300 s, what the job set
+    lines, t = [], 0.0
+    for step in range(41):
+        m, s = divmod(int(t), 60)
+        lines.append(f"2026-11-29T23:{m:02d}:{s:02d}.000000Z step={step} rank=0 loss=0.4\n")
+        t += 30.0 if step == 7 else 20.0
+    memory_backend.write_log(attempt.backend_handle, first.name, "".join(lines))
+    JobEvent.objects.create(job=job, type=EventType.SUGGESTION, message="The log shows an NCCL watchdog timeout of 600 s.",
+                            payload={"suggested_hang_interval": 450, "watchdog_timeout": 600}, attempt=1)
+    expected = core_hang.suggest_from_cadence(core_hang.step_times_from_log("".join(lines)))
+    assert (expected.interval, expected.steps, expected.p99_step_seconds) == (300, 40, 30.0)
+
+    client.force_login(alice)
+    url = reverse("pages:job-part", args=[alice_ws.slug, job.pk, "instances"])
+    html = client.get(url).content.decode()
+    status = re.search(r'<p id="hang-status" data-startup="true" data-interval="(\d+)">([^<]+)</p>', html)
+    assert status and status.group(1) == "600"  # start-up: max(600, 300)
+    assert status.group(2) == "Waiting for first progress: silent 2 of 10 min"
+    cadence = re.search(r'id="hang-cadence" data-seconds="(\d+)" data-steps="(\d+)" data-p99="([\d.]+)"', html)
+    assert cadence and (int(cadence.group(1)), int(cadence.group(2)), float(cadence.group(3))) == (
+        expected.interval, expected.steps, expected.p99_step_seconds)
+    assert 'id="hang-watchdog" data-seconds="450"' in html
+    assert 'id="hang-set" data-seconds="300"' in html and "the cadence suggestion" in html
+    assert html.count("what you set") == 1 and html.index("what you set") > html.index('id="hang-cadence"')
+
+    # after the first progress the hang interval is in force; a run-time 450 is the watchdog's
+    Attempt.objects.filter(pk=attempt.pk).update(first_progress_at=now - timedelta(seconds=150))
+    actions.set_hang_interval(job, 450, source="alice")
+    html = client.get(url).content.decode()
+    assert re.search(r'data-startup="false" data-interval="450">Making progress: silent \d+ of 7.5 min<', html)
+    assert 'id="hang-set" data-seconds="450"' in html and "set at run time, the watchdog suggestion" in html
+    assert html.index("what you set") > html.index('id="hang-watchdog"')

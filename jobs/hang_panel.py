@@ -1,0 +1,96 @@
+"""The job page's hang-detection lines (SPEC section 5): the interval in force and how
+much of it the current silence has used ("waiting for first progress: silent 2 of 10
+min"), the interval the user set, and the two suggestions beside it: from the step
+cadence of the log (core.hang.suggest_from_cadence) and from an NCCL watchdog timeout
+(the monitor's suggestion event). The decisions are core.hang's; this reads the rows."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from core import hang
+from core.flags import FaultToleranceConfig, FlagError
+
+from . import actions
+from .backends.base import BackendError
+from .logs import InstanceLog
+from .models import Attempt, EventType, Instance, InstanceStatus, Job
+
+# The log tail the cadence is read from: 64 KiB holds hundreds of step lines.
+CADENCE_TAIL_BYTES = 64 * 1024
+
+
+@dataclass(frozen=True)
+class HangPanel:
+    status: hang.HangStatus | None
+    set_seconds: int | None            # the hang interval the user set (flag or at run time)
+    set_at_run_time: bool
+    suspended: bool
+    startup_seconds: int
+    cadence: hang.CadenceSuggestion | None
+    cadence_instance: str
+    watchdog_seconds: int | None
+    watchdog_message: str
+    which: str | None                  # "cadence", "watchdog" or None: the one the user set
+
+
+def _epoch(value: datetime | None) -> float | None:
+    return value.timestamp() if value is not None else None
+
+
+def _cadence(job: Job, attempt: Attempt, instances: list[Instance]) -> tuple[hang.CadenceSuggestion | None, str]:
+    """From the first instance (lowest rank) whose log has enough timestamped step lines."""
+    if not attempt.backend_handle:
+        return None, ""
+    try:
+        backend = actions.get_backend_for(job)
+    except Exception:  # noqa: BLE001 - a backend gone from settings: no suggestion, the page still shows
+        return None, ""
+    for inst in instances[:4]:  # rank 0 is enough when it logs steps; a few more if it does not
+        log = InstanceLog(backend, attempt.backend_handle, inst.name)
+        try:
+            tail = log.tail(CADENCE_TAIL_BYTES)
+        except BackendError:
+            continue
+        finally:
+            log.close()
+        suggestion = hang.suggest_from_cadence(hang.step_times_from_log(tail))
+        if suggestion is not None:
+            return suggestion, inst.name
+    return None, ""
+
+
+def hang_panel(job: Job, attempt: Attempt | None, instances: list[Instance], now: datetime) -> HangPanel | None:
+    """None when the job has no hang detection to show."""
+    if not job.fault_tolerance or attempt is None:
+        return None
+    try:
+        config = FaultToleranceConfig.from_dict(job.ft_config or {})
+    except FlagError:
+        return None
+    if hang.effective_hang_interval(config, None) is None:
+        return None
+    override = job.hang_interval_override
+    suspended = override == hang.SUSPENDED
+    set_seconds = None if suspended else (override if override is not None else config.job_hang_interval)
+    status = None
+    if not job.finished:
+        activity = [hang.InstanceActivity(i.name, i.status == InstanceStatus.RUNNING, _epoch(i.last_output_at))
+                    for i in instances]
+        started = _epoch(attempt.starting_at) or _epoch(attempt.queued_at) or now.timestamp()
+        status = hang.hang_status(config, override, activity, started, now.timestamp(),
+                                  first_progress_at=_epoch(attempt.first_progress_at),
+                                  override_set_at=_epoch(job.hang_interval_set_at))
+    cadence, cadence_instance = _cadence(job, attempt, instances)
+    watchdog = next(((p, m) for p, m in job.events.filter(type=EventType.SUGGESTION).order_by("-id")
+                     .values_list("payload", "message")[:20]
+                     if isinstance(p, dict) and isinstance(p.get("suggested_hang_interval"), int)), None)
+    watchdog_seconds = watchdog[0]["suggested_hang_interval"] if watchdog else None
+    return HangPanel(
+        status=status, set_seconds=set_seconds, set_at_run_time=override is not None and not suspended,
+        suspended=suspended, startup_seconds=config.startup_interval, cadence=cadence,
+        cadence_instance=cadence_instance, watchdog_seconds=watchdog_seconds,
+        watchdog_message=watchdog[1] if watchdog else "",
+        which=hang.suggestion_set(set_seconds, cadence.interval if cadence else None, watchdog_seconds),
+    )
