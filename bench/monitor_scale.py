@@ -2,12 +2,14 @@
 
 Each job is a Sync PyTorchJob (1 Master + 7 Workers = 8 instances) with the seed's
 fault-tolerance flags, running on the in-memory backend, every instance alive and
-recently printing. One sweep (monitoring.monitor.sweep) ticks every live job once in
-this process, as one Celery worker does every second. Nothing fails, so the figure is
+recently printing. One sweep (monitoring.tasks.sweep, the one production runs: it takes
+each job's Redis lock, reads the jobs in bulk and ticks them) runs once in this
+process, as one Celery worker does every second. Nothing fails, so the figure is
 the monitor's own cost of watching: what every second of every running job pays.
 
 The jobs, attempts and instances are bulk-created in a throwaway SQLite database in a
-temporary VIGIL_DATA_DIR (never the dev database). For each size we time the first
+temporary VIGIL_DATA_DIR (never the dev database); the locks go to REDIS_URL, or to a
+private Redis started for the run (console.devredis) when it is not set. For each size we time the first
 sweep (it also scans each job's logs for watchdog hints, done every 30 s per job) and
 the median of the next ones (steady state), and count SQL queries per job.
 With --profile, cProfile shows where the steady-state time goes at the profiled size.
@@ -29,6 +31,7 @@ import statistics
 import sys
 import tempfile
 import time
+from datetime import datetime, timezone
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -37,6 +40,10 @@ sys.path.insert(0, str(ROOT))
 SEED_SYNC = ("--job-execution-mode=Sync --enable-job-restart=True --max-num-of-job-restart=3 "
              "--fault-tolerant-policy=ExitCodeAndErrorMsg")
 WORKERS = 7
+
+
+def when(epoch: float | None) -> datetime | None:
+    return datetime.fromtimestamp(epoch, tz=timezone.utc) if epoch is not None else None
 
 
 def django_in_temp_dir() -> str:
@@ -65,15 +72,12 @@ def use_memory_backend():
 
 def create_running_jobs(count: int, backend, owner, workspace) -> None:
     """`count` running jobs of 8 live instances, as if launched a minute ago."""
-    from django.utils import timezone
-
+    from core.flags import parse_flags
     from jobs import actions
     from jobs.models import Attempt, AttemptStatus, Instance, InstanceStatus, Job, JobStatus
-    from core.flags import parse_flags
-    from monitoring.monitor import _dt
 
     config = parse_flags(SEED_SYNC)
-    now = timezone.now()
+    now = datetime.now(timezone.utc)
     specs = [{"type": "Master", "pod_count": 1}, {"type": "Worker", "pod_count": WORKERS}]
     jobs = Job.objects.bulk_create([
         Job(workspace=workspace, created_by=owner, display_name=f"scale-{i}", job_type="PyTorchJob",
@@ -99,8 +103,8 @@ def create_running_jobs(count: int, backend, owner, workspace) -> None:
         for inst in spec.instances:
             s = statuses[inst.name]
             instances.append(Instance(attempt=attempt, role=inst.role, index=inst.index, name=inst.name, rank=inst.rank,
-                                      node=s.node, status=InstanceStatus.RUNNING, started_at=_dt(s.started_at),
-                                      last_output_at=_dt(s.last_output_at)))
+                                      node=s.node, status=InstanceStatus.RUNNING, started_at=when(s.started_at),
+                                      last_output_at=when(s.last_output_at)))
     Attempt.objects.bulk_update(attempts, ["backend_handle"], batch_size=500)
     Instance.objects.bulk_create(instances, batch_size=1000)
 
@@ -108,7 +112,7 @@ def create_running_jobs(count: int, backend, owner, workspace) -> None:
 def timed_sweep() -> tuple[float, int, int]:
     from django.db import connection
 
-    from monitoring import monitor
+    from monitoring import tasks
 
     count = 0
 
@@ -119,7 +123,7 @@ def timed_sweep() -> tuple[float, int, int]:
 
     with connection.execute_wrapper(counting):
         t0 = time.perf_counter()
-        ticked = monitor.sweep()
+        ticked = tasks.sweep()
         elapsed = time.perf_counter() - t0
     return elapsed, ticked, count
 
@@ -132,6 +136,12 @@ def main():
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
 
+    redis = None
+    if not os.environ.get("REDIS_URL"):
+        from console.devredis import PrivateRedis
+
+        redis = PrivateRedis().start()
+        os.environ["REDIS_URL"] = redis.url
     tmp = django_in_temp_dir()
     import django
     from django.conf import settings
@@ -145,7 +155,8 @@ def main():
           f"python {platform.python_version()}, Django {django.get_version()}")
     print(f"  database: {connection.vendor} {settings.DATABASES['default']['NAME']} (throwaway)")
     print(f"  jobs: Sync PyTorchJob, 1 Master + {WORKERS} Workers, flags {SEED_SYNC!r}; in-memory backend")
-    print(f"  one sweep = monitoring.monitor.sweep() in one process; first sweep, then median of {args.sweeps}")
+    print(f"  one sweep = monitoring.tasks.sweep() in one process, locks in Redis {settings.REDIS_URL}; "
+          f"first sweep, then median of {args.sweeps}")
     backend = use_memory_backend()
     owner = get_user_model().objects.create_user("bench", "bench@example.com", "bench-password-123")
     ws = Workspace.objects.create(name="Bench", slug="bench")
@@ -172,13 +183,13 @@ def main():
             if size == args.profile:
                 prof = cProfile.Profile()
                 prof.enable()
-                from monitoring import monitor
+                from monitoring import tasks
 
-                monitor.sweep()
+                tasks.sweep()
                 prof.disable()
                 out = io.StringIO()
                 stats = pstats.Stats(prof, stream=out).sort_stats("cumulative")
-                stats.print_stats(r"monitor\.py|actions\.py|memory\.py|query\.py:\d+\(__iter__|"
+                stats.print_stats(r"tick\.py|restarts\.py|checks\.py|tasks\.py|actions\.py|memory\.py|query\.py:\d+\(__iter__|"
                                   r"sqlite3/base\.py|compiler\.py:\d+\(execute_sql|from_dict|parse_flags", 25)
                 print(f"\n  profile of one steady sweep of {size} jobs (cumulative, filtered):")
                 for line in out.getvalue().splitlines():
@@ -194,6 +205,8 @@ def main():
             print(f"\n  target: 1,000 jobs under 1 s -> {at_1000:.3f} s: {'MET' if at_1000 < 1.0 else 'MISSED'}")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+        if redis is not None:
+            redis.stop()
 
 
 if __name__ == "__main__":

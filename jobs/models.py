@@ -13,6 +13,8 @@ from django.core.validators import RegexValidator
 from django.db import models
 from django.utils import timezone
 
+from core.flags import FaultToleranceConfig
+
 from .inputs import validate_name, validate_workspace_slug
 
 
@@ -170,8 +172,29 @@ def compare_and_set(model, pk, expected: str | tuple | list, new: str, **fields)
     return model.objects.filter(pk=pk, status__in=expected).update(status=new, **fields) == 1
 
 
-class Job(models.Model):
+class StatusTransitions:
+    """`transition()` for a model with a `status` field: a compare-and-set that
+    refreshes this object only when it happened. A model that also stamps
+    `updated_at` on each change lists it in STAMP_ON_TRANSITION."""
+
+    STAMP_ON_TRANSITION: tuple[str, ...] = ()
+    pk: int
+    status: str
+
+    def transition(self, expected: str | tuple | list, new: str, **fields) -> bool:
+        now = timezone.now()
+        stamps = {name: now for name in self.STAMP_ON_TRANSITION if name not in fields}
+        ok = compare_and_set(type(self), self.pk, expected, new, **stamps, **fields)
+        if ok:
+            self.status = new
+            for k, v in fields.items():
+                setattr(self, k, v)
+        return ok
+
+
+class Job(StatusTransitions, models.Model):
     TOKEN_PREFIX = "vjt_"
+    STAMP_ON_TRANSITION = ("updated_at",)
     # Not stored: set by submit_job on the instance it returns. False when the task
     # queue did not take the launch in time (the sweep launches it later), None when
     # not known yet.
@@ -226,8 +249,11 @@ class Job(models.Model):
     # never leaves the server in an API response after the submit call.
     token_sealed = models.TextField(blank=True, default="")
 
-    # Small per-job monitor memory (C4D consecutive counts, seen watchdog hints...).
+    # Small per-job monitor memory (C4D consecutive counts, seen watchdog hints...),
+    # read and written only through monitoring.state.MonitorState; the version makes
+    # its save a compare-and-set, so two workers cannot both write it.
     monitor_state = models.JSONField(default=dict, blank=True)
+    monitor_state_version = models.PositiveIntegerField(default=0)
 
     class Meta:
         ordering = ["-created_at", "-id"]
@@ -240,14 +266,20 @@ class Job(models.Model):
     def finished(self) -> bool:
         return self.status in FINISHED_JOB_STATUSES
 
-    def transition(self, expected, new: str, **fields) -> bool:
-        """Compare-and-set on the status; refreshes this object when it happened."""
-        ok = compare_and_set(Job, self.pk, expected, new, updated_at=timezone.now(), **fields)
-        if ok:
-            self.status = new
-            for k, v in fields.items():
-                setattr(self, k, v)
-        return ok
+    @property
+    def ft(self) -> FaultToleranceConfig:
+        """The parsed fault-tolerance flags (parsed again only when ft_config changed)."""
+        raw = self.ft_config or {}
+        cached = self.__dict__.get("_ft")
+        if cached is None or cached[0] != raw:
+            cached = (dict(raw), FaultToleranceConfig.from_dict(raw))
+            self.__dict__["_ft"] = cached
+        return cached[1]
+
+    @property
+    def restart_budget(self) -> int:
+        """How many whole-job restarts the flags allow (--max-num-of-job-restart)."""
+        return self.ft.max_num_of_job_restart
 
     def reset_token(self) -> str:
         from .tokens import seal
@@ -287,7 +319,7 @@ class AttemptStatus(models.TextChoices):
 LIVE_ATTEMPT_STATUSES = (AttemptStatus.QUEUING, AttemptStatus.STARTING, AttemptStatus.RUNNING, AttemptStatus.STOPPING)
 
 
-class Attempt(models.Model):
+class Attempt(StatusTransitions, models.Model):
     job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="attempts")
     number = models.PositiveIntegerField()
     status = models.CharField(max_length=10, choices=AttemptStatus.choices, default=AttemptStatus.QUEUING)
@@ -313,14 +345,6 @@ class Attempt(models.Model):
     def __str__(self):
         return f"{self.job_id}#{self.number}"
 
-    def transition(self, expected, new: str, **fields) -> bool:
-        ok = compare_and_set(Attempt, self.pk, expected, new, **fields)
-        if ok:
-            self.status = new
-            for k, v in fields.items():
-                setattr(self, k, v)
-        return ok
-
 
 class InstanceStatus(models.TextChoices):
     PENDING = "Pending"
@@ -331,7 +355,7 @@ class InstanceStatus(models.TextChoices):
     LOST = "Lost"
 
 
-class Instance(models.Model):
+class Instance(StatusTransitions, models.Model):
     attempt = models.ForeignKey(Attempt, on_delete=models.CASCADE, related_name="instances")
     role = models.CharField(max_length=20)
     index = models.PositiveIntegerField()
@@ -356,14 +380,6 @@ class Instance(models.Model):
 
     def __str__(self):
         return f"{self.name} of {self.attempt}"
-
-    def transition(self, expected, new: str, **fields) -> bool:
-        ok = compare_and_set(Instance, self.pk, expected, new, **fields)
-        if ok:
-            self.status = new
-            for k, v in fields.items():
-                setattr(self, k, v)
-        return ok
 
 
 class RestartKind(models.TextChoices):

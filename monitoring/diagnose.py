@@ -9,12 +9,24 @@ from __future__ import annotations
 import json
 import logging
 from datetime import datetime
+from typing import Any
 
 from django.db import transaction
 from django.utils import timezone
 
+from core.c4d import C4DResult, C4DState, C4DVerdict, analyze_collectives
+from core.flags import C4DLogLevel, FaultToleranceConfig
+from core.stacks import (
+    DUMP_FAILED,
+    NOT_PYTHON,
+    ProcessStacks,
+    StackSnapshot,
+    dump_processes,
+    find_python_processes,
+    parse_py_spy_json,
+)
 from jobs import actions
-from jobs.backends.base import BackendError
+from jobs.backends.base import Backend, BackendError
 from jobs.models import (
     Attempt,
     C4DReport,
@@ -26,29 +38,20 @@ from jobs.models import (
     InstanceStatus,
     Job,
 )
-from core.flags import C4DLogLevel, FaultToleranceConfig
-from core.stacks import (
-    DUMP_FAILED,
-    NOT_PYTHON,
-    ProcessStacks,
-    StackSnapshot,
-    dump_processes,
-    find_python_processes,
-    parse_py_spy_json,
-)
+from monitoring.publish import diagnosis_committed
+from monitoring.state import MonitorState
 
 log = logging.getLogger(__name__)
 
 DUMP_TIMEOUT = 5.0
-STRAGGLER_EVERY = 30.0  # seconds between straggler checks of one job
-STRAGGLER_TAIL = 64 * 1024
 
 
 def _now_ts(now: datetime | None) -> float:
     return (now or timezone.now()).timestamp()
 
 
-def _record_diagnosis(job: Job, attempt: Attempt, kind: str, summary: str, data: dict, trigger: str) -> Diagnosis:
+def record_diagnosis(job: Job, attempt: Attempt, kind: str, summary: str, data: dict, trigger: str) -> Diagnosis:
+    """Store a diagnosis; the job page gets it pushed after commit."""
     diagnosis = Diagnosis.objects.create(job=job, attempt=attempt.number, kind=kind, trigger=trigger,
                                          summary=summary, data=data)
     transaction.on_commit(lambda: _push(diagnosis.pk))
@@ -56,8 +59,6 @@ def _record_diagnosis(job: Job, attempt: Attempt, kind: str, summary: str, data:
 
 
 def _push(diagnosis_id: int) -> None:
-    from monitoring.publish import diagnosis_committed
-
     try:
         diagnosis_committed(diagnosis_id)
     except Exception:  # noqa: BLE001 - the page missing one push must not break a diagnosis
@@ -67,7 +68,7 @@ def _push(diagnosis_id: int) -> None:
 # --- stack snapshots ---------------------------------------------------------------------
 
 
-def _dump_instance(backend, handle: dict, inst: Instance) -> list[ProcessStacks]:
+def _dump_instance(backend: Backend, handle: dict, inst: Instance) -> list[ProcessStacks]:
     """Dumps of one instance's Python processes, by local PIDs or through the backend."""
     try:
         pids = backend.pids(handle, inst.name)
@@ -99,6 +100,7 @@ def snapshot_stacks(job: Job, attempt: Attempt, *, trigger: str = "hang") -> Dia
     handle = attempt.backend_handle
     running = list(attempt.instances.filter(status=InstanceStatus.RUNNING).order_by("rank"))
     dumps: list[ProcessStacks] = []
+    data: dict[str, Any]
     if not backend.can_dump_stacks:
         summary = f"Stack snapshot not possible: the {backend.name} backend cannot dump stacks."
         data = {"processes": [], "stacks": [], "error": summary}
@@ -112,7 +114,7 @@ def snapshot_stacks(job: Job, attempt: Attempt, *, trigger: str = "hang") -> Dia
         summary = snapshot.summary_text()
         data = snapshot.to_dict()
     with transaction.atomic():
-        diagnosis = _record_diagnosis(job, attempt, DiagnosisKind.STACKS, summary, data, trigger)
+        diagnosis = record_diagnosis(job, attempt, DiagnosisKind.STACKS, summary, data, trigger)
         suspects = [s for s in data.get("stacks", []) if s.get("suspect")]
         headline = summary.splitlines()[0] if summary else "Stack snapshot taken."
         if suspects:
@@ -133,19 +135,19 @@ def c4d_records(job: Job, attempt: Attempt) -> dict[int, list[dict]]:
     return {r.rank: r.records for r in C4DReport.objects.filter(job=job, attempt=attempt.number)}
 
 
-def run_c4d(job: Job, attempt: Attempt, config: FaultToleranceConfig, now: datetime | None = None):
+def run_c4d(job: Job, attempt: Attempt, config: FaultToleranceConfig, now: datetime | None = None, *,
+            state: MonitorState | None = None) -> C4DResult | None:
     """Classify ranks from their collective reports; record what the log level shows.
-    Returns the C4DResult (its `errors` are for the monitor to act on)."""
-    from core.c4d import C4DState, analyze_collectives
-
-    state = job.monitor_state or {}
-    c4d_state = C4DState.from_dict(state.get("c4d") if state.get("c4d_attempt") == attempt.number else None)
+    Returns the C4DResult (its `errors` are for the monitor to act on), or None when
+    another worker saved the job's monitor state first (it is running this check)."""
+    state = state if state is not None else MonitorState.load(job)
+    c4d_state = C4DState.from_dict(state.c4d if state.c4d_attempt == attempt.number else None)
     instances = list(attempt.instances.all())
     result = analyze_collectives(c4d_records(job, attempt), config.c4d_common_envs, _now_ts(now), c4d_state,
                                  world_size=len(instances))
-    state.update({"c4d": result.state.to_dict(), "c4d_attempt": attempt.number})
-    Job.objects.filter(pk=job.pk).update(monitor_state=state)
-    job.monitor_state = state
+    state.c4d, state.c4d_attempt = result.state.to_dict(), attempt.number
+    if not state.save(job):
+        return None
     shown = result.shown(config.c4d_log_level)
     if shown:
         by_rank = {i.rank: i for i in instances}
@@ -153,7 +155,7 @@ def run_c4d(job: Job, attempt: Attempt, config: FaultToleranceConfig, now: datet
                      "node": by_rank[v.rank].node if v.rank in by_rank else ""} for v in shown]
         summary = "\n".join(f"[{v.severity}] {v.kind}: {v.message}" for v in shown)
         with transaction.atomic():
-            diagnosis = _record_diagnosis(job, attempt, DiagnosisKind.C4D, summary, {"verdicts": verdicts}, "periodic")
+            diagnosis = record_diagnosis(job, attempt, DiagnosisKind.C4D, summary, {"verdicts": verdicts}, "periodic")
             for v, d in zip(shown, verdicts):
                 level = {C4DLogLevel.ERROR: EventLevel.ERROR, C4DLogLevel.WARNING: EventLevel.WARNING}.get(
                     v.severity, EventLevel.INFO)
@@ -166,7 +168,7 @@ def run_c4d(job: Job, attempt: Attempt, config: FaultToleranceConfig, now: datet
     return result
 
 
-def isolate_for(job: Job, attempt: Attempt, verdict) -> str | None:
+def isolate_for(job: Job, attempt: Attempt, verdict: C4DVerdict) -> str | None:
     """Isolate the node of the rank a C4D Error names; returns the node or None."""
     if verdict.rank is None:
         return None
@@ -191,53 +193,11 @@ def isolate_for(job: Job, attempt: Attempt, verdict) -> str | None:
     return inst.node
 
 
-# --- stragglers --------------------------------------------------------------------------
-
-
-def check_stragglers(job: Job, attempt: Attempt, instances: list[Instance], backend, now: datetime) -> list:
-    """Slow ranks from their log timestamps, no SDK needed; at most every STRAGGLER_EVERY s."""
-    from core.stragglers import find_stragglers
-
-    state = job.monitor_state or {}
-    ts = _now_ts(now)
-    if ts - state.get("stragglers_at", 0) < STRAGGLER_EVERY:
-        return []
-    state["stragglers_at"] = ts
-    Job.objects.filter(pk=job.pk).update(monitor_state=state)
-    job.monitor_state = state
-    logs = {}
-    for inst in instances:
-        if inst.status != InstanceStatus.RUNNING:
-            continue
-        try:
-            tail = backend.tail_log(attempt.backend_handle, inst.name, STRAGGLER_TAIL)
-        except BackendError:
-            continue
-        logs[inst.name] = tail.decode("utf-8", "replace").splitlines()[1:]  # the first may be cut
-    if len(logs) < 2:
-        return []
-    verdicts = find_stragglers(logs)
-    if verdicts:
-        summary = "\n".join(v.message for v in verdicts)
-        with transaction.atomic():
-            diagnosis = _record_diagnosis(job, attempt, DiagnosisKind.STRAGGLER, summary,
-                                          {"verdicts": [v.to_dict() for v in verdicts]}, "periodic")
-            for v in verdicts:
-                actions.record_event(
-                    job, EventType.STRAGGLER, v.message,
-                    level=EventLevel.WARNING if v.severity == C4DLogLevel.WARNING else EventLevel.INFO,
-                    attempt=attempt.number, instance=str(v.rank), payload={"diagnosis": diagnosis.pk, **v.to_dict()},
-                    key=f"straggler:{job.pk}:{attempt.number}:{v.rank}",
-                )
-    return verdicts
-
-
 # --- hooks the monitor calls ---------------------------------------------------------------
 
 
-def on_hang(job: Job, attempt: Attempt, instances) -> None:
+def on_hang(job: Job, attempt: Attempt) -> None:
     """Before a hang restart: the stacks (and C4D when on) while the ranks still hang."""
     snapshot_stacks(job, attempt, trigger="hang")
-    config = FaultToleranceConfig.from_dict(job.ft_config or {})
-    if config.enable_c4d_hang_detection:
-        run_c4d(job, attempt, config)
+    if job.ft.enable_c4d_hang_detection:
+        run_c4d(job, attempt, job.ft)

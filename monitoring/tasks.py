@@ -1,4 +1,4 @@
-"""Celery shells around monitoring.monitor. One job is ticked by one worker at a
+"""Celery shells around the monitor tick (monitoring.tick). One job is ticked by one worker at a
 time (a short Redis lock); the state changes inside are compare-and-set anyway,
 so a lost lock costs a skipped tick, never a double restart."""
 
@@ -6,6 +6,7 @@ import logging
 import threading
 import time
 from contextlib import contextmanager
+from datetime import datetime
 
 import redis
 from celery import shared_task
@@ -13,7 +14,7 @@ from django.conf import settings
 
 from console import metrics
 
-from . import monitor
+from . import tick
 
 log = logging.getLogger(__name__)
 # Short, so that a killed worker's jobs are ticked by another within seconds; a
@@ -76,21 +77,22 @@ def renewed(locks):
 
 @shared_task(name="monitoring.tasks.run_job", acks_late=True)
 def run_job(job_id: int) -> str | None:
-    result = with_job_lock(job_id, lambda: monitor.run_job(job_id))
+    result = with_job_lock(job_id, lambda: tick.run_job(job_id))
     return result.action if result else None
 
 
 @shared_task(name="monitoring.tasks.sweep", ignore_result=True)
-def sweep() -> int:
-    """Every second (beat): tick every live job."""
+def sweep(now: datetime | None = None) -> int:
+    """Every second (beat): tick every live job. The only sweep; tests pass `now`
+    to look at the jobs as a later sweep would."""
     from console import health
 
     health.record(health.SWEEP)  # /readyz: the beat schedules sweeps and a worker runs them
     started = time.time()
     count = 0
-    ids = monitor.live_job_ids()
-    for start in range(0, len(ids), monitor.SNAPSHOT_CHUNK):
-        chunk = ids[start:start + monitor.SNAPSHOT_CHUNK]
+    ids = tick.live_job_ids()
+    for start in range(0, len(ids), tick.SNAPSHOT_CHUNK):
+        chunk = ids[start:start + tick.SNAPSHOT_CHUNK]
         locks = {}
         try:
             for job_id in chunk:
@@ -99,10 +101,10 @@ def sweep() -> int:
                     locks[job_id] = lock
             # Read after locking: no other tick of these jobs runs until we release.
             with renewed([lock for lock in locks.values() if not isinstance(lock, _NoLock)]):
-                snaps = monitor.load_snapshots(list(locks))
+                snaps = tick.load_snapshots(list(locks))
                 for job_id in locks:
                     try:
-                        monitor.run_job(job_id, snapshot=snaps.get(job_id))
+                        tick.run_job(job_id, now, snapshot=snaps.get(job_id))
                     except Exception:  # noqa: BLE001 - one broken job must not stop the others
                         log.exception("monitor tick of job %s failed", job_id)
                     count += 1

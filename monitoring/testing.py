@@ -6,7 +6,7 @@ import time
 from collections.abc import Callable
 
 from jobs.models import Attempt, Job, JobEvent, JobStatus
-from monitoring import monitor
+from monitoring import tick
 
 
 def finished(job: Job) -> bool:
@@ -19,7 +19,7 @@ def tick_until(job: Job, done: Callable[[Job], bool], seconds: float = 20.0, *, 
     fail with the job's status, its events and (given the backend) its log tail."""
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
-        monitor.run_job(job.pk)
+        tick.run_job(job.pk)
         job.refresh_from_db()
         if done(job):
             return job

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from monitoring import monitor
+from monitoring import tick
 from monitoring.testing import finished, tick_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -139,7 +139,7 @@ class Reader:
     def wait_for(self, text: str, job_id: int, seconds: float = 30.0) -> None:
         deadline = time.monotonic() + seconds
         while time.monotonic() < deadline:
-            monitor.run_job(job_id)
+            tick.run_job(job_id)
             try:
                 while True:
                     line = self._q.get(timeout=0.1)
@@ -155,7 +155,7 @@ class Reader:
     def finish(self, job_id: int, seconds: float = 30.0):
         deadline = time.monotonic() + seconds
         while self.proc.poll() is None and time.monotonic() < deadline:
-            monitor.run_job(job_id)
+            tick.run_job(job_id)
             time.sleep(0.1)
         if self.proc.poll() is None:
             self.proc.kill()

@@ -2,6 +2,7 @@
 
 import pytest
 
+from core.flags import ExecutionMode, parse_flags
 from jobs.models import Attempt, Instance, Job, JobStatus, compare_and_set
 
 pytestmark = pytest.mark.django_db
@@ -71,3 +72,20 @@ def test_a_token_records_its_use_at_most_once_a_minute(alice):
     with time_machine.travel(later, tick=False):
         ApiToken.authenticate(raw)
         assert ApiToken.objects.get(pk=token.pk).last_used_at == later
+
+
+def test_a_transition_stamps_updated_at_on_a_job_only(job):
+    before = Job.objects.get(pk=job.pk).updated_at
+    assert job.transition(JobStatus.CREATING, JobStatus.QUEUING)
+    assert Job.objects.get(pk=job.pk).updated_at > before
+    attempt = Attempt.objects.create(job=job, number=1)
+    assert attempt.transition("Queuing", "Starting", reason="launching")
+    assert attempt.reason == "launching" and Attempt.objects.get(pk=attempt.pk).reason == "launching"
+
+
+def test_ft_is_the_parsed_flags_and_follows_a_changed_config(job):
+    assert job.ft.max_num_of_job_restart == 3 and job.restart_budget == 3  # the flags' defaults
+    job.ft_config = parse_flags("--job-execution-mode=Sync --enable-job-restart=True "
+                                "--max-num-of-job-restart=5").to_dict()
+    assert job.ft.job_execution_mode is ExecutionMode.SYNC
+    assert job.restart_budget == 5

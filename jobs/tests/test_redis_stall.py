@@ -19,7 +19,7 @@ import pytest
 
 from console.devredis import PrivateRedis, free_port
 from jobs.models import ApiToken, Attempt, AttemptStatus, Job
-from monitoring import monitor
+from monitoring import tick
 from monitoring.testing import subprocess_database_url
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.redis]
@@ -93,7 +93,7 @@ def test_a_submission_answers_within_2_s_while_redis_stalls_and_the_sweep_launch
 
     os.killpg(redis.process.pid, signal.SIGCONT)
     settings.VIGIL_RELAUNCH_AFTER_SECONDS = 0.0
-    monitor.run_job(job.pk)  # the sweep: a queued attempt nobody took is enqueued (run here: eager)
+    tick.run_job(job.pk)  # the sweep: a queued attempt nobody took is enqueued (run here: eager)
     attempt = Attempt.objects.get(job=job, number=1)
     assert attempt.backend_handle and attempt.status == AttemptStatus.RUNNING
     assert Job.objects.get(pk=job.pk).reason == ""

@@ -12,7 +12,7 @@ from rest_framework.test import APIClient
 from jobs.models import Attempt, C4DReport, EventType, Job, JobEvent, JobStatus, Workspace
 from jobs.sdk.auth import processes_of
 from jobs.sdk.views import C4D_RECORDS_KEPT_PER_RANK, merge_c4d_records
-from monitoring.monitor import keywords_of
+from monitoring.failures import keywords_of
 
 pytestmark = pytest.mark.django_db
 

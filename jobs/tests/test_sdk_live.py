@@ -17,7 +17,7 @@ import pytest
 from django.core.cache import cache
 
 from jobs.models import Attempt, C4DReport, EventType, Job, JobEvent, JobStatus, RestartRecord
-from monitoring import monitor
+from monitoring.failures import keywords_of
 from monitoring.testing import finished, tick_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -100,7 +100,7 @@ def test_the_seeds_examples_run_as_a_real_job_and_reach_the_live_console(api, al
     [message] = JobEvent.objects.filter(job=job, type=EventType.CUSTOM_MESSAGE)
     assert message.message == "The training loss for the job is NaN." and message.level == "info"
     assert job.sdk_retryable_keywords == ["connect timeout", "error_yyy", "error_zzz"]
-    assert monitor.keywords_of(job) == ("connect timeout", "error_yyy", "error_zzz")
+    assert keywords_of(job) == ("connect timeout", "error_yyy", "error_zzz")
     # reset_config.py: Monitor(1800), the dict (1800 again: no change), 10, 10 again;
     # staged_hang_detection.py: Monitor(1800), then per epoch train 180 -> back, test -1 -> back; then 600.
     assert hang_intervals_set(job) == [1800, 10, 1800, 180, 1800, -1, 1800, 180, 1800, -1, 1800, 600]

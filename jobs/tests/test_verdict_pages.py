@@ -9,7 +9,7 @@ from django.urls import reverse
 from jobs import actions
 from jobs.models import EventType, Job, JobEvent, JobStatus, RestartRecord, Workspace
 from jobs.verdicts import describe
-from monitoring.monitor import keywords_of
+from monitoring.failures import keywords_of
 
 pytestmark = pytest.mark.django_db
 

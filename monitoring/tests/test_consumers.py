@@ -275,7 +275,7 @@ def test_a_reconnect_after_a_restart_shows_the_end_of_the_failed_attempt_before_
     from django.utils import timezone
 
     from jobs.models import Attempt
-    from monitoring import monitor
+    from monitoring import restarts, tick
 
     job, _ = actions.submit_job(alice, job_body(alice_ws, settings={
         "enable_error_monitoring_in_aimaster": True,
@@ -289,7 +289,7 @@ def test_a_reconnect_after_a_restart_shows_the_end_of_the_failed_attempt_before_
     def fail_and_restart():
         memory_backend.write_log(handle, "worker-0", nccl + "\n" + "last words without a newline")
         memory_backend.finish(handle, "worker-0", exit_code=1)
-        monitor.run_job(job.pk, now=timezone.now() + timedelta(seconds=monitor.CASCADE_SETTLE_SECONDS + 1))
+        tick.run_job(job.pk, now=timezone.now() + timedelta(seconds=restarts.CASCADE_SETTLE_SECONDS + 1))
         second = Attempt.objects.get(job=job, number=2).backend_handle
         assert second, "attempt 2 was launched"
         memory_backend.write_log(second, "worker-0", "attempt 2 step 1\n")

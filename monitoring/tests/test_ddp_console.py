@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from jobs.models import Attempt, Instance, Job, JobEvent, JobStatus, RestartRecord
-from monitoring import monitor
+from monitoring import tick
 
 pytest.importorskip("torch", reason="torch is not installed (.ci/run installs torch==2.13.0)")
 pytestmark = [pytest.mark.torch, pytest.mark.django_db(transaction=True)]
@@ -33,7 +33,7 @@ def submit_ddp(api, ws, body, envs, args=SYNC):
 def run_to_end(job, seconds=120.0):
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
-        monitor.run_job(job.pk)
+        tick.run_job(job.pk)
         job.refresh_from_db()
         if job.status in (JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.STOPPED):
             return job

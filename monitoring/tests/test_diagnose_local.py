@@ -11,7 +11,7 @@ from django.utils import timezone
 
 from jobs.testing import job_writable
 from jobs.models import Attempt, C4DReport, Diagnosis, Job, JobEvent, JobStatus, RestartRecord
-from monitoring import diagnose
+from monitoring import checks, diagnose
 from monitoring.testing import tick_until
 from core.stacks import NOT_PYTHON
 
@@ -159,8 +159,8 @@ def test_a_slow_rank_is_flagged_from_its_log_timestamps_without_the_sdk(api, ali
         assert time.monotonic() < deadline, "the slow rank never logged 12 steps"
         time.sleep(0.2)
     job.refresh_from_db()
-    verdicts = diagnose.check_stragglers(job, attempt, list(attempt.instances.all()), local_backend,
-                                         timezone.now() + timezone.timedelta(hours=1))
+    verdicts = checks.check_stragglers(job, attempt, list(attempt.instances.all()), local_backend,
+                                       timezone.now() + timezone.timedelta(hours=1))
     assert [v.rank for v in verdicts] == ["worker-0"]
     event = JobEvent.objects.get(job=job, type="straggler")
     assert event.instance == "worker-0" and "straggler" in event.message

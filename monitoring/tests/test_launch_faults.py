@@ -32,7 +32,7 @@ from jobs import faults
 from jobs.backends.base import InstanceState
 from jobs.models import Attempt, AttemptStatus, Instance, InstanceStatus, Job, JobEvent, JobStatus, RestartRecord
 from jobs.models import RestartResult
-from monitoring import monitor
+from monitoring import restarts, tick
 
 from .cluster import submit_script_job, wait_until
 
@@ -104,12 +104,12 @@ def attempt_processes(cluster, handle) -> set[int]:
     return pids
 
 
-def tick(job):
-    monitor.run_job(job.pk)
+def run_tick(job):
+    tick.run_job(job.pk)
 
 
 def second_attempt_runs(cluster, job):
-    tick(job)
+    run_tick(job)
     a = Attempt.objects.filter(job=job, number=2).first()
     if a is None or a.status != AttemptStatus.RUNNING or not a.backend_handle:
         return None
@@ -130,7 +130,7 @@ def test_a_monitor_killed_at_any_step_of_a_restart_leaves_one_running_attempt_an
     failed = wait_until(lambda: next((s for s in cluster.backend.poll(first.backend_handle)
                                       if s.state == InstanceState.FAILED), None), 20, "rank 1 of attempt 1 to fail")
     # Past the window in which a lone NCCL error waits for its real cause (the tick would decide nothing).
-    time.sleep(max(0.0, failed.exited_at + monitor.CASCADE_SETTLE_SECONDS + 0.2 - time.time()))
+    time.sleep(max(0.0, failed.exited_at + restarts.CASCADE_SETTLE_SECONDS + 0.2 - time.time()))
 
     cluster.tick_killed_at(job.pk, fault)
     assert RestartRecord.objects.filter(job=job).count() == 1  # the decision committed before any fault point
@@ -150,7 +150,7 @@ def test_a_monitor_killed_at_any_step_of_a_restart_leaves_one_running_attempt_an
     assert (old["worker-0"].status, old["worker-0"].exit_code) == (InstanceStatus.FAILED, 1)
     assert old["master-0"].status == InstanceStatus.STOPPED
 
-    tick(job)
+    run_tick(job)
     record = RestartRecord.objects.get(job=job)
     assert record.result == RestartResult.SUCCEEDED
     assert JobEvent.objects.filter(job=job, message__startswith="Restart 1 succeeded: all 2 instances of attempt 2 "
@@ -159,7 +159,7 @@ def test_a_monitor_killed_at_any_step_of_a_restart_leaves_one_running_attempt_an
                            for n in ("master-0", "worker-0")), 15, "both ranks of attempt 2 to log a step")
 
     (cluster.tmp_path / "done").touch()
-    wait_until(lambda: tick(job) or Job.objects.get(pk=job.pk).status == JobStatus.SUCCEEDED, 20,
+    wait_until(lambda: run_tick(job) or Job.objects.get(pk=job.pk).status == JobStatus.SUCCEEDED, 20,
                "the job to succeed", every=0.2)
     assert Attempt.objects.get(job=job, number=2).status == AttemptStatus.SUCCEEDED
     assert RestartRecord.objects.filter(job=job).count() == 1 and Attempt.objects.filter(job=job).count() == 2
@@ -202,7 +202,7 @@ def test_a_monitor_killed_while_restarting_one_instance_restarts_it_exactly_once
     assert (record.kind, record.instance_name, record.result) == ("instance", "worker-1", RestartResult.PENDING)
 
     def restarted():
-        tick(job)
+        run_tick(job)
         a = Attempt.objects.get(pk=attempt.pk)
         states = {s.name: s.state for s in cluster.backend.poll(a.backend_handle)}
         return (RestartRecord.objects.get(pk=record.pk).result == RestartResult.SUCCEEDED
@@ -218,7 +218,7 @@ def test_a_monitor_killed_while_restarting_one_instance_restarts_it_exactly_once
     wait_until(lambda: job_processes(cluster) == live, 10, "one run of each instance and nothing else", every=0.2)
 
     (cluster.tmp_path / "done").touch()
-    wait_until(lambda: tick(job) or Job.objects.get(pk=job.pk).status == JobStatus.SUCCEEDED, 20,
+    wait_until(lambda: run_tick(job) or Job.objects.get(pk=job.pk).status == JobStatus.SUCCEEDED, 20,
                "the job to succeed", every=0.2)
     assert RestartRecord.objects.filter(job=job).count() == 1 and Job.objects.get(pk=job.pk).restart_count == 1
     wait_until(lambda: not job_processes(cluster), 10, "every process of the job to end")

@@ -7,8 +7,9 @@ import pytest
 import time_machine
 from django.utils import timezone
 
-from jobs.models import Attempt, Instance, Job, JobEvent, JobStatus, RestartRecord
-from monitoring import monitor
+from jobs.models import Attempt, Instance, Job, JobEvent, JobStatus, RestartKind, RestartRecord
+from core.classify import ErrorSource
+from monitoring import restarts, tasks, tick
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -27,7 +28,7 @@ def submit(api, ws, body, args=SYNC, **over):
 
 def settled(job_id):
     """A tick after the cascade settle window (a lone NCCL symptom waits for its cause)."""
-    return monitor.run_job(job_id, now=timezone.now() + timezone.timedelta(seconds=monitor.CASCADE_SETTLE_SECONDS + 0.5))
+    return tick.run_job(job_id, now=timezone.now() + timezone.timedelta(seconds=restarts.CASCADE_SETTLE_SECONDS + 0.5))
 
 
 def handle_of(job, number=None):
@@ -46,7 +47,7 @@ def test_a_launched_job_runs_and_succeeds_when_every_instance_exits_0(alice_ws, 
     h = handle_of(job)
     for name in ("master-0", "worker-0"):
         memory_backend.finish(h, name, exit_code=0)
-    assert monitor.run_job(job.pk).action == "succeeded"
+    assert tick.run_job(job.pk).action == "succeeded"
     job.refresh_from_db()
     assert job.status == JobStatus.SUCCEEDED
     assert set(Instance.objects.filter(attempt__job=job).values_list("status", flat=True)) == {"Succeeded"}
@@ -72,7 +73,7 @@ def test_sync_job_restarts_on_a_retryable_error_with_a_full_record(alice_ws, own
     assert memory_backend.stopped and memory_backend.stopped[0][1] == 1
     assert JobEvent.objects.filter(job=job, type="restart").count() == 1
     # The new attempt's instances all run: the restart is recorded as succeeded with its duration.
-    monitor.run_job(job.pk)
+    tick.run_job(job.pk)
     record.refresh_from_db()
     assert record.result == "Succeeded" and record.duration_seconds is not None
 
@@ -82,7 +83,7 @@ def test_sync_job_fails_fast_on_a_user_bug_with_the_cause(alice_ws, owner_api, j
     h = handle_of(job)
     memory_backend.write_log(h, "master-0", BUG)
     memory_backend.finish(h, "master-0", exit_code=1)
-    assert monitor.run_job(job.pk).action == "fail_job"
+    assert tick.run_job(job.pk).action == "fail_job"
     job.refresh_from_db()
     assert job.status == JobStatus.FAILED
     assert "ValueError" in job.reason and "cannot fix" in job.reason
@@ -111,11 +112,26 @@ def test_restart_job_is_compare_and_set_on_the_attempt_number(alice_ws, owner_ap
     job = submit(owner_api, alice_ws, job_body)
     attempt = Attempt.objects.get(job=job, number=1)
     instances = list(attempt.instances.all())
-    assert monitor.restart_job(job, attempt, instances, memory_backend, "first", monitor.ErrorSource.HANG, message="m")
+    assert restarts.restart_job(job, attempt, instances, memory_backend, "first", ErrorSource.HANG, message="m")
     stale = Job.objects.get(pk=job.pk)
     stale.current_attempt = 1  # a second worker that read the job before the restart
-    assert not monitor.restart_job(stale, attempt, instances, memory_backend, "second", monitor.ErrorSource.HANG, message="m")
+    assert not restarts.restart_job(stale, attempt, instances, memory_backend, "second", ErrorSource.HANG, message="m")
     assert Attempt.objects.filter(job=job).count() == 2
+
+
+def test_an_instance_restart_and_a_job_restart_at_once_both_count(alice_ws, owner_api, job_body, memory_backend):
+    """restart_count goes up with F() on both paths: a job restart decided from a copy of the job
+    read before an instance restart completed does not overwrite that restart's count."""
+    job = submit(owner_api, alice_ws, job_body)
+    attempt = Attempt.objects.get(job=job, number=1)
+    instances = list(attempt.instances.all())
+    stale = Job.objects.get(pk=job.pk)  # the job restart's worker read the job here (restart_count 0)
+    record = RestartRecord.objects.create(job=job, number=1, kind=RestartKind.INSTANCE, attempt=1, new_attempt=1,
+                                          instance_name="worker-0", idempotency_key=f"instance:{job.pk}:1:worker-0:0")
+    restarts.complete_instance_restart(job, attempt, record)  # another worker completes an instance restart
+    assert Job.objects.get(pk=job.pk).restart_count == 1
+    assert restarts.restart_job(stale, attempt, instances, memory_backend, "hang", ErrorSource.HANG, message="m")
+    assert Job.objects.get(pk=job.pk).restart_count == 2
 
 
 def test_budget_exhausted_fails_the_job_and_says_why(alice_ws, owner_api, job_body, memory_backend):
@@ -147,7 +163,7 @@ def test_async_job_restarts_only_the_failed_worker(alice_ws, owner_api, job_body
     h = handle_of(job)
     memory_backend.write_log(h, "worker-1", BUG)
     memory_backend.finish(h, "worker-1", exit_code=1)
-    assert monitor.run_job(job.pk).action == "restart_instance"
+    assert tick.run_job(job.pk).action == "restart_instance"
     job.refresh_from_db()
     assert job.current_attempt == 1 and job.status == JobStatus.RUNNING
     assert memory_backend.restarted == [(str(job.pk), 1, "worker-1")]
@@ -164,7 +180,7 @@ def test_async_ps_failure_needs_a_whole_job_restart(alice_ws, owner_api, job_bod
                  job_specs=[{"type": "PS", "pod_count": 1}, {"type": "Worker", "pod_count": 2}])
     h = handle_of(job)
     memory_backend.finish(h, "ps-0", exit_code=None, signal=9)
-    assert monitor.run_job(job.pk).action == "restart_job"
+    assert tick.run_job(job.pk).action == "restart_job"
 
 
 def test_same_error_cap_counts_across_attempts(alice_ws, owner_api, job_body, memory_backend):
@@ -185,11 +201,11 @@ def test_failure_rate_over_the_threshold_fails_an_async_job(alice_ws, owner_api,
                  job_type="ElasticBatchJob", job_specs=[{"type": "Worker", "pod_count": 4}])
     h = handle_of(job)
     memory_backend.finish(h, "worker-0", exit_code=1)
-    assert monitor.run_job(job.pk).action == "restart_instance"  # 1 of 4 = 25 %
+    assert tick.run_job(job.pk).action == "restart_instance"  # 1 of 4 = 25 %
     h = handle_of(job)
     memory_backend.finish(h, "worker-1", exit_code=1)
     memory_backend.finish(h, "worker-2", exit_code=1)
-    monitor.run_job(job.pk)
+    tick.run_job(job.pk)
     job.refresh_from_db()
     assert job.status == JobStatus.FAILED and "--max-tolerated-failure-rate=0.3" in job.reason
 
@@ -215,7 +231,7 @@ def test_root_cause_first_a_crash_beats_the_peers_connection_resets(alice_ws, ow
     for i, name in enumerate(("master-0", "worker-0", "worker-2")):
         memory_backend.write_log(h, name, b"RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed by peer [127.0.0.1]:5111\n")
         memory_backend.finish(h, name, exit_code=1, now=t + 0.05 * (i + 1))
-    monitor.run_job(job.pk)
+    tick.run_job(job.pk)
     job.refresh_from_db()
     assert job.status == JobStatus.FAILED  # the root cause is the user bug, not the resets
     failed = JobEvent.objects.get(job=job, type="job_failed")
@@ -230,11 +246,11 @@ def test_a_lone_cascade_symptom_waits_briefly_for_the_real_cause(alice_ws, owner
     memory_backend.write_log(h, "master-0", b"RuntimeError: Connection reset by peer\n")
     memory_backend.finish(h, "master-0", exit_code=1, now=now)
     with time_machine.travel(now + 0.2, tick=False):
-        assert monitor.run_job(job.pk).action == "none"
+        assert tick.run_job(job.pk).action == "none"
     memory_backend.write_log(h, "worker-0", BUG)
     memory_backend.finish(h, "worker-0", exit_code=1, now=now + 0.3)
     with time_machine.travel(now + 0.5, tick=False):
-        monitor.run_job(job.pk)
+        tick.run_job(job.pk)
     assert JobEvent.objects.get(job=job, type="job_failed").payload["instance"] == "worker-0"
 
 
@@ -245,9 +261,9 @@ def test_hang_of_all_instances_restarts_the_job(alice_ws, owner_api, job_body, m
     for name in ("master-0", "worker-0"):
         memory_backend.write_log(h, name, b"step=1\n", now=start)
     with time_machine.travel(start + 1.5, tick=False):
-        assert monitor.run_job(job.pk).action == "none"
+        assert tick.run_job(job.pk).action == "none"
     with time_machine.travel(start + 2.5, tick=False):
-        assert monitor.run_job(job.pk).action == "restart_job"
+        assert tick.run_job(job.pk).action == "restart_job"
     record = RestartRecord.objects.get(job=job)
     assert record.error_source == "Hang"
     assert JobEvent.objects.filter(job=job, type="hang").count() == 1
@@ -260,10 +276,10 @@ def test_runtime_interval_override_and_suspension(alice_ws, owner_api, job_body,
     start = time.time()
     memory_backend.write_log(h, "master-0", b"x\n", now=start)
     with time_machine.travel(start + 100, tick=False):
-        assert monitor.run_job(job.pk).action == "none"
+        assert tick.run_job(job.pk).action == "none"
     owner_api.patch(f"/api/v1/jobs/{job.pk}/runtime/", {"job_hang_interval": 50}, format="json")
     with time_machine.travel(start + 101, tick=False):
-        assert monitor.run_job(job.pk).action == "restart_job"
+        assert tick.run_job(job.pk).action == "restart_job"
 
 
 def test_exit_hang_restarts_when_one_instance_finished_long_ago(alice_ws, owner_api, job_body, memory_backend):
@@ -272,9 +288,9 @@ def test_exit_hang_restarts_when_one_instance_finished_long_ago(alice_ws, owner_
     t = time.time()
     memory_backend.finish(h, "worker-0", exit_code=0, now=t)
     with time_machine.travel(t + 3, tick=False):
-        assert monitor.run_job(job.pk).action == "none"
+        assert tick.run_job(job.pk).action == "none"
     with time_machine.travel(t + 6, tick=False):
-        assert monitor.run_job(job.pk).action == "restart_job"
+        assert tick.run_job(job.pk).action == "restart_job"
     assert RestartRecord.objects.get(job=job).error_source == "ExitHang"
 
 
@@ -309,10 +325,10 @@ def test_a_watchdog_timeout_in_a_log_suggests_a_hang_interval(alice_ws, owner_ap
     job = submit(owner_api, alice_ws, job_body)
     h = handle_of(job)
     memory_backend.write_log(h, "worker-0", b"[Rank 1] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=5, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600023 milliseconds before timing out.\n")
-    monitor.run_job(job.pk)
+    tick.run_job(job.pk)
     event = JobEvent.objects.get(job=job, type="suggestion")
     assert event.payload["suggested_hang_interval"] == 450
-    monitor.run_job(job.pk, now=timezone.now() + timezone.timedelta(minutes=5))
+    tick.run_job(job.pk, now=timezone.now() + timezone.timedelta(minutes=5))
     assert JobEvent.objects.filter(job=job, type="suggestion").count() == 1
 
 
@@ -322,12 +338,12 @@ def test_sweep_relaunches_an_attempt_that_no_worker_took(alice_ws, owner_api, jo
     # Pretend the worker died after deciding a restart but before launching attempt 2.
     Job.objects.filter(pk=job.pk).update(current_attempt=2, status=JobStatus.RESTARTING)
     Attempt.objects.create(job=job, number=2, queued_at=timezone.now() - timezone.timedelta(seconds=30))
-    monitor.run_job(job.pk)
+    assert tasks.sweep() == 1
     job.refresh_from_db()
     assert job.status == JobStatus.RUNNING
     assert Attempt.objects.get(job=job, number=2).backend_handle
     assert Attempt.objects.get(pk=attempt.pk).status == "Failed"  # superseded attempt stopped
-    monitor.run_job(job.pk)
+    tasks.sweep()
     assert Attempt.objects.filter(job=job).count() == 2
 
 
@@ -351,8 +367,8 @@ def test_a_backend_briefly_unable_to_launch_keeps_the_job_queued_and_retries(ali
     job.refresh_from_db()
     assert job.status == JobStatus.QUEUING and "slurmctld is not answering" in job.reason
     assert Attempt.objects.get(job=job, number=1).status == "Queuing"
-    later = timezone.now() + monitor.RELAUNCH_AFTER + timezone.timedelta(seconds=1)
-    monitor.run_job(job.pk, now=later)
+    later = timezone.now() + restarts.RELAUNCH_AFTER + timezone.timedelta(seconds=1)
+    tick.run_job(job.pk, now=later)
     job.refresh_from_db()
     assert job.status == JobStatus.RUNNING and Attempt.objects.filter(job=job).count() == 1
 
@@ -497,7 +513,7 @@ def test_a_restart_whose_new_instance_never_started_is_not_counted_as_succeeded(
     h2 = handle_of(job, 2)
     memory_backend.set_instance(h2, "master-0", state="running", started_at=time.time())
     memory_backend.set_instance(h2, "worker-0", state="lost", reason="the shim never started")
-    monitor.run_job(job.pk)  # the lost instance is then handled as a failure of its own (restart 2)
+    tick.run_job(job.pk)  # the lost instance is then handled as a failure of its own (restart 2)
     record = RestartRecord.objects.get(job=job, new_attempt=2)
     assert record.result == RestartResult.FAILED
     assert JobEvent.objects.filter(job=job, message="Restart 1 failed: 1 of 2 instances of attempt 2 never "

@@ -8,7 +8,7 @@ import pytest
 
 from jobs.testing import job_writable
 from jobs.models import Attempt, Instance, Job, JobEvent, JobStatus, RestartRecord
-from monitoring import monitor
+from monitoring import tick
 from monitoring.testing import finished, tick_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -193,6 +193,6 @@ def test_a_person_stop_ends_a_running_job_and_kills_its_processes(api, alice_ws,
     job.refresh_from_db()
     assert job.status == JobStatus.STOPPED
     assert all(s.state.finished for s in local_backend.poll(handle))
-    monitor.run_job(job.pk)
+    tick.run_job(job.pk)
     job.refresh_from_db()
     assert job.status == JobStatus.STOPPED and job.current_attempt == 1

@@ -38,7 +38,7 @@ from jobs.models import (
     RestartKind,
     RestartRecord,
 )
-from monitoring import monitor
+from monitoring import restarts, tasks, tick
 from core.flags import parse_flags
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -75,7 +75,7 @@ LOG_SNIPPETS = [
 ]
 EXITS = [(1, None), (2, None), (137, None), (None, 9), (None, 11), (255, None)]
 # Past the cascade settle window, and past RELAUNCH_AFTER (a queued attempt nobody took is re-enqueued).
-TICK_OFFSETS = [monitor.CASCADE_SETTLE_SECONDS + 0.5, monitor.RELAUNCH_AFTER.total_seconds() + 1]
+TICK_OFFSETS = [restarts.CASCADE_SETTLE_SECONDS + 0.5, restarts.RELAUNCH_AFTER.total_seconds() + 1]
 
 
 class WorkerKilled(Exception):
@@ -150,7 +150,7 @@ class MonitorMachine(RuleBasedStateMachine):
 
     def tick(self, job_id, offset: float):
         """One monitor tick that runs to its end; then at most one attempt is live."""
-        result = monitor.run_job(job_id, now=timezone.now() + timedelta(seconds=offset))
+        result = tick.run_job(job_id, now=timezone.now() + timedelta(seconds=offset))
         event(f"tick: {result.action}")
         live = live_attempts(job_id)
         assert live <= 1, (
@@ -217,7 +217,7 @@ class MonitorMachine(RuleBasedStateMachine):
 
     @rule(job_id=jobs)
     def sweep_runs(self, job_id):
-        monitor.sweep(now=timezone.now() + timedelta(seconds=TICK_OFFSETS[0]))
+        tasks.sweep(now=timezone.now() + timedelta(seconds=TICK_OFFSETS[0]))
         assert live_attempts(job_id) <= 1
 
     @rule(job_id=jobs)
@@ -236,7 +236,7 @@ class MonitorMachine(RuleBasedStateMachine):
     def worker_dies(self, job_id, where, offset):
         self.backend.die_in = where
         try:
-            monitor.run_job(job_id, now=timezone.now() + timedelta(seconds=offset))
+            tick.run_job(job_id, now=timezone.now() + timedelta(seconds=offset))
         except WorkerKilled:
             pass
         finally:
@@ -289,11 +289,11 @@ def test_a_worker_killed_after_the_restart_decision_leaves_exactly_one_new_attem
     crashable_backend.finish(handle, "worker-0", exit_code=1)
     crashable_backend.die_in = "stop"  # after the decision committed, before the new attempt launched
     with pytest.raises(WorkerKilled):
-        monitor.run_job(job.pk, now=timezone.now() + timedelta(seconds=2))
+        tick.run_job(job.pk, now=timezone.now() + timedelta(seconds=2))
     assert Attempt.objects.get(job=job, number=2).status == AttemptStatus.QUEUING
-    monitor.run_job(job.pk, now=timezone.now() + timedelta(seconds=2))  # too early to re-launch
+    tick.run_job(job.pk, now=timezone.now() + timedelta(seconds=2))  # too early to re-launch
     assert live_attempts(job.pk) == 1 and not Attempt.objects.get(job=job, number=2).backend_handle
-    monitor.run_job(job.pk, now=timezone.now() + monitor.RELAUNCH_AFTER + timedelta(seconds=1))
+    tick.run_job(job.pk, now=timezone.now() + restarts.RELAUNCH_AFTER + timedelta(seconds=1))
     job.refresh_from_db()
     assert job.status == JobStatus.RUNNING and job.current_attempt == 2
     assert [a.status for a in Attempt.objects.filter(job=job)] == [AttemptStatus.FAILED, AttemptStatus.RUNNING]
@@ -309,12 +309,12 @@ def test_a_worker_killed_inside_the_launch_is_taken_over_by_the_sweep(alice, ali
     crashable_backend.finish(handle, "worker-0", exit_code=1)
     crashable_backend.die_in = "launch"
     with pytest.raises(WorkerKilled):
-        monitor.run_job(job.pk, now=timezone.now() + timedelta(seconds=2))
+        tick.run_job(job.pk, now=timezone.now() + timedelta(seconds=2))
     assert Attempt.objects.get(job=job, number=2).status == AttemptStatus.STARTING
     later = timezone.now() + actions.LAUNCH_LEASE + timedelta(seconds=5)
     with time_machine.travel(later, tick=False):
-        monitor.sweep()
-        monitor.sweep()
+        tasks.sweep()
+        tasks.sweep()
     attempt = Attempt.objects.get(job=job, number=2)
     assert attempt.backend_handle, "attempt 2 was never launched"
     assert attempt.status == AttemptStatus.RUNNING

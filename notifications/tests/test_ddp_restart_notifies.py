@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from jobs.models import Job, JobStatus
-from monitoring import monitor
+from monitoring import tick
 from notifications.models import Delivery, DeliveryStatus
 
 pytest.importorskip("torch", reason="torch is not installed (.ci/run installs torch==2.13.0)")
@@ -36,7 +36,7 @@ def test_a_ddp_restart_delivers_one_webhook_and_one_email(
     deadline = time.monotonic() + 120
     while job.status not in (JobStatus.SUCCEEDED, JobStatus.FAILED):
         assert time.monotonic() < deadline, f"job still {job.status}"
-        monitor.run_job(job.pk)
+        tick.run_job(job.pk)
         job.refresh_from_db()
         time.sleep(0.2)
     assert job.status == JobStatus.SUCCEEDED and job.current_attempt == 2, job.reason

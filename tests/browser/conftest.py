@@ -11,7 +11,7 @@ with DJANGO_SETTINGS_MODULE=browser_settings (this directory), which takes the
 test database's NAME, the test's local backend (real processes, in the test's
 tmp dir) and a private Redis channel-layer prefix from the environment. The test
 process uses the same backend and prefix, so the monitor run in the test
-(monitoring.monitor.run_job) and the pages in the browser see one world. The
+(monitoring.tick.run_job) and the pages in the browser see one world. The
 daphne process is terminated by its PID at teardown, also when a test fails.
 Screenshots go to test-artifacts/screenshots/.
 """

@@ -97,7 +97,7 @@ FLAKY_ONCE = ('if [ "$VIGIL_ATTEMPT" = "1" ] && [ "$VIGIL_INSTANCE" = "worker-0"
 
 
 def tick_until(job, condition, timeout=30.0):
-    from monitoring.monitor import run_job
+    from monitoring.tick import run_job
 
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

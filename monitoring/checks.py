@@ -1,0 +1,141 @@
+"""The checks a tick runs over a running job besides its exits: hang and exit hang
+(Sync jobs with the detections on), C4D, watchdog hints in the logs, and
+stragglers. Periodic ones remember when they last ran in MonitorState; its
+compare-and-set save is also the claim, so two workers never run the same
+period's check twice. A problem found goes to restarts.on_problem."""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+from datetime import datetime, timedelta
+
+from django.db import transaction
+
+from core import hang
+from core.flags import C4DLogLevel, ExecutionMode, FaultToleranceConfig
+from core.classify import ErrorSource
+from core.stragglers import StragglerVerdict, find_stragglers
+from jobs import actions
+from jobs.backends.base import Backend, BackendError
+from jobs.models import Attempt, DiagnosisKind, EventLevel, EventType, Instance, InstanceStatus, Job
+from monitoring import diagnose
+from monitoring.failures import TAIL_BYTES, epoch
+from monitoring.restarts import Outcome, on_problem
+from monitoring.state import MonitorState
+
+# How often the slower checks (watchdog hints in logs) run per job.
+LOG_SCAN_EVERY = timedelta(seconds=30)
+STRAGGLER_EVERY = 30.0  # seconds between straggler checks of one job
+STRAGGLER_TAIL = 64 * 1024
+
+
+def check_problems(job: Job, config: FaultToleranceConfig, attempt: Attempt, instances: list[Instance],
+                   now: datetime) -> Outcome | None:
+    """Hang and exit hang (Sync jobs with the detections on)."""
+    if config.job_execution_mode != ExecutionMode.SYNC:
+        return None
+    activity = [hang.InstanceActivity(
+        name=i.name,
+        running=i.status == InstanceStatus.RUNNING,
+        last_output_at=epoch(i.last_output_at),
+        exit_code=i.exit_code,
+        exited_at=epoch(i.exited_at),
+    ) for i in instances]
+    started = epoch(attempt.starting_at) or epoch(attempt.queued_at) or now.timestamp()
+    # Until the start-up interval is wired in here (issue 14), every attempt counts as
+    # having made progress, so the hang interval applies from the start as before.
+    verdict = hang.check_hang(config, job.hang_interval_override, activity, started, now.timestamp(),
+                              first_progress_at=started, override_set_at=epoch(job.hang_interval_set_at))
+    if verdict is not None:
+        return on_problem(job, attempt, instances, ErrorSource.HANG, EventType.HANG, verdict.message, now)
+    exit_verdict = hang.check_exit_hang(config, activity, now.timestamp())
+    if exit_verdict is not None:
+        return on_problem(job, attempt, instances, ErrorSource.EXIT_HANG, EventType.EXIT_HANG,
+                          exit_verdict.message, now)
+    return None
+
+
+def check_c4d(job: Job, config: FaultToleranceConfig, attempt: Attempt, instances: list[Instance],
+              now: datetime) -> Outcome | None:
+    """Every C4D_CONN_BW_CHECK_PERIOD: classify ranks; an Error isolates the rank's
+    node and restarts the job, Warnings and Info are only shown."""
+    if not config.enable_c4d_hang_detection:
+        return None
+    state = MonitorState.load(job)
+    if now.timestamp() - state.c4d_at < config.c4d_common_envs.conn_bw_check_period:
+        return None
+    state.c4d_at = now.timestamp()
+    result = diagnose.run_c4d(job, attempt, config, now, state=state)
+    if result is None or not result.errors:
+        return None
+    isolated = [n for n in (diagnose.isolate_for(job, attempt, v) for v in result.errors) if n]
+    message = " ".join(v.message for v in result.errors)
+    if isolated:
+        message += f" Isolated node(s): {', '.join(isolated)}."
+    return on_problem(job, attempt, instances, ErrorSource.C4D, EventType.C4D, message, now)
+
+
+def scan_logs_for_hints(job: Job, attempt: Attempt, instances: list[Instance], backend: Backend,
+                        now: datetime) -> None:
+    """Every LOG_SCAN_EVERY: a watchdog timeout in a log suggests a hang interval."""
+    state = MonitorState.load(job)
+    last = state.log_scan_at
+    if last and now.timestamp() - last < LOG_SCAN_EVERY.total_seconds():
+        return
+    state.log_scan_at = now.timestamp()
+    if not state.save(job):
+        return  # another worker scans this period
+    for inst in instances:
+        if state.watchdog_suggested:
+            break
+        try:
+            tail = backend.tail_log(attempt.backend_handle, inst.name, TAIL_BYTES)
+        except BackendError:
+            continue
+        suggestion = hang.suggest_hang_interval(tail.decode("utf-8", "replace"))
+        if suggestion is not None:
+            state.watchdog_suggested = suggestion.interval
+            state.save(job)
+            actions.record_event(
+                job, EventType.SUGGESTION, suggestion.message, attempt=attempt.number, instance=inst.name,
+                payload={"suggested_hang_interval": suggestion.interval, "line": suggestion.line[:500],
+                         "watchdog_timeout": suggestion.timeout_seconds},
+                key=f"watchdog:{job.pk}",
+            )
+
+
+def check_stragglers(job: Job, attempt: Attempt, instances: list[Instance], backend: Backend,
+                     now: datetime) -> list[StragglerVerdict]:
+    """Slow ranks from their log timestamps, no SDK needed; at most every STRAGGLER_EVERY s."""
+    state = MonitorState.load(job)
+    ts = now.timestamp()
+    if ts - state.stragglers_at < STRAGGLER_EVERY:
+        return []
+    state.stragglers_at = ts
+    if not state.save(job):
+        return []  # another worker checks this period
+    logs: dict[Hashable, list[str]] = {}
+    for inst in instances:
+        if inst.status != InstanceStatus.RUNNING:
+            continue
+        try:
+            tail = backend.tail_log(attempt.backend_handle, inst.name, STRAGGLER_TAIL)
+        except BackendError:
+            continue
+        logs[inst.name] = tail.decode("utf-8", "replace").splitlines()[1:]  # the first may be cut
+    if len(logs) < 2:
+        return []
+    verdicts = find_stragglers(logs)
+    if verdicts:
+        summary = "\n".join(v.message for v in verdicts)
+        with transaction.atomic():
+            diagnosis = diagnose.record_diagnosis(job, attempt, DiagnosisKind.STRAGGLER, summary,
+                                                  {"verdicts": [v.to_dict() for v in verdicts]}, "periodic")
+            for v in verdicts:
+                actions.record_event(
+                    job, EventType.STRAGGLER, v.message,
+                    level=EventLevel.WARNING if v.severity == C4DLogLevel.WARNING else EventLevel.INFO,
+                    attempt=attempt.number, instance=str(v.rank), payload={"diagnosis": diagnosis.pk, **v.to_dict()},
+                    key=f"straggler:{job.pk}:{attempt.number}:{v.rank}",
+                )
+    return verdicts

@@ -1,0 +1,139 @@
+"""What the decision rules are told about a failure: each failed instance
+classified from its exit and log tail (with the job's retryable keywords), and the
+job's history (restarts so far, the same error again, progress since the last
+restart). Reads only; the restarts module decides and acts on it."""
+
+from __future__ import annotations
+
+import os
+import re
+from datetime import datetime
+
+from core.classify import Classification, FailureInput, classify_failure
+from core.policy import JobHistory, PreviousFailure
+from jobs.backends.base import Backend, BackendError
+from jobs.models import Attempt, Instance, InstanceStatus, Job, RestartKind, RestartRecord
+
+TAIL_BYTES = 64 * 1024
+# Lines that show training progress without the SDK: "step=12", "Step 12", "iteration 5", "epoch 3".
+PROGRESS_RE = re.compile(rb"(?i)\b(?:step|iter(?:ation)?|epoch)\b\s*[=:#]?\s*\d+")
+
+
+def epoch(value: datetime | None) -> float | None:
+    return value.timestamp() if value is not None else None
+
+
+def keywords_of(job: Job) -> tuple[str, ...]:
+    """The job's own retryable keywords, the SDK's, then its workspace's (at most 100)."""
+    seen: list[str] = []
+    workspace = list(job.workspace.retryable_keywords or []) if job.workspace_id else []
+    for k in list(job.retryable_keywords or []) + list(job.sdk_retryable_keywords or []) + workspace:
+        if k and k not in seen:
+            seen.append(k)
+    return tuple(seen[:100])
+
+
+def classify_instance(job: Job, attempt: Attempt, inst: Instance, backend: Backend) -> tuple[Classification, int | None]:
+    """Classify one failed instance from its exit and log tail; also returns the
+    byte offset of the line the classifier used, when it can tell."""
+    try:
+        tail = backend.tail_log(attempt.backend_handle, inst.name, TAIL_BYTES)
+    except BackendError:
+        tail = b""
+    exit_code = inst.exit_code
+    if exit_code == 0 and inst.signal is None:
+        exit_code = None  # a LOST instance with no exit code
+    c = classify_failure(
+        FailureInput(exit_code=exit_code, signal=inst.signal, log_tail=tail,
+                     backend_reason=inst.backend_reason or ("lost" if inst.status == InstanceStatus.LOST else ""),
+                     user_keywords=keywords_of(job))
+    )
+    return c, _line_offset(backend, attempt, inst, tail, c)
+
+
+def _line_offset(backend: Backend, attempt: Attempt, inst: Instance, tail: bytes, c: Classification) -> int | None:
+    """Where in the log the line the message quotes starts (for 'jump to error')."""
+    try:
+        path = backend.log_path(attempt.backend_handle, inst.name)
+        size = os.path.getsize(path) if path else None
+    except (BackendError, OSError):
+        size = None
+    if size is None or not tail:
+        return None
+    quote = c.message.split(": ", 1)[-1].strip().rstrip("…")[:80].encode()
+    if not quote:
+        return None
+    pos = tail.rfind(quote)
+    if pos < 0:
+        return None
+    line_start = tail.rfind(b"\n", 0, pos) + 1
+    return size - len(tail) + line_start
+
+
+def previous_failure_of(job: Job, attempt: Attempt, instances: list[Instance],
+                        backend: Backend) -> PreviousFailure | None:
+    """The root cause of the whole-job restart that started this attempt, for the
+    repeated-failure guard; None when this attempt was not started by a failure."""
+    last = (RestartRecord.objects.filter(job=job, root_cause=True).exclude(rule="")
+            .order_by("-restart_time", "-pk").first())
+    if last is None or last.kind != RestartKind.JOB or last.new_attempt != attempt.number:
+        return None
+    role_index = last.instance_name.rsplit("-", 1)
+    if len(role_index) != 2 or not role_index[1].isdigit():
+        return None
+    inst = next((i for i in instances if i.name == last.instance_name), None)
+    step_now = Job.objects.filter(pk=job.pk).values_list("last_progress_step", flat=True).first()
+    return PreviousFailure(
+        rule=last.rule, role=inst.role if inst else role_index[0].capitalize(), index=int(role_index[1]),
+        step=last.progress_step, step_now=step_now,
+        progress_since=attempt_made_progress(job, attempt, instances, backend),
+    )
+
+
+def history_of(job: Job, attempt: Attempt, instances: list[Instance], backend: Backend | None = None) -> JobHistory:
+    """What the decision rules need to know of the job's past (the previous failure only given a backend)."""
+    counts: dict[tuple[str, str, int], int] = {}
+    for rule, name in RestartRecord.objects.filter(job=job, root_cause=True).values_list("rule", "instance_name"):
+        role_index = name.rsplit("-", 1)
+        if len(role_index) == 2 and role_index[1].isdigit():
+            inst = next((i for i in instances if i.name == name), None)
+            role = inst.role if inst else role_index[0].capitalize()
+            key = (rule, role, int(role_index[1]))
+            counts[key] = counts.get(key, 0) + 1
+    workers = [i for i in instances if i.role == "Worker"]
+    failed_workers = [i for i in workers if i.status in (InstanceStatus.FAILED, InstanceStatus.LOST)]
+    return JobHistory(
+        stopped_by_user=bool(job.stop_requested),
+        job_restarts_so_far=RestartRecord.objects.filter(job=job, kind=RestartKind.JOB).count(),
+        same_error_counts=counts,
+        failed_worker_instances_now=len(failed_workers),
+        total_worker_instances=len(workers),
+        consecutive_restarts_without_progress=restarts_without_progress(job),
+        previous_failure=previous_failure_of(job, attempt, instances, backend) if backend is not None else None,
+    )
+
+
+def restarts_without_progress(job: Job) -> int:
+    """Whole-job restarts in a row (most recent first) whose attempt made no progress."""
+    count = 0
+    for made_progress in (
+        Attempt.objects.filter(job=job, number__lt=job.current_attempt).order_by("-number").values_list("made_progress", flat=True)
+    ):
+        if made_progress:
+            break
+        count += 1
+    return min(count, RestartRecord.objects.filter(job=job, kind=RestartKind.JOB).count())
+
+
+def attempt_made_progress(job: Job, attempt: Attempt, instances: list[Instance], backend: Backend) -> bool:
+    """Did the attempt train: the SDK reported progress, or a log shows a step/epoch line."""
+    if attempt.first_progress_at is not None:
+        return True
+    for inst in instances:
+        try:
+            tail = backend.tail_log(attempt.backend_handle, inst.name, TAIL_BYTES)
+        except BackendError:
+            continue
+        if PROGRESS_RE.search(tail):
+            return True
+    return False

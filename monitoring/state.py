@@ -1,0 +1,49 @@
+"""The monitor's small memory of one job (`Job.monitor_state`): when each periodic
+check last ran, the watchdog hint already given, the C4D counts of the current
+attempt. One load, one save; the save is a compare-and-set on
+`Job.monitor_state_version`, so when two workers tick the same job (a lost Redis
+lock) only one of them writes, and the other skips the periodic check it claimed."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+from django.db.models import F
+
+from jobs.models import Job
+
+
+@dataclass
+class MonitorState:
+    c4d_at: float = 0.0  # when C4D last classified the ranks (epoch seconds)
+    c4d: dict[str, Any] | None = None  # core.c4d.C4DState of c4d_attempt, as a dict
+    c4d_attempt: int | None = None
+    log_scan_at: float | None = None  # when the logs were last scanned for watchdog hints
+    watchdog_suggested: int | None = None  # the hang interval a watchdog hint suggested
+    stragglers_at: float = 0.0  # when the straggler check last ran
+    # The Job.monitor_state_version this state was read at; not stored in the blob.
+    version: int = field(default=0, compare=False)
+
+    @classmethod
+    def load(cls, job: Job) -> MonitorState:
+        """The state as of the job row the caller holds (unknown keys are dropped)."""
+        raw = job.monitor_state or {}
+        known = {f.name for f in fields(cls)} - {"version"}
+        return cls(**{k: v for k, v in raw.items() if k in known}, version=job.monitor_state_version)
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        del data["version"]
+        return data
+
+    def save(self, job: Job) -> bool:
+        """Write this state if nobody wrote since it was loaded; True if this call did.
+        The job object follows, so the next load in this tick sees what was written."""
+        data = self.to_dict()
+        written = Job.objects.filter(pk=job.pk, monitor_state_version=self.version).update(
+            monitor_state=data, monitor_state_version=F("monitor_state_version") + 1)
+        if written:
+            self.version += 1
+            job.monitor_state, job.monitor_state_version = data, self.version
+        return bool(written)

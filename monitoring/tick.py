@@ -1,0 +1,181 @@
+"""One monitor tick over one job: read the backend's view of the current attempt,
+keep the instance rows in step with it, then hand exits to the restarts module and
+a running job to the checks. Every step is small and idempotent, so a tick is safe
+to run concurrently and repeatedly; monitoring.tasks runs it (the sweep, under a
+per-job Redis lock, and the run_job task)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from django.utils import timezone
+
+from jobs import actions
+from jobs.actions import sync_instances
+from jobs.backends.base import BackendError
+from jobs.models import (
+    FINISHED_JOB_STATUSES,
+    LIVE_ATTEMPT_STATUSES,
+    LIVE_JOB_STATUSES,
+    Attempt,
+    AttemptStatus,
+    Instance,
+    InstanceStatus,
+    Job,
+    JobStatus,
+    RestartKind,
+    RestartRecord,
+    RestartResult,
+)
+from monitoring import checks
+from monitoring.restarts import (
+    TickAction,
+    complete_pending_restart,
+    handle_failures,
+    recover,
+    relaunch_after,
+    stop_orphaned_attempts,
+)
+
+
+@dataclass
+class TickResult:
+    job_id: int
+    action: TickAction = TickAction.NONE
+    reason: str = ""
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass
+class JobSnapshot:
+    """What a sweep read for one job in a few bulk queries: the job, its live
+    attempts and the instance rows of its current attempt. A tick given a snapshot
+    skips the five per-job reads; every write stays a compare-and-set, so a
+    snapshot a few milliseconds old is as safe as the job row a tick reads first."""
+
+    job: Job
+    live_attempts: list[Attempt] = field(default_factory=list)
+    instances: list[Instance] = field(default_factory=list)
+    pending_instance_restarts: list[datetime] = field(default_factory=list)  # their restart times
+
+    @property
+    def current(self) -> Attempt | None:
+        return next((a for a in self.live_attempts if a.number == self.job.current_attempt), None)
+
+    def needs_recovery(self, now: datetime) -> bool:
+        """recover() has work only for a queued attempt nobody took or an older attempt still live."""
+        relaunch, lease = relaunch_after(), actions.launch_lease()
+        if any(t < now - lease for t in self.pending_instance_restarts):
+            return True
+        return any(a.number < self.job.current_attempt
+                   or (a.number == self.job.current_attempt and a.status == AttemptStatus.QUEUING
+                       and a.queued_at < now - relaunch)
+                   or (a.number == self.job.current_attempt and a.status == AttemptStatus.STARTING
+                       and not a.backend_handle and a.preparing_at is not None
+                       and a.preparing_at < now - lease)
+                   for a in self.live_attempts)
+
+
+SNAPSHOT_CHUNK = 200  # jobs read per bulk query in a sweep
+
+
+def load_snapshots(job_ids: list[int]) -> dict[int, JobSnapshot]:
+    """Four queries for any number of jobs (the caller chunks the ids)."""
+    snaps = {j.pk: JobSnapshot(j) for j in Job.objects.filter(pk__in=job_ids).select_related("workspace")}
+    for a in Attempt.objects.filter(job_id__in=job_ids, status__in=LIVE_ATTEMPT_STATUSES):
+        snap = snaps.get(a.job_id)
+        if snap is not None:
+            a.job = snap.job
+            snap.live_attempts.append(a)
+    current = {s.current.pk: s for s in snaps.values() if s.current is not None}
+    for i in Instance.objects.filter(attempt_id__in=list(current)):
+        current[i.attempt_id].instances.append(i)
+    for job_id, at in RestartRecord.objects.filter(job_id__in=job_ids, kind=RestartKind.INSTANCE,
+                                                   result=RestartResult.PENDING).values_list("job_id", "restart_time"):
+        if job_id in snaps:
+            snaps[job_id].pending_instance_restarts.append(at)
+    return snaps
+
+
+def run_job(job_id: int, now: datetime | None = None, *, snapshot: JobSnapshot | None = None) -> TickResult:
+    """One tick over one job. Safe to run concurrently and repeatedly. Given the
+    sweep's snapshot it skips the per-job reads and recovers only when needed."""
+    now = now or timezone.now()
+    result = TickResult(job_id)
+    job = snapshot.job if snapshot is not None else Job.objects.filter(pk=job_id).select_related("workspace").first()
+    if job is None or job.status in FINISHED_JOB_STATUSES:
+        if job is not None:
+            stop_orphaned_attempts(job)
+        return result
+    if job.status == JobStatus.STOPPING:
+        actions.finish_stop(job.pk)
+        result.action = TickAction.STOPPED
+        return result
+    if snapshot is None:
+        recover(job, now)
+        attempt = Attempt.objects.filter(job=job, number=job.current_attempt).first()
+    else:
+        if snapshot.needs_recovery(now):
+            recover(job, now)
+        attempt = snapshot.current
+    if attempt is None or not attempt.backend_handle or attempt.status not in LIVE_ATTEMPT_STATUSES:
+        return result
+    backend = actions.get_backend_for(job)
+    try:
+        statuses = backend.poll(attempt.backend_handle)
+    except BackendError as exc:
+        result.notes.append(f"poll failed: {exc}")
+        if not exc.retryable:
+            actions.fail_job(job, f"The backend lost attempt {attempt.number}: {exc.message}",
+                             key=f"poll-failed:{job.pk}:{attempt.number}")
+        return result
+    instances = sync_instances(attempt, statuses, snapshot.instances if snapshot is not None else None)
+    note_first_output(job, attempt, instances)
+    if job.status in (JobStatus.QUEUING, JobStatus.RESTARTING, JobStatus.CREATING) and any(
+        i.status == InstanceStatus.RUNNING for i in instances
+    ):
+        actions.mark_running(job, attempt)
+        job.refresh_from_db()
+    complete_pending_restart(job, attempt, instances)
+
+    if all(i.status == InstanceStatus.SUCCEEDED for i in instances) and instances:
+        actions.succeed_job(job, attempt)
+        result.action = TickAction.SUCCEEDED
+        return result
+
+    failed = [i for i in instances if i.status in (InstanceStatus.FAILED, InstanceStatus.LOST) and not i.handled_exit_key]
+    if failed:
+        handled = handle_failures(job, attempt, instances, failed, backend, now)
+        if handled:
+            result.action, result.reason = handled
+            return result
+
+    if job.status != JobStatus.RUNNING:
+        return result
+    if job.fault_tolerance:
+        problem = (checks.check_problems(job, job.ft, attempt, instances, now)
+                   or checks.check_c4d(job, job.ft, attempt, instances, now))
+        if problem:
+            result.action, result.reason = problem
+            return result
+        checks.scan_logs_for_hints(job, attempt, instances, backend, now)
+    checks.check_stragglers(job, attempt, instances, backend, now)
+    return result
+
+
+def live_job_ids() -> list[int]:
+    """The jobs a sweep ticks: live ones, and those a person is stopping."""
+    return list(
+        Job.objects.filter(status__in=[*LIVE_JOB_STATUSES, JobStatus.STOPPING]).values_list("pk", flat=True)
+    )
+
+
+def note_first_output(job: Job, attempt: Attempt, instances: list[Instance]) -> None:
+    """The attempt's running_at is its first output of any instance (the goodput ledger)."""
+    if attempt.running_at is None:
+        outputs = [i.last_output_at for i in instances if i.last_output_at]
+        if outputs:
+            first = min(outputs)
+            Attempt.objects.filter(pk=attempt.pk, running_at__isnull=True).update(running_at=first)
+            attempt.running_at = first
