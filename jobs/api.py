@@ -14,6 +14,8 @@ from rest_framework import exceptions, mixins, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.response import Response
 
+from core.goodput import AttemptTimes, ledger
+
 from . import actions
 from .access import WORKSPACE_CREATION_REFUSED, may_create_workspace
 from .backends.base import BackendError
@@ -158,8 +160,6 @@ class JobViewSet(viewsets.GenericViewSet):
     def goodput(self, request, pk=None):
         """Where the job's time went: detection, teardown, scheduling, start-up, first
         progress per attempt, and the effective training time ratio (ETTR)."""
-        from core.goodput import AttemptTimes, ledger
-
         job = self.get_job()
         ts = lambda d: d.timestamp() if d else None  # noqa: E731
         records = {r.new_attempt: r for r in job.restart_records.filter(kind="job")}

@@ -29,7 +29,8 @@ from .forms import BOOL_FIELDS, EnvLineError, FieldFlagErrors, JobForm, fault_to
 from .hang_panel import hang_panel
 from .inputs import query_int
 from .logs import InstanceLog
-from .models import ADMIN_ROLES, WRITE_ROLES, Attempt, EventType, Instance, JobStatus, RestartRecord
+from .models import ADMIN_ROLES, WRITE_ROLES, Attempt, EventType, Instance, JobEvent, JobStatus, RestartRecord
+from .verdicts import describe
 
 LIST_PAGE_SIZE = 50
 STATUS_ORDER = [s.value for s in JobStatus]
@@ -227,8 +228,6 @@ def _job_context(request, workspace, job) -> dict:
 
 def _failure_verdict(job):
     """How sure the verdict that failed the job was, from its job_failed event (None if none)."""
-    from .verdicts import describe
-
     if job.status != JobStatus.FAILED:
         return None
     payload = job.events.filter(type=EventType.JOB_FAILED).order_by("-id").values_list("payload", flat=True).first()
@@ -548,8 +547,6 @@ def attempt_logs_archive(request, slug, job_id, number):
 # --- dashboard data (console.views renders it) ---------------------------------------------
 
 def dashboard_context(workspace, now=None) -> dict:
-    from .models import JobEvent
-
     now = now or timezone.now()
     jobs = workspace.jobs.annotate(last_restart_reason=_last_reason())
     since = now - timedelta(days=1)
