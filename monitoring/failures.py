@@ -5,13 +5,14 @@ restart). Reads only; the restarts module decides and acts on it."""
 
 from __future__ import annotations
 
-import os
 import re
 from datetime import datetime
 
 from core.classify import Classification, FailureInput, classify_failure
+from core.logindex import quoted_line_offset
 from core.policy import JobHistory, PreviousFailure
 from jobs.backends.base import Backend, BackendError
+from jobs.logs import InstanceLog
 from jobs.models import Attempt, Instance, InstanceStatus, Job, RestartKind, RestartRecord
 
 TAIL_BYTES = 64 * 1024
@@ -36,8 +37,9 @@ def keywords_of(job: Job) -> tuple[str, ...]:
 def classify_instance(job: Job, attempt: Attempt, inst: Instance, backend: Backend) -> tuple[Classification, int | None]:
     """Classify one failed instance from its exit and log tail; also returns the
     byte offset of the line the classifier used, when it can tell."""
+    log = InstanceLog(backend, attempt.backend_handle, inst.name)
     try:
-        tail = backend.tail_log(attempt.backend_handle, inst.name, TAIL_BYTES)
+        tail = log.tail(TAIL_BYTES)
     except BackendError:
         tail = b""
     exit_code = inst.exit_code
@@ -48,26 +50,10 @@ def classify_instance(job: Job, attempt: Attempt, inst: Instance, backend: Backe
                      backend_reason=inst.backend_reason or ("lost" if inst.status == InstanceStatus.LOST else ""),
                      user_keywords=keywords_of(job))
     )
-    return c, _line_offset(backend, attempt, inst, tail, c)
-
-
-def _line_offset(backend: Backend, attempt: Attempt, inst: Instance, tail: bytes, c: Classification) -> int | None:
-    """Where in the log the line the message quotes starts (for 'jump to error')."""
-    try:
-        path = backend.log_path(attempt.backend_handle, inst.name)
-        size = os.path.getsize(path) if path else None
-    except (BackendError, OSError):
-        size = None
-    if size is None or not tail:
-        return None
-    quote = c.message.split(": ", 1)[-1].strip().rstrip("…")[:80].encode()
-    if not quote:
-        return None
-    pos = tail.rfind(quote)
-    if pos < 0:
-        return None
-    line_start = tail.rfind(b"\n", 0, pos) + 1
-    return size - len(tail) + line_start
+    # Where in the log the line the message quotes starts (for 'jump to error'): only a
+    # log whose size is known places its tail.
+    size = log.size()
+    return c, (quoted_line_offset(tail, size, c.message) if size is not None else None)
 
 
 def previous_failure_of(job: Job, attempt: Attempt, instances: list[Instance],
@@ -131,7 +117,7 @@ def attempt_made_progress(job: Job, attempt: Attempt, instances: list[Instance],
         return True
     for inst in instances:
         try:
-            tail = backend.tail_log(attempt.backend_handle, inst.name, TAIL_BYTES)
+            tail = InstanceLog(backend, attempt.backend_handle, inst.name).tail(TAIL_BYTES)
         except BackendError:
             continue
         if PROGRESS_RE.search(tail):
