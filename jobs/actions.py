@@ -271,18 +271,17 @@ def _resources(spec: dict) -> dict:
 
 
 def sdk_env(job: Job, attempt: int) -> dict:
-    ft = job.ft_config or {}
     env = {
         "VIGIL_CONSOLE_URL": settings.VIGIL_CONSOLE_URL,
         "VIGIL_JOB_ID": str(job.pk),
         "VIGIL_JOB_TOKEN": job.plain_token(),
         "VIGIL_ATTEMPT": str(attempt),
     }
-    if job.fault_tolerance and ft.get("enable_c4d_hang_detection"):
+    if job.fault_tolerance and job.ft.enable_c4d_hang_detection:
         env["VIGIL_C4D"] = "1"
     if job.fault_tolerance:
         # What the SDK's hang_detect restores when a scope ends (the flag's value).
-        env["VIGIL_JOB_HANG_INTERVAL"] = str(ft.get("job_hang_interval", 1800))
+        env["VIGIL_JOB_HANG_INTERVAL"] = str(job.ft.job_hang_interval)
     return env
 
 

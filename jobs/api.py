@@ -22,7 +22,7 @@ from .backends.base import BackendError
 from .exceptions import Conflict
 from .inputs import SLUG_RE, parse_int, query_int, workspace_ref
 from .logs import InstanceLog
-from .models import WRITE_ROLES, Instance, Job, Membership, Role, Workspace
+from .models import WRITE_ROLES, DiagnosisTrigger, Instance, Job, Membership, Role, Workspace
 from .serializers import (
     AttemptSerializer,
     DiagnosisSerializer,
@@ -187,7 +187,7 @@ class JobViewSet(viewsets.GenericViewSet):
         attempt = job.attempts.filter(number=job.current_attempt).first()
         if attempt is None or not attempt.backend_handle or job.finished:
             raise exceptions.ValidationError({"job": ["has no running attempt to take stacks of."]})
-        diagnosis = snapshot_stacks(job, attempt, trigger="on_demand")
+        diagnosis = snapshot_stacks(job, attempt, trigger=DiagnosisTrigger.ON_DEMAND)
         return Response(DiagnosisSerializer(diagnosis).data, status=status.HTTP_201_CREATED)
 
     @extend_schema(

@@ -364,7 +364,7 @@ def initial_from_job(job, show_secrets: bool = True) -> dict:
             f"role_{i}_image": spec.get("image", "") or "",
         })
     try:
-        config = FaultToleranceConfig.from_dict(job.ft_config or {})
+        config = job.ft
     except FlagError:
         config = FaultToleranceConfig()
     initial.update(config_to_initial(config))

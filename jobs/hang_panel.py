@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from core import hang
-from core.flags import FaultToleranceConfig, FlagError
+from core.flags import FlagError
 
 from . import actions
 from .backends.base import BackendError
@@ -66,7 +66,7 @@ def hang_panel(job: Job, attempt: Attempt | None, instances: list[Instance], now
     if not job.fault_tolerance or attempt is None:
         return None
     try:
-        config = FaultToleranceConfig.from_dict(job.ft_config or {})
+        config = job.ft
     except FlagError:
         return None
     if hang.effective_hang_interval(config, None) is None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import secrets
 from datetime import timedelta
+from enum import StrEnum
 
 from django.conf import settings
 from django.core.validators import RegexValidator
@@ -508,11 +509,20 @@ class DiagnosisKind(models.TextChoices):
     STRAGGLER = "straggler", "Straggler"
 
 
+class DiagnosisTrigger(StrEnum):
+    """What asked for a diagnosis. Not field choices: the stored values stay free text
+    in the schema, as they have always been."""
+
+    HANG = "hang"  # the monitor, before a hang restart
+    ON_DEMAND = "on_demand"  # a person, from the page or the API
+    PERIODIC = "periodic"  # the monitor's periodic checks (C4D, stragglers)
+
+
 class Diagnosis(models.Model):
     job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="diagnoses")
     attempt = models.PositiveIntegerField()
     kind = models.CharField(max_length=12, choices=DiagnosisKind.choices)
-    trigger = models.CharField(max_length=20, default="hang")  # hang, on_demand, periodic
+    trigger = models.CharField(max_length=20, default=DiagnosisTrigger.HANG)
     summary = models.TextField()
     data = models.JSONField(default=dict, blank=True)
     created_at = models.DateTimeField(default=timezone.now)

@@ -129,7 +129,7 @@ class JobSerializer(serializers.ModelSerializer):
         }
 
     def get_max_restarts(self, job) -> int:
-        return int((job.ft_config or {}).get("max_num_of_job_restart", 3))
+        return job.restart_budget
 
     def get_last_restart_reason(self, job) -> str:
         last = job.restart_records.order_by("-id").only("reason").first()

@@ -76,10 +76,6 @@ def can_write(request, workspace) -> bool:
     return workspace.role_of(request.user) in WRITE_ROLES
 
 
-def max_restarts(job) -> int:
-    return int((job.ft_config or {}).get("max_num_of_job_restart", 3))
-
-
 # --- job list -----------------------------------------------------------------------
 
 def _last_reason():
@@ -216,7 +212,6 @@ def _job_context(request, workspace, job) -> dict:
         "events": events,
         "last_event_id": events[-1].pk if events else 0,
         "diagnoses": [_diagnosis_view(d) for d in job.diagnoses.order_by("-created_at", "-id")[:5]],
-        "max_restarts": max_restarts(job),
         "can_write": can_write(request, workspace),
         "can_admin": workspace.role_of(request.user) in ADMIN_ROLES,
         "failure_verdict": _failure_verdict(job),
@@ -387,7 +382,7 @@ def restart_record(request, slug, job_id, record_id):
     if record is None:
         raise Http404("No such restart record for this job.")
     return render(request, "jobs/restart_record.html", {
-        "workspace": workspace, "job": job, "record": record, "max_restarts": max_restarts(job),
+        "workspace": workspace, "job": job, "record": record,
         "can_admin": workspace.role_of(request.user) in ADMIN_ROLES})
 
 
@@ -418,8 +413,7 @@ def restart_aggregate(request, slug, job_id):
     workspace, job = job_or_404(request, slug, job_id)
     records = list(job.restart_records.order_by("restart_time", "id"))
     return render(request, "jobs/restart_aggregate.html", {
-        "workspace": workspace, "job": job, "groups": aggregate_faults(records), "total": len(records),
-        "max_restarts": max_restarts(job)})
+        "workspace": workspace, "job": job, "groups": aggregate_faults(records), "total": len(records)})
 
 
 # --- logs ----------------------------------------------------------------------------------

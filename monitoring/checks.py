@@ -17,7 +17,7 @@ from core.classify import ErrorSource
 from core.stragglers import StragglerVerdict, find_stragglers
 from jobs import actions
 from jobs.backends.base import Backend, BackendError
-from jobs.models import Attempt, DiagnosisKind, EventLevel, EventType, Instance, InstanceStatus, Job
+from jobs.models import Attempt, DiagnosisKind, DiagnosisTrigger, EventLevel, EventType, Instance, InstanceStatus, Job
 from monitoring import diagnose
 from monitoring.failures import TAIL_BYTES, epoch
 from monitoring.restarts import Outcome, on_problem
@@ -130,7 +130,7 @@ def check_stragglers(job: Job, attempt: Attempt, instances: list[Instance], back
         summary = "\n".join(v.message for v in verdicts)
         with transaction.atomic():
             diagnosis = diagnose.record_diagnosis(job, attempt, DiagnosisKind.STRAGGLER, summary,
-                                                  {"verdicts": [v.to_dict() for v in verdicts]}, "periodic")
+                                                  {"verdicts": [v.to_dict() for v in verdicts]}, DiagnosisTrigger.PERIODIC)
             for v in verdicts:
                 actions.record_event(
                     job, EventType.STRAGGLER, v.message,

@@ -32,6 +32,7 @@ from jobs.models import (
     C4DReport,
     Diagnosis,
     DiagnosisKind,
+    DiagnosisTrigger,
     EventLevel,
     EventType,
     Instance,
@@ -50,7 +51,8 @@ def _now_ts(now: datetime | None) -> float:
     return (now or timezone.now()).timestamp()
 
 
-def record_diagnosis(job: Job, attempt: Attempt, kind: str, summary: str, data: dict, trigger: str) -> Diagnosis:
+def record_diagnosis(job: Job, attempt: Attempt, kind: str, summary: str, data: dict,
+                     trigger: DiagnosisTrigger) -> Diagnosis:
     """Store a diagnosis; the job page gets it pushed after commit."""
     diagnosis = Diagnosis.objects.create(job=job, attempt=attempt.number, kind=kind, trigger=trigger,
                                          summary=summary, data=data)
@@ -94,7 +96,7 @@ def _dump_instance(backend: Backend, handle: dict, inst: Instance) -> list[Proce
     return out
 
 
-def snapshot_stacks(job: Job, attempt: Attempt, *, trigger: str = "hang") -> Diagnosis:
+def snapshot_stacks(job: Job, attempt: Attempt, *, trigger: DiagnosisTrigger = DiagnosisTrigger.HANG) -> Diagnosis:
     """Dump every running instance's Python stacks, aggregate them, store and tell."""
     backend = actions.get_backend_for(job)
     handle = attempt.backend_handle
@@ -155,7 +157,7 @@ def run_c4d(job: Job, attempt: Attempt, config: FaultToleranceConfig, now: datet
                      "node": by_rank[v.rank].node if v.rank in by_rank else ""} for v in shown]
         summary = "\n".join(f"[{v.severity}] {v.kind}: {v.message}" for v in shown)
         with transaction.atomic():
-            diagnosis = record_diagnosis(job, attempt, DiagnosisKind.C4D, summary, {"verdicts": verdicts}, "periodic")
+            diagnosis = record_diagnosis(job, attempt, DiagnosisKind.C4D, summary, {"verdicts": verdicts}, DiagnosisTrigger.PERIODIC)
             for v, d in zip(shown, verdicts):
                 level = {C4DLogLevel.ERROR: EventLevel.ERROR, C4DLogLevel.WARNING: EventLevel.WARNING}.get(
                     v.severity, EventLevel.INFO)
@@ -198,6 +200,6 @@ def isolate_for(job: Job, attempt: Attempt, verdict: C4DVerdict) -> str | None:
 
 def on_hang(job: Job, attempt: Attempt) -> None:
     """Before a hang restart: the stacks (and C4D when on) while the ranks still hang."""
-    snapshot_stacks(job, attempt, trigger="hang")
+    snapshot_stacks(job, attempt, trigger=DiagnosisTrigger.HANG)
     if job.ft.enable_c4d_hang_detection:
         run_c4d(job, attempt, job.ft)

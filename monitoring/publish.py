@@ -58,14 +58,13 @@ def event_message(event) -> dict:
 
 
 def status_message(job) -> dict:
-    ft = job.ft_config or {}
     return {
         "type": "status",
         "job_id": job.pk,
         "status": job.status,
         "reason": job.reason,
         "restart_count": job.restart_count,
-        "max_restarts": int(ft.get("max_num_of_job_restart", 3)),
+        "max_restarts": job.restart_budget,
         "current_attempt": job.current_attempt,
         "updated_at": _iso(job.updated_at),
     }

@@ -18,7 +18,7 @@ from .base import (
     BackendError,
     InstanceLaunch,
     InstanceState,
-    InstanceStatus,
+    PolledInstance,
     Node,
 )
 
@@ -28,7 +28,7 @@ __all__ = [
     "BackendError",
     "InstanceLaunch",
     "InstanceState",
-    "InstanceStatus",
+    "PolledInstance",
     "Node",
     "get_backend",
     "reset_backends",

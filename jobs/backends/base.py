@@ -106,8 +106,9 @@ class AttemptLaunch:
 
 
 @dataclass(frozen=True)
-class InstanceStatus:
-    """One instance as the backend sees it now. Times are epoch seconds or None."""
+class PolledInstance:
+    """One instance as the backend sees it now (what poll returns; the stored row and its
+    status are jobs.models.Instance and InstanceStatus). Times are epoch seconds or None."""
 
     name: str
     role: str
@@ -186,7 +187,7 @@ class Backend(ABC):
         (the job was stopped or moved on): end whatever of it started. No-op by default."""
 
     @abstractmethod
-    def poll(self, handle: dict) -> list[InstanceStatus]:
+    def poll(self, handle: dict) -> list[PolledInstance]:
         """The current status of every instance of the attempt."""
 
     @abstractmethod

@@ -73,7 +73,7 @@ import psutil
 from . import frameworks, osuser, shim
 from .noderedis import redis_target
 from .. import faults
-from .base import (AttemptLaunch, Backend, BackendError, InstanceState, InstanceStatus, LaunchInProgress, Node,
+from .base import (AttemptLaunch, Backend, BackendError, InstanceState, PolledInstance, LaunchInProgress, Node,
                    read_log_file, tail_log_file)
 
 SHIM_PATH = shim.__file__
@@ -628,10 +628,10 @@ class LocalBackend(Backend):
             shim.write_json_atomic(os.path.join(self.data_dir, NODES), {"isolated": isolated})
 
     # -- poll ----------------------------------------------------------------------
-    def poll(self, handle: dict) -> list[InstanceStatus]:
+    def poll(self, handle: dict) -> list[PolledInstance]:
         return [self._status(handle, inst) for inst in handle["instances"]]
 
-    def _status(self, handle, inst) -> InstanceStatus:
+    def _status(self, handle, inst) -> PolledInstance:
         idir = os.path.join(handle["dir"], inst["name"])
         common = {"name": inst["name"], "role": inst["role"], "index": inst["index"], "node": inst.get("node", "")}
         try:
@@ -654,40 +654,40 @@ class LocalBackend(Backend):
                 st, reason = InstanceState.SUCCEEDED, ""
             else:
                 st, reason = InstanceState.FAILED, ended.get("reason", "")
-            return InstanceStatus(state=st, exit_code=code, signal=sig, started_at=ended.get("started_at", started),
+            return PolledInstance(state=st, exit_code=code, signal=sig, started_at=ended.get("started_at", started),
                                   exited_at=ended.get("exited_at"), last_output_at=last_output, reason=reason,
                                   pid=pid, **common)
         if state is None:
             launched = handle.get("launched_at") or 0
             if stopped:
-                return InstanceStatus(state=InstanceState.STOPPED, reason="stopped before it started",
+                return PolledInstance(state=InstanceState.STOPPED, reason="stopped before it started",
                                       last_output_at=last_output, **common)
             if time.time() - launched < max(START_GRACE, self.start_timeout):
-                return InstanceStatus(state=InstanceState.PENDING, last_output_at=last_output, **common)
-            return InstanceStatus(state=InstanceState.LOST, reason="the shim never started",
+                return PolledInstance(state=InstanceState.PENDING, last_output_at=last_output, **common)
+            return PolledInstance(state=InstanceState.LOST, reason="the shim never started",
                                   last_output_at=last_output, **common)
         shim_alive = _same_process(state.get("shim_pid"), state.get("shim_start"), state.get("boot_id"))
         child_alive = _same_process(pid, state.get("child_start"), state.get("boot_id"))
         running_reason = inst.get("placement_reason", "")
         if shim_alive and child_alive:
-            return InstanceStatus(state=InstanceState.RUNNING, started_at=started, last_output_at=last_output,
+            return PolledInstance(state=InstanceState.RUNNING, started_at=started, last_output_at=last_output,
                                   reason=running_reason, pid=pid, **common)
         # The shim writes exit.json the moment the child ends: look again before concluding.
         ended = shim.read_json(os.path.join(idir, shim.EXIT))
         if ended is not None and ended.get("run", 1) == run:
             return self._status(handle, inst)
         if shim_alive:  # child just ended, exit.json is being written
-            return InstanceStatus(state=InstanceState.RUNNING, started_at=started, last_output_at=last_output,
+            return PolledInstance(state=InstanceState.RUNNING, started_at=started, last_output_at=last_output,
                                   reason=running_reason, pid=pid, **common)
         if child_alive:
-            return InstanceStatus(state=InstanceState.RUNNING, started_at=started, last_output_at=last_output,
+            return PolledInstance(state=InstanceState.RUNNING, started_at=started, last_output_at=last_output,
                                   reason="shim lost; the instance still runs but its exit code will be unknown",
                                   pid=pid, **common)
         if stopped:
-            return InstanceStatus(state=InstanceState.STOPPED, started_at=started, last_output_at=last_output,
+            return PolledInstance(state=InstanceState.STOPPED, started_at=started, last_output_at=last_output,
                                   reason="stopped on request; the shim had died, exit code unknown", pid=pid,
                                   **common)
-        return InstanceStatus(state=InstanceState.LOST, started_at=started, last_output_at=last_output,
+        return PolledInstance(state=InstanceState.LOST, started_at=started, last_output_at=last_output,
                               reason="shim lost: the instance and its shim are gone and no exit was recorded "
                                      "(or the recorded PIDs now belong to other processes)",
                               pid=pid, **common)

@@ -19,7 +19,7 @@ from __future__ import annotations
 import dataclasses
 import time
 
-from .base import AttemptLaunch, Backend, BackendError, InstanceState, InstanceStatus, Node
+from .base import AttemptLaunch, Backend, BackendError, InstanceState, PolledInstance, Node
 
 
 class _Attempt:
@@ -28,7 +28,7 @@ class _Attempt:
     def __init__(self, spec):
         self.spec = spec
         self.handle: dict = {}
-        self.statuses: dict[str, InstanceStatus] = {}
+        self.statuses: dict[str, PolledInstance] = {}
         self.logs: dict[str, bytearray] = {}
         self.pids: dict[str, list[int]] = {}
 
@@ -62,15 +62,15 @@ class MemoryBackend(Backend):
         except KeyError:
             raise BackendError(f"no attempt {handle.get('attempt')} of job {handle.get('job_id')} in this backend")
 
-    def _get(self, handle, name) -> tuple[_Attempt, InstanceStatus]:
+    def _get(self, handle, name) -> tuple[_Attempt, PolledInstance]:
         att = self._attempt(handle)
         try:
             return att, att.statuses[name]
         except KeyError:
             raise BackendError(f"instance {name!r} is not part of this attempt (known: {', '.join(att.statuses)})")
 
-    def set_instance(self, handle: dict, name: str, **changes) -> InstanceStatus:
-        """Change any InstanceStatus field of one instance (state=..., exit_code=..., node=...)."""
+    def set_instance(self, handle: dict, name: str, **changes) -> PolledInstance:
+        """Change any PolledInstance field of one instance (state=..., exit_code=..., node=...)."""
         att, status = self._get(handle, name)
         if "state" in changes:
             changes["state"] = InstanceState(changes["state"])
@@ -79,7 +79,7 @@ class MemoryBackend(Backend):
         return status
 
     def finish(self, handle: dict, name: str, exit_code: int | None = 0, signal: int | None = None,
-               reason: str = "", now: float | None = None) -> InstanceStatus:
+               reason: str = "", now: float | None = None) -> PolledInstance:
         """End an instance as a process would: SUCCEEDED on code 0, FAILED otherwise."""
         state = InstanceState.SUCCEEDED if exit_code == 0 and signal is None else InstanceState.FAILED
         return self.set_instance(handle, name, state=state, exit_code=exit_code, signal=signal, reason=reason,
@@ -110,7 +110,7 @@ class MemoryBackend(Backend):
         instances = []
         for i, inst in enumerate(sorted(spec.instances, key=lambda x: x.rank)):
             node = usable[i % len(usable)]["name"]
-            att.statuses[inst.name] = InstanceStatus(
+            att.statuses[inst.name] = PolledInstance(
                 name=inst.name, role=inst.role, index=inst.index, state=self.initial_state,
                 started_at=now if self.initial_state == InstanceState.RUNNING else None,
                 last_output_at=None, node=node,
@@ -125,7 +125,7 @@ class MemoryBackend(Backend):
         self.launched.append(spec)
         return handle
 
-    def poll(self, handle: dict) -> list[InstanceStatus]:
+    def poll(self, handle: dict) -> list[PolledInstance]:
         return list(self._attempt(handle).statuses.values())
 
     def _stop_one(self, att, name, now):
@@ -148,7 +148,7 @@ class MemoryBackend(Backend):
 
     def restart_instance(self, handle: dict, name: str) -> dict:
         att, status = self._get(handle, name)
-        att.statuses[name] = InstanceStatus(
+        att.statuses[name] = PolledInstance(
             name=status.name, role=status.role, index=status.index, state=InstanceState.RUNNING,
             started_at=time.time(), node=status.node,
         )

@@ -60,7 +60,7 @@ from core.slurm import (
 
 from . import osuser
 from . import slurm_step as step
-from .base import AttemptLaunch, Backend, BackendError, InstanceState, InstanceStatus, Node, read_log_file, tail_log_file
+from .base import AttemptLaunch, Backend, BackendError, InstanceState, PolledInstance, Node, read_log_file, tail_log_file
 
 KILL_MARGIN = 2.0  # seconds after the grace period before Slurm's SIGKILL backs the wrapper's up
 HANDLE = "handle.json"
@@ -168,7 +168,7 @@ class InstanceFiles:
     last_output_at: float | None  # mtime of output.log
 
 
-def instance_status(inst: dict, files: InstanceFiles, job: SlurmJob, batch_said: str = "") -> InstanceStatus:
+def instance_status(inst: dict, files: InstanceFiles, job: SlurmJob, batch_said: str = "") -> PolledInstance:
     """One instance's status from its files and Slurm's view of the job.
 
     `batch_said` is the last line of the batch script's log, which explains an
@@ -197,30 +197,30 @@ def instance_status(inst: dict, files: InstanceFiles, job: SlurmJob, batch_said:
             reason = job.state
             base["node"] = base["node"] or job.nodes
             state = InstanceState.FAILED if job.state == "NODE_FAIL" else state
-        return InstanceStatus(**base, state=state, exit_code=code, signal=sig, exited_at=at, reason=reason)
+        return PolledInstance(**base, state=state, exit_code=code, signal=sig, exited_at=at, reason=reason)
     if job.waiting:
-        return InstanceStatus(**base, state=InstanceState.PENDING, reason=job.reason or job.state)
+        return PolledInstance(**base, state=InstanceState.PENDING, reason=job.reason or job.state)
     if job.active:
         if stop_at is not None and job.state == "COMPLETING":
             # Killed on request; Slurm finishes the job's bookkeeping for a few seconds more.
-            return InstanceStatus(**base, state=InstanceState.STOPPED, reason="stopped")
+            return PolledInstance(**base, state=InstanceState.STOPPED, reason="stopped")
         if files.started:
-            return InstanceStatus(**base, state=InstanceState.RUNNING)
+            return PolledInstance(**base, state=InstanceState.RUNNING)
         why = "restart requested, step starting" if files.run > 1 else "step starting"
-        return InstanceStatus(**base, state=InstanceState.PENDING, reason=why)
+        return PolledInstance(**base, state=InstanceState.PENDING, reason=why)
     # The job is over and this run left no exit record.
     ended = job.end_time
     if stop_at is not None:
-        return InstanceStatus(**base, state=InstanceState.STOPPED, exited_at=ended, reason="stopped")
+        return PolledInstance(**base, state=InstanceState.STOPPED, exited_at=ended, reason="stopped")
     if not job.known:
-        return InstanceStatus(**base, state=InstanceState.LOST, exited_at=ended,
+        return PolledInstance(**base, state=InstanceState.LOST, exited_at=ended,
                               reason=f"Slurm no longer knows job {job.job_id} and the instance left no exit record")
     if job.state in SLURM_VERDICTS:
         state = InstanceState.FAILED if job.state == "NODE_FAIL" else InstanceState.LOST
         base["node"] = base["node"] or job.nodes
-        return InstanceStatus(**base, state=state, exited_at=ended, reason=job.state)
+        return PolledInstance(**base, state=state, exited_at=ended, reason=job.state)
     said = f": {batch_said}" if batch_said and not files.started else ""
-    return InstanceStatus(**base, state=InstanceState.LOST, exited_at=ended,
+    return PolledInstance(**base, state=InstanceState.LOST, exited_at=ended,
                           reason=f"Slurm job {job.job_id} ended ({job.state}) before this instance "
                                  + ("reported an exit" if files.started else "started") + said)
 
@@ -545,7 +545,7 @@ class SlurmBackend(Backend):
             run += 1
         return run
 
-    def poll(self, handle: dict) -> list[InstanceStatus]:
+    def poll(self, handle: dict) -> list[PolledInstance]:
         job = self.job(handle)
         said = "" if job.active else step.last_line(os.path.join(handle["attempt_dir"], "batch.log"))
         return [instance_status(inst, self._files(handle, inst), job, said) for inst in handle["instances"]]

@@ -92,8 +92,8 @@ def duration(seconds):
 
 
 @register.simple_tag
-def restarts(job, max_restarts=None):
-    budget = max_restarts if max_restarts is not None else int((job.ft_config or {}).get("max_num_of_job_restart", 3))
+def restarts(job):
+    budget = job.restart_budget
     if not job.fault_tolerance:
         return format_html('<span class="restarts" title="fault tolerance off">{}/–</span>', job.restart_count)
     return format_html('<span class="restarts" title="{} of {} whole-job restarts used">{}/{}</span>',
