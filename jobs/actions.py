@@ -12,7 +12,7 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from . import faults
+from . import events, faults
 from .access import missing_backend_permission, may_run_on
 from .backends.base import AttemptLaunch, BackendError, InstanceLaunch, LaunchInProgress
 from .inputs import workspace_ref
@@ -117,8 +117,8 @@ def record_event(
     key: str | None = None,
 ) -> JobEvent | None:
     """Write one event row; with a key, a second call for the same decision writes
-    nothing and returns None. Pushing to browsers and event rules happens after
-    commit (monitoring.publish)."""
+    nothing and returns None. After commit the event is announced to the
+    subscribers of jobs.events (live pages, event rules)."""
     job_id = job.pk if isinstance(job, Job) else job
     try:
         with transaction.atomic():
@@ -136,7 +136,7 @@ def record_event(
         if key is None:
             raise
         return None
-    transaction.on_commit(lambda: _announce_event(event.pk))
+    events.announce_on_commit(event.pk)
     if type in DECISION_LOG_TYPES:
         transaction.on_commit(lambda: _log_decision(event))
     return event
@@ -153,21 +153,6 @@ def _log_decision(event: JobEvent) -> None:
     where = f" attempt {event.attempt}" if event.attempt else ""
     decisions.log(level, "job %s%s %s: %s", event.job_id, where, event.type, event.message,
                   extra={"job_id": event.job_id, "event": event.type, "attempt": event.attempt})
-
-
-def _announce_event(event_id: int) -> None:
-    """After commit: push the event to the job page (monitoring.publish) and match
-    it against event rules (notifications.dispatch). Telling people must never
-    break a state change that already committed, so failures are only logged.
-    Imported here: both sides import the domain, not the other way round."""
-    from monitoring import publish
-    from notifications import dispatch
-
-    for announce in (publish.event_committed, dispatch.event_committed):
-        try:
-            announce(event_id)
-        except Exception:  # noqa: BLE001
-            log.exception("%s.%s could not announce event %s", announce.__module__, announce.__name__, event_id)
 
 
 # --- submit ---------------------------------------------------------------------

@@ -1,8 +1,9 @@
 """Pushing what happened to the browsers that watch it (SPEC section 8's `ws`).
 
 Events are rows before they are messages: jobs.actions.record_event writes the
-row and, after commit, calls `event_committed(event_id)`, which reads the row
-back and sends it to the Channels group of its job (`job-<id>`) and of its
+row and, after commit, jobs.events calls its subscribers, among them
+`event_committed(event_id)` (subscribed in MonitoringConfig.ready), which reads
+the row back and sends it to the Channels group of its job (`job-<id>`) and of its
 workspace (`workspace-<id>`), followed by the job's current status. A browser
 that was away asks for the events after the last id it saw, so nothing is lost
 and, because every message carries the row's id, nothing is shown twice.
@@ -14,12 +15,14 @@ change they describe has already committed.
 
 from __future__ import annotations
 
+import json
 import logging
 
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 
 from console.bounded import PUBLISH_TIMEOUT, call_bounded
+from jobs.models import Diagnosis, JobEvent
 
 log = logging.getLogger(__name__)
 
@@ -88,8 +91,6 @@ def diagnosis_message(diagnosis) -> dict:
 
 
 def _small(payload) -> bool:
-    import json
-
     try:
         return len(json.dumps(payload, default=str)) <= SUMMARY_LIMIT
     except (TypeError, ValueError):
@@ -116,8 +117,6 @@ def _send(groups: list[str], messages: list[dict]) -> None:
 def event_committed(event_id: int) -> None:
     """After commit: send the event and the job's status to everyone watching the
     job or its workspace. (Diagnoses are sent by diagnosis_committed.)"""
-    from jobs.models import JobEvent
-
     event = JobEvent.objects.select_related("job").filter(pk=event_id).first()
     if event is None:
         return
@@ -128,8 +127,6 @@ def event_committed(event_id: int) -> None:
 
 def diagnosis_committed(diagnosis_id: int) -> None:
     """Send a diagnosis (stack snapshot, C4D verdict) to the job's watchers."""
-    from jobs.models import Diagnosis
-
     diagnosis = Diagnosis.objects.select_related("job").filter(pk=diagnosis_id).first()
     if diagnosis is None:
         return

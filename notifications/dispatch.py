@@ -1,9 +1,9 @@
 """From a committed event to deliveries, in small steps that each do one thing:
 
-1. `event_committed(event_id)`: called by jobs.actions after the event's
-   transaction commits. Matches the event against the workspace's rules, creates
-   one Delivery per channel (never two: unique per event and channel) and
-   enqueues the Celery task. No network I/O here, so the monitor is never held up.
+1. `event_committed(event_id)`: a subscriber of jobs.events (registered in
+   NotificationsConfig.ready), called after the event's transaction commits.
+   Matches the event against the workspace's rules, creates one Delivery per
+   channel (never two: unique per event and channel) and enqueues the Celery task. No network I/O here, so the monitor is never held up.
 2. `attempt_delivery(delivery_id)`: one try, run by notifications.tasks.deliver.
    It claims the delivery (compare-and-set), sends through the channel's
    transport, records a DeliveryAttempt row and decides what comes next with the

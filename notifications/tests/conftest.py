@@ -238,8 +238,8 @@ def make_rule(alice_ws):
 
 @pytest.fixture
 def announce(django_capture_on_commit_callbacks):
-    """What jobs.actions does after an event commits: event_committed, then the
-    on-commit enqueues (Celery runs them in-process in tests)."""
+    """What jobs.events does for this app after an event commits: event_committed,
+    then the on-commit enqueues (Celery runs them in-process in tests)."""
     from notifications import dispatch
 
     def run(event_id):
