@@ -50,7 +50,7 @@ lint: $(VENV)/.installed-test
 	$(BIN)/ruff check .
 
 typecheck: $(VENV)/.installed-test
-	$(BIN)/mypy core console jobs monitoring notifications
+	$(BIN)/mypy core infra console jobs monitoring notifications
 
 imports: $(VENV)/.installed-test
 	$(BIN)/lint-imports

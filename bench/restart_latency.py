@@ -141,7 +141,7 @@ class VigilStack:
                 self.procs.append(subprocess.Popen(shlex.split(cmd), cwd=ROOT, env=self.env, stdout=log,
                                                    stderr=subprocess.STDOUT, start_new_session=True))
                 log.close()
-        from console import health
+        from infra import health
 
         # Their heartbeats (what /readyz reads): the worker runs, the exit listener is subscribed.
         ok = wait_until(lambda: all(health.readiness()[part].ok for part in ("worker", "exit_listener")), 60, 0.2)

@@ -3,6 +3,8 @@ import os
 from celery import Celery
 from celery.signals import setup_logging, worker_ready, worker_shutdown
 
+from infra.health import WorkerHeartbeat
+
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "console.settings")
 
 app = Celery("vigil")
@@ -27,10 +29,8 @@ _heartbeat = None
 
 @worker_ready.connect
 def start_heartbeat(sender=None, **kwargs):
-    """/readyz counts workers by this heartbeat (console.health)."""
+    """/readyz counts workers by this heartbeat (infra.health)."""
     global _heartbeat
-    from console.health import WorkerHeartbeat
-
     _heartbeat = WorkerHeartbeat(getattr(sender, "hostname", None)).start()
 
 

@@ -3,13 +3,13 @@ current one, and the navigation links that exist (apps add pages as they land)."
 
 from django.urls import NoReverseMatch, get_resolver, reverse
 
+from jobs.models import Workspace
+
 
 def workspaces(request):
     user = getattr(request, "user", None)
     if user is None or not user.is_authenticated:
         return {}
-    from jobs.models import Workspace
-
     mine = list(Workspace.objects.for_user(user).order_by("name"))
     match = getattr(request, "resolver_match", None)
     slug = (match.kwargs.get("slug") if match else None) or request.session.get("workspace")

@@ -11,6 +11,7 @@ urlpatterns = [
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("api/v1/", include("jobs.urls")),
     path("api/v1/", include("notifications.api_urls")),
+    path("api/v1/", include("monitoring.api_urls")),  # POST jobs/<id>/diagnoses/stacks/
     path("api/schema/", SpectacularAPIView.as_view(permission_classes=[views.ApiDocsAccess]), name="schema"),
     path("api/docs/", views.api_docs_page(SpectacularSwaggerView.as_view(url_name="schema")), name="api-docs"),
     path("healthz", views.healthz, name="healthz"),

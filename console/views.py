@@ -1,5 +1,9 @@
-"""The page shell: liveness and readiness checks, the root page (your last workspace, or what to
-do when you have none) and a workspace's dashboard."""
+"""The site shell's own pages: liveness and readiness checks, /metrics, the API docs' access,
+the root page (your last workspace, or what to do when you have none) and the 400 page.
+(A workspace's dashboard is a page of its app: jobs.views.)"""
+
+import hmac
+import ipaddress
 
 from django.conf import settings
 from django.contrib.auth.decorators import login_required
@@ -8,6 +12,13 @@ from django.http import HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
 from rest_framework.exceptions import NotAuthenticated
 from rest_framework.permissions import BasePermission
+
+from infra.health import as_json, readiness
+from jobs.access import may_create_workspace
+from jobs.inputs import InputError
+from jobs.models import Workspace
+
+from .metrics import render as render_metrics
 
 
 class ApiDocsAccess(BasePermission):
@@ -42,8 +53,6 @@ def healthz(request):
 def readyz(request):
     """Readiness: the database, Redis, a fresh Celery worker, the beat's sweeps and the
     exit listener, each with its state and age; 503 when any is not ok."""
-    from console.health import as_json, readiness
-
     body = as_json(readiness())
     response = JsonResponse(body, status=200 if body["ready"] else 503)
     response["Cache-Control"] = "no-store"
@@ -58,9 +67,6 @@ def metrics_refusal(request) -> HttpResponse | None:
     VIGIL_METRICS_TOKEN, or it connects directly from an address in VIGIL_METRICS_ALLOW.
     A request that came through the reverse proxy (X-Forwarded-For) is never let in
     by address: behind nginx every request comes from 127.0.0.1."""
-    import hmac
-    import ipaddress
-
     header = request.META.get("HTTP_AUTHORIZATION", "")
     token = settings.VIGIL_METRICS_TOKEN
     if header:
@@ -88,10 +94,8 @@ def metrics(request):
     refusal = metrics_refusal(request)
     if refusal is not None:
         return refusal
-    from console.metrics import render
-
     try:
-        body, content_type = render()
+        body, content_type = render_metrics()
     except Exception as exc:  # noqa: BLE001 - Redis or the database down: a failed scrape, not a 500 trace
         response = HttpResponse(f"metrics unavailable: {type(exc).__name__}\n", status=503, content_type="text/plain")
         response._has_been_logged = True  # Prometheus shows the failed scrape; no ERROR line per scrape
@@ -104,31 +108,15 @@ def metrics(request):
 @login_required
 def dashboard(request):
     """Open the workspace used last (or the first one); explain when there is none."""
-    from jobs.models import Workspace
-
     mine = Workspace.objects.for_user(request.user).order_by("name")
     last = request.GET.get("ws") or request.session.get("workspace")
     workspace = (mine.filter(slug=last).first() if last else None) or mine.first()
     if workspace is not None:
         return redirect("pages:workspace", slug=workspace.slug)
-    from jobs.access import may_create_workspace
-
     return render(request, "console/no_workspace.html", {"may_create": may_create_workspace(request.user)})
-
-
-@login_required
-def workspace_dashboard(request, slug):
-    from jobs.views import can_write, dashboard_context, workspace_or_404
-
-    workspace = workspace_or_404(request, slug)
-    context = {"workspace": workspace, "can_write": can_write(request, workspace), **dashboard_context(workspace)}
-    template = "console/_dashboard_panels.html" if request.htmx else "console/dashboard.html"
-    return render(request, template, context)
 
 
 def bad_request(request, exception=None, template_name="400.html"):
     """handler400: say what was wrong (jobs.inputs.InputError names the field)."""
-    from jobs.inputs import InputError
-
     message = str(exception) if isinstance(exception, InputError) else ""
     return render(request, template_name, {"message": message}, status=400)

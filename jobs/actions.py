@@ -12,6 +12,8 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
+from infra.bounded import call_bounded
+
 from . import events, faults
 from .access import missing_backend_permission, may_run_on
 from .backends.base import AttemptLaunch, BackendError, InstanceLaunch, LaunchInProgress
@@ -229,8 +231,6 @@ LAUNCH_DEFERRED = ("Stored; the task queue (Redis) did not answer, so the launch
 def enqueue_launch(job_id: int, number: int) -> bool:
     """Queue the launch task; False if Redis did not take it within a second (the
     monitor's sweep re-enqueues an attempt left queued, so nothing is lost)."""
-    from console.bounded import call_bounded
-
     from .tasks import launch_attempt_task
 
     if launch_attempt_task.app.conf.task_always_eager:  # tests: run here, now

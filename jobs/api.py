@@ -22,7 +22,7 @@ from .backends.base import BackendError
 from .exceptions import Conflict
 from .inputs import SLUG_RE, parse_int, query_int, workspace_ref
 from .logs import InstanceLog
-from .models import WRITE_ROLES, DiagnosisTrigger, Instance, Job, Membership, Role, Workspace
+from .models import WRITE_ROLES, Instance, Job, Membership, Role, Workspace
 from .serializers import (
     AttemptSerializer,
     DiagnosisSerializer,
@@ -175,20 +175,6 @@ class JobViewSet(viewsets.GenericViewSet):
                 decided_at=ts(record.restart_time) if record else None,
             ))
         return Response(ledger(times, ts(job.finished_at), timezone.now().timestamp()).to_dict())
-
-    @extend_schema(request=None, responses={201: DiagnosisSerializer})
-    @action(detail=True, methods=["post"], url_path="diagnoses/stacks")
-    def snapshot_stacks(self, request, pk=None):
-        """Take a stack snapshot of the current attempt now (py-spy on every instance)."""
-        from monitoring.diagnose import snapshot_stacks
-
-        job = self.get_job()
-        actions.require_role(request.user, job.workspace, WRITE_ROLES, "taking a stack snapshot")
-        attempt = job.attempts.filter(number=job.current_attempt).first()
-        if attempt is None or not attempt.backend_handle or job.finished:
-            raise exceptions.ValidationError({"job": ["has no running attempt to take stacks of."]})
-        diagnosis = snapshot_stacks(job, attempt, trigger=DiagnosisTrigger.ON_DEMAND)
-        return Response(DiagnosisSerializer(diagnosis).data, status=status.HTTP_201_CREATED)
 
     @extend_schema(
         parameters=[

@@ -2,15 +2,13 @@
 
 from django.urls import path
 
-from console import views as console_views
-
 from . import views
 
 app_name = "pages"
 
 urlpatterns = [
     path("jobs/<int:job_id>/", views.job_short_link, name="job-short"),
-    path("workspaces/<slug:slug>/", console_views.workspace_dashboard, name="workspace"),
+    path("workspaces/<slug:slug>/", views.workspace_dashboard, name="workspace"),
     path("workspaces/<slug:slug>/jobs/", views.job_list, name="job-list"),
     path("workspaces/<slug:slug>/jobs/new/", views.job_new, name="job-new"),
     path("workspaces/<slug:slug>/jobs/new/flags/", views.flags_preview, name="flags-preview"),

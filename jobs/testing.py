@@ -6,6 +6,8 @@ import os
 import sys
 from pathlib import Path
 
+from jobs.backends.osuser import blocked_ancestor, resolve_run_as
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -17,8 +19,6 @@ def let_jobs_reach(*paths) -> None:
     the way. Nothing is listable or readable that was not before."""
     if os.geteuid() != 0:
         return
-    from jobs.backends.osuser import blocked_ancestor, resolve_run_as
-
     who = resolve_run_as("")
     targets = [os.path.realpath(sys.executable), sys.prefix, sys.base_prefix, str(REPO), *paths]
     for target in targets:

@@ -538,7 +538,16 @@ def attempt_logs_archive(request, slug, job_id, number):
     return response
 
 
-# --- dashboard data (console.views renders it) ---------------------------------------------
+# --- a workspace's dashboard ----------------------------------------------------------------
+
+
+@login_required
+def workspace_dashboard(request, slug):
+    workspace = workspace_or_404(request, slug)
+    context = {"workspace": workspace, "can_write": can_write(request, workspace), **dashboard_context(workspace)}
+    template = "console/_dashboard_panels.html" if request.htmx else "console/dashboard.html"
+    return render(request, template, context)
+
 
 def dashboard_context(workspace, now=None) -> dict:
     now = now or timezone.now()

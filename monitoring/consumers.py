@@ -59,8 +59,8 @@ from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.conf import settings
 from django.contrib.auth import get_user, get_user_model
 
-from console import metrics
 from core.logindex import INITIAL_TAIL_BYTES, complete_lines, parse_target, split_lines, start_offset
+from infra import metrics
 from jobs.actions import NotFound, job_for, workspace_by_slug
 from jobs.backends import get_backend
 from jobs.backends.base import BackendError

@@ -21,7 +21,7 @@ import logging
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 
-from console.bounded import PUBLISH_TIMEOUT, call_bounded
+from infra.bounded import PUBLISH_TIMEOUT, call_bounded
 from jobs.models import Diagnosis, JobEvent
 
 log = logging.getLogger(__name__)

@@ -25,9 +25,9 @@ from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
-from console import metrics
 from core.classify import Classification, ErrorSource, FailureObservation, pick_root_cause
 from core.policy import Action, Decision, DetectedProblem, InstanceFailure, decide
+from infra import metrics
 from jobs import actions, faults
 from jobs.backends.base import Backend, BackendError
 from jobs.models import (

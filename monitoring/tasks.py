@@ -12,7 +12,8 @@ import redis
 from celery import shared_task
 from django.conf import settings
 
-from console import metrics
+from infra import health, metrics
+from infra.client import redis_client
 
 from . import tick
 
@@ -21,19 +22,11 @@ log = logging.getLogger(__name__)
 # tick that runs longer (an attempt's teardown grace, a launch) renews its locks
 # every LOCK_SECONDS / 3 while it runs.
 LOCK_SECONDS = 4
-_client = None
-
-
-def _redis():
-    global _client
-    if _client is None:
-        _client = redis.Redis.from_url(settings.REDIS_URL, socket_timeout=2, socket_connect_timeout=2)
-    return _client
 
 
 def with_job_lock(job_id: int, fn):
     try:
-        lock = _redis().lock(f"vigil:monitor:job:{job_id}", timeout=LOCK_SECONDS, blocking=False,
+        lock = redis_client().lock(f"vigil:monitor:job:{job_id}", timeout=LOCK_SECONDS, blocking=False,
                               thread_local=False)  # renewed from another thread
         acquired = lock.acquire()
     except redis.RedisError:
@@ -85,8 +78,6 @@ def run_job(job_id: int) -> str | None:
 def sweep(now: datetime | None = None) -> int:
     """Every second (beat): tick every live job. The only sweep; tests pass `now`
     to look at the jobs as a later sweep would."""
-    from console import health
-
     health.record(health.SWEEP)  # /readyz: the beat schedules sweeps and a worker runs them
     started = time.time()
     count = 0
@@ -121,7 +112,7 @@ def sweep(now: datetime | None = None) -> int:
 def _try_lock(job_id: int):
     """The job's lock if free (None if another worker holds it); a dummy without Redis."""
     try:
-        lock = _redis().lock(f"vigil:monitor:job:{job_id}", timeout=LOCK_SECONDS, blocking=False,
+        lock = redis_client().lock(f"vigil:monitor:job:{job_id}", timeout=LOCK_SECONDS, blocking=False,
                               thread_local=False)  # renewed from another thread
         return lock if lock.acquire() else None
     except redis.RedisError:

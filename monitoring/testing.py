@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Callable
 
 from jobs.models import Attempt, Job, JobEvent, JobStatus
+from jobs.testing import job_writable
 from monitoring import tick
 
 
@@ -70,10 +72,6 @@ SYNC_RESTART_ARGS = ("--job-execution-mode=Sync --enable-job-restart=True --max-
 
 def submit_fault_once(api, body: dict, tmp_path) -> Job:
     """Submit `body` (a CreateJob body) running FAULT_ONCE_SCRIPT through the API."""
-    import sys
-
-    from jobs.testing import job_writable
-
     script = tmp_path / "fault_once.py"
     script.write_text(FAULT_ONCE_SCRIPT)
     job_writable(tmp_path / "markers")  # run as root, the job is nobody and leaves its marker there

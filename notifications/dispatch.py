@@ -23,8 +23,8 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from console import metrics
-from console.bounded import call_bounded
+from infra import metrics
+from infra.bounded import call_bounded
 
 from jobs.models import NOTIFIABLE_EVENT_TYPES, EventType, JobEvent
 

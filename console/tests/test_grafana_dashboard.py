@@ -8,7 +8,7 @@ import json
 import re
 from pathlib import Path
 
-from console.metrics import METRICS, exported_sample_names
+from infra.metrics import METRICS, exported_sample_names
 
 DASHBOARD = Path(__file__).resolve().parents[2] / "docs" / "grafana-dashboard.json"
 METRIC_NAME = re.compile(r"\bvigil_[a-z0-9_]+")

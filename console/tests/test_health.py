@@ -16,8 +16,9 @@ from pathlib import Path
 import pytest
 import time_machine
 
-from console import health
-from console.health import Part, assess
+from infra import client as redis_connection
+from infra import health
+from infra.health import Part, assess
 from monitoring.testing import subprocess_database_url
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -73,14 +74,14 @@ def test_redis_down_leaves_the_heartbeats_unknown():
 
 @pytest.fixture
 def clean_heartbeats(settings):
-    health._client = None
-    client = health.redis_client()
+    redis_connection.forget()
+    client = redis_connection.redis_client()
     for key in client.scan_iter(match=health.PREFIX + "*"):
         client.delete(key)
     yield client
     for key in client.scan_iter(match=health.PREFIX + "*"):
         client.delete(key)
-    health._client = None
+    redis_connection.forget()
 
 
 def test_healthz_is_cheap_and_needs_no_login(client, db, django_assert_num_queries):
@@ -113,7 +114,7 @@ def test_readyz_is_503_until_every_part_has_a_fresh_heartbeat(client, db, clean_
 
 def test_readyz_reports_redis_down(client, db, settings, clean_heartbeats):
     settings.REDIS_URL = "redis://127.0.0.1:9/0"  # nothing listens on the discard port
-    health._client = None
+    redis_connection.forget()
     r = client.get("/readyz")
     assert r.status_code == 503
     assert r.json()["checks"]["redis"] == {"state": "down", "age_seconds": None,

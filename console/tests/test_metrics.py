@@ -10,7 +10,7 @@ import pytest
 import requests
 from prometheus_client.parser import text_string_to_metric_families
 
-from console import metrics
+from infra import metrics
 from jobs.models import Job, JobStatus, RestartRecord
 from monitoring import tasks
 from monitoring.testing import finished, submit_fault_once
@@ -141,8 +141,8 @@ def test_an_allowed_address_scrapes_directly_but_not_through_the_proxy(live_serv
 def test_a_scrape_while_redis_is_down_is_a_503_not_a_500(live_server, scrape_token, monkeypatch):
     import redis
 
-    from console import health
+    from infra import client
 
-    monkeypatch.setattr(health, "_client", redis.Redis.from_url("redis://127.0.0.1:9/0", socket_connect_timeout=0.5))
+    monkeypatch.setattr(client, "_client", redis.Redis.from_url("redis://127.0.0.1:9/0", socket_connect_timeout=0.5))
     r = requests.get(live_server.url + "/metrics", headers={"Authorization": f"Bearer {TOKEN}"}, timeout=10)
     assert r.status_code == 503 and "unavailable" in r.text

@@ -11,7 +11,7 @@ import redis
 from django.conf import settings
 from django.core.management.base import BaseCommand
 
-from console import health
+from infra import health
 from monitoring.tasks import run_job
 
 log = logging.getLogger(__name__)

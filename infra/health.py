@@ -16,6 +16,11 @@ import threading
 import time
 from dataclasses import asdict, dataclass
 
+from django.conf import settings
+from django.db import connection
+
+from .client import redis_client
+
 log = logging.getLogger(__name__)
 
 PREFIX = "vigil:health:"
@@ -84,19 +89,6 @@ def as_json(parts: dict[str, Part]) -> dict:
 
 # --- shells: Redis and the database --------------------------------------------------
 
-_client = None
-
-
-def redis_client():
-    global _client
-    if _client is None:
-        import redis
-        from django.conf import settings
-
-        _client = redis.Redis.from_url(settings.REDIS_URL, socket_timeout=1, socket_connect_timeout=1)
-    return _client
-
-
 def record(key: str, now: float | None = None) -> None:
     """Leave a heartbeat; never raises (a missing heartbeat is what readiness reports)."""
     try:
@@ -106,9 +98,6 @@ def record(key: str, now: float | None = None) -> None:
 
 
 def readiness() -> dict[str, Part]:
-    from django.conf import settings
-    from django.db import connection
-
     database = None
     try:
         with connection.cursor() as cur:

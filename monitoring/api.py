@@ -1,0 +1,37 @@
+"""REST API of the monitor's diagnoses: take a stack snapshot of a job now.
+
+Its URL sits among the job's own (`/api/v1/jobs/{id}/diagnoses/stacks/`), but the
+view lives here, beside the diagnosis it runs: the domain (jobs) never imports
+the monitor. console.urls mounts monitoring.api_urls under /api/v1/ beside
+jobs.urls."""
+
+from __future__ import annotations
+
+from drf_spectacular.utils import extend_schema
+from rest_framework import exceptions, status, viewsets
+from rest_framework.decorators import action
+from rest_framework.response import Response
+
+from jobs import actions
+from jobs.models import WRITE_ROLES, DiagnosisTrigger, Job
+from jobs.serializers import DiagnosisSerializer
+
+from .diagnose import snapshot_stacks
+
+
+class JobDiagnosisViewSet(viewsets.GenericViewSet):
+    serializer_class = DiagnosisSerializer
+    queryset = Job.objects.none()  # for the schema (the job id parameter); the view scopes by membership
+
+    @extend_schema(request=None, responses={201: DiagnosisSerializer})
+    @action(detail=True, methods=["post"], url_path="diagnoses/stacks")
+    def snapshot_stacks(self, request, pk=None):
+        """Take a stack snapshot of the current attempt now (py-spy on every instance)."""
+        # NotFound and Forbidden become 404 and 403 in jobs.exceptions (the EXCEPTION_HANDLER).
+        job = actions.job_for(request.user, pk)
+        actions.require_role(request.user, job.workspace, WRITE_ROLES, "taking a stack snapshot")
+        attempt = job.attempts.filter(number=job.current_attempt).first()
+        if attempt is None or not attempt.backend_handle or job.finished:
+            raise exceptions.ValidationError({"job": ["has no running attempt to take stacks of."]})
+        diagnosis = snapshot_stacks(job, attempt, trigger=DiagnosisTrigger.ON_DEMAND)
+        return Response(DiagnosisSerializer(diagnosis).data, status=status.HTTP_201_CREATED)
