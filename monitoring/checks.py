@@ -17,6 +17,7 @@ from core.classify import ErrorSource
 from core.stragglers import StragglerVerdict, find_stragglers
 from jobs import actions
 from jobs.backends.base import Backend, BackendError
+from jobs.logs import InstanceLog
 from jobs.models import Attempt, DiagnosisKind, DiagnosisTrigger, EventLevel, EventType, Instance, InstanceStatus, Job
 from monitoring import diagnose
 from monitoring.failures import TAIL_BYTES, epoch
@@ -89,7 +90,7 @@ def scan_logs_for_hints(job: Job, attempt: Attempt, instances: list[Instance], b
         if state.watchdog_suggested:
             break
         try:
-            tail = backend.tail_log(attempt.backend_handle, inst.name, TAIL_BYTES)
+            tail = InstanceLog(backend, attempt.backend_handle, inst.name).tail(TAIL_BYTES)
         except BackendError:
             continue
         suggestion = hang.suggest_hang_interval(tail.decode("utf-8", "replace"))
@@ -119,7 +120,7 @@ def check_stragglers(job: Job, attempt: Attempt, instances: list[Instance], back
         if inst.status != InstanceStatus.RUNNING:
             continue
         try:
-            tail = backend.tail_log(attempt.backend_handle, inst.name, STRAGGLER_TAIL)
+            tail = InstanceLog(backend, attempt.backend_handle, inst.name).tail(STRAGGLER_TAIL)
         except BackendError:
             continue
         logs[inst.name] = tail.decode("utf-8", "replace").splitlines()[1:]  # the first may be cut
