@@ -991,13 +991,31 @@ LOG_SIGNATURES: tuple[Signature, ...] = (
     # ---- network configuration ----------------------------------------------------
     Signature(
         rule="nccl-no-socket-interface", family="network",
-        pattern=_re(r"no socket interface found"),
+        pattern=_re(r"no socket interface found|No usable listening interface found"),
         retryable=False, error_code="NCCL_NO_INTERFACE",
         message="NCCL found no usable network interface",
         cause="NCCL could not find the network interface it was told to use (NCCL_SOCKET_IFNAME) "
               "or any usable one, a configuration problem of the job or the node.",
         next_step="Fix or remove NCCL_SOCKET_IFNAME (or the node's interface setup), then submit the job again.",
-        documented="NCCL bootstrap \"Bootstrap : no socket interface found\"; corpus network-004",
+        documented="NCCL bootstrap \"Bootstrap : no socket interface found\", \"NET/Socket : No usable listening "
+                   "interface found\" (no local interface in NCCL_COMM_ID's subnet); corpus network-004",
+    ),
+    # Decision: not retryable. NCCL's troubleshooting guide gives these two for an
+    # InfiniBand setup that cannot pin (register) enough memory: the memlock limit of the
+    # instance (ulimit -l, a container's default), fixed by the configuration, not by a rerun.
+    Signature(
+        rule="nccl-ib-memlock", family="network",
+        pattern=_re(r"Call to ibv_(?:reg_mr|reg_mr_iova2|reg_dmabuf_mr|create_qp) failed"),
+        retryable=False, error_code="NCCL_IB_MEMLOCK",
+        message="NCCL could not register memory with the InfiniBand adapter",
+        cause="NCCL could not pin memory for InfiniBand (or create its queue pairs), which NCCL's guide "
+              "traces to the instance's locked-memory limit (ulimit -l) or the node's RDMA setup; every "
+              "attempt fails the same way.",
+        next_step="Give the instance an unlimited locked-memory limit (memlock, e.g. --ulimit memlock=-1 "
+                  "for docker) or ask an administrator to check GPUDirect RDMA, then submit the job again.",
+        documented="NCCL docs, troubleshooting, InfiniBand: \"NCCL WARN Call to ibv_reg_mr failed\" / \"Call to "
+                   "ibv_create_qp failed\": \"remove the user limits on registering pinned memory\" (memlock unlimited); "
+                   "corpus network-015 (NVIDIA/nccl-tests#206: ulimit -l was 8192)",
     ),
     Signature(
         rule="evicted-node-pressure", family="preemption",

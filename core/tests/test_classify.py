@@ -255,6 +255,11 @@ SAMPLES: list[tuple[str, int, str]] = [
      "[rank5]: CUDA kernel errors might be asynchronously reported at some other API call\n"),
     ("evicted-over-own-limit", 1,
      "Warning  Evicted  3m  kubelet  Pod ephemeral local storage usage exceeds the total limit of containers 20Gi.\n"),
+    ("nccl-ib-memlock", 1,
+     "[rank0]: torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:1970, "
+     "unhandled system error (run with NCCL_DEBUG=INFO for details), NCCL version 2.19.3\n"
+     "[rank0]: Last error:\n"
+     "[rank0]: Call to ibv_reg_mr failed with error Cannot allocate memory\n"),
     ("store-barrier-timeout", 1,
      "RuntimeError: Timed out initializing process group in store based barrier on rank: 3, for key: "
      "store_based_barrier_key:1 (world_size=4, worker_count=3, timeout=0:30:00)\n"),
@@ -584,6 +589,13 @@ def test_an_eviction_for_the_pods_own_disk_limit_is_not_retried_but_node_pressur
         exit_code=None, signal=None, backend_reason="Evicted",
         log_tail="Message: The node was low on resource: ephemeral-storage.\n"))
     assert pressure.retryable is True
+
+
+def test_nccl_without_a_usable_interface_in_its_comm_id_subnet_is_a_configuration():
+    got = classify("node-2:31:31 [0] NCCL WARN NET/Socket : No interface found in the same subnet as remote "
+                   "address 10.9.0.4<45015>\n"
+                   "node-2:31:31 [0] NCCL WARN NET/Socket : No usable listening interface found\n")
+    assert (got.rule, got.retryable) == ("nccl-no-socket-interface", False)
 
 
 def test_import_error_for_a_missing_shared_library_is_an_import_error():
