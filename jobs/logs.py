@@ -44,6 +44,16 @@ class InstanceLog:
         except OSError:
             return None
 
+    def last_write(self) -> float | None:
+        """When the log was last written (its mtime, epoch seconds) when it is a
+        local file that exists, else None: the instance's last output."""
+        if not self.path:
+            return None
+        try:
+            return os.stat(self.path).st_mtime
+        except OSError:
+            return None
+
     def read(self, offset: int, limit: int | None) -> bytes:
         """Bytes from `offset`; b"" past the end or before the file exists. A
         backend's refusal is its BackendError."""

@@ -12,6 +12,7 @@
             {"type": "log", "attempt", "instance", "offset", "next_offset", "line", "next_line",
              "lines": [...]}
             {"type": "log_target", "attempt", "instance", "line" or null, "why"}
+            {"type": "output", "attempt", "instances": {name: epoch seconds}}
 
 `line` is the 1-based number, counted from the start of the file, of the first
 line of a batch, so the page can number every line and link to it. A client may
@@ -22,6 +23,10 @@ the classifier used) or {"instance", "first_error": true} (the first line that
 looks like an error). The stream of that instance then starts TARGET_CONTEXT
 lines before the target, and a "log_target" message names the target's line
 number (null with a `why` when there is no such line).
+
+"output" says when each instance of the current attempt last wrote its log (the
+log file's mtime, what the monitor records as last output), every REFRESH
+seconds when it changed, for the Instances panel.
 
 Logs are tailed per connection: every TICK seconds the consumer reads the new
 bytes of each watched instance log from its byte offset, cuts them at the last
@@ -340,6 +345,7 @@ class JobConsumer(BoundedClientJson, AccessGuard, AsyncJsonWebsocketConsumer):
         number = fixed_attempt
         logs: dict[str, InstanceLog] = {}
         view = None
+        said_output: dict = {}
         next_refresh = 0.0
         metrics.in_background(metrics.log_viewers, 1)
         try:
@@ -352,8 +358,9 @@ class JobConsumer(BoundedClientJson, AccessGuard, AsyncJsonWebsocketConsumer):
                 if now >= next_refresh:
                     next_refresh = now + REFRESH
                     metrics.in_background(metrics.log_viewers)  # keeps this stream counted
+                    state = await _job_state(self.job_id)
+                    current = (state or {}).get("current_attempt") or None
                     if fixed_attempt is None:
-                        state = await _job_state(self.job_id)
                         if state and state["current_attempt"] and state["current_attempt"] != number:
                             if number is not None:
                                 await self._drain(number, logs, offsets, lines)
@@ -372,6 +379,9 @@ class JobConsumer(BoundedClientJson, AccessGuard, AsyncJsonWebsocketConsumer):
                             for name in names if backend else ():
                                 if (only is None or name in only) and name not in logs:
                                     logs[name] = InstanceLog(backend, handle, name)
+                    if current:
+                        said_output = await self._send_output(current, view if current == number else None,
+                                                              said_output)
                 if target is not None and target["instance"] in logs:
                     await self._open_at(number, logs[target["instance"]], target, offsets, lines)
                     target = None
@@ -393,6 +403,29 @@ class JobConsumer(BoundedClientJson, AccessGuard, AsyncJsonWebsocketConsumer):
             for c in logs.values():
                 c.close()
             metrics.in_background(metrics.log_viewers, -1)
+
+    async def _send_output(self, current: int, view: tuple | None, said: dict) -> dict:
+        """Tell the page when each instance of the current attempt last wrote to its
+        log (every REFRESH, when it changed), whichever instances the log view shows:
+        the Instances panel's "Last output" follows the logs, not the monitor's poll."""
+        if view is None:
+            view = await _attempt_view(self.job_id, current)
+        if view is None or not view[0]:
+            return said
+        handle, names, backend_name = view
+        try:
+            backend = get_backend(backend_name)
+        except BackendError:
+            return said
+        times = {}
+        for name in names:
+            when = InstanceLog(backend, handle, name).last_write()
+            if when is not None:
+                times[name] = when
+        now = {"attempt": current, "instances": times}
+        if times and now != said:
+            await self.send_json({"type": "output", **now})
+        return now
 
     async def _drain(self, number: int, logs: dict, offsets: dict, lines: dict) -> None:
         """Send what is left of an attempt's logs, its last partial line included,

@@ -8,6 +8,7 @@ import { initLogSearch } from "./log-search.js";
 import { LogView } from "./log-view.js";
 import { addEvent } from "./monitor-log.js";
 import { refreshPart } from "./parts.js";
+import { localize } from "./times.js";
 
 function readJson(id, fallback) {
   const el = document.getElementById(id);
@@ -203,6 +204,28 @@ export function initJob(el) {
     logRoot.scrollIntoView({ block: "nearest" });
   });
 
+  // "Last output" of each instance of the current attempt, from the socket's "output"
+  // messages (the log files' last writes): {instance: epoch ms}. Kept across the
+  // panel's re-renders, which carry the monitor's older value.
+  let lastOutput = {};
+  let lastOutputAttempt = currentAttempt;
+  function showLastOutput() {
+    document.querySelectorAll("#part-instances [data-last-output]").forEach((td) => {
+      const ms = lastOutput[td.getAttribute("data-last-output")];
+      if (ms === undefined) return;
+      const have = td.querySelector("time[datetime]");
+      if (have && new Date(have.getAttribute("datetime")).getTime() >= ms) return;
+      const t = document.createElement("time");
+      t.setAttribute("datetime", new Date(ms).toISOString());
+      t.setAttribute("data-ago", "");
+      td.textContent = "";
+      td.appendChild(t);
+    });
+    localize(document.getElementById("part-instances"));
+  }
+  // "5s ago" stays true between messages.
+  setInterval(() => localize(document.getElementById("part-instances")), 1000);
+
   function refresh(parts) {
     parts.forEach((p) => refreshPart("part-" + p, 300));
   }
@@ -219,6 +242,12 @@ export function initJob(el) {
         offsets[key] = msg.next_offset;
         if (typeof msg.next_line === "number") nextLines[key] = msg.next_line;
         view.add(msg);
+      } else if (msg.type === "output") {
+        if (msg.attempt !== lastOutputAttempt) { lastOutput = {}; lastOutputAttempt = msg.attempt; }
+        Object.keys(msg.instances || {}).forEach((name) => {
+          lastOutput[name] = Math.max(lastOutput[name] || 0, Math.round(msg.instances[name] * 1000));
+        });
+        showLastOutput();
       } else if (msg.type === "log_target") {
         if (!pendingTarget || msg.instance !== pendingTarget.instance) return;
         const asked = pendingTarget;
@@ -266,6 +295,7 @@ export function initJob(el) {
 
   document.addEventListener("htmx:afterSwap", (e) => {
     if (e.target.id !== "part-instances") return;
+    showLastOutput();
     // Keep the instance choices and the download links in step with the current attempt.
     const have = Array.prototype.map.call(instanceSel.options, (o) => o.value);
     e.target.querySelectorAll("[data-show-instance]").forEach((a) => {

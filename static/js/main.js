@@ -4,6 +4,7 @@
 import { initJob } from "./job-page.js";
 import { initKeysDialog } from "./keys.js";
 import { localize } from "./times.js";
+import { followTimelines } from "./timeline.js";
 import { initWorkspace } from "./workspace.js";
 
 // A button that shows or hides the row it controls (restart records' details).
@@ -17,6 +18,7 @@ document.addEventListener("click", (e) => {
 });
 document.addEventListener("htmx:afterSwap", (e) => localize(e.target));
 initKeysDialog();
+followTimelines();
 
 localize(document);
 setInterval(() => localize(document), 15000);
