@@ -27,7 +27,7 @@ PRINTING = 'i=0; while [ $i -lt 300 ]; do echo "rank $VIGIL_INSTANCE step $i"; i
 
 
 def tick_until(job, condition, timeout=20.0):
-    from monitoring.monitor import run_job
+    from monitoring.tick import run_job
 
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
