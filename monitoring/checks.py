@@ -18,9 +18,11 @@ from core.stragglers import StragglerVerdict, find_stragglers
 from jobs import actions
 from jobs.backends.base import Backend, BackendError
 from jobs.logs import InstanceLog
-from jobs.models import Attempt, DiagnosisKind, DiagnosisTrigger, EventLevel, EventType, Instance, InstanceStatus, Job
+from jobs.models import (
+    Attempt, C4DReport, DiagnosisKind, DiagnosisTrigger, EventLevel, EventType, Instance, InstanceStatus, Job,
+)
 from monitoring import diagnose
-from monitoring.failures import TAIL_BYTES, epoch
+from monitoring.failures import PROGRESS_RE, TAIL_BYTES, epoch
 from monitoring.restarts import Outcome, on_problem
 from monitoring.state import MonitorState
 
@@ -31,7 +33,7 @@ STRAGGLER_TAIL = 64 * 1024
 
 
 def check_problems(job: Job, config: FaultToleranceConfig, attempt: Attempt, instances: list[Instance],
-                   now: datetime) -> Outcome | None:
+                   backend: Backend, now: datetime) -> Outcome | None:
     """Hang and exit hang (Sync jobs with the detections on)."""
     if config.job_execution_mode != ExecutionMode.SYNC:
         return None
@@ -43,10 +45,10 @@ def check_problems(job: Job, config: FaultToleranceConfig, attempt: Attempt, ins
         exited_at=epoch(i.exited_at),
     ) for i in instances]
     started = epoch(attempt.starting_at) or epoch(attempt.queued_at) or now.timestamp()
-    # Until the start-up interval is wired in here (issue 14), every attempt counts as
-    # having made progress, so the hang interval applies from the start as before.
+    progress = (first_progress_of(job, config, attempt, instances, backend, now)
+                if hang.effective_hang_interval(config, job.hang_interval_override) is not None else None)
     verdict = hang.check_hang(config, job.hang_interval_override, activity, started, now.timestamp(),
-                              first_progress_at=started, override_set_at=epoch(job.hang_interval_set_at))
+                              first_progress_at=progress, override_set_at=epoch(job.hang_interval_set_at))
     if verdict is not None:
         return on_problem(job, attempt, instances, ErrorSource.HANG, EventType.HANG, verdict.message, now)
     exit_verdict = hang.check_exit_hang(config, activity, now.timestamp())
@@ -54,6 +56,43 @@ def check_problems(job: Job, config: FaultToleranceConfig, attempt: Attempt, ins
         return on_problem(job, attempt, instances, ErrorSource.EXIT_HANG, EventType.EXIT_HANG,
                           exit_verdict.message, now)
     return None
+
+
+def first_progress_of(job: Job, config: FaultToleranceConfig, attempt: Attempt, instances: list[Instance],
+                      backend: Backend, now: datetime) -> float | None:
+    """When the attempt first made progress (the end of its start-up interval), as the
+    restart-loop breaker counts progress: the SDK's report_progress, a step line in a
+    log, and with C4D on a rank's first collective. Found once and kept in
+    Attempt.first_progress_at; until then only logs written since the last look are read."""
+    if attempt.first_progress_at is not None:
+        return attempt.first_progress_at.timestamp()
+    found: datetime | None = None
+    if config.enable_c4d_hang_detection and (
+            C4DReport.objects.filter(job=job, attempt=attempt.number).exclude(records=[]).exists()):
+        found = now
+    state = MonitorState.load(job)
+    looked = state.progress_scan_at if state.progress_scan_attempt == attempt.number else None
+    read_any = False
+    for inst in instances if found is None else ():
+        # A log's mtime not after the last look: everything in it was read then.
+        if inst.last_output_at is None or (looked is not None and inst.last_output_at.timestamp() <= looked):
+            continue
+        try:
+            tail = InstanceLog(backend, attempt.backend_handle, inst.name).tail(TAIL_BYTES)
+        except BackendError:
+            continue
+        read_any = True
+        if PROGRESS_RE.search(tail):
+            found = min(inst.last_output_at, now)  # the line was written by its log's last write
+            break
+    if found is None:
+        if read_any:
+            state.progress_scan_at, state.progress_scan_attempt = now.timestamp(), attempt.number
+            state.save(job)  # lost to another worker: the next tick reads those logs again
+        return None
+    Attempt.objects.filter(pk=attempt.pk, first_progress_at__isnull=True).update(first_progress_at=found)
+    attempt.first_progress_at = found
+    return found.timestamp()
 
 
 def check_c4d(job: Job, config: FaultToleranceConfig, attempt: Attempt, instances: list[Instance],

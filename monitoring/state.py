@@ -22,6 +22,10 @@ class MonitorState:
     log_scan_at: float | None = None  # when the logs were last scanned for watchdog hints
     watchdog_suggested: int | None = None  # the hang interval a watchdog hint suggested
     stragglers_at: float = 0.0  # when the straggler check last ran
+    # When the logs of progress_scan_attempt were last read for a first step line
+    # (checks.first_progress_of): logs not written since hold none.
+    progress_scan_at: float | None = None
+    progress_scan_attempt: int | None = None
     # The Job.monitor_state_version this state was read at; not stored in the blob.
     version: int = field(default=0, compare=False)
 

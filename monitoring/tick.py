@@ -154,7 +154,7 @@ def run_job(job_id: int, now: datetime | None = None, *, snapshot: JobSnapshot |
     if job.status != JobStatus.RUNNING:
         return result
     if job.fault_tolerance:
-        problem = (checks.check_problems(job, job.ft, attempt, instances, now)
+        problem = (checks.check_problems(job, job.ft, attempt, instances, backend, now)
                    or checks.check_c4d(job, job.ft, attempt, instances, now))
         if problem:
             result.action, result.reason = problem

@@ -50,6 +50,10 @@ SCRIPT = textwrap.dedent(
     if mode == "hang":
         print("step=1", flush=True)
         time.sleep(60)
+    if mode == "slow_start":  # a silent start-up (imports, rendezvous), one step, then a stall
+        time.sleep(float(os.environ["SLOW_START"]))
+        print("step=1", flush=True)
+        time.sleep(60)
     if mode == "exit_hang":
         if me == who:
             print("step=1 done early", flush=True)
@@ -73,8 +77,8 @@ def script(tmp_path):
     return path
 
 
-def submit(api, ws, body, script, args, mode, faulty="worker-0", **over):
-    envs = {"MODE": mode, "FAULTY": faulty, "MARKERS": str(script.parent / "markers")}
+def submit(api, ws, body, script, args, mode, faulty="worker-0", extra_envs=None, **over):
+    envs = {"MODE": mode, "FAULTY": faulty, "MARKERS": str(script.parent / "markers"), **(extra_envs or {})}
     b = body(
         ws,
         user_command=f"{sys.executable} {script}",
@@ -162,6 +166,30 @@ def test_a_hang_with_a_2_second_interval_is_detected_and_restarted(api, alice_ws
     job = tick_until(job, lambda j: j.current_attempt == 2, seconds=15)
     hang = JobEvent.objects.get(job=job, type="hang")
     assert "2 s" in hang.message
+    assert RestartRecord.objects.get(job=job).error_source == "Hang"
+
+
+def test_a_silent_start_up_is_not_a_hang_but_a_stall_after_the_first_progress_is(
+        api, alice_ws, job_body, local_backend, script):
+    # 4 s hang interval, start-up interval left out (so 600 s); every rank is silent for
+    # 10 s after its first line, writes one step line, then stalls.
+    job = submit(api, alice_ws, job_body, script,
+                 "--enable-job-restart=True --max-num-of-job-restart=1 --enable-job-hang-detection=True "
+                 "--job-hang-interval=4", "slow_start", extra_envs={"SLOW_START": "10"})
+    job = tick_until(job, lambda j: Attempt.objects.filter(job=j, number=1, first_progress_at__isnull=False).exists(),
+                     seconds=40, backend=local_backend, what="make its first progress")
+    attempt = Attempt.objects.get(job=job, number=1)
+    # the silence was real: the script slept 10 s (starting_at is stamped just before the
+    # processes start, the step line's time is its log's mtime: a few ms either way)
+    assert (attempt.first_progress_at - attempt.starting_at).total_seconds() >= 9.5
+    assert not JobEvent.objects.filter(job=job, type="hang").exists() and job.current_attempt == 1
+
+    job = tick_until(job, lambda j: JobEvent.objects.filter(job=j, type="hang").exists(), seconds=15,
+                     backend=local_backend, what="hang after its first progress")
+    event = JobEvent.objects.get(job=job, type="hang")
+    last_output = max(i.last_output_at for i in Instance.objects.filter(attempt=attempt))
+    assert (event.created_at - last_output).total_seconds() <= 4 + 1
+    assert "at least the hang interval of 4 s" in event.message
     assert RestartRecord.objects.get(job=job).error_source == "Hang"
 
 
