@@ -35,7 +35,7 @@ from core.flags import (
 from .access import masked_envs
 from .inputs import whole_number
 from .models import JobType
-from .submission import ALLOWED_GPU_COUNTS, JOB_TYPE_ROLES
+from .submission import ALLOWED_GPU_COUNTS, JOB_TYPE_ROLES, MAX_DISPLAY_NAME
 
 ROLE_ROWS = 4
 ALL_ROLES = ("Master", "Worker", "PS", "Chief", "Evaluator", "Launcher")
@@ -69,7 +69,9 @@ def _num(**attrs):
 
 
 class JobForm(forms.Form):
-    display_name = forms.CharField(label="Name", max_length=128, required=False)
+    # maxlength only helps the browser; the rule is JobSubmitSerializer's.
+    display_name = forms.CharField(label="Name", required=False,
+                                   widget=forms.TextInput(attrs={"maxlength": MAX_DISPLAY_NAME}))
     job_type = forms.ChoiceField(label="Job type", choices=JobType.choices, initial=JobType.PYTORCH)
     user_command = forms.CharField(label="Command", required=False,
                                    widget=forms.Textarea(attrs={"rows": 3, "spellcheck": "false", "class": "mono"}))

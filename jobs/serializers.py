@@ -510,6 +510,21 @@ class JobSubmitSerializer(FlatErrorsSerializer):
         )
 
 
+# --- a retryable keyword from a verdict (the job page, issue 13) -------------------------------
+
+
+class RetryableKeywordSerializer(serializers.Serializer):
+    """The job page's "make this line retryable" post."""
+
+    keyword = serializers.CharField(max_length=MAX_KEYWORD_LENGTH, trim_whitespace=True)
+    scope = serializers.ChoiceField(choices=["job", "workspace"])
+
+    def validate_keyword(self, value: str) -> str:
+        if "\n" in value or "\r" in value:
+            raise serializers.ValidationError("one line only: the keyword is matched within a line.")
+        return value
+
+
 # --- runtime PATCH -----------------------------------------------------------------------------
 
 MAX_HANG_INTERVAL = 30 * 24 * 3600

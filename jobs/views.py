@@ -30,6 +30,7 @@ from .hang_panel import hang_panel
 from .inputs import query_int
 from .logs import InstanceLog
 from .models import ADMIN_ROLES, WRITE_ROLES, Attempt, EventType, Instance, JobEvent, JobStatus, RestartRecord
+from .serializers import RetryableKeywordSerializer
 from .verdicts import describe
 
 LIST_PAGE_SIZE = 50
@@ -328,16 +329,6 @@ def job_token_reset(request, slug, job_id):
 
 
 # --- retryable keywords from a verdict (issue 13) ---------------------------------------
-
-class RetryableKeywordSerializer(drf_serializers.Serializer):
-    keyword = drf_serializers.CharField(max_length=256, trim_whitespace=True)
-    scope = drf_serializers.ChoiceField(choices=["job", "workspace"])
-
-    def validate_keyword(self, value):
-        if "\n" in value or "\r" in value:
-            raise drf_serializers.ValidationError("one line only: the keyword is matched within a line.")
-        return value
-
 
 @login_required
 @require_POST
