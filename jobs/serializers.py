@@ -456,6 +456,15 @@ class JobSubmitSerializer(FlatErrorsSerializer):
                       required=False, allow_null=True, allow_blank=True, default="")
     settings = SubmissionSettingsSerializer(required=False, allow_null=True)
 
+    def to_internal_value(self, data: Any) -> Any:
+        try:
+            return super().to_internal_value(data)
+        except serializers.ValidationError as exc:
+            if isinstance(exc.detail, dict) and "job_type" in exc.detail:
+                # Roles are judged against a known job type (its roles, their caps): fix the type first.
+                exc.detail.pop("job_specs", None)
+            raise
+
     def validate_job_specs(self, specs: list[dict]) -> list[dict]:
         """The roles against the job type: known, each once, within its cap, the required ones there."""
         job_type = self.initial_data.get("job_type") if isinstance(self.initial_data, dict) else None
