@@ -247,3 +247,28 @@ def test_the_openapi_schema_describes_the_job_endpoints(alice, api_as):
     text = r.content.decode()
     for path in ("/api/v1/jobs/", "/api/v1/jobs/{id}/stop/", "/api/v1/jobs/{id}/restarts/", "/api/v1/jobs/{id}/logs/"):
         assert path in text
+
+
+def test_the_schema_describes_every_request_body_from_its_serializer(alice, api_as):
+    schema = api_as(alice).get("/api/schema/", HTTP_ACCEPT="application/json").json()
+    components = schema["components"]["schemas"]
+    submit = components["JobSubmit"]["properties"]
+    assert submit["job_specs"]["items"]["$ref"].endswith("/RoleSpec")
+    assert set(components["ResourceConfig"]["properties"]) == {"cpu", "memory", "gpu"}
+    assert "retryable_errors" in components["SubmissionSettings"]["properties"]
+    assert "job_hang_interval" in components["Runtime"]["properties"]
+    for name, fields in {"SdkMessage": {"content", "rank", "instance", "attempt"}, "SdkRetryableErrors": {"keywords"},
+                         "SdkConfig": {"job_hang_interval"}, "SdkProgress": {"step", "metrics"},
+                         "SdkC4D": {"rank", "attempt", "records"}}.items():
+        assert fields <= set(components[name]["properties"]), name
+
+
+def test_nested_serializer_errors_are_named_by_the_path_the_caller_sent():
+    from jobs.inputs import flat_errors
+
+    nested = {"job_specs": [{}, {"resource_config": {"gpu": ["bad"]}}], "settings": {"non_field_errors": ["obj"]},
+              "non_field_errors": ["body"], "records": {0: {"op": ["empty"]}}}
+    assert flat_errors(nested) == {"job_specs.1.resource_config.gpu": ["bad"], "settings": ["obj"],
+                                   "non_field_errors": ["body"], "records.0.op": ["empty"]}
+    assert flat_errors({"records": {0: {"op": ["empty"]}}, "keywords": {2: ["long"]}}, brackets=True) == {
+        "records[0].op": ["empty"], "keywords[2]": ["long"]}

@@ -529,3 +529,23 @@ def test_the_job_page_shows_the_interval_in_force_and_both_suggestions_agreeing_
     assert re.search(r'data-startup="false" data-interval="450">Making progress: silent \d+ of 7.5 min<', html)
     assert 'id="hang-set" data-seconds="450"' in html and "set at run time, the watchdog suggestion" in html
     assert html.index("what you set") > html.index('id="hang-watchdog"')
+
+
+@pytest.mark.parametrize("form_change, api_change, field_id, path", [
+    ({"display_name": "x" * 129}, {"display_name": "x" * 129}, "id_display_name", "display_name"),
+    ({"role_1_replicas": "²"}, {"job_specs": [{"type": "Master", "pod_count": 1}, {"type": "Worker", "pod_count": "²"}]},
+     "id_role_1_replicas", "job_specs.1.pod_count"),
+    ({"workdir": "relative/dir"}, {"workdir": "relative/dir"}, "id_workdir", "workdir"),
+    ({"envs": "LD_PRELOAD=/tmp/x.so"}, {"envs": {"LD_PRELOAD": "/tmp/x.so"}}, "id_envs", "envs.LD_PRELOAD"),
+])
+def test_the_form_and_the_api_refuse_a_value_with_the_same_words(client, alice, alice_ws, api_as, job_body,
+                                                                  form_change, api_change, field_id, path):
+    """One source of validation: the form has no rules of its own, JobSubmitSerializer speaks for both."""
+    client.force_login(alice)
+    page = client.post(reverse("pages:job-new", args=[alice_ws.slug]), form_data(**form_change))
+    assert page.status_code == 400
+    api = api_as(alice).post("/api/v1/jobs/", job_body(alice_ws, **api_change), format="json")
+    assert api.status_code == 400, api.content
+    (message,) = api.json()[path]
+    assert _error_beside(page.content.decode(), field_id).endswith(message)
+    assert Job.objects.count() == 0
