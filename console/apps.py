@@ -1,4 +1,7 @@
 from django.apps import AppConfig
+from django.db.backends.signals import connection_created
+
+from .datadir import secure_sqlite
 
 
 class ConsoleConfig(AppConfig):
@@ -6,8 +9,6 @@ class ConsoleConfig(AppConfig):
     verbose_name = "Vigil console"
 
     def ready(self):
-        from django.db.backends.signals import connection_created
-
         from . import checks  # noqa: F401  (registers the system checks)
 
         connection_created.connect(_secure_sqlite, dispatch_uid="vigil-secure-sqlite")
@@ -16,8 +17,6 @@ class ConsoleConfig(AppConfig):
 def _secure_sqlite(sender, connection, **kwargs):
     """SQLite creates the database file with the umask's mode: make it the console's alone."""
     if connection.vendor == "sqlite":
-        from .datadir import secure_sqlite
-
         name = str(connection.settings_dict.get("NAME") or "")
         if name and name != ":memory:" and not name.startswith("file:"):
             secure_sqlite(name)

@@ -15,7 +15,10 @@ from __future__ import annotations
 import re
 
 from django.conf import settings
+from django.contrib.auth.models import Permission
+from django.contrib.contenttypes.models import ContentType
 
+from .models import ADMIN_ROLES, Job
 from .submission import MASKED_VALUE
 
 APP = "jobs"
@@ -42,11 +45,6 @@ def backend_names() -> list[str]:
 
 def backend_permission(backend: str):
     """The Permission row of one backend, created when missing."""
-    from django.contrib.auth.models import Permission
-    from django.contrib.contenttypes.models import ContentType
-
-    from .models import Job
-
     ct = ContentType.objects.get_for_model(Job)
     perm, _ = Permission.objects.get_or_create(
         content_type=ct, codename=codename(backend),
@@ -111,6 +109,4 @@ def sees_secrets(role: str | None, user_id: int | None, job) -> bool:
     """Owners and admins of the job's workspace see its environment in full, and so
     does the person who submitted it; everyone else (viewers, other members) sees
     secret-looking values masked."""
-    from .models import ADMIN_ROLES
-
     return role in ADMIN_ROLES or (user_id is not None and job.created_by_id == user_id)

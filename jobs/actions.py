@@ -16,6 +16,7 @@ from infra.bounded import call_bounded
 
 from . import events, faults
 from .access import missing_backend_permission, may_run_on
+from .backends import get_backend
 from .backends.base import AttemptLaunch, BackendError, InstanceLaunch, LaunchInProgress
 from .inputs import workspace_ref
 from .models import (
@@ -291,8 +292,6 @@ def attempt_launch_spec(job: Job, attempt: Attempt, avoid_nodes=()) -> AttemptLa
 
 
 def get_backend_for(job: Job):
-    from .backends import get_backend
-
     return get_backend(job.backend)
 
 
