@@ -8,8 +8,14 @@ A stack is the frame sequence of one thread, innermost frame first, identified b
 (function, file, line) per frame. Files are compared by py-spy's short name
 (relative to sys.path, e.g. ``torch/distributed/distributed_c10d.py``) so that the
 same code installed under different prefixes on different nodes still matches.
-Stacks shared by exactly one thread are *suspects* (SPEC 6): in a hung job most
-ranks wait in the same place and the odd one out is where to look.
+Which processes are *suspects* is decided by evidence, strongest first (SPEC 6,
+`find_culprits`): a rank outside every collective while its peers wait in one; a
+rank in a different collective from its peers (a lower sequence number where C4D
+gives one, else a different operation); a rank whose stack differs from the
+majority's outside its waits; only then the odd one out. Vigil's own threads,
+launchers and idle helper threads are shown but never suspects, and when the
+evidence points nowhere there is no suspect. The rules compare processes, not
+threads, so they hold for 2 ranks as for 1,000.
 """
 
 from __future__ import annotations
@@ -23,9 +29,11 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Iterable, Mapping, Sequence
 
 import psutil
+
+from core.classify import Classification, ErrorSource
 
 # Why a dump may fail; the shells turn these into a diagnosis, never an exception.
 PY_SPY_MISSING = "py-spy-missing"
@@ -42,6 +50,27 @@ _IDLE_FILES = {
 }
 _IDLE_FUNCTIONS = {"wait", "select", "poll", "get", "accept", "_worker", "_recv", "recv",
                    "_run_once", "serve_forever", "epoll", "join"}
+
+
+# torch.distributed functions a rank blocks in while it waits for its peers. Matched on
+# the innermost such frame in a file under torch/distributed/ (py-spy's short name).
+COLLECTIVES = frozenset({
+    "all_reduce", "all_gather", "broadcast", "reduce_scatter", "barrier", "all_to_all", "reduce",
+    "gather", "scatter", "all_gather_into_tensor", "reduce_scatter_tensor", "all_to_all_single",
+    "monitored_barrier", "all_gather_object", "broadcast_object_list", "gather_object",
+    "scatter_object_list", "all_reduce_coalesced", "send", "recv", "batch_isend_irecv",
+    "_store_based_barrier", "wait",
+})
+# Frames of processes that launch ranks rather than train (torchrun's agent): never suspects.
+_LAUNCHER_FILES = ("torch/distributed/elastic/", "torch/distributed/run.py",
+                   "torch/distributed/launch.py")
+
+# The evidence a suspect was found by, strongest first.
+RULE_OUTSIDE_COLLECTIVE = "outside-collective"
+RULE_DESYNC = "desync"
+RULE_DIFFERENT_FRAME = "different-frame"
+RULE_ODD_ONE_OUT = "odd-one-out"
+RULES = (RULE_OUTSIDE_COLLECTIVE, RULE_DESYNC, RULE_DIFFERENT_FRAME, RULE_ODD_ONE_OUT)
 
 
 @dataclass(frozen=True)
@@ -77,6 +106,41 @@ class ThreadStack:
         base = os.path.basename(top.file)
         name = top.function.rsplit(".", 1)[-1]
         return base in _IDLE_FILES and name in _IDLE_FUNCTIONS
+
+    @property
+    def vigil(self) -> bool:
+        """One of Vigil's own SDK threads (progress reporter, C4D flusher, HTTP sender).
+
+        Told by the thread's name or by code of the vigil package on a thread other than
+        the main one: the main thread runs through vigil/c4d.py's collective wrapper."""
+        if self.thread_name.startswith("vigil-"):
+            return True
+        return self.thread_name != "MainThread" and any(_in_vigil(f) for f in self.frames)
+
+    @property
+    def collective(self) -> Frame | None:
+        """The torch.distributed collective this thread waits in, innermost first."""
+        return next((f for f in self.frames if _is_collective(f)), None)
+
+
+def _in_vigil(frame: Frame) -> bool:
+    return frame.file.startswith("vigil/") or "/vigil/" in frame.file
+
+
+def _in_torch_distributed(frame: Frame) -> bool:
+    return frame.file.startswith("torch/distributed/") or "/torch/distributed/" in frame.file
+
+
+def _is_collective(frame: Frame) -> bool:
+    return _in_torch_distributed(frame) and frame.function.rsplit(".", 1)[-1] in COLLECTIVES
+
+
+def _is_wait(frame: Frame) -> bool:
+    """A frame that only waits: in torch.distributed, in Vigil's wrapper, or parked stdlib."""
+    if _in_torch_distributed(frame) or _in_vigil(frame):
+        return True
+    name = frame.function.rsplit(".", 1)[-1]
+    return os.path.basename(frame.file) in _IDLE_FILES and name in _IDLE_FUNCTIONS
 
 
 @dataclass(frozen=True)
@@ -117,11 +181,47 @@ class ThreadRef:
 
 
 @dataclass(frozen=True)
+class Suspect:
+    """One suspect process, the thread that gave the evidence, and why in one sentence."""
+
+    thread: ThreadRef
+    rule: str
+    why: str            # one sentence for the snapshot
+    where: str          # the function it is stuck in ("compute_forever", "barrier")
+    frame: Frame | None
+
+    def to_dict(self) -> dict:
+        return {"instance": self.thread.instance, "rank": self.thread.rank, "pid": self.thread.pid,
+                "thread_id": self.thread.thread_id, "thread_name": self.thread.thread_name,
+                "rule": self.rule, "why": self.why, "where": self.where}
+
+
+@dataclass(frozen=True)
+class Culprits:
+    """What the stacks say about who hangs: suspects strongest first, or none and why.
+
+    `why` is one sentence for the snapshot; `cause` and `next_step` are for the hang's
+    restart record ("worker-0 stopped making progress in `compute_forever` while
+    master-0 waited in `all_reduce`")."""
+
+    suspects: tuple[Suspect, ...]
+    why: str
+    cause: str
+    next_step: str
+
+    def to_dict(self) -> dict:
+        return {"suspects": [s.to_dict() for s in self.suspects], "why": self.why,
+                "cause": self.cause, "next_step": self.next_step}
+
+
+@dataclass(frozen=True)
 class AggregatedStack:
     frames: tuple[Frame, ...]
     threads: tuple[ThreadRef, ...]
     suspect: bool
     idle: bool
+    vigil: bool = False
+    why: str = ""       # why it is a suspect, one sentence ("" when it is not)
 
     @property
     def count(self) -> int:
@@ -136,6 +236,8 @@ class AggregatedStack:
             "count": self.count,
             "suspect": self.suspect,
             "idle": self.idle,
+            "vigil": self.vigil,
+            "why": self.why,
             "frames": [
                 {"function": f.function, "file": f.file, "line": f.line, "path": f.path}
                 for f in self.frames
@@ -184,32 +286,260 @@ def parse_py_spy_json(text: str, pid: int, instance: str = "", rank: int | None 
                          duration_s=duration_s)
 
 
-def aggregate_stacks(dumps: Sequence[ProcessStacks]) -> list[AggregatedStack]:
+def aggregate_stacks(dumps: Sequence[ProcessStacks],
+                     culprits: Culprits | None = None) -> list[AggregatedStack]:
     """Group identical stacks across processes and threads.
 
-    Sorted suspects first (busy before idle), then by count ascending, so the
-    rarest stacks, where a hang usually is, come first. Suspects need at least two
-    threads to compare: a lone thread is not "different from the others".
+    A stack is a suspect when it holds a suspect's thread (`find_culprits`, computed
+    here when not given). Sorted suspects first, strongest evidence first; then busy
+    stacks before idle and Vigil's own, each by count ascending, so the rarest come first.
     """
+    if culprits is None:
+        culprits = find_culprits(dumps)
+    order = {(s.thread.instance, s.thread.pid, s.thread.thread_id): i
+             for i, s in enumerate(culprits.suspects)}
     groups: dict[tuple, list[tuple[ThreadStack, ThreadRef]]] = {}
     for dump in dumps:
         for thread in dump.threads:
             key = tuple(f.key for f in thread.frames)
             ref = ThreadRef(dump.instance, dump.rank, dump.pid, thread.thread_id, thread.thread_name)
             groups.setdefault(key, []).append((thread, ref))
-    total = sum(len(members) for members in groups.values())
     out = []
     for members in groups.values():
         first = members[0][0]
         refs = tuple(sorted((r for _, r in members),
                             key=lambda r: (r.rank if r.rank is not None else 1 << 30,
                                            r.instance, r.pid, r.thread_id)))
+        found = sorted(order[(r.instance, r.pid, r.thread_id)] for r in refs
+                       if (r.instance, r.pid, r.thread_id) in order)
+        why = culprits.suspects[found[0]].why if found else ""
+        if len(found) > 1:
+            why += f" {len(found) - 1} more suspect(s) share this stack."
         out.append(AggregatedStack(
-            frames=first.frames, threads=refs,
-            suspect=len(members) == 1 and total > 1, idle=first.idle,
+            frames=first.frames, threads=refs, suspect=bool(found), idle=first.idle,
+            vigil=all(t.vigil for t, _ in members), why=why,
         ))
-    out.sort(key=lambda s: (not s.suspect, s.idle, s.count, s.top))
+    first_suspect = {id(s): min(order[(r.instance, r.pid, r.thread_id)] for r in s.threads
+                                if (r.instance, r.pid, r.thread_id) in order)
+                     for s in out if s.suspect}
+    out.sort(key=lambda s: (not s.suspect, first_suspect.get(id(s), 0), s.idle or s.vigil,
+                            s.count, s.top))
     return out
+
+
+# --- culprits ------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class _Position:
+    """Where one process stands: the thread that tells (the one in a collective, else
+    the main thread) and the collective it waits in, if any."""
+
+    ref: ThreadRef
+    thread: ThreadStack
+    label: str          # "worker-0 (rank 1)"
+    name: str           # "worker-0"
+
+    @property
+    def collective(self) -> Frame | None:
+        return self.thread.collective
+
+    @property
+    def op(self) -> str:
+        return _short(self.collective.function) if self.collective else ""
+
+    @property
+    def innermost(self) -> Frame | None:
+        return self.thread.frames[0] if self.thread.frames else None
+
+    @property
+    def innermost_busy(self) -> Frame | None:
+        """The innermost frame that is not a wait: where its own code stands."""
+        return next((f for f in self.thread.frames if not _is_wait(f)), self.innermost)
+
+    def signature(self, without_waits: bool) -> tuple:
+        return tuple(f.key for f in self.thread.frames if not (without_waits and _is_wait(f)))
+
+
+def _short(function: str) -> str:
+    """`Tensor.backward` stays, `_exception_logger.<locals>.wrapper` becomes `wrapper`."""
+    return function.rsplit("<locals>.", 1)[-1]
+
+
+def _is_launcher(dump: ProcessStacks) -> bool:
+    return any(f.file.startswith(_LAUNCHER_FILES) or any(p in f.file for p in _LAUNCHER_FILES)
+               for t in dump.threads for f in t.frames)
+
+
+def _positions(dumps: Sequence[ProcessStacks]) -> list[_Position]:
+    usable = [d for d in dumps if d.ok and d.threads and not _is_launcher(d)]
+    names = [d.instance or f"pid {d.pid}" for d in usable]
+    out = []
+    for dump, name in zip(usable, names):
+        if names.count(name) > 1:
+            name = f"{name} pid {dump.pid}"
+        candidates = [t for t in dump.threads if not t.vigil]
+        in_collective = [t for t in candidates if t.collective is not None]
+        main = next((t for t in candidates
+                     if t.thread_name == "MainThread" or t.os_thread_id == dump.pid), None)
+        busy = [t for t in candidates if not t.idle]
+        thread = in_collective[0] if in_collective else main or (busy[0] if busy else None)
+        if thread is None:
+            continue  # only Vigil's threads and parked helpers: nothing to judge
+        label = name + (f" (rank {dump.rank})" if dump.rank is not None else "")
+        ref = ThreadRef(dump.instance, dump.rank, dump.pid, thread.thread_id, thread.thread_name)
+        out.append(_Position(ref, thread, label, name))
+    return out
+
+
+def _names(items: Sequence[str], limit: int = 3) -> str:
+    if len(items) > limit:
+        return f"{len(items)} ranks ({', '.join(items[:limit])}, …)"
+    if len(items) <= 1:
+        return "".join(items)
+    return ", ".join(items[:-1]) + " and " + items[-1]
+
+
+def _where(frame: Frame | None) -> str:
+    return f"{_short(frame.function)} ({frame.file}:{frame.line})" if frame else "(no Python frames)"
+
+
+def _majority(positions: Sequence[_Position], key) -> tuple[list[_Position], list[_Position]]:
+    """(the strict majority sharing one key, everyone else); ([], []) when no group has
+    more than half, or when everyone agrees."""
+    groups: dict = {}
+    for p in positions:
+        groups.setdefault(key(p), []).append(p)
+    if len(groups) < 2:
+        return [], []
+    largest = max(groups.values(), key=len)
+    if 2 * len(largest) <= len(positions):
+        return [], []
+    return largest, [p for p in positions if p not in largest]
+
+
+def _most_common(values: Sequence[str]) -> str:
+    return max(sorted(set(values)), key=values.count) if values else ""
+
+
+def find_culprits(dumps: Sequence[ProcessStacks],
+                  sequences: Mapping[int, int] | None = None) -> Culprits:
+    """Rank the processes of a hung job by evidence, strongest first.
+
+    1. outside-collective: not inside any collective while peers wait in one (a hang
+       in compute, stuck I/O, a deadlock): the collective waits for it;
+    2. desync: inside a different collective from its peers: a lower sequence number
+       (`sequences`, rank -> the number of the collective it is in, from C4D) or, with
+       no numbers, a different operation than the majority;
+    3. different-frame: its stack differs from the majority's in a frame that is not a
+       wait (torch.distributed, Vigil's wrapper, a parked stdlib call);
+    4. odd-one-out: its stack as a whole differs from the majority's.
+    The first rule with evidence decides. Vigil's own threads, launchers and idle
+    helpers are never suspects; rules 2-4 need a strict majority to compare against,
+    so two ranks that merely differ give no suspect.
+    """
+    positions = _positions(dumps)
+    if len(positions) < 2:
+        why = (f"No suspect: {len(positions)} process(es) with stacks to compare; a culprit "
+               "stands out only against its peers.")
+        return _no_suspect(why, positions)
+
+    waiting = [p for p in positions if p.collective is not None]
+    outside = [p for p in positions if p.collective is None]
+    if waiting and outside:
+        op = _most_common([p.op for p in waiting])
+        peers = [p.label for p in waiting]
+        verb = "waits" if len(peers) == 1 else "wait"
+        suspects = tuple(Suspect(
+            p.ref, RULE_OUTSIDE_COLLECTIVE,
+            f"{p.label} is not inside any collective (it is in {_where(p.innermost)}) while "
+            f"{_names(peers)} {verb} in {op}: the collective waits for it.",
+            _short(p.innermost.function) if p.innermost else "", p.innermost) for p in outside)
+        who = _names([p.name for p in outside])
+        func = suspects[0].where
+        return Culprits(
+            suspects, suspects[0].why,
+            f"{who} stopped making progress in `{func}` while {_names([p.name for p in waiting])} "
+            f"waited in `{op}`",
+            f"Look at {who}'s stack in the snapshot: it hangs in its own code at `{func}` "
+            "(compute, I/O or a lock), not in communication; its peers only wait for it.")
+
+    if len(waiting) >= 2:
+        numbered = {id(p): sequences[p.ref.rank] for p in waiting
+                    if sequences and p.ref.rank is not None and p.ref.rank in sequences}
+        if len(set(numbered.values())) > 1:
+            ahead = max(numbered.values())
+            behind = sorted((p for p in waiting if numbered.get(id(p), ahead) < ahead),
+                            key=lambda p: numbered[id(p)])
+            front = [p for p in waiting if numbered.get(id(p)) == ahead]
+            return _desync(behind, front, lambda p: f"{p.op} #{numbered[id(p)]}",
+                           f"{_most_common([p.op for p in front])} #{ahead}", "behind")
+        front, behind = _majority(waiting, key=lambda p: p.op)
+        if behind:
+            return _desync(behind, front, lambda p: p.op, front[0].op, "different")
+
+    for rule, without_waits in ((RULE_DIFFERENT_FRAME, True), (RULE_ODD_ONE_OUT, False)):
+        majority, odd = _majority(positions, key=lambda p, w=without_waits: p.signature(w))
+        if not odd:
+            continue
+        theirs = majority[0].innermost_busy if without_waits else majority[0].innermost
+        their_names = _names([p.label for p in majority])
+        verb = "is" if len(majority) == 1 else "are"
+        found: list[Suspect] = []
+        for p in odd:
+            mine = p.innermost_busy if without_waits else p.innermost
+            why = (f"{p.label} is in {_where(mine)} where {their_names} {verb} in {_where(theirs)}: "
+                   + ("its stack differs from theirs outside any wait." if without_waits else
+                      "its stack is the odd one out."))
+            found.append(Suspect(p.ref, rule, why, _short(mine.function) if mine else "", mine))
+        who = _names([p.name for p in odd])
+        their_func = _short(theirs.function) if theirs else "?"
+        return Culprits(
+            tuple(found), found[0].why,
+            f"{who} stopped making progress in `{found[0].where}` while "
+            f"{_names([p.name for p in majority])} were in `{their_func}`",
+            f"Compare {who}'s stack with its peers' in the snapshot, from `{found[0].where}` outwards.")
+
+    if waiting and len({p.op for p in waiting}) == 1:
+        why = (f"No suspect: all {len(waiting)} ranks wait in {waiting[0].op}, so the stacks "
+               "cannot say which rank the collective waits for (C4D's records can).")
+    elif waiting:
+        why = ("No suspect: the ranks wait in different collectives ("
+               + ", ".join(f"{p.name} in {p.op}" for p in waiting[:4])
+               + ") with no majority to tell which is out of step.")
+    else:
+        why = (f"No suspect: the {len(positions)} ranks' stacks differ with no majority, "
+               "and none is outside a collective its peers wait in.")
+    return _no_suspect(why, positions)
+
+
+def _desync(behind: list[_Position], front: list[_Position], what, theirs: str,
+            how: str) -> Culprits:
+    peers = _names([p.label for p in front])
+    verb = "is" if len(front) == 1 else "are"
+    tail = ("it is behind them (desync)." if how == "behind" else
+            "it is out of step with them (desync, or a collective its partner never joined).")
+    suspects = tuple(Suspect(
+        p.ref, RULE_DESYNC, f"{p.label} waits in {what(p)} while {peers} {verb} in {theirs}: {tail}",
+        p.op, p.collective) for p in behind)
+    who = _names([p.name for p in behind])
+    first = what(behind[0])
+    return Culprits(
+        suspects, suspects[0].why,
+        f"{who} waited in `{first}` while {_names([p.name for p in front])} waited in `{theirs}`: "
+        "the ranks are out of step",
+        f"Check why {who} reached `{behind[0].op}` while its peers are in `{front[0].op}`: a "
+        "collective skipped or added on some ranks (a rank-dependent branch) puts them out of step.")
+
+
+def _no_suspect(why: str, positions: Sequence[_Position]) -> Culprits:
+    where = _most_common([p.op or (_short(p.innermost.function) if p.innermost else "")
+                          for p in positions])
+    cause = "Every rank stopped making progress" + (f" (most in `{where}`)" if where else "") + \
+        "; the stack snapshot names no suspect"
+    return Culprits((), why, cause,
+                    "Compare the ranks' stacks in the snapshot; with C4D on "
+                    "(--enable-c4d-hang-detection) the collective records say which rank a "
+                    "collective waits for.")
 
 
 @dataclass(frozen=True)
@@ -218,11 +548,15 @@ class StackSnapshot:
 
     dumps: tuple[ProcessStacks, ...]
     stacks: tuple[AggregatedStack, ...] = field(default=())
+    culprits: Culprits = field(default=Culprits((), "", "", ""))
 
     @classmethod
-    def of(cls, dumps: Iterable[ProcessStacks]) -> "StackSnapshot":
+    def of(cls, dumps: Iterable[ProcessStacks],
+           sequences: Mapping[int, int] | None = None) -> "StackSnapshot":
+        """`sequences`: rank -> number of the collective it waits in, where C4D knows it."""
         dumps = tuple(dumps)
-        return cls(dumps=dumps, stacks=tuple(aggregate_stacks(dumps)))
+        culprits = find_culprits(dumps, sequences)
+        return cls(dumps=dumps, stacks=tuple(aggregate_stacks(dumps, culprits)), culprits=culprits)
 
     @property
     def suspects(self) -> tuple[AggregatedStack, ...]:
@@ -233,7 +567,7 @@ class StackSnapshot:
         return tuple(d for d in self.dumps if not d.ok)
 
     def summary_text(self, max_frames: int = 8) -> str:
-        return summary_text(self.stacks, self.dumps, max_frames=max_frames)
+        return summary_text(self.stacks, self.dumps, max_frames=max_frames, culprits=self.culprits)
 
     def to_dict(self) -> dict:
         return {
@@ -244,11 +578,12 @@ class StackSnapshot:
                 for d in self.dumps
             ],
             "stacks": [s.to_dict() for s in self.stacks],
+            "culprits": self.culprits.to_dict(),
         }
 
 
 def summary_text(stacks: Sequence[AggregatedStack], dumps: Sequence[ProcessStacks] = (),
-                 max_frames: int = 8) -> str:
+                 max_frames: int = 8, culprits: Culprits | None = None) -> str:
     """Plain text for the monitor log: counts, suspects first, each stack's innermost frames."""
     ok = [d for d in dumps if d.ok]
     lines = []
@@ -257,11 +592,18 @@ def summary_text(stacks: Sequence[AggregatedStack], dumps: Sequence[ProcessStack
                      f"{len(dumps) - len(ok)} not; {sum(s.count for s in stacks)} thread(s) "
                      f"in {len(stacks)} distinct stack(s), "
                      f"{sum(1 for s in stacks if s.suspect)} suspect(s).")
+    if culprits is not None:
+        for suspect in culprits.suspects[:5]:
+            lines.append(f"Suspect: {suspect.why}")
+        if len(culprits.suspects) > 5:
+            lines.append(f"... and {len(culprits.suspects) - 5} more suspect(s).")
+        if not culprits.suspects and culprits.why:
+            lines.append(culprits.why)
     for d in dumps:
         if not d.ok:
             lines.append(f"  ! {d.describe()}")
     for i, s in enumerate(stacks, 1):
-        tags = [t for t, on in (("SUSPECT", s.suspect), ("idle", s.idle)) if on]
+        tags = [t for t, on in (("SUSPECT", s.suspect), ("vigil", s.vigil), ("idle", s.idle)) if on]
         where = "; ".join(t.describe() for t in s.threads[:4])
         if s.count > 4:
             where += f"; and {s.count - 4} more"
@@ -271,6 +613,36 @@ def summary_text(stacks: Sequence[AggregatedStack], dumps: Sequence[ProcessStack
         if len(s.frames) > max_frames:
             lines.append(f"    ... {len(s.frames) - max_frames} outer frame(s)")
     return "\n".join(lines)
+
+
+# --- the hang's restart record ------------------------------------------------
+
+def last_log_line(tail: bytes) -> tuple[str, int]:
+    """The last non-blank line of a log tail and where it starts in the tail (-1 if none)."""
+    end = len(tail.rstrip())
+    if end == 0:
+        return "", -1
+    start = tail.rfind(b"\n", 0, end) + 1
+    return tail[start:end].decode("utf-8", "replace").strip(), start
+
+
+def hang_classification(message: str, culprits: Mapping | None, last_line: str = "") -> Classification:
+    """A hang's restart record, as good as a crash's: the cause and next step from the
+    stack snapshot's culprits (`Culprits.to_dict()`, None when no snapshot could be
+    taken), and the suspect's last log line as the evidence. The rule and error code
+    stay the hang's, so restart counting and the policy see the same as before."""
+    culprits = culprits or {}
+    cause = str(culprits.get("cause") or "")
+    next_step = str(culprits.get("next_step") or "")
+    if not cause:
+        cause = "Every rank stopped making progress; no stack snapshot could be taken to say which one"
+        next_step = ("Look at the end of each rank's log; install py-spy on the nodes (the snapshot "
+                     "needs it) so the next hang names its suspect.")
+    return Classification(
+        retryable=True, rule="hang", error_code=str(ErrorSource.HANG).upper(), message=message,
+        source=ErrorSource.HANG, cause=cause.rstrip(".") + ".", next_step=next_step,
+        cascade_like=False, evidence=last_line,
+    )
 
 
 # --- shells: py-spy and the process tree ---------------------------------------

@@ -13,7 +13,8 @@ Environment:
     VIGIL_EXAMPLE_SLEEP        extra seconds of "compute" per step on every rank (default 0)
     VIGIL_EXAMPLE_PG_TIMEOUT   gloo collective timeout in seconds (default 1800)
     VIGIL_EXAMPLE_SLOW_SECONDS extra seconds per step of the slow rank (default 0.2)
-    FAULT        crash|nccl|sigkill|sigsegv|hang_collective|hang_compute|exit_hang|slow|nan|bug
+    FAULT        crash|nccl|sigkill|sigsegv|hang_collective|hang_compute|exit_hang|slow|nan|bug|
+                 skip_collective
     FAULT_RANK   rank that misbehaves (default 1)
     FAULT_STEP   step at which the fault fires (default 10)
     FAULT_ONCE   path of a marker file: the fault fires only if the marker does not
@@ -30,6 +31,9 @@ Faults:
     hang_compute     the rank sleeps forever in `compute_forever` and never reaches
                      the all_reduce the others wait in (RankNonCommHang)
     exit_hang        the rank exits 0 early; the others block waiting for it
+    skip_collective  a desync: the rank skips the step's loss all_reduce (as a rank-
+                     dependent branch would) and waits in a barrier (`skip_collective`)
+                     while the others wait in the all_reduce; neither ever completes
     slow             the rank spends VIGIL_EXAMPLE_SLOW_SECONDS more per step in
                      `slow_compute` (a straggler)
     nan              the rank's input turns NaN from that step: the loss is NaN
@@ -51,7 +55,7 @@ import torch.nn as nn
 
 FAULTS = (
     "crash", "nccl", "sigkill", "sigsegv", "hang_collective", "hang_compute",
-    "exit_hang", "slow", "nan", "bug",
+    "exit_hang", "slow", "nan", "bug", "skip_collective",
 )
 
 
@@ -115,6 +119,14 @@ def collective_forever(group, peer: int) -> None:
     dist.broadcast(buf, src=peer, group=group)
     # Only reached if the peer ever broadcasts; it never does.
     compute_forever()
+
+
+def skip_collective(step: int, rank: int) -> None:
+    """Desync: this rank skips the step's loss all_reduce that its peers enter, as a
+    rank-dependent branch would, and goes on to the barrier that ends training."""
+    say(f"step={step} rank={rank} skipping the loss all_reduce (injected desync)")
+    dist.barrier()
+    compute_forever()  # only reached if the barrier ever completes; it does not
 
 
 def slow_compute(seconds: float) -> None:
@@ -235,6 +247,7 @@ def main() -> int:
         + (f" fault={fault} fault_rank={fault_rank} fault_step={fault_step}" if fault else ""))
 
     poisoned = False
+    skipping = False
     for step in range(1, steps + 1):
         t0 = time.perf_counter()
         x = torch.randn(16, 32, generator=gen)
@@ -261,6 +274,8 @@ def main() -> int:
                 return 0
             if fault == "nan":
                 poisoned = True
+            if fault == "skip_collective":
+                skipping = True
         if fault == "exit_hang" and not faulty and step == fault_step:
             wait_for_peers_to_finish_step(store, step, rank, world)
         if faulty and fault == "slow" and step >= fault_step:
@@ -277,7 +292,10 @@ def main() -> int:
         # C++ and is invisible to it). A rank hung before here is hung in compute.
         mean = loss.detach().clone()
         t_wait = time.perf_counter()
-        dist.all_reduce(mean)
+        if skipping:
+            skip_collective(step, rank)
+        else:
+            dist.all_reduce(mean)
         waited = time.perf_counter() - t_wait
         mean /= world
         loss.backward()  # DDP all-reduces the gradients here

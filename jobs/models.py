@@ -444,6 +444,14 @@ class RestartRecord(models.Model):
         return self.verdict.by_exit_status
 
     @property
+    def stack_snapshot(self) -> "Diagnosis | None":
+        """The stack snapshot taken when this record's attempt hung (None for other restarts)."""
+        if self.error_source != "Hang":
+            return None
+        return (Diagnosis.objects.filter(job_id=self.job_id, attempt=self.attempt, kind=DiagnosisKind.STACKS,
+                                         trigger="hang").order_by("id").first())
+
+    @property
     def exit_status_text(self) -> str:
         """"exit code 1" / "signal SIGKILL", from the error code the exit status gave."""
         from .verdicts import exit_status_text

@@ -22,6 +22,8 @@ urlpatterns = [
     path("workspaces/<slug:slug>/jobs/<int:job_id>/restarts/", views.restart_records, name="restarts"),
     path("workspaces/<slug:slug>/jobs/<int:job_id>/restarts/aggregated/", views.restart_aggregate,
          name="restarts-aggregated"),
+    path("workspaces/<slug:slug>/jobs/<int:job_id>/diagnoses/<int:diagnosis_id>/", views.diagnosis,
+         name="diagnosis"),
     path("workspaces/<slug:slug>/jobs/<int:job_id>/restarts/<int:record_id>/", views.restart_record,
          name="restart"),
     path("workspaces/<slug:slug>/jobs/<int:job_id>/attempts/<int:number>/logs/<str:instance>/download/",

@@ -234,9 +234,11 @@ def _failure_verdict(job):
 
 
 def _diagnosis_view(diagnosis):
-    """Stacks with the suspects (count 1) first, C4D verdicts by severity."""
+    """Stacks with the suspects first, strongest evidence first as the snapshot ranked
+    them (core.stacks.find_culprits), C4D verdicts by severity."""
     data = diagnosis.data if isinstance(diagnosis.data, dict) else {}
-    diagnosis.stacks = sorted(data.get("stacks") or [], key=lambda s: (not s.get("suspect"), s.get("count", 0)))
+    diagnosis.stacks = sorted(data.get("stacks") or [], key=lambda s: not s.get("suspect"))
+    diagnosis.culprits = data.get("culprits") if isinstance(data.get("culprits"), dict) else {}
     order = {"Error": 0, "Warning": 1, "Info": 2}
     diagnosis.verdicts = sorted(data.get("verdicts") or [], key=lambda v: order.get(v.get("severity"), 3))
     return diagnosis
@@ -375,6 +377,17 @@ def restart_record(request, slug, job_id, record_id):
     return render(request, "jobs/restart_record.html", {
         "workspace": workspace, "job": job, "record": record,
         "can_admin": workspace.role_of(request.user) in ADMIN_ROLES})
+
+
+@login_required
+def diagnosis(request, slug, job_id, diagnosis_id):
+    """One diagnosis (a hang's stack snapshot) on its own page: what a restart record links to."""
+    workspace, job = job_or_404(request, slug, job_id)
+    found = job.diagnoses.filter(pk=diagnosis_id).first()
+    if found is None:
+        raise Http404("No such diagnosis for this job.")
+    return render(request, "jobs/diagnosis.html", {
+        "workspace": workspace, "job": job, "diagnosis": found, "diagnoses": [_diagnosis_view(found)]})
 
 
 def aggregate_faults(records) -> list[dict]:

@@ -201,23 +201,27 @@ def thread(name, *frames) -> ThreadStack:
                        frames=tuple(Frame(f, "train.py", line) for f, line in frames))
 
 
+C10D = "torch/distributed/distributed_c10d.py"
 def test_aggregation_sorts_suspects_first_then_by_count_and_keeps_idle_threads():
     def dump(rank, main_frames, idle=True):
-        threads = [thread("MainThread", *main_frames)]
+        threads = [ThreadStack(0, "MainThread", tuple(Frame(*f) for f in main_frames))]
         if idle:
             threads.append(ThreadStack(1, "pool", (Frame("Condition.wait", "threading.py", 327),)))
         return ProcessStacks(pid=100 + rank, instance=f"worker-{rank}", rank=rank,
                              threads=tuple(threads))
 
-    dumps = [dump(r, [("all_reduce", 10), ("main", 50)]) for r in range(4)]
-    dumps += [dump(r, [("backward", 20), ("main", 51)]) for r in (4, 5)]
-    dumps += [dump(6, [("compute_forever", 30), ("main", 52)], idle=False)]
+    in_all_reduce = [("all_reduce", C10D, 3252), ("main", "train.py", 50)]
+    dumps = [dump(r, in_all_reduce) for r in range(4)]
+    dumps += [dump(r, [("backward", "torch/autograd/__init__.py", 395), ("main", "train.py", 51)])
+              for r in (4, 5)]
+    dumps += [dump(6, [("compute_forever", "train.py", 30), ("main", "train.py", 52)], idle=False)]
     dumps += [ProcessStacks(pid=999, instance="worker-7", rank=7, error_code=stacks.TIMEOUT,
                             error="py-spy took longer than 5 s")]
     result = aggregate_stacks(dumps)
+    # Ranks 4-6 are all outside the collective ranks 0-3 wait in: suspects, in rank order.
     assert [(s.frames[0].function, s.count, s.suspect, s.idle) for s in result] == [
+        ("backward", 2, True, False),
         ("compute_forever", 1, True, False),
-        ("backward", 2, False, False),
         ("all_reduce", 4, False, False),
         ("Condition.wait", 6, False, True),
     ]
@@ -300,3 +304,76 @@ def test_the_hung_ddp_rank_is_the_suspect_and_its_stack_names_where_it_hangs(pro
     waiting = next(s for s in snapshot.stacks if s.count == 3 and not s.idle)
     assert {t.rank for t in waiting.threads} == {0, 2, 3}
     assert "all_reduce" in [f.function for f in waiting.frames], snapshot.summary_text()
+
+
+# The SDK's threads run as in a managed job (progress reporter on rank 0, C4D recorder on
+# every rank), reporting to a console that is not there: they must be shown, never suspected.
+SDK_ENV = {"PYTHONPATH": str(EXAMPLE.parents[1] / "sdk" / "src"), "VIGIL_JOB_ID": "1",
+           "VIGIL_JOB_TOKEN": "not-a-token", "VIGIL_CONSOLE_URL": "http://127.0.0.1:9",
+           "VIGIL_SDK_TIMEOUT": "0.5", "VIGIL_C4D": "1"}
+
+
+def snapshot_when(procs_by_rank, settled, timeout: float = 60) -> StackSnapshot:
+    """Dump every rank until `settled(snapshot)` (peers need a moment to reach their wait)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        dumps = dump_processes([("master-0" if r == 0 else f"worker-{r - 1}", r, p.pid)
+                                for r, p in enumerate(procs_by_rank)], timeout=15)
+        assert all(d.ok for d in dumps), [d.error for d in dumps if not d.ok]
+        snapshot = StackSnapshot.of(dumps)
+        if settled(snapshot) or time.monotonic() > deadline:
+            return snapshot
+        time.sleep(0.5)
+
+
+def in_collective(snapshot: StackSnapshot, op: str) -> set[int | None]:
+    return {t.rank for s in snapshot.stacks for t in s.threads
+            if t.thread_name == "MainThread" and s.frames and s.frames[0].function == op}
+
+
+def assert_vigil_threads_shown_never_suspected(snapshot: StackSnapshot, ranks: set[int]) -> None:
+    vigil = [s for s in snapshot.stacks if s.vigil]
+    assert {t.rank for s in vigil for t in s.threads} == ranks, snapshot.summary_text()
+    assert not any(s.suspect for s in vigil)
+    suspected = {(r.pid, r.thread_id) for s in snapshot.stacks if s.suspect for r in s.threads}
+    assert not any(t.vigil for d in snapshot.dumps for t in d.threads
+                   if (d.pid, t.thread_id) in suspected)
+
+
+@needs_py_spy
+@pytest.mark.torch
+def test_two_ranks_the_rank_hung_in_compute_is_the_only_suspect_not_the_one_waiting(procs):
+    pytest.importorskip("torch", reason="PyTorch is not installed: pip install torch==2.13.0 (CPU)")
+    ranks = start_ddp(procs, 2, FAULT="hang_compute", FAULT_RANK="1", FAULT_STEP="4", **SDK_ENV)
+    wait_for_line(ranks[1], "entering compute_forever")
+    wait_for_line(ranks[0], "step=3 ")
+    snapshot = snapshot_when(ranks, lambda s: in_collective(s, "all_reduce") == {0} and any(
+        t.thread_name == "vigil-progress" for d in s.dumps for t in d.threads))
+    assert [(s.thread.rank, s.rule, s.where) for s in snapshot.culprits.suspects] == [
+        (1, stacks.RULE_OUTSIDE_COLLECTIVE, "compute_forever")], snapshot.summary_text()
+    [suspect] = snapshot.suspects
+    assert [t.rank for t in suspect.threads] == [1] and suspect.frames[0].function == "compute_forever"
+    assert snapshot.culprits.cause == (
+        "worker-0 stopped making progress in `compute_forever` while master-0 waited in `all_reduce`")
+    assert suspect.why.startswith("worker-0 (rank 1) is not inside any collective")
+    assert_vigil_threads_shown_never_suspected(snapshot, {0, 1})
+
+
+@needs_py_spy
+@pytest.mark.torch
+def test_four_ranks_the_rank_that_skipped_a_collective_is_the_only_suspect(procs):
+    pytest.importorskip("torch", reason="PyTorch is not installed: pip install torch==2.13.0 (CPU)")
+    ranks = start_ddp(procs, 4, FAULT="skip_collective", FAULT_RANK="1", FAULT_STEP="4", **SDK_ENV)
+    wait_for_line(ranks[1], "skipping the loss all_reduce")
+    for rank in (0, 2, 3):
+        wait_for_line(ranks[rank], "step=3 ")
+    snapshot = snapshot_when(ranks, lambda s: in_collective(s, "all_reduce") == {0, 2, 3}
+                             and in_collective(s, "barrier") == {1})
+    assert [(s.thread.rank, s.rule, s.where) for s in snapshot.culprits.suspects] == [
+        (1, stacks.RULE_DESYNC, "barrier")], snapshot.summary_text()
+    [suspect] = snapshot.suspects
+    assert [t.rank for t in suspect.threads] == [1]
+    assert "skip_collective" in [f.function for f in suspect.frames]
+    assert suspect.why.startswith("worker-0 (rank 1) waits in barrier while master-0 (rank 0), "
+                                  "worker-1 (rank 2) and worker-2 (rank 3) are in all_reduce")
+    assert_vigil_threads_shown_never_suspected(snapshot, {0, 1, 2, 3})

@@ -96,6 +96,36 @@ def test_a_hang_takes_a_stack_snapshot_whose_suspect_names_the_hung_function(api
     assert "stuck_in_data_loader" in event.message and event.payload["diagnosis"] == diagnosis.pk
     # The snapshot was taken before the restart, while the ranks still hung.
     assert event.id < JobEvent.objects.get(job=job, type="restart").id
+    assert diagnosis.data["culprits"]["suspects"][0]["instance"] == "worker-1"
+    assert diagnosis.data["culprits"]["why"].startswith("worker-1 (rank 2) is in stuck_in_data_loader")
+
+    # The hang's restart record is as good as a crash's: who, why, what next, where to look.
+    record = RestartRecord.objects.get(job=job)
+    assert (record.error_source, record.rule, record.error_code) == ("Hang", "hang", "HANG")
+    assert record.cause == ("worker-1 stopped making progress in `stuck_in_data_loader` while master-0 "
+                            "and worker-0 were in `wait_for_peers`.")
+    assert "worker-1" in record.next_step and "stuck_in_data_loader" in record.next_step
+    assert record.instance_name == "worker-1" and record.evidence == "step=1"
+    assert record.stack_snapshot == diagnosis
+    log = local_backend.read_log(Attempt.objects.get(job=job, number=1).backend_handle, "worker-1")
+    assert log[record.log_offset:].rstrip() == b"step=1"
+
+
+def test_the_hang_restart_record_page_shows_cause_next_step_snapshot_link_and_last_line(
+        api, alice, alice_ws, job_body, local_backend, tmp_path, client):
+    job = submit(api, alice_ws, job_body, HUNG, tmp_path / "hung.py",
+                 "--enable-job-restart=True --max-num-of-job-restart=1 --enable-job-hang-detection=True --job-hang-interval=2")
+    tick_until(job, lambda j: j.current_attempt == 2)
+    record = RestartRecord.objects.get(job=job)
+    diagnosis = Diagnosis.objects.get(job=job, kind="stacks", attempt=1)
+    client.force_login(alice)
+    page = client.get(f"/workspaces/{alice_ws.slug}/jobs/{job.pk}/restarts/{record.pk}/").content.decode()
+    assert "stopped making progress in `stuck_in_data_loader`" in page and "Next step" in page
+    link = f"/workspaces/{alice_ws.slug}/jobs/{job.pk}/diagnoses/{diagnosis.pk}/"
+    assert f'href="{link}" data-snapshot-link' in page
+    assert "last log line" in page and "data-last-line>step=1</pre>" in page, page[page.find("Stack snapshot"):][:600]
+    snapshot = client.get(link).content.decode()
+    assert "stuck_in_data_loader" in snapshot and "data-culprit>worker-1 (rank 2) is in" in snapshot
 
 
 def test_a_stack_snapshot_can_be_taken_on_demand_through_the_api(api, alice_ws, job_body, local_backend, tmp_path, carol, api_as):
