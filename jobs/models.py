@@ -449,7 +449,7 @@ class RestartRecord(models.Model):
         if self.error_source != "Hang":
             return None
         return (Diagnosis.objects.filter(job_id=self.job_id, attempt=self.attempt, kind=DiagnosisKind.STACKS,
-                                         trigger="hang").order_by("id").first())
+                                         trigger=DiagnosisTrigger.HANG).order_by("id").first())
 
     @property
     def exit_status_text(self) -> str:

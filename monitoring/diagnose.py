@@ -1,6 +1,6 @@
 """The diagnosis shell: stack snapshots, C4D and stragglers for one job, stored
 as Diagnosis rows, summarised in the monitor log and pushed to the job page.
-The judgement is in the pure modules (stacks.aggregate_stacks, c4d.analyze_
+The judgement is in the pure modules (stacks.find_culprits, c4d.analyze_
 collectives, stragglers.find_stragglers); this module gathers their input from
 the backend and the database and records what they say."""
 
@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -15,6 +17,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from core.c4d import C4DResult, C4DState, C4DVerdict, analyze_collectives
+from core.classify import Classification
 from core.flags import C4DLogLevel, FaultToleranceConfig
 from core.stacks import (
     DUMP_FAILED,
@@ -23,6 +26,8 @@ from core.stacks import (
     StackSnapshot,
     dump_processes,
     find_python_processes,
+    hang_classification,
+    last_log_line,
     parse_py_spy_json,
 )
 from jobs import actions
@@ -96,6 +101,17 @@ def _dump_instance(backend: Backend, handle: dict, inst: Instance) -> list[Proce
     return out
 
 
+def _open_collectives(job: Job, attempt: Attempt) -> dict[int, int]:
+    """rank -> the sequence number of the collective it is inside, where C4D reported one."""
+    out: dict[int, int] = {}
+    for report in C4DReport.objects.filter(job=job, attempt=attempt.number):
+        open_seqs = [int(r["seq"]) for r in report.records or ()
+                     if isinstance(r, dict) and r.get("exit") is None and isinstance(r.get("seq"), int)]
+        if open_seqs:
+            out[report.rank] = max(open_seqs)
+    return out
+
+
 def snapshot_stacks(job: Job, attempt: Attempt, *, trigger: DiagnosisTrigger = DiagnosisTrigger.HANG) -> Diagnosis:
     """Dump every running instance's Python stacks, aggregate them, store and tell."""
     backend = actions.get_backend_for(job)
@@ -112,18 +128,18 @@ def snapshot_stacks(job: Job, attempt: Attempt, *, trigger: DiagnosisTrigger = D
     else:
         for inst in running:
             dumps.extend(_dump_instance(backend, handle, inst))
-        snapshot = StackSnapshot.of(dumps)
+        snapshot = StackSnapshot.of(dumps, sequences=_open_collectives(job, attempt))
         summary = snapshot.summary_text()
         data = snapshot.to_dict()
     with transaction.atomic():
         diagnosis = record_diagnosis(job, attempt, DiagnosisKind.STACKS, summary, data, trigger)
-        suspects = [s for s in data.get("stacks", []) if s.get("suspect")]
+        culprits = data.get("culprits") or {}
+        suspects = culprits.get("suspects") or []
         headline = summary.splitlines()[0] if summary else "Stack snapshot taken."
         if suspects:
-            top = suspects[0]
-            where = ", ".join(t.get("instance", "?") for t in top.get("threads", [])[:3])
-            frame = (top.get("frames") or [{}])[0]
-            headline += f" First suspect: {where} in {frame.get('function', '?')} ({frame.get('file', '?')}:{frame.get('line', '?')})."
+            headline += f" First suspect: {suspects[0]['why']}"
+        elif culprits.get("why"):
+            headline += f" {culprits['why']}"
         actions.record_event(job, EventType.STACK_ANALYSIS, headline,
                              level=EventLevel.WARNING if suspects else EventLevel.INFO, attempt=attempt.number,
                              payload={"diagnosis": diagnosis.pk, "trigger": trigger, "suspects": len(suspects)})
@@ -198,8 +214,36 @@ def isolate_for(job: Job, attempt: Attempt, verdict: C4DVerdict) -> str | None:
 # --- hooks the monitor calls ---------------------------------------------------------------
 
 
-def on_hang(job: Job, attempt: Attempt) -> None:
-    """Before a hang restart: the stacks (and C4D when on) while the ranks still hang."""
-    snapshot_stacks(job, attempt, trigger=DiagnosisTrigger.HANG)
+@dataclass(frozen=True)
+class HangFinding:
+    """What the hang's restart record says beyond the hang itself (SPEC 6)."""
+
+    classification: Classification     # cause and next step from the snapshot; evidence: last log line
+    instance: Instance | None          # the first suspect
+    log_offset: int | None             # where its last log line starts
+
+
+def _last_line(backend: Backend, handle: dict, inst: Instance) -> tuple[str, int | None]:
+    try:
+        tail = backend.tail_log(handle, inst.name, 8192)
+        path = backend.log_path(handle, inst.name)
+        size = os.path.getsize(path) if path else None
+    except (BackendError, OSError):
+        return "", None
+    line, start = last_log_line(tail)
+    return line, (size - len(tail) + start if size is not None and start >= 0 else None)
+
+
+def on_hang(job: Job, attempt: Attempt, instances: list[Instance], message: str = "") -> HangFinding:
+    """Before a hang restart: the stacks (and C4D when on) while the ranks still hang,
+    and what the restart record says about them."""
+    diagnosis = snapshot_stacks(job, attempt, trigger=DiagnosisTrigger.HANG)
     if job.ft.enable_c4d_hang_detection:
         run_c4d(job, attempt, job.ft)
+    culprits = (diagnosis.data or {}).get("culprits")
+    suspects = (culprits or {}).get("suspects") or []
+    suspect = next((i for i in instances if suspects and i.name == suspects[0].get("instance")), None)
+    line, offset = "", None
+    if suspect is not None:
+        line, offset = _last_line(actions.get_backend_for(job), attempt.backend_handle, suspect)
+    return HangFinding(hang_classification(message, culprits, line), suspect, offset)

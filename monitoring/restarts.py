@@ -257,12 +257,14 @@ def on_problem(job: Job, attempt: Attempt, instances: list[Instance], source: Er
     if event is None:
         return TickAction.NONE, ""  # another worker is already handling this attempt's hang
     metrics.hang_detected(metrics.cause_of(None, source))
-    if source == ErrorSource.HANG:
-        diagnose_hang(job, attempt)
+    found = diagnose_hang(job, attempt, instances, message) if source == ErrorSource.HANG else None
     backend = actions.get_backend_for(job)
     decision = decide(job.ft, history_of(job, attempt, instances), DetectedProblem(source, message))
     if decision.action == Action.RESTART_JOB:
-        restart_job(job, attempt, instances, backend, decision.reason, source, message=message)
+        # A hang's record names its first suspect, the cause, the next step and its last line.
+        restart_job(job, attempt, instances, backend, decision.reason, source, message=message,
+                    classification=found.classification if found else None,
+                    root_inst=found.instance if found else None, log_offset=found.log_offset if found else None)
         return TickAction.RESTART_JOB, decision.reason
     if decision.action == Action.FAIL_JOB:
         fail_and_stop(job, attempt, decision.reason, key=f"failed:{job.pk}:{key}", payload={"source": str(source)})
@@ -271,12 +273,14 @@ def on_problem(job: Job, attempt: Attempt, instances: list[Instance], source: Er
     return TickAction.NOTHING, decision.reason
 
 
-def diagnose_hang(job: Job, attempt: Attempt) -> None:
+def diagnose_hang(job: Job, attempt: Attempt, instances: list[Instance],
+                  message: str = "") -> diagnose.HangFinding | None:
     """Stack snapshot (and C4D) before any restart, when the backend allows it."""
     try:
-        diagnose.on_hang(job, attempt)
+        return diagnose.on_hang(job, attempt, instances, message)
     except Exception:  # noqa: BLE001 - a failed diagnosis must not block the restart
         log.exception("hang diagnosis of job %s failed", job.pk)
+        return None
 
 
 def fail_and_stop(job: Job, attempt: Attempt, reason: str, *, key: str, payload: dict) -> None:
