@@ -119,8 +119,14 @@ class ThreadStack:
 
     @property
     def collective(self) -> Frame | None:
-        """The torch.distributed collective this thread waits in, innermost first."""
-        return next((f for f in self.frames if _is_collective(f)), None)
+        """The torch.distributed call this thread waits in for its peers: a collective
+        by name anywhere in the stack, else an innermost own frame in torch/distributed/
+        (DDP's start-up parameter check, the rendezvous: C++ below it waits for peers)."""
+        named = next((f for f in self.frames if _is_collective(f)), None)
+        if named is not None:
+            return named
+        own = next((f for f in self.frames if not _is_wait(f) or _in_torch_distributed(f)), None)
+        return own if own is not None and _in_torch_distributed(own) else None
 
 
 def _in_vigil(frame: Frame) -> bool:

@@ -45,6 +45,10 @@ HELPER = ("helper", [("Condition.wait", THREADING, 327), ("Event.wait", THREADIN
                      ("helper", "stuck.py", 12), *BOOT])
 STUCK_HERE = ("MainThread", [("stuck_here", "stuck.py", 5), ("<module>", "stuck.py", 17)])
 WAITING_TOGETHER = ("MainThread", [("waiting_together", "stuck.py", 9), ("<module>", "stuck.py", 19)])
+# A rank in DDP's start-up check that every rank's parameters have the same shapes.
+IN_DDP_INIT = ("MainThread", [("_verify_param_shape_across_processes", "torch/distributed/utils.py", 286),
+                              ("DistributedDataParallel.__init__", "torch/nn/parallel/distributed.py", 1064),
+                              ("main", "ddp_train.py", 242), ("<module>", "ddp_train.py", 321)])
 IN_COMPUTE = ("MainThread", [("compute_forever", "ddp_train.py", 109), ("main", "ddp_train.py", 264),
                              ("<module>", "ddp_train.py", 317)])
 
@@ -188,3 +192,9 @@ def test_the_last_log_line_skips_trailing_blank_lines_and_says_where_it_starts()
     assert last_log_line(tail) == ("step=2 loss=0.4", 16)
     assert last_log_line(b"only line") == ("only line", 0)
     assert last_log_line(b"\n \n") == ("", -1)
+
+
+def test_a_rank_inside_torch_distributed_code_waits_for_its_peers_even_without_a_collective_name():
+    culprits = find_culprits([dump(0, IN_DDP_INIT), dump(1, IN_DDP_INIT), dump(2, IN_COMPUTE)])
+    assert [(s.thread.rank, s.rule) for s in culprits.suspects] == [(2, RULE_OUTSIDE_COLLECTIVE)]
+    assert "wait in _verify_param_shape_across_processes" in culprits.why

@@ -40,8 +40,10 @@ def test_a_hung_ddp_rank_is_the_stack_suspect_and_the_c4d_verdict_on_the_job_pag
     assert job.status == JobStatus.FAILED and "hung" in job.reason
 
     stacks = Diagnosis.objects.get(job=job, kind="stacks")
-    [suspect] = [s for s in stacks.data["stacks"] if s["suspect"] and not s.get("idle")]
-    assert any(f["function"] == "compute_forever" for f in suspect["frames"])
+    suspects = [s for s in stacks.data["stacks"] if s["suspect"] and not s.get("idle")]
+    assert len(suspects) == 1, stacks.summary
+    [suspect] = suspects
+    assert any(f["function"] == "compute_forever" for f in suspect["frames"]), stacks.summary
     assert [t["instance"] for t in suspect["threads"]] == ["worker-0"]  # rank 1
     verdicts = [v for d in Diagnosis.objects.filter(job=job, kind="c4d") for v in d.data["verdicts"]]
     assert any(v["kind"] == "RankNonCommHang" and v["rank"] == 1 for v in verdicts), verdicts
