@@ -272,7 +272,7 @@ export function initJob(el) {
           document.title = document.title.replace(status, msg.status);
           status = msg.status;
           el.setAttribute("data-status", status);
-          refresh(["header", "instances", "timeline"]);
+          refresh(["header", "instances", "timeline", "diagnoses"]);
         }
         if (msg.current_attempt && msg.current_attempt !== currentAttempt) {
           currentAttempt = msg.current_attempt;
@@ -292,6 +292,22 @@ export function initJob(el) {
       }
     },
   });
+
+  // "Dump stacks now" posts to the API; its snapshot arrives through the socket
+  // ("diagnosis") and refreshes the Diagnoses part. Here: say what is happening.
+  function dumpStatus(e, text) {
+    const button = e.detail.elt;
+    if (!button || !button.hasAttribute || !button.hasAttribute("data-dump-stacks")) return;
+    const status = button.parentNode.querySelector("[data-dump-stacks-status]");
+    if (status) status.textContent = text(e.detail.xhr);
+  }
+  document.addEventListener("htmx:beforeRequest", (e) => dumpStatus(e, () => "Dumping every instance's stacks…"));
+  document.addEventListener("htmx:afterRequest", (e) => dumpStatus(e, (xhr) => {
+    if (xhr && xhr.status === 201) return "Snapshot taken; it is listed below.";
+    let why = "";
+    try { why = JSON.stringify(JSON.parse(xhr.responseText)); } catch (err) { why = xhr ? xhr.statusText : ""; }
+    return "No snapshot: " + (why || "the console did not answer") + ".";
+  }));
 
   document.addEventListener("htmx:afterSwap", (e) => {
     if (e.target.id !== "part-instances") return;

@@ -1,0 +1,85 @@
+"""The job page's "Dump stacks now" button (issue 14): a member takes a stack
+snapshot of a running job, the same as the API's POST .../diagnoses/stacks/, and
+the snapshot appears on the page live, through the job socket, with its suspect.
+A viewer gets no button."""
+
+from __future__ import annotations
+
+import sys
+import textwrap
+import time
+
+import pytest
+from playwright.sync_api import expect
+
+from jobs import actions
+from jobs.models import Diagnosis, JobStatus
+from jobs.testing import job_writable
+
+pytestmark = [pytest.mark.browser, pytest.mark.redis, pytest.mark.django_db(transaction=True)]
+
+# worker-0 is stuck in its own function while the others sit in theirs: one suspect.
+HUNG = textwrap.dedent("""
+    import os, time
+    def stuck_in_data_loader():
+        time.sleep(600)
+    def wait_for_peers():
+        time.sleep(600)
+    print("step=1", flush=True)
+    if os.environ["VIGIL_INSTANCE"] == "worker-0":
+        stuck_in_data_loader()
+    else:
+        wait_for_peers()
+""")
+
+
+def tick_until(job, condition, timeout=30.0):
+    from monitoring.tick import run_job
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        run_job(job.pk)
+        job.refresh_from_db()
+        if condition(job):
+            return job
+        time.sleep(0.2)
+    raise AssertionError(f"job {job.pk} stayed {job.status} ({job.reason})")
+
+
+def test_dump_stacks_now_adds_a_snapshot_live_naming_the_suspect(page_for, alice, carol, dave, alice_ws, job_body,
+                                                                 tmp_path, shoot):
+    script = job_writable(tmp_path / "jobs") / "hung.py"
+    script.write_text(HUNG)
+    job, _ = actions.submit_job(alice, job_body(
+        alice_ws, display_name="hung", user_command=f"{sys.executable} {script}",
+        job_specs=[{"type": "Master", "pod_count": 1}, {"type": "Worker", "pod_count": 2}]))
+    tick_until(job, lambda j: j.status == JobStatus.RUNNING)
+    page = page_for(dave)  # a member: members and up may take a snapshot
+    page.goto(f"/workspaces/{alice_ws.slug}/jobs/{job.pk}/")
+    panel = page.locator("#part-diagnoses")
+    expect(panel).to_contain_text("No diagnoses")
+    # Let the interpreters reach their functions before the dump.
+    deadline = time.monotonic() + 20
+    while b"step=1" not in actions.get_backend_for(job).tail_log(
+            job.attempts.get(number=1).backend_handle, "worker-0", 100):
+        assert time.monotonic() < deadline, "worker-0 never started"
+        time.sleep(0.2)
+
+    panel.get_by_role("button", name="Dump stacks now").click()
+    # The page is not reloaded: the snapshot arrives through the socket.
+    snapshot = panel.locator("li[id^=dg-]")
+    expect(snapshot).to_have_count(1, timeout=30_000)
+    expect(snapshot).to_contain_text("on_demand")
+    expect(panel.locator("[data-culprit]")).to_contain_text("worker-0 (rank 1) is in stuck_in_data_loader")
+    expect(panel.locator("table.stacks")).to_contain_text("Suspect")
+    diagnosis = Diagnosis.objects.get(job=job)
+    assert diagnosis.trigger == "on_demand" and page.locator(f"#dg-{diagnosis.pk}").is_visible()
+    shoot(page, "dump-stacks-now")
+
+    # A viewer sees the snapshot but gets no button.
+    viewer = page_for(carol)
+    viewer.goto(f"/workspaces/{alice_ws.slug}/jobs/{job.pk}/")
+    expect(viewer.locator("#part-diagnoses li[id^=dg-]")).to_have_count(1)
+    expect(viewer.get_by_role("button", name="Dump stacks now")).to_have_count(0)
+    actions.stop_job(alice, job)
+    actions.finish_stop(job.pk)
