@@ -432,14 +432,27 @@ LOG_SIGNATURES: tuple[Signature, ...] = (
                   "reach the master; an instance waiting a long time for resources also causes this.",
         documented="torch/distributed/elastic/rendezvous/api.py RendezvousTimeoutError",
     ),
+    # Decision: not retryable. torchelastic closes a rendezvous when one agent decides the job
+    # is finished (it succeeded, or spent its restarts), and "a closed rendezvous means all
+    # future attempts to re-rendezvous within same job will fail" (RendezvousHandler.is_closed):
+    # a restart under the same run id meets the closed rendezvous again. Cascade-like: when
+    # the agent that closed it failed for a retryable reason, its failure is the root cause.
     Signature(
         rule="rendezvous-closed", family="rendezvous",
         pattern=_re(r"RendezvousClosedError"),
-        retryable=True, error_code="RENDEZVOUS_CLOSED",
+        retryable=False, error_code="RENDEZVOUS_CLOSED",
         message="The rendezvous was closed",
-        cause="The rendezvous was shut down because another agent of the job finished or failed.",
-        next_step=_RETRY_COMM, cascade_like=True,
-        documented="torch/distributed/elastic/rendezvous/api.py RendezvousClosedError",
+        cause="The rendezvous was closed because an agent of the job decided the job had finished "
+              "(it succeeded or spent its restarts); every later attempt to join it under the same "
+              "run id fails the same way.",
+        next_step="Look for the instance whose agent finished or failed first (its error is the root "
+                  "cause); submit the job again with a new rendezvous id (--rdzv-id) or a fresh "
+                  "rendezvous store.",
+        cascade_like=True,
+        documented="torch/distributed/elastic/rendezvous/api.py RendezvousClosedError; RendezvousHandler.is_closed "
+                   "(\"A closed rendezvous means all future attempts to re-rendezvous within same job will "
+                   "fail\"); corpus rendezvous-017 (kubeflow/trainer#1638: the etcd rendezvous stayed closed "
+                   "across pod restarts)",
     ),
     Signature(
         rule="rendezvous-connection", family="rendezvous",
