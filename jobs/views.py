@@ -20,6 +20,7 @@ from django.http import FileResponse, Http404, HttpResponse, StreamingHttpRespon
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils import timezone
+from django.utils.functional import SimpleLazyObject
 from django.views.decorators.http import require_http_methods, require_POST
 from rest_framework import serializers as drf_serializers
 
@@ -218,7 +219,8 @@ def _job_context(request, workspace, job) -> dict:
         "failure_verdict": _failure_verdict(job),
         "live": not job.finished,
         "now": now,
-        "hang": hang_panel(job, current, instances, now),
+        # Lazy: it reads log tails, and only the instances part shows it.
+        "hang": SimpleLazyObject(lambda: hang_panel(job, current, instances, now)),
     }
 
 

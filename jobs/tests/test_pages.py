@@ -283,6 +283,7 @@ def test_job_page_shows_instances_timeline_monitor_log_and_token_hint(client, al
     assert "Job submitted by alice" in html
     assert job.token_hint in html
     assert f'data-ws="/ws/jobs/{job.pk}/"' in html
+    assert 'id="hang-panel"' not in html  # no hang detection on this job: nothing to show
 
 
 def test_restart_records_open_a_description_and_aggregate_by_code_source_and_node(client, alice, alice_ws, job):
