@@ -10,6 +10,12 @@ import { addEvent } from "./monitor-log.js";
 import { refreshPart } from "./parts.js";
 import { localize } from "./times.js";
 
+// The glyph of each status, as jobs/templatetags/vigil.py STATUS_ICONS draws it.
+const STATUS_ICONS = {
+  Creating: "○", Queuing: "◔", Pending: "◔", Starting: "◑", Running: "▶", Restarting: "↻",
+  Succeeded: "✓", Failed: "✕", Stopping: "◼", Stopped: "■", Lost: "?",
+};
+
 function readJson(id, fallback) {
   const el = document.getElementById(id);
   try { return el ? JSON.parse(el.textContent) : fallback; } catch (err) { return fallback; }
@@ -226,6 +232,36 @@ export function initJob(el) {
   // "5s ago" stays true between messages.
   setInterval(() => localize(document.getElementById("part-instances")), 1000);
 
+  let lastStatus = null;
+  // A fetched header older than the last status message (a fetch in flight while
+  // the status moved on) does not take the status back.
+  function keepNewerStatus() {
+    const header = document.getElementById("job-header");
+    if (!header || !lastStatus || !lastStatus.updated_at) return;
+    const rendered = Date.parse(header.getAttribute("data-updated") || "");
+    if (isNaN(rendered) || Date.parse(lastStatus.updated_at) > rendered) showStatus(lastStatus);
+  }
+  function showStatus(msg) {
+    lastStatus = msg;
+    const badge = document.querySelector("#job-header .title .badge");
+    if (badge && msg.status) {
+      badge.className = "badge st-" + String(msg.status).toLowerCase();
+      const icon = document.createElement("span");
+      icon.className = "icon"; icon.setAttribute("aria-hidden", "true");
+      icon.textContent = STATUS_ICONS[msg.status] || "•";
+      badge.textContent = "";
+      badge.appendChild(icon);
+      badge.appendChild(document.createTextNode(" " + msg.status));
+    }
+    const header = document.getElementById("job-header");
+    if (header && msg.status) header.setAttribute("data-status", msg.status);
+    const used = document.querySelector("#job-header .restarts");
+    if (used && typeof msg.restart_count === "number") {
+      const budget = used.textContent.split("/")[1];
+      used.textContent = msg.restart_count + "/" + budget;
+    }
+  }
+
   function refresh(parts) {
     parts.forEach((p) => refreshPart("part-" + p, 300));
   }
@@ -267,6 +303,10 @@ export function initJob(el) {
         if (msg.id > lastEvent) lastEvent = msg.id;
         refresh(["instances", "timeline", "restarts"]);
       } else if (msg.type === "status") {
+        // The header's status comes with the message, in the socket's order (right
+        // after the event that changed it), not from a later fetch of the header,
+        // which could already show the status after it (Restarting never seen).
+        showStatus(msg);
         if (msg.status !== status) {
           document.getElementById("status-announcer").textContent = "Job status: " + msg.status + (msg.reason ? ". " + msg.reason : "");
           document.title = document.title.replace(status, msg.status);
@@ -310,6 +350,7 @@ export function initJob(el) {
   }));
 
   document.addEventListener("htmx:afterSwap", (e) => {
+    if (e.target.id === "part-header") keepNewerStatus();
     if (e.target.id !== "part-instances") return;
     showLastOutput();
     // Keep the instance choices and the download links in step with the current attempt.

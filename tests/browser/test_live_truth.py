@@ -4,7 +4,9 @@ real processes the page watches.
 
 - "Last output" in the Instances panel follows the logs (within 2 s of the log
   file's last write, what the API reports) and keeps ticking between updates;
-- the attempt timeline's running bar grows and its right edge stays "now".
+- the attempt timeline's running bar grows and its right edge stays "now";
+- the header's status, the restart records and the monitor log agree through a
+  restart, in the order the socket sent them.
 """
 
 from __future__ import annotations
@@ -100,4 +102,64 @@ def test_the_running_bar_of_the_timeline_grows_and_now_stays_now(page_for, alice
     page.wait_for_timeout(4000)  # no event in between: nothing re-renders the part
     assert float(running.get_attribute("width")) > first + 1, "the running bar stopped growing"
     assert -1.0 <= now_label_lag() <= 3.0  # the label has whole seconds and moves once a second
+    stop(alice, job)
+
+
+# worker-0 of attempt 1 fails with an NCCL error; every later run prints steps.
+FLAKY_ONCE = ('if [ "$VIGIL_ATTEMPT" = "1" ] && [ "$VIGIL_INSTANCE" = "worker-0" ]; then '
+              'echo "epoch 0 step 1"; echo "NCCL error in: ProcessGroupNCCL.cpp:1191, unhandled system error" >&2; '
+              'exit 1; fi; '
+              'i=0; while [ $i -lt 100000 ]; do echo "attempt $VIGIL_ATTEMPT step $i"; i=$((i+1)); sleep 0.05; done')
+
+# Every change of the header's status, the monitor log and the newest restart
+# record's result, with the page's clock, in the order the page showed them.
+TRACE = """() => {
+  window.__trace = [];
+  const snap = () => {
+    const badge = document.querySelector("#job-header .title .badge");
+    const events = document.querySelectorAll("#events li");
+    const result = document.querySelector("#part-restarts tr.rr .badge");
+    const now = {status: badge ? badge.textContent.trim().replace(/^\\S+\\s/, "") : "",
+                 events: events.length, last: events.length ? events[events.length - 1].textContent : "",
+                 record: result ? result.textContent.trim().replace(/^\\S+\\s/, "") : ""};
+    const prev = window.__trace[window.__trace.length - 1];
+    if (!prev || prev.status !== now.status || prev.events !== now.events || prev.record !== now.record) {
+      now.t = performance.now();
+      window.__trace.push(now);
+    }
+  };
+  snap();
+  new MutationObserver(snap).observe(document.body, {subtree: true, childList: true, characterData: true});
+}"""
+
+
+def test_status_records_and_monitor_log_agree_through_a_restart(page_for, alice, alice_ws, job_body):
+    job, _ = actions.submit_job(alice, job_body(alice_ws, display_name="flaky", user_command=FLAKY_ONCE, settings={
+        "enable_error_monitoring_in_aimaster": True,
+        "error_monitoring_args": "--job-execution-mode=Sync --enable-job-restart=True --max-num-of-job-restart=3 "
+                                 "--fault-tolerant-policy=ExitCodeAndErrorMsg"}))
+    page = page_for(alice)
+    page.goto(f"/workspaces/{alice_ws.slug}/jobs/{job.pk}/")
+    expect(page.locator("#logview")).to_contain_text("NCCL error", timeout=15_000)
+    page.evaluate(TRACE)
+    tick_until(job, lambda j: j.restart_count == 1 and j.current_attempt == 2)
+    tick_until(job, lambda j: j.status == JobStatus.RUNNING)
+    expect(page.locator("#events")).to_contain_text("Restart 1 succeeded", timeout=10_000)
+    expect(page.locator("#job-header .title .badge")).to_contain_text("Running")
+    page.wait_for_timeout(1000)
+    trace = page.evaluate("window.__trace")
+    statuses = [s["status"] for s in trace]
+    # The restart is seen as one: the header says Restarting, and never goes back
+    # to Restarting once the new attempt runs.
+    assert "Restarting" in statuses, statuses
+    first_restarting = statuses.index("Restarting")
+    assert "Restarting" not in statuses[statuses.index("Running", first_restarting):], statuses
+    # When the monitor log says the restart succeeded, the record says so too
+    # (within half a second), and the header no longer says Restarting.
+    said = next(s for s in trace if "Restart 1 succeeded" in s["last"])
+    later = [s for s in trace if s["t"] >= said["t"]]
+    agreed = next((s for s in later if s["record"] == "Succeeded"), None)
+    assert agreed is not None and agreed["t"] - said["t"] <= 500, [(s["t"] - said["t"], s["record"]) for s in later]
+    settled = [s for s in later if s["t"] - said["t"] > 500]
+    assert all(s["status"] != "Restarting" for s in settled), [(s["t"] - said["t"], s["status"]) for s in settled]
     stop(alice, job)
