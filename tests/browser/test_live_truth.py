@@ -133,6 +133,9 @@ TRACE = """() => {
 }"""
 
 
+AGREE_MS = 1000
+
+
 def test_status_records_and_monitor_log_agree_through_a_restart(page_for, alice, alice_ws, job_body):
     job, _ = actions.submit_job(alice, job_body(alice_ws, display_name="flaky", user_command=FLAKY_ONCE, settings={
         "enable_error_monitoring_in_aimaster": True,
@@ -155,11 +158,12 @@ def test_status_records_and_monitor_log_agree_through_a_restart(page_for, alice,
     first_restarting = statuses.index("Restarting")
     assert "Restarting" not in statuses[statuses.index("Running", first_restarting):], statuses
     # When the monitor log says the restart succeeded, the record says so too
-    # (within half a second), and the header no longer says Restarting.
+    # (within a second, on a machine shared with other tests), and the header no
+    # longer says Restarting.
     said = next(s for s in trace if "Restart 1 succeeded" in s["last"])
     later = [s for s in trace if s["t"] >= said["t"]]
     agreed = next((s for s in later if s["record"] == "Succeeded"), None)
-    assert agreed is not None and agreed["t"] - said["t"] <= 500, [(s["t"] - said["t"], s["record"]) for s in later]
-    settled = [s for s in later if s["t"] - said["t"] > 500]
+    assert agreed is not None and agreed["t"] - said["t"] <= AGREE_MS, [(s["t"] - said["t"], s["record"]) for s in later]
+    settled = [s for s in later if s["t"] - said["t"] > AGREE_MS]
     assert all(s["status"] != "Restarting" for s in settled), [(s["t"] - said["t"], s["status"]) for s in settled]
     stop(alice, job)
