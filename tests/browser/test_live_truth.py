@@ -101,7 +101,8 @@ def test_the_running_bar_of_the_timeline_grows_and_now_stays_now(page_for, alice
     first = float(running.get_attribute("width"))
     page.wait_for_timeout(4000)  # no event in between: nothing re-renders the part
     assert float(running.get_attribute("width")) > first + 1, "the running bar stopped growing"
-    assert -1.0 <= now_label_lag() <= 3.0  # the label has whole seconds and moves once a second
+    # The label has whole seconds and moves once a second; a loaded machine adds a little.
+    assert -1.0 <= now_label_lag() <= 5.0
     stop(alice, job)
 
 
