@@ -1,7 +1,8 @@
 """The job page's "Dump stacks now" button (issue 14): a member takes a stack
 snapshot of a running job, the same as the API's POST .../diagnoses/stacks/, and
 the snapshot appears on the page live, through the job socket, with its suspect.
-A viewer gets no button."""
+A viewer gets no button. And the hang's restart record: cause, next step, the
+suspect's last log line and a link to the snapshot that named it."""
 
 from __future__ import annotations
 
@@ -81,5 +82,34 @@ def test_dump_stacks_now_adds_a_snapshot_live_naming_the_suspect(page_for, alice
     viewer.goto(f"/workspaces/{alice_ws.slug}/jobs/{job.pk}/")
     expect(viewer.locator("#part-diagnoses li[id^=dg-]")).to_have_count(1)
     expect(viewer.get_by_role("button", name="Dump stacks now")).to_have_count(0)
+    actions.stop_job(alice, job)
+    actions.finish_stop(job.pk)
+
+
+def test_the_hang_restart_record_shows_cause_next_step_and_links_to_the_snapshot(page_for, alice, alice_ws, job_body,
+                                                                                 tmp_path, shoot):
+    from jobs.models import RestartRecord
+
+    script = job_writable(tmp_path / "jobs") / "hung.py"
+    script.write_text(HUNG)
+    job, _ = actions.submit_job(alice, job_body(
+        alice_ws, display_name="hung", user_command=f"{sys.executable} {script}",
+        job_specs=[{"type": "Master", "pod_count": 1}, {"type": "Worker", "pod_count": 2}],
+        settings={"enable_error_monitoring_in_aimaster": True, "error_monitoring_args":
+                  "--enable-job-restart=True --max-num-of-job-restart=1 --enable-job-hang-detection=True "
+                  "--job-hang-interval=2"}))
+    tick_until(job, lambda j: j.current_attempt == 2, timeout=60)
+    record = RestartRecord.objects.get(job=job)
+    page = page_for(alice)
+    page.goto(f"/workspaces/{alice_ws.slug}/jobs/{job.pk}/restarts/{record.pk}/")
+    facts = page.locator("section.panel dl.record")
+    expect(facts).to_contain_text("worker-0 stopped making progress in `stuck_in_data_loader` while master-0 "
+                                  "and worker-1 were in `wait_for_peers`.")
+    expect(facts).to_contain_text("Next step")
+    expect(facts.locator("[data-last-line]")).to_have_text("step=1")
+    shoot(page, "hang-restart-record")
+    facts.locator("[data-snapshot-link]").click()
+    expect(page.locator("[data-culprit]")).to_contain_text("worker-0 (rank 1) is in stuck_in_data_loader")
+    expect(page.locator("table.stacks")).to_contain_text("Suspect")
     actions.stop_job(alice, job)
     actions.finish_stop(job.pk)
