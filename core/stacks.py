@@ -22,12 +22,14 @@ from __future__ import annotations
 
 import json
 import os
+from collections import Counter
 import shutil
 import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from functools import cached_property, lru_cache
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
@@ -117,7 +119,7 @@ class ThreadStack:
             return True
         return self.thread_name != "MainThread" and any(_in_vigil(f) for f in self.frames)
 
-    @property
+    @cached_property
     def collective(self) -> Frame | None:
         """The torch.distributed call this thread waits in for its peers: a collective
         by name anywhere in the stack, else an innermost own frame in torch/distributed/
@@ -129,18 +131,22 @@ class ThreadStack:
         return own if own is not None and _in_torch_distributed(own) else None
 
 
+@lru_cache(maxsize=1 << 16)
 def _in_vigil(frame: Frame) -> bool:
     return frame.file.startswith("vigil/") or "/vigil/" in frame.file
 
 
+@lru_cache(maxsize=1 << 16)
 def _in_torch_distributed(frame: Frame) -> bool:
     return frame.file.startswith("torch/distributed/") or "/torch/distributed/" in frame.file
 
 
+@lru_cache(maxsize=1 << 16)
 def _is_collective(frame: Frame) -> bool:
     return _in_torch_distributed(frame) and frame.function.rsplit(".", 1)[-1] in COLLECTIVES
 
 
+@lru_cache(maxsize=1 << 16)  # a thousand ranks repeat the same frames
 def _is_wait(frame: Frame) -> bool:
     """A frame that only waits: in torch.distributed, in Vigil's wrapper, or parked stdlib."""
     if _in_torch_distributed(frame) or _in_vigil(frame):
@@ -379,9 +385,10 @@ def _is_launcher(dump: ProcessStacks) -> bool:
 def _positions(dumps: Sequence[ProcessStacks]) -> list[_Position]:
     usable = [d for d in dumps if d.ok and d.threads and not _is_launcher(d)]
     names = [d.instance or f"pid {d.pid}" for d in usable]
+    seen = Counter(names)
     out = []
     for dump, name in zip(usable, names):
-        if names.count(name) > 1:
+        if seen[name] > 1:
             name = f"{name} pid {dump.pid}"
         candidates = [t for t in dump.threads if not t.vigil]
         in_collective = [t for t in candidates if t.collective is not None]
@@ -420,7 +427,8 @@ def _majority(positions: Sequence[_Position], key) -> tuple[list[_Position], lis
     largest = max(groups.values(), key=len)
     if 2 * len(largest) <= len(positions):
         return [], []
-    return largest, [p for p in positions if p not in largest]
+    inside = {id(p) for p in largest}  # by identity: comparing positions compares whole stacks
+    return largest, [p for p in positions if id(p) not in inside]
 
 
 def _most_common(values: Sequence[str]) -> str:
