@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import time
 
+from django.conf import settings
 from django.db.models import Count
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
@@ -32,9 +33,11 @@ class RedisCollector:
                 yield family
             elif metric.name == "vigil_monitor_last_sweep_age_seconds":
                 family = GaugeMetricFamily(metric.name, metric.help)
-                last = client.get(PREFIX + "last-sweep")
-                if last is not None:
-                    family.add_metric([], max(0.0, time.time() - float(last)))
+                # The stalest shard's: one shard nobody sweeps is jobs nobody watches.
+                lasts = [float(v) for v in client.mget([f"{PREFIX}last-sweep:{shard}"
+                                                        for shard in range(settings.MONITOR_SHARDS)]) if v is not None]
+                if lasts:
+                    family.add_metric([], max(0.0, time.time() - min(lasts)))
                 yield family
             elif metric.kind == "counter":
                 family = CounterMetricFamily(metric.name, metric.help, labels=metric.labels)

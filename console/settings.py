@@ -268,12 +268,17 @@ CELERY_TIMEZONE = "UTC"
 # A hang is flagged at most one sweep after its interval ends; exits are handled at
 # once through the exit listener whatever this is.
 MONITOR_SWEEP_SECONDS = float(os.environ.get("VIGIL_MONITOR_SWEEP_SECONDS", "0.5"))
+# The sweep's shards (job id modulo this): one task per shard per sweep, any
+# worker takes it under the shard's Redis lease, so N worker processes share the
+# jobs. More shards than worker processes spreads the work evenly.
+MONITOR_SHARDS = max(1, int(os.environ.get("VIGIL_MONITOR_SHARDS", "4")))
 CELERY_BEAT_SCHEDULE = {
-    "monitor-sweep": {
+    **{f"monitor-sweep-{shard}": {
         "task": "monitoring.tasks.sweep",
         "schedule": MONITOR_SWEEP_SECONDS,
+        "args": (shard,),
         "options": {"expires": MONITOR_SWEEP_SECONDS * 2},
-    },
+    } for shard in range(MONITOR_SHARDS)},
     # Re-queues notification deliveries whose task was lost.
     "notifications-sweep": {"task": "notifications.tasks.sweep_deliveries", "schedule": 60.0},
 }

@@ -81,12 +81,12 @@ METRICS = {m.name: m for m in (
     Metric("vigil_restart_latency_seconds", "histogram",
            "From a restart decision to every instance of the new attempt running.", ("kind",), RESTART),
     Metric("vigil_hang_detections", "counter", "Hangs detected, by kind (hang, exit_hang, c4d).", ("kind",)),
-    Metric("vigil_monitor_sweep_duration_seconds", "histogram", "How long one monitor sweep took.", (), SWEEP),
+    Metric("vigil_monitor_sweep_duration_seconds", "histogram", "How long one monitor sweep (of one shard) took.", (), SWEEP),
     Metric("vigil_monitor_sweep_jobs", "histogram", "Jobs ticked by one monitor sweep.", (), JOBS),
     Metric("vigil_monitor_sweep_lag_seconds", "histogram",
-           "How much later than the configured interval a sweep started after the previous one.", (), LAG),
+           "How much later than the configured interval a shard's sweep started after its previous one.", (), LAG),
     Metric("vigil_monitor_last_sweep_age_seconds", "gauge",
-           "Seconds since the last monitor sweep started (grows when the beat or every worker is gone)."),
+           "Seconds since the stalest shard's last sweep started (grows when the beat or every worker is gone)."),
     Metric("vigil_notification_deliveries", "counter",
            "Delivery attempts by outcome (sent, retrying, failed, skipped) and channel kind.", ("status", "channel_kind")),
     Metric("vigil_notification_delivery_latency_seconds", "histogram",
@@ -190,13 +190,13 @@ def hang_detected(kind: str) -> None:
     inc("vigil_hang_detections", kind=kind)
 
 
-def sweep_done(started: float, jobs: int, interval: float) -> None:
-    """One monitor sweep that started at `started` (Unix time) and ticked `jobs` jobs.
-    The lag is the gap since the previous sweep's start (any worker's) beyond the
-    interval the beat schedules sweeps at."""
+def sweep_done(started: float, jobs: int, interval: float, shard: int) -> None:
+    """One monitor sweep (of one shard) that started at `started` (Unix time) and
+    ticked `jobs` jobs. The lag is the gap since the previous sweep's start of the
+    same shard (any worker's) beyond the interval the beat schedules sweeps at."""
     global _down_until
     try:
-        previous = redis_client().getset(PREFIX + "last-sweep", repr(started)) if time.monotonic() >= _down_until else None
+        previous = redis_client().getset(f"{PREFIX}last-sweep:{shard}", repr(started)) if time.monotonic() >= _down_until else None
     except Exception as exc:  # noqa: BLE001
         _down_until = time.monotonic() + BACKOFF_SECONDS
         log.debug("could not record the sweep: %s", exc)

@@ -1,6 +1,10 @@
-"""Celery shells around the monitor tick (monitoring.tick). One job is ticked by one worker at a
-time (a short Redis lock); the state changes inside are compare-and-set anyway,
-so a lost lock costs a skipped tick, never a double restart."""
+"""Celery shells around the monitor tick (monitoring.tick). The sweep is split into
+shards (job id modulo MONITOR_SHARDS), one task per shard per beat tick, each
+worked by one worker at a time under the shard's Redis lease (monitoring.leases),
+so more worker processes watch more jobs. run_job (the exit listener's tick of one
+job) takes a short per-job lock. The state changes inside are compare-and-set and
+each decision has its idempotency key, so a tick run twice (a lost lease, run_job
+beside the sweep) costs a wasted tick, never a double restart."""
 
 import logging
 import threading
@@ -15,25 +19,22 @@ from django.conf import settings
 from infra import health, metrics
 from infra.client import redis_client
 
-from . import tick
+from . import leases, tick
 
 log = logging.getLogger(__name__)
-# Short, so that a killed worker's jobs are ticked by another within seconds; a
-# tick that runs longer (an attempt's teardown grace, a launch) renews its locks
-# every LOCK_SECONDS / 3 while it runs.
+# run_job's per-job lock. Short, so that a killed worker's job is ticked by another
+# within seconds; a tick that runs longer (an attempt's teardown grace, a launch)
+# renews it every LOCK_SECONDS / 3 while it runs.
 LOCK_SECONDS = 4
 
 
 def with_job_lock(job_id: int, fn):
-    try:
-        lock = redis_client().lock(f"vigil:monitor:job:{job_id}", timeout=LOCK_SECONDS, blocking=False,
-                              thread_local=False)  # renewed from another thread
-        acquired = lock.acquire()
-    except redis.RedisError:
-        log.warning("Redis unavailable; ticking job %s without the lock", job_id)
-        return fn()
-    if not acquired:
+    """run_job's guard: the exit listener's tick of one job, one worker at a time."""
+    lock = _try_lock(job_id)
+    if lock is None:
         return None  # another worker is on this job right now
+    if isinstance(lock, _NoLock):
+        return fn()
     try:
         with renewed([lock]):
             return fn()
@@ -75,37 +76,49 @@ def run_job(job_id: int) -> str | None:
 
 
 @shared_task(name="monitoring.tasks.sweep", ignore_result=True)
-def sweep(now: datetime | None = None) -> int:
-    """Every second (beat): tick every live job. The only sweep; tests pass `now`
-    to look at the jobs as a later sweep would."""
+def sweep(shard: int | None = None, now: datetime | None = None) -> int | None:
+    """Beat fires one per shard every MONITOR_SWEEP_SECONDS; any worker takes it.
+    Ticks the shard's live jobs under the shard's lease; None if another worker
+    holds it (it is sweeping that shard now). Without a shard, every shard in turn
+    (tests pass `now` to look at the jobs as a later sweep would)."""
+    if shard is None:
+        return sum(sweep(s, now) or 0 for s in range(settings.MONITOR_SHARDS))
     health.record(health.SWEEP)  # /readyz: the beat schedules sweeps and a worker runs them
     started = time.time()
-    count = 0
-    ids = tick.live_job_ids()
-    for start in range(0, len(ids), tick.SNAPSHOT_CHUNK):
-        chunk = ids[start:start + tick.SNAPSHOT_CHUNK]
-        locks = {}
+    lease = leases.Lease(leases.shard_key(shard))
+    try:
+        if not lease.acquire():
+            return None
+    except redis.RedisError:
+        log.warning("Redis unavailable; sweeping shard %s without its lease", shard)
+        count = _sweep_jobs(tick.live_job_ids(shard, settings.MONITOR_SHARDS), now, None)
+    else:
         try:
-            for job_id in chunk:
-                lock = _try_lock(job_id)
-                if lock is not None:
-                    locks[job_id] = lock
-            # Read after locking: no other tick of these jobs runs until we release.
-            with renewed([lock for lock in locks.values() if not isinstance(lock, _NoLock)]):
-                snaps = tick.load_snapshots(list(locks))
-                for job_id in locks:
-                    try:
-                        tick.run_job(job_id, now, snapshot=snaps.get(job_id))
-                    except Exception:  # noqa: BLE001 - one broken job must not stop the others
-                        log.exception("monitor tick of job %s failed", job_id)
-                    count += 1
+            with leases.renewing(lease):
+                # Read after leasing: no other sweep of this shard runs until we release.
+                count = _sweep_jobs(tick.live_job_ids(shard, settings.MONITOR_SHARDS), now, lease)
         finally:
-            for lock in locks.values():
-                try:
-                    lock.release()
-                except redis.RedisError:
-                    pass
-    metrics.sweep_done(started, count, settings.MONITOR_SWEEP_SECONDS)
+            lease.release()
+    metrics.sweep_done(started, count, settings.MONITOR_SWEEP_SECONDS, shard=shard)
+    return count
+
+
+def _sweep_jobs(ids: list[int], now: datetime | None, lease: leases.Lease | None) -> int:
+    """Tick the jobs, reading them in bulk chunks; stop if the lease was lost (another
+    worker has the shard now and ticks the rest)."""
+    count = 0
+    for start in range(0, len(ids), tick.SNAPSHOT_CHUNK):
+        if lease is not None and lease.lost.is_set():
+            log.warning("lost the lease of %s mid-sweep; leaving the rest to its new holder", lease.key)
+            break
+        chunk = ids[start:start + tick.SNAPSHOT_CHUNK]
+        snaps = tick.load_snapshots(chunk)
+        for job_id in chunk:
+            try:
+                tick.run_job(job_id, now, snapshot=snaps.get(job_id))
+            except Exception:  # noqa: BLE001 - one broken job must not stop the others
+                log.exception("monitor tick of job %s failed", job_id)
+            count += 1
     return count
 
 

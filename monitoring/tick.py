@@ -1,14 +1,16 @@
 """One monitor tick over one job: read the backend's view of the current attempt,
 keep the instance rows in step with it, then hand exits to the restarts module and
 a running job to the checks. Every step is small and idempotent, so a tick is safe
-to run concurrently and repeatedly; monitoring.tasks runs it (the sweep, under a
-per-job Redis lock, and the run_job task)."""
+to run concurrently and repeatedly; monitoring.tasks runs it (the sweep of a shard, under the
+shard's Redis lease, and the run_job task, under a per-job lock)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from django.db.models import Value
+from django.db.models.functions import Mod
 from django.utils import timezone
 
 from jobs import actions
@@ -164,11 +166,14 @@ def run_job(job_id: int, now: datetime | None = None, *, snapshot: JobSnapshot |
     return result
 
 
-def live_job_ids() -> list[int]:
-    """The jobs a sweep ticks: live ones, and those a person is stopping."""
-    return list(
-        Job.objects.filter(status__in=[*LIVE_JOB_STATUSES, JobStatus.STOPPING]).values_list("pk", flat=True)
-    )
+def live_job_ids(shard: int | None = None, shards: int = 1) -> list[int]:
+    """The jobs a sweep ticks: live ones, and those a person is stopping; given a
+    shard, only the jobs whose id is that shard modulo `shards` (every job is in
+    exactly one shard, and stays in it for life)."""
+    jobs = Job.objects.filter(status__in=[*LIVE_JOB_STATUSES, JobStatus.STOPPING])
+    if shard is not None:
+        jobs = jobs.annotate(shard=Mod("pk", Value(shards))).filter(shard=shard)
+    return list(jobs.order_by("pk").values_list("pk", flat=True))
 
 
 def note_first_output(job: Job, attempt: Attempt, instances: list[Instance]) -> None:
