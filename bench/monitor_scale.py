@@ -1,31 +1,42 @@
-"""How long one monitor sweep takes as the number of running jobs grows (a benchmark, not a test).
+"""How long the production monitor sweep takes, and how soon an exit is decided on, as the
+number of running jobs and worker processes grows (a benchmark, not a test).
 
 Each job is a Sync PyTorchJob (1 Master + 7 Workers = 8 instances) with the seed's
 fault-tolerance flags, running on the in-memory backend, every instance alive and
-recently printing. One sweep (monitoring.tasks.sweep, the one production runs: it takes
-each job's Redis lock, reads the jobs in bulk and ticks them) runs once in this
-process, as one Celery worker does every second. Nothing fails, so the figure is
-the monitor's own cost of watching: what every second of every running job pays.
+recently printing. What runs is what production runs: `monitoring.tasks.sweep(shard)`,
+one call per shard (VIGIL_MONITOR_SHARDS, the production default unless --shards),
+each under the shard's Redis lease, in 1, 2 or 4 forked worker processes that take
+shard tasks from one queue as Celery workers do. A "beat" here enqueues every shard
+each round, at most every VIGIL_MONITOR_SWEEP_SECONDS; the round's wall time (all
+shards done) is the sweep time. Every worker process holds a copy of the in-memory
+cluster; an exit is injected into every copy (the cluster is one), and an attempt
+one worker launched is running in the others too (ClusterView).
 
-The jobs, attempts and instances are bulk-created in a throwaway SQLite database in a
-temporary VIGIL_DATA_DIR (never the dev database); the locks go to REDIS_URL, or to a
-private Redis started for the run (console.devredis) when it is not set. For each size we time the first
-sweep (it also scans each job's logs for watchdog hints, done every 30 s per job) and
-the median of the next ones (steady state), and count SQL queries per job.
-With --profile, cProfile shows where the steady-state time goes at the profiled size.
+The sizes grow one set of jobs (sorted); the worker counts at one size share it.
+Phases per size and worker count: a first round (it also scans logs for watchdog
+hints, done every 30 s per job), --sweeps steady rounds (median time, SQL queries and
+Redis round trips per job), then rounds with exits injected (SIGKILL of one instance
+of a random running job, about 20 per round at random moments) until --exits decisions:
+the decision latency is the RestartRecord's restart_time (the deciding tick's clock)
+minus the moment of injection, p50 and p99.
 
-Run:  .venv/bin/python bench/monitor_scale.py [--sizes 100,1000,5000] [--sweeps 3] [--profile 1000]
-Target: a steady-state sweep of 1,000 jobs under 1 s, growing linearly.
+The data is bulk-created in a throwaway SQLite database in a temporary VIGIL_DATA_DIR,
+or with --postgres in a throwaway PostgreSQL database (vigil_bench_scale, dropped
+after); Redis is REDIS_URL or a private one (console.devredis).
+
+Run:  .venv/bin/python bench/monitor_scale.py [--sizes 1000,10000] [--workers 1,2,4] [--postgres]
+Targets (issue 17): 10,000 jobs with 2 workers on PostgreSQL: steady sweep < 0.5 s, p99 < 1 s.
 """
 
 from __future__ import annotations
 
 import argparse
-import cProfile
-import io
+import logging
+import multiprocessing
 import os
 import platform
-import pstats
+import queue
+import random
 import shutil
 import statistics
 import sys
@@ -40,17 +51,26 @@ sys.path.insert(0, str(ROOT))
 SEED_SYNC = ("--job-execution-mode=Sync --enable-job-restart=True --max-num-of-job-restart=3 "
              "--fault-tolerant-policy=ExitCodeAndErrorMsg")
 WORKERS = 7
+PG_DB = "vigil_bench_scale"
 
 
 def when(epoch: float | None) -> datetime | None:
     return datetime.fromtimestamp(epoch, tz=timezone.utc) if epoch is not None else None
 
 
-def django_in_temp_dir() -> str:
-    """Django on a fresh SQLite database in a temporary data dir; returns the dir."""
+def django_on(postgres: str | None) -> str:
+    """Django on a fresh database (SQLite in a temporary data dir, or a fresh PostgreSQL
+    database at `postgres`); returns the temporary dir."""
     tmp = tempfile.mkdtemp(prefix="vigil-bench-")
     os.environ["VIGIL_DATA_DIR"] = tmp
     os.environ.pop("DATABASE_URL", None)
+    if postgres:
+        import psycopg
+
+        with psycopg.connect(f"{postgres}/postgres", autocommit=True) as conn:
+            conn.execute(f"DROP DATABASE IF EXISTS {PG_DB}")
+            conn.execute(f"CREATE DATABASE {PG_DB}")
+        os.environ["DATABASE_URL"] = f"{postgres}/{PG_DB}"
     os.environ["DJANGO_SETTINGS_MODULE"] = "console.settings"
     import django
     from django.core.management import call_command
@@ -60,12 +80,19 @@ def django_in_temp_dir() -> str:
     return tmp
 
 
+def drop_postgres(postgres: str) -> None:
+    import psycopg
+    from django.db import connections
+
+    connections.close_all()
+    with psycopg.connect(f"{postgres}/postgres", autocommit=True) as conn:
+        conn.execute(f"DROP DATABASE IF EXISTS {PG_DB} WITH (FORCE)")
 def use_memory_backend():
     from django.conf import settings
 
     from jobs.backends import get_backend, reset_backends
 
-    settings.JOB_BACKENDS = {"local": {"BACKEND": "jobs.backends.memory.MemoryBackend", "OPTIONS": {}}}
+    settings.JOB_BACKENDS = {"local": {"BACKEND": "__main__.ClusterView", "OPTIONS": {}}}
     reset_backends()
     return get_backend("local")
 
@@ -77,10 +104,11 @@ def create_running_jobs(count: int, backend, owner, workspace) -> None:
     from jobs.models import Attempt, AttemptStatus, Instance, InstanceStatus, Job, JobStatus
 
     config = parse_flags(SEED_SYNC)
+    start = Job.objects.count()
     now = datetime.now(timezone.utc)
     specs = [{"type": "Master", "pod_count": 1}, {"type": "Worker", "pod_count": WORKERS}]
     jobs = Job.objects.bulk_create([
-        Job(workspace=workspace, created_by=owner, display_name=f"scale-{i}", job_type="PyTorchJob",
+        Job(workspace=workspace, created_by=owner, display_name=f"scale-{start + i}", job_type="PyTorchJob",
             job_specs=specs, user_command="python train.py", backend="local", fault_tolerance=True,
             error_monitoring_args=SEED_SYNC, ft_config=config.to_dict(), current_attempt=1,
             status=JobStatus.RUNNING, started_at=now)
@@ -109,32 +137,187 @@ def create_running_jobs(count: int, backend, owner, workspace) -> None:
     Instance.objects.bulk_create(instances, batch_size=1000)
 
 
-def timed_sweep() -> tuple[float, int, int]:
+def cluster_view():
+    """The in-memory backend as one cluster seen from several worker processes: an
+    attempt another process launched after the fork is running here too."""
+    from jobs import actions
+    from jobs.backends.memory import MemoryBackend
+    from jobs.models import Attempt
+
+    class ClusterView(MemoryBackend):
+        def _attempt(self, handle):
+            if (handle["job_id"], handle["attempt"]) not in self.attempts:
+                attempt = Attempt.objects.select_related("job").get(job_id=handle["job_id"], number=handle["attempt"])
+                self.launch(actions.attempt_launch_spec(attempt.job, attempt))
+            return super()._attempt(handle)
+
+    return ClusterView
+
+
+class Counts:
+    """SQL queries and Redis round trips made in this process."""
+
+    sql = 0
+    redis = 0
+
+    @classmethod
+    def install(cls) -> None:
+        import redis.client
+        from django.db import connection
+
+        def counting(execute, sql, params, many, context):
+            cls.sql += 1
+            return execute(sql, params, many, context)
+
+        connection.execute_wrappers.append(counting)
+        plain, piped = redis.client.Redis.execute_command, redis.client.Pipeline.execute
+
+        def execute_command(self, *args, **options):
+            cls.redis += 1
+            return plain(self, *args, **options)
+
+        def execute(self, *args, **options):
+            cls.redis += 1
+            return piped(self, *args, **options)
+
+        redis.client.Redis.execute_command = execute_command  # Pipeline buffers in its own override
+        redis.client.Pipeline.execute = execute
+
+
+def worker(tasks_q, results_q, exits_q) -> None:
+    """One worker process: take a shard, sweep it (the production task), report."""
     from django.db import connection
 
+    from jobs.backends import get_backend
     from monitoring import tasks
 
-    count = 0
+    connection.close()  # never share the parent's socket
+    Counts.install()
+    backend = get_backend("local")
+    while True:
+        shard = tasks_q.get()
+        if shard is None:
+            return
+        while True:  # exits injected meanwhile: this copy of the cluster sees them too
+            try:
+                handle, name = exits_q.get_nowait()
+            except queue.Empty:
+                break
+            try:
+                backend.finish(handle, name, exit_code=None, signal=9)
+            except Exception:  # noqa: BLE001 - an attempt already replaced here
+                pass
+        sql, red, t0 = Counts.sql, Counts.redis, time.perf_counter()
+        ticked = tasks.sweep(shard)
+        results_q.put((shard, ticked, time.perf_counter() - t0, Counts.sql - sql, Counts.redis - red))
 
-    def counting(execute, sql, params, many, context):
-        nonlocal count
-        count += 1
-        return execute(sql, params, many, context)
 
-    with connection.execute_wrapper(counting):
+class Pool:
+    def __init__(self, processes: int) -> None:
+        from django.db import connections
+
+        connections.close_all()
+        ctx = multiprocessing.get_context("fork")
+        self.tasks, self.results = ctx.Queue(), ctx.Queue()
+        self.exits = [ctx.Queue() for _ in range(processes)]
+        self.procs = [ctx.Process(target=worker, args=(self.tasks, self.results, q), daemon=True) for q in self.exits]
+        for p in self.procs:
+            p.start()
+
+    def inject(self, handle: dict, name: str) -> None:
+        for q in self.exits:
+            q.put((handle, name))
+
+    def round(self, shards: int, during=None) -> tuple[float, int, int, int]:
+        """Every shard swept once; wall time, jobs ticked, queries, Redis round trips."""
         t0 = time.perf_counter()
-        ticked = tasks.sweep()
-        elapsed = time.perf_counter() - t0
-    return elapsed, ticked, count
+        for shard in range(shards):
+            self.tasks.put(shard)
+        done, ticked, sql, red = 0, 0, 0, 0
+        while done < shards:
+            try:
+                _, n, _, q, r = self.results.get(timeout=0.01)
+            except queue.Empty:
+                if during is not None:
+                    during()
+                continue
+            done, ticked, sql, red = done + 1, ticked + (n or 0), sql + q, red + r
+        return time.perf_counter() - t0, ticked, sql, red
+
+    def close(self) -> None:
+        for _ in self.procs:
+            self.tasks.put(None)
+        for p in self.procs:
+            p.join(30)
+            if p.is_alive():
+                p.kill()
+
+
+def measure(size: int, processes: int, args, cadence: float, shards: int) -> dict:
+    from jobs.models import Attempt, Job, JobStatus, RestartRecord
+
+    pool = Pool(processes)
+    try:
+        first = pool.round(shards)
+        steady = []
+        for _ in range(args.sweeps):
+            started = time.perf_counter()
+            steady.append(pool.round(shards))
+            time.sleep(max(0.0, cadence - (time.perf_counter() - started)))
+        assert all(s[1] == size for s in [first, *steady]), (first, steady)
+        sweep = statistics.median(s[0] for s in steady)
+        # Exits at random moments, about three per round, into jobs not yet hit.
+        rng = random.Random(size * 10 + processes)
+        candidates = list(Job.objects.filter(status=JobStatus.RUNNING, current_attempt=1).values_list("pk", flat=True))
+        rng.shuffle(candidates)
+        handles = dict(Attempt.objects.filter(job_id__in=candidates[:args.exits * 2], number=1)
+                       .values_list("job_id", "backend_handle"))
+        injected: dict[int, float] = {}
+        gap = max(sweep, cadence) / 20  # about 20 per round: the run stays a few rounds long at any size
+        next_at = [time.time() + rng.uniform(0, gap)]
+
+        def maybe_inject() -> None:
+            if len(injected) < args.exits and time.time() >= next_at[0]:
+                job_id = candidates[len(injected)]
+                injected[job_id] = time.time()
+                pool.inject(handles[job_id], f"worker-{rng.randrange(WORKERS)}")
+                next_at[0] = time.time() + rng.uniform(0, 2 * gap)
+
+        deadline = time.time() + 60 + 10 * max(sweep, cadence) * args.exits / 20
+        decided: dict[int, float] = {}
+        while len(decided) < args.exits and time.time() < deadline:
+            started = time.perf_counter()
+            pool.round(shards, during=maybe_inject)
+            maybe_inject()
+            for job_id, at in RestartRecord.objects.filter(job_id__in=list(injected)).values_list("job_id", "restart_time"):
+                decided.setdefault(job_id, at.timestamp())
+            while time.perf_counter() - started < cadence:
+                maybe_inject()
+                time.sleep(0.005)
+        latencies = sorted(decided[j] - injected[j] for j in decided)
+        failed = Job.objects.filter(pk__in=list(injected), status=JobStatus.FAILED).count()
+    finally:
+        pool.close()
+    pct = lambda p: latencies[min(len(latencies) - 1, int(p * len(latencies)))] if latencies else float("nan")  # noqa: E731
+    return {"first": first[0], "sweep": sweep, "sql": steady[0][2] / size, "redis": steady[0][3] / size,
+            "injected": len(injected), "decided": len(decided), "failed": failed,
+            "p50": pct(0.50), "p99": pct(0.99), "max": latencies[-1] if latencies else float("nan")}
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--sizes", default="100,1000,5000")
-    parser.add_argument("--sweeps", type=int, default=3, help="steady-state sweeps per size (median reported)")
-    parser.add_argument("--profile", type=int, default=1000, help="profile one steady sweep at this size (0: off)")
+    parser.add_argument("--sizes", default="1000,10000")
+    parser.add_argument("--workers", default="1,2,4", help="worker process counts")
+    parser.add_argument("--sweeps", type=int, default=3, help="steady-state rounds per run (median reported)")
+    parser.add_argument("--exits", type=int, default=50, help="injected instance exits per run")
+    parser.add_argument("--shards", type=int, default=0, help="VIGIL_MONITOR_SHARDS (0: the production default)")
+    parser.add_argument("--postgres", nargs="?", const="postgres://postgres@127.0.0.1:5432", default=None,
+                        help="PostgreSQL server URL (without database) instead of SQLite")
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
+    counts = [int(w) for w in args.workers.split(",")]
+    if args.shards:
+        os.environ["VIGIL_MONITOR_SHARDS"] = str(args.shards)
 
     redis = None
     if not os.environ.get("REDIS_URL"):
@@ -142,69 +325,59 @@ def main():
 
         redis = PrivateRedis().start()
         os.environ["REDIS_URL"] = redis.url
-    tmp = django_in_temp_dir()
+    tmp = django_on(args.postgres)
+    globals()["ClusterView"] = cluster_view()
     import django
     from django.conf import settings
     from django.contrib.auth import get_user_model
     from django.db import connection
 
-    from jobs.models import Job, JobStatus, Membership, Role, Workspace
+    from jobs.models import Job, Membership, Role, Workspace
 
-    print("monitor sweep scale benchmark")
-    print(f"  machine: {platform.node()} {platform.platform()}, {os.cpu_count()} CPUs, "
-          f"python {platform.python_version()}, Django {django.get_version()}")
-    print(f"  database: {connection.vendor} {settings.DATABASES['default']['NAME']} (throwaway)")
+    shards, cadence = settings.MONITOR_SHARDS, settings.MONITOR_SWEEP_SECONDS
+    print("monitor sweep scale benchmark (production path: monitoring.tasks.sweep(shard) under shard leases)")
+    print(f"  machine: {platform.node()} {platform.platform()}, {os.cpu_count()} CPUs, load average "
+          f"{' '.join(f'{x:.2f}' for x in os.getloadavg())} at start, python {platform.python_version()}, "
+          f"Django {django.get_version()}")
+    print(f"  database: {connection.vendor} {settings.DATABASES['default']['NAME']} (throwaway); "
+          f"Redis {settings.REDIS_URL}")
     print(f"  jobs: Sync PyTorchJob, 1 Master + {WORKERS} Workers, flags {SEED_SYNC!r}; in-memory backend")
-    print(f"  one sweep = monitoring.tasks.sweep() in one process, locks in Redis {settings.REDIS_URL}; "
-          f"first sweep, then median of {args.sweeps}")
+    print(f"  {shards} shards, rounds at most every {cadence} s; worker processes {counts}; "
+          f"first round, median of {args.sweeps} steady rounds, then {args.exits} injected exits (SIGKILL)")
     backend = use_memory_backend()
     owner = get_user_model().objects.create_user("bench", "bench@example.com", "bench-password-123")
     ws = Workspace.objects.create(name="Bench", slug="bench")
     Membership.objects.create(workspace=ws, user=owner, role=Role.OWNER)
 
+    logging.getLogger("vigil.decisions").setLevel(logging.ERROR)  # one line per injected exit otherwise
     rows = []
     try:
-        for size in sizes:
-            Job.objects.all().delete()
-            backend.reset()
+        for size in sorted(sizes):
+            # The sizes grow one set of jobs; the runs at one size share it (exits hit jobs not hit before).
             t0 = time.perf_counter()
-            create_running_jobs(size, backend, owner, ws)
+            create_running_jobs(size - Job.objects.count(), backend, owner, ws)
             setup = time.perf_counter() - t0
-            first, ticked, first_q = timed_sweep()
-            steady = [timed_sweep() for _ in range(args.sweeps)]
-            med = statistics.median(s[0] for s in steady)
-            q = steady[0][2]
-            still = Job.objects.filter(status=JobStatus.RUNNING).count()
-            assert ticked == size and still == size, (ticked, still)
-            rows.append((size, first, med, q))
-            print(f"  {size:>6} jobs ({size * (WORKERS + 1):>6} instances): first sweep {first:7.3f} s "
-                  f"({first_q / size:.2f} queries/job), steady sweep {med:7.3f} s ({q / size:.2f} queries/job, {q} in all), "
-                  f"{med / size * 1000:.2f} ms/job  [setup {setup:.1f} s]")
-            if size == args.profile:
-                prof = cProfile.Profile()
-                prof.enable()
-                from monitoring import tasks
-
-                tasks.sweep()
-                prof.disable()
-                out = io.StringIO()
-                stats = pstats.Stats(prof, stream=out).sort_stats("cumulative")
-                stats.print_stats(r"tick\.py|restarts\.py|checks\.py|tasks\.py|actions\.py|memory\.py|query\.py:\d+\(__iter__|"
-                                  r"sqlite3/base\.py|compiler\.py:\d+\(execute_sql|from_dict|parse_flags", 25)
-                print(f"\n  profile of one steady sweep of {size} jobs (cumulative, filtered):")
-                for line in out.getvalue().splitlines():
-                    if line.strip() and not line.startswith(("   Ordered", "   List reduced")):
-                        print("   " + line[:150])
-                print()
-        base = rows[0]
-        print("\n  growth (steady sweep per job, relative to the smallest size):")
-        for size, _, med, _ in rows:
-            print(f"    {size:>6} jobs: {med / size * 1000:.2f} ms/job = {(med / size) / (base[2] / base[0]):.2f}x")
-        at_1000 = next((med for size, _, med, _ in rows if size == 1000), None)
-        if at_1000 is not None:
-            print(f"\n  target: 1,000 jobs under 1 s -> {at_1000:.3f} s: {'MET' if at_1000 < 1.0 else 'MISSED'}")
+            for processes in counts:
+                r = measure(size, processes, args, cadence, shards)
+                rows.append((size, processes, r))
+                print(f"  {size:>6} jobs x 8, {processes} worker(s): first {r['first']:6.2f} s, steady sweep "
+                      f"{r['sweep']:6.3f} s ({r['sweep'] / size * 1000:.3f} ms/job), {r['sql']:.2f} queries/job, "
+                      f"{r['redis']:.3f} Redis round trips/job; decision latency p50 {r['p50']:.2f} s, "
+                      f"p99 {r['p99']:.2f} s, max {r['max']:.2f} s ({r['decided']}/{r['injected']} exits decided, "
+                      f"{r['failed']} failed the job)  [setup {setup:.0f} s, load {os.getloadavg()[0]:.2f}]",
+                      flush=True)
+        print("\n  fitted cost per job (steady sweep / jobs, by worker processes):")
+        for processes in counts:
+            pts = [(size, r["sweep"]) for size, p, r in rows if p == processes]
+            if len(pts) >= 2:
+                (x0, y0), (x1, y1) = pts[0], pts[-1]
+                print(f"    {processes} worker(s): {(y1 - y0) / (x1 - x0) * 1000:.3f} ms/job marginal "
+                      f"({x0} -> {x1} jobs)")
+        print(f"  load average at end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+        if args.postgres:
+            drop_postgres(args.postgres)
         if redis is not None:
             redis.stop()
 
