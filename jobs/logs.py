@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 
-from core import logindex
+from core import logindex, logtimes
 
 from .backends.base import Backend, BackendError, read_log_file, tail_log_file
 
@@ -95,6 +95,27 @@ class InstanceLog:
         if self.fd is not None:
             os.close(self.fd)
             self.fd = None
+
+    # -- capture times ----------------------------------------------------------------
+    def _times(self) -> tuple[logtimes.Reader, int] | None:
+        """(reader, size) of the sidecar of capture times beside a local log, or None."""
+        if not self.path:
+            return None
+        sidecar = self.path + logtimes.SUFFIX
+        try:
+            size = os.path.getsize(sidecar)
+        except OSError:
+            return None
+        return (lambda offset, limit: read_log_file(sidecar, offset, limit)), size
+
+    def line_times(self, offset: int, chunk: bytes) -> list[float | None] | None:
+        """The capture time of each line of `chunk` (log bytes from `offset`), None
+        for a line not covered yet; None when the log has no capture times at all
+        (a backend without a local shim, a log from before they were recorded)."""
+        times = self._times()
+        if times is None:
+            return None
+        return logtimes.line_times(times[0], times[1], offset, chunk)
 
     # -- lines ------------------------------------------------------------------------
     def line_at(self, offset: int, lenient: bool = False) -> int:

@@ -10,7 +10,7 @@
             {"type": "status", "status", ...}  the job's status, restarts, attempt
             {"type": "diagnosis", "id", ...}
             {"type": "log", "attempt", "instance", "offset", "next_offset", "line", "next_line",
-             "lines": [...]}
+             "lines": [...], "times": [capture time per line, epoch seconds] or null}
             {"type": "log_target", "attempt", "instance", "line" or null, "why"}
             {"type": "output", "attempt", "instances": {name: epoch seconds}}
 
@@ -55,6 +55,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections import OrderedDict
 from importlib import import_module
 
@@ -84,6 +85,7 @@ BACKFILL_LIMIT = 2000
 REFUSED = 4403
 SESSION_ENDED = 4401
 ACCOUNT_DISABLED = 4423
+UNSTAMPED_WAIT = 1.0  # seconds lines wait for their capture time before going out with the log's mtime
 ACCESS_CHECK_SECONDS = 2.0  # how long a socket may outlive its person's access
 
 
@@ -491,6 +493,20 @@ class JobConsumer(BoundedClientJson, AccessGuard, AsyncJsonWebsocketConsumer):
         chunk = complete_lines(data, final=final and len(data) < MAX_BATCH_BYTES)
         if not chunk:
             return
+        times = log.line_times(offset, chunk)
+        if times is not None and None in times and not final:
+            # Lines the shim has not stamped yet wait for the next tick (it stamps
+            # within its interval), so live lines carry the same times as a reload;
+            # lines nobody will stamp (the shim is gone) go out with the log's mtime.
+            waited = time.time() - (log.last_write() or 0.0)
+            if waited < UNSTAMPED_WAIT:
+                keep = times.index(None)
+                if keep == 0:
+                    return
+                chunk = chunk[: _line_end(chunk, keep)]
+                times = times[:keep]
+            else:
+                times = [t if t is not None else log.last_write() for t in times]
         if key not in lines:
             lines[key] = await sync_to_async(log.line_at, thread_sensitive=False)(offset)
         line = lines[key]
@@ -506,7 +522,16 @@ class JobConsumer(BoundedClientJson, AccessGuard, AsyncJsonWebsocketConsumer):
             "line": line,
             "next_line": lines[key],
             "lines": split_lines(chunk),
+            "times": times,
         })
+
+
+def _line_end(chunk: bytes, lines: int) -> int:
+    """The length of the first `lines` lines of `chunk`."""
+    pos = -1
+    for _ in range(lines):
+        pos = chunk.index(b"\n", pos + 1)
+    return pos + 1
 
 
 class WorkspaceConsumer(BoundedClientJson, AccessGuard, AsyncJsonWebsocketConsumer):

@@ -13,7 +13,9 @@ depend on Django, Redis or the process that launched it:
 3. run the user command with /bin/sh -c in its own process group, with the
    instance's log file (O_APPEND) as stdout and stderr: the child writes the
    log itself, so nothing is lost if the shim dies, and the log's mtime is the
-   last output time;
+   last output time; while it runs, the shim stamps the log's growth into the
+   sidecar `<log>.times` every MARK_INTERVAL (each line's capture time,
+   core/logtimes.py), which never slows the child's writes;
 4. write state.json (shim and child PIDs with their /proc start times, so a
    later reader can tell a recycled PID from ours), then report "ok" on the
    ready pipe; a launcher that died meanwhile changes nothing: the shim runs on
@@ -39,6 +41,7 @@ another job's.
 import json
 import os
 import signal
+import struct
 import sys
 import time
 
@@ -51,6 +54,8 @@ except ImportError:  # run by path with -I, which leaves the script's folder off
 STATE = "state.json"
 EXIT = "exit.json"
 SPEC = "spec.json"
+TIMES_SUFFIX = ".times"  # core.logtimes.SUFFIX (the shim runs with the standard library only)
+MARK_INTERVAL = 0.05  # seconds between looks at the log's size: a line's capture time is at most this late
 REDIS_DEADLINE = 0.5  # seconds; the exit is already on disk, this only speeds the monitor up
 
 
@@ -272,14 +277,7 @@ def run(instance_dir, ready_fd):
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, forward)
 
-    while True:
-        try:
-            reaped, status = os.waitpid(-1, 0)
-        except ChildProcessError:  # cannot happen while the child is ours; be safe
-            status = 255 << 8
-            break
-        if reaped == pid:
-            break
+    status = _watch(pid, log_path)
     exited_at = time.time()
     if os.WIFSIGNALED(status):
         exit_code, sig = None, os.WTERMSIG(status)
@@ -291,6 +289,48 @@ def run(instance_dir, ready_fd):
     _announce(spec, record)
     _end_leftovers(pid, float(spec.get("leftover_grace", 2.0)))
     return 0
+
+
+def _watch(pid, log_path):
+    """Wait for the child while recording when its output arrived: every
+    MARK_INTERVAL, if the log grew, one (size, time) record is appended to the
+    sidecar beside it (core/logtimes.py reads them), so every line has its capture
+    time however it is read later. The child writes the log itself; the shim only
+    looks at its size, so a job printing fast is not slowed. Returns the child's
+    wait status."""
+    try:
+        times_fd = os.open(log_path + TIMES_SUFFIX, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    except OSError:
+        times_fd = None
+    seen = 0
+
+    def mark():
+        nonlocal seen
+        if times_fd is None:
+            return
+        try:
+            size = os.stat(log_path).st_size
+            if size > seen:
+                os.write(times_fd, struct.pack("<Qd", size, time.time()))
+                seen = size
+        except OSError:
+            pass
+
+    try:
+        while True:
+            try:
+                reaped, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:  # cannot happen while the child is ours; be safe
+                return 255 << 8
+            if reaped == pid:
+                mark()
+                return status
+            if reaped == 0:
+                mark()
+                time.sleep(MARK_INTERVAL)
+    finally:
+        if times_fd is not None:
+            os.close(times_fd)
 
 
 def _announce(spec, record):

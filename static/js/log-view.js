@@ -8,6 +8,13 @@ const MAX_LINES = 2000;      // line nodes kept in the page
 const MAX_PENDING = 50000;   // lines held while paused
 
 const ansi = new AnsiUp();
+
+// a before b: capture time, then instance name, then line number.
+function before(a, b) {
+  if (a._at !== b._at) return a._at < b._at;
+  if (a._i !== b._i) return a._i < b._i;
+  return (a._n || 0) <= (b._n || 0);
+}
 ansi.use_classes = true;     // the 16 colours as classes, styled for the dark log in vigil.css
 
 /** The text of one line into parent: ANSI colours rendered, markup escaped. */
@@ -70,7 +77,10 @@ export class LogView {
     const first = typeof msg.line === "number" ? msg.line : null;
     let hit = -1;
     for (let i = 0; i < msg.lines.length; i++) {
-      const it = { i: msg.instance, a: msg.attempt, t: msg.lines[i], n: first === null ? null : first + i, at: now };
+      // The time the node captured the line (the shim's sidecar), else when it arrived here.
+      const cap = msg.times && typeof msg.times[i] === "number";
+      const it = { i: msg.instance, a: msg.attempt, t: msg.lines[i], n: first === null ? null : first + i,
+                   at: cap ? Math.round(msg.times[i] * 1000) : now, cap: cap };
       if (this.target && it.n === this.target.n && it.i === this.target.i) { it.mark = true; hit = items.length; this.target = null; }
       items.push(it);
     }
@@ -109,7 +119,7 @@ export class LogView {
     const ts = ln.firstChild && ln.firstChild.nextSibling;
     if (!ts || ts.className !== "ts") return;
     if (this.times === "off") { ts.textContent = ""; return; }
-    if (!ln._time) ln._time = lineTime(ln._text, ln._at);
+    if (!ln._time) ln._time = lineTime(ln._text, ln._at, ln._cap);
     ts.textContent = fmtLineTime(ln._time.ms, this.times);
     ts.title = (this.times === "utc" ? "UTC, " : "local time, ") + ln._time.from;
   }
@@ -150,7 +160,7 @@ export class LogView {
         renderText(t, it.t);
         if (/\b(error|traceback|exception|fatal)\b/i.test(it.t)) t.classList.add("err");
         ln.appendChild(n); ln.appendChild(ts); ln.appendChild(g); ln.appendChild(t);
-        ln._text = t.textContent; ln._at = it.at; ln._i = it.i; ln._n = it.n;
+        ln._text = t.textContent; ln._at = it.at; ln._i = it.i; ln._n = it.n; ln._cap = it.cap;
         if (this.times !== "off") this.setTime(ln);
         if (this.highlightNext || it.mark) {
           this.highlightNext = false;
@@ -159,7 +169,7 @@ export class LogView {
           mark = ln;
         }
       }
-      frag.appendChild(ln);
+      this.place(frag, ln);
     }
     this.root.appendChild(frag);
     this.count += items.length;
@@ -174,6 +184,21 @@ export class LogView {
       return;
     }
     if (!this.paused) this.toBottom();
+  }
+
+  /** Lines of several instances in capture-time order (then instance, then line
+      number), the same order whichever way they came: live batches per instance, or
+      each instance's tail after a reload. A line older than the last one shown goes
+      in its place (never past an attempt separator); the rest are appended. */
+  place(frag, ln) {
+    if (!ln._cap) { frag.appendChild(ln); return; }
+    const tail = frag.lastChild || this.root.lastChild;
+    if (!tail || !tail._cap || before(tail, ln)) { frag.appendChild(ln); return; }
+    this.root.appendChild(frag);  // what is pending goes in first, then the line finds its place
+    let at = this.root.lastChild;
+    while (at && at.previousSibling && at.previousSibling._cap && !before(at.previousSibling, ln)) at = at.previousSibling;
+    if (at && at._cap && !before(at, ln)) this.root.insertBefore(ln, at);
+    else this.root.appendChild(ln);
   }
 
   toBottom() {

@@ -46,18 +46,19 @@ export function timeEl(iso) {
   return el;
 }
 
-// A line that starts with an ISO time shows that time; others show when they arrived.
+// A line that starts with an ISO time shows that time; others show when the node
+// captured them (`captured`), else when they arrived in the page.
 // A time without a zone is taken as UTC (what training launchers usually write).
 const LEADING_ISO = /^\[?(\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d{1,9})?)(Z|[+-]\d\d:?\d\d)?/;
 
-export function lineTime(text, arrived) {
+export function lineTime(text, arrived, captured) {
   const m = LEADING_ISO.exec(text);
   if (m) {
     const iso = m[1].replace(" ", "T").replace(",", ".").replace(/(\.\d{3})\d+/, "$1") + (m[2] || "Z");
     const d = new Date(iso);
     if (!isNaN(d.getTime())) return { ms: d.getTime(), from: "written in the line" };
   }
-  return { ms: arrived, from: "arrived" };
+  return { ms: arrived, from: captured ? "captured" : "arrived in this page" };
 }
 
 export function fmtLineTime(ms, mode) {

@@ -168,3 +168,47 @@ def test_status_records_and_monitor_log_agree_through_a_restart(page_for, alice,
     settled = [s for s in later if s["t"] - said["t"] > AGREE_MS]
     assert all(s["status"] != "Restarting" for s in settled), [(s["t"] - said["t"], s["status"]) for s in settled]
     stop(alice, job)
+
+
+# Two ranks print in turn, lines with no timestamp of their own at the start (the
+# time inside is for the test to check against).
+TURNS = ('if [ "$VIGIL_INSTANCE" = "worker-0" ]; then sleep 0.15; fi; i=0; '
+         'while [ $i -lt 400 ]; do echo "$VIGIL_INSTANCE line $i printed $(date +%s.%N)"; i=$((i+1)); sleep 0.3; done')
+
+SHOWN = """() => Array.from(document.querySelectorAll("#logview .ln:not(.sep)")).map(
+  ln => [ln.querySelector(".t").textContent, ln.querySelector(".ts").textContent])"""
+
+
+def seconds_of_day(hms: str) -> float:
+    hh, mm, ss = hms.rstrip("Z").split(":")
+    return int(hh) * 3600 + int(mm) * 60 + float(ss)
+
+
+def test_all_instances_keep_their_capture_order_and_times_after_a_reload(page_for, alice, alice_ws, job_body):
+    job, _ = actions.submit_job(alice, job_body(alice_ws, display_name="turns", user_command=TURNS))
+    page = page_for(alice)
+    page.goto(f"/workspaces/{alice_ws.slug}/jobs/{job.pk}/")
+    log = page.locator("#logview")
+    expect(log.locator(".ln", has_text="worker-0 line 12 ")).to_have_count(1, timeout=20_000)
+    log.focus()
+    page.keyboard.press("t")
+    page.keyboard.press("t")  # UTC
+    expect(page.locator("#log-times")).to_have_text("Times: UTC")
+    live = page.evaluate(SHOWN)
+    # Each line shows when it was captured, not when the page loaded: within half a
+    # second of the time the rank printed in it.
+    for text, ts in live:
+        printed = float(text.rsplit(" ", 1)[1]) % 86400
+        assert abs(seconds_of_day(ts) - printed) <= 0.5, (text, ts)
+    page.wait_for_timeout(2000)
+    page.reload()
+    expect(log.locator(".ln", has_text="worker-0 line 12 ")).to_have_count(1)
+    log.focus()
+    page.keyboard.press("t")
+    page.keyboard.press("t")
+    again = page.evaluate(SHOWN)
+    common = {text for text, _ in live} & {text for text, _ in again}
+    assert len(common) >= 20
+    # The same order, interleaved by capture, and the same times as before the reload.
+    assert [x for x in live if x[0] in common] == [x for x in again if x[0] in common]
+    stop(alice, job)
