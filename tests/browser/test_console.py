@@ -6,13 +6,13 @@ a refused socket. Screenshots of the main pages go to test-artifacts/screenshots
 from __future__ import annotations
 
 import re
-import time
 
 import pytest
 from playwright.sync_api import expect
 
 from jobs import actions
 from jobs.models import Job, JobStatus, RestartRecord
+from monitoring.testing import tick_until
 
 pytestmark = [pytest.mark.browser, pytest.mark.redis, pytest.mark.django_db(transaction=True)]
 
@@ -96,19 +96,6 @@ FLAKY_ONCE = ('if [ "$VIGIL_ATTEMPT" = "1" ] && [ "$VIGIL_INSTANCE" = "worker-0"
               'i=0; while [ $i -lt 100000 ]; do echo "attempt $VIGIL_ATTEMPT step $i"; i=$((i+1)); sleep 0.05; done')
 
 
-def tick_until(job, condition, timeout=30.0):
-    from monitoring.tick import run_job
-
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        run_job(job.pk)
-        job.refresh_from_db()
-        if condition(job):
-            return job
-        time.sleep(0.2)
-    raise AssertionError(f"job {job.pk} stayed {job.status} ({job.reason})")
-
-
 def test_a_real_fault_restarts_the_job_live_and_fills_the_restart_records(page_for, alice, alice_ws, job_body, shoot):
     job, _ = actions.submit_job(alice, job_body(alice_ws, display_name="ddp-flaky", user_command=FLAKY_ONCE, settings={
         "enable_error_monitoring_in_aimaster": True,
@@ -119,8 +106,8 @@ def test_a_real_fault_restarts_the_job_live_and_fills_the_restart_records(page_f
     expect(page.locator("#logview")).to_contain_text("NCCL error", timeout=15_000)
 
     # the monitor, run here, sees worker-0 fail and restarts the whole job
-    tick_until(job, lambda j: j.restart_count == 1 and j.current_attempt == 2)
-    tick_until(job, lambda j: j.status == JobStatus.RUNNING)
+    tick_until(job, lambda j: j.restart_count == 1 and j.current_attempt == 2, seconds=30)
+    tick_until(job, lambda j: j.status == JobStatus.RUNNING, seconds=30)
     expect(page.locator("#events")).to_contain_text("NCCL", timeout=10_000)  # pushed, not reloaded
     expect(page.locator("#job-header")).to_contain_text("1/3", timeout=10_000)
     expect(page.locator("#logview")).to_contain_text("attempt 2 step", timeout=15_000)

@@ -16,6 +16,7 @@ from playwright.sync_api import expect
 from jobs import actions
 from jobs.models import Diagnosis, JobStatus
 from jobs.testing import job_writable
+from monitoring.testing import tick_until
 
 pytestmark = [pytest.mark.browser, pytest.mark.redis, pytest.mark.django_db(transaction=True)]
 
@@ -34,19 +35,6 @@ HUNG = textwrap.dedent("""
 """)
 
 
-def tick_until(job, condition, timeout=30.0):
-    from monitoring.tick import run_job
-
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        run_job(job.pk)
-        job.refresh_from_db()
-        if condition(job):
-            return job
-        time.sleep(0.2)
-    raise AssertionError(f"job {job.pk} stayed {job.status} ({job.reason})")
-
-
 def test_dump_stacks_now_adds_a_snapshot_live_naming_the_suspect(page_for, alice, carol, dave, alice_ws, job_body,
                                                                  tmp_path, shoot):
     script = job_writable(tmp_path / "jobs") / "hung.py"
@@ -54,7 +42,7 @@ def test_dump_stacks_now_adds_a_snapshot_live_naming_the_suspect(page_for, alice
     job, _ = actions.submit_job(alice, job_body(
         alice_ws, display_name="hung", user_command=f"{sys.executable} {script}",
         job_specs=[{"type": "Master", "pod_count": 1}, {"type": "Worker", "pod_count": 2}]))
-    tick_until(job, lambda j: j.status == JobStatus.RUNNING)
+    tick_until(job, lambda j: j.status == JobStatus.RUNNING, seconds=30)
     page = page_for(dave)  # a member: members and up may take a snapshot
     page.goto(f"/workspaces/{alice_ws.slug}/jobs/{job.pk}/")
     panel = page.locator("#part-diagnoses")
@@ -98,7 +86,7 @@ def test_the_hang_restart_record_shows_cause_next_step_and_links_to_the_snapshot
         settings={"enable_error_monitoring_in_aimaster": True, "error_monitoring_args":
                   "--enable-job-restart=True --max-num-of-job-restart=1 --enable-job-hang-detection=True "
                   "--job-hang-interval=2"}))
-    tick_until(job, lambda j: j.current_attempt == 2, timeout=60)
+    tick_until(job, lambda j: j.current_attempt == 2, seconds=60)
     record = RestartRecord.objects.get(job=job)
     page = page_for(alice)
     page.goto(f"/workspaces/{alice_ws.slug}/jobs/{job.pk}/restarts/{record.pk}/")
