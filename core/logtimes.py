@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Callable
+from datetime import UTC, datetime
 
 SUFFIX = ".times"
 RECORD = struct.Struct("<Qd")  # log size in bytes, capture time (epoch seconds)
@@ -77,3 +78,16 @@ def covered(read: Reader, sidecar_size: int) -> tuple[int, float] | None:
     """(log size, time) of the last record, or None before the first."""
     count = sidecar_size // RECORD.size
     return _at(read, count - 1) if count else None
+
+
+def stamped(chunk: bytes, times: list[float | None]) -> bytes:
+    """`chunk`'s lines, each after its capture time (ISO 8601 UTC, milliseconds)
+    and a space, or "-" when it has none: a download that agrees with the page."""
+    lines = chunk.split(b"\n")
+    tail = lines.pop() if lines and lines[-1] == b"" else None
+    out = []
+    for k, line in enumerate(lines):
+        t = times[k] if k < len(times) else None
+        stamp = (datetime.fromtimestamp(round(t, 3), UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:23] + "Z") if t is not None else "-"
+        out.append(stamp.encode() + b" " + line)
+    return b"\n".join(out) + (b"\n" if tail is not None else b"")

@@ -24,6 +24,9 @@ from django.utils.functional import SimpleLazyObject
 from django.views.decorators.http import require_http_methods, require_POST
 from rest_framework import serializers as drf_serializers
 
+from core import logtimes
+from core.logindex import complete_lines
+
 from . import actions
 from .access import permission_name, runnable_backends, sees_secrets
 from .forms import BOOL_FIELDS, EnvLineError, FieldFlagErrors, JobForm, fault_tolerance_from, initial_from_job
@@ -441,6 +444,18 @@ def log_download(request, slug, job_id, number, instance):
         response["Content-Disposition"] = f'attachment; filename="{filename}"'
         return response
     log = InstanceLog(actions.get_backend_for(job), attempt.backend_handle, instance)
+    if request.GET.get("times") == "1" and log.line_times(0, b"") is not None:
+        # Each line after its capture time, the time the page's Times column shows.
+        def stamped_chunks():
+            offset = 0
+            while data := log.read_or_empty(offset, CHUNK):
+                chunk = complete_lines(data, final=len(data) < CHUNK)
+                yield logtimes.stamped(chunk, log.line_times(offset, chunk) or [])
+                offset += len(chunk)
+
+        response = StreamingHttpResponse(stamped_chunks(), content_type="text/plain; charset=utf-8")
+        response["Content-Disposition"] = f'attachment; filename="{filename.removesuffix(".log")}-times.log"'
+        return response
     if log.path and os.path.exists(log.path):
         return FileResponse(open(log.path, "rb"), as_attachment=True, filename=filename,
                             content_type="text/plain; charset=utf-8")

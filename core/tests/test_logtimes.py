@@ -25,3 +25,8 @@ def test_a_line_no_record_covers_yet_has_no_time():
 def test_a_partial_record_at_the_end_is_ignored():
     side = logtimes.record(2, 10.0) + logtimes.record(5, 11.0)[:7]
     assert logtimes.line_times(reader(side), len(side), 0, b"a\nbb\n") == [10.0, None]
+
+
+def test_a_stamped_download_puts_each_lines_capture_time_first():
+    assert logtimes.stamped(b"a\nbb\n", [0.5, None]) == b"1970-01-01T00:00:00.500Z a\n- bb\n"
+    assert logtimes.stamped(b"a\nlast", [1.0, 2.0]) == b"1970-01-01T00:00:01.000Z a\n1970-01-01T00:00:02.000Z last"

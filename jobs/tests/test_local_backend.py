@@ -613,3 +613,22 @@ def test_abandoning_a_half_launched_attempt_kills_what_it_started(backends):
     backends().abandon_launch("job1", 1)
     assert processes_under(backends.data_dir) == set()
     backends().abandon_launch("job1", 1)  # nothing left to do; no error
+
+
+def test_the_shim_stamps_every_line_with_its_capture_time_without_slowing_a_fast_printer(backends):
+    from jobs.logs import InstanceLog
+
+    backend = backends()
+    before = time.time()
+    # 20,000 lines as fast as the shell prints them, then a pause and one more.
+    handle = backend.launch(attempt('i=0; while [ $i -lt 20000 ]; do echo "line $i"; i=$((i+1)); done; '
+                                    'sleep 0.5; echo "after the pause"'))
+    wait_finished(backend, handle, timeout=30)
+    log = InstanceLog(backend, handle, "worker-0")
+    data = log.read(0, None)
+    times = log.line_times(0, data)
+    assert times is not None and len(times) == 20001 and None not in times
+    assert times == sorted(times) and before <= times[0] <= times[-1] <= time.time()
+    assert times[-1] - times[-2] >= 0.4  # the pause is in the times, not smoothed away
+    # one record per look at the log, not one per line
+    assert os.path.getsize(log.path + ".times") < 16 * 20001 / 10

@@ -184,7 +184,7 @@ def seconds_of_day(hms: str) -> float:
     return int(hh) * 3600 + int(mm) * 60 + float(ss)
 
 
-def test_all_instances_keep_their_capture_order_and_times_after_a_reload(page_for, alice, alice_ws, job_body):
+def test_all_instances_keep_their_capture_order_and_times_after_a_reload_and_in_the_download(page_for, alice, alice_ws, job_body):
     job, _ = actions.submit_job(alice, job_body(alice_ws, display_name="turns", user_command=TURNS))
     page = page_for(alice)
     page.goto(f"/workspaces/{alice_ws.slug}/jobs/{job.pk}/")
@@ -211,4 +211,10 @@ def test_all_instances_keep_their_capture_order_and_times_after_a_reload(page_fo
     assert len(common) >= 20
     # The same order, interleaved by capture, and the same times as before the reload.
     assert [x for x in live if x[0] in common] == [x for x in again if x[0] in common]
+    # The download with times says the same times as the page.
+    base = f"/workspaces/{alice_ws.slug}/jobs/{job.pk}/attempts/1/logs/master-0/download/"
+    body = page.request.get(base + "?times=1").text()
+    stamps = dict(reversed(line.split(" ", 1)) for line in body.splitlines())
+    compared = [(ts, stamps[text][11:]) for text, ts in again if text in stamps]
+    assert len(compared) >= 10 and all(shown == downloaded for shown, downloaded in compared), compared
     stop(alice, job)
