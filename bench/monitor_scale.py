@@ -12,7 +12,7 @@ shards done) is the sweep time. Every worker process holds a copy of the in-memo
 cluster; an exit is injected into every copy (the cluster is one), and an attempt
 one worker launched is running in the others too (ClusterView).
 
-The sizes grow one set of jobs (sorted); the worker counts at one size share it.
+Every run (size, worker processes) starts from a fresh set of running jobs.
 Phases per size and worker count: a first round (it also scans logs for watchdog
 hints, done every 30 s per job), --sweeps steady rounds (median time, SQL queries and
 Redis round trips per job), then rounds with exits injected (SIGKILL of one instance
@@ -21,8 +21,8 @@ the decision latency is the RestartRecord's restart_time (the deciding tick's cl
 minus the moment of injection, p50 and p99.
 
 The data is bulk-created in a throwaway SQLite database in a temporary VIGIL_DATA_DIR,
-or with --postgres in a throwaway PostgreSQL database (vigil_bench_scale, dropped
-after); Redis is REDIS_URL or a private one (console.devredis).
+or with --postgres in a throwaway PostgreSQL database (vigil_bench_scale_<pid>,
+dropped after); Redis is REDIS_URL or a private one (console.devredis).
 
 Run:  .venv/bin/python bench/monitor_scale.py [--sizes 1000,10000] [--workers 1,2,4] [--postgres]
 Targets (issue 17): 10,000 jobs with 2 workers on PostgreSQL: steady sweep < 0.5 s, p99 < 1 s.
@@ -51,7 +51,7 @@ sys.path.insert(0, str(ROOT))
 SEED_SYNC = ("--job-execution-mode=Sync --enable-job-restart=True --max-num-of-job-restart=3 "
              "--fault-tolerant-policy=ExitCodeAndErrorMsg")
 WORKERS = 7
-PG_DB = "vigil_bench_scale"
+PG_DB = f"vigil_bench_scale_{os.getpid()}"  # two runs at once never share (or drop) one
 
 
 def when(epoch: float | None) -> datetime | None:
@@ -354,11 +354,13 @@ def main():
     rows = []
     try:
         for size in sorted(sizes):
-            # The sizes grow one set of jobs; the runs at one size share it (exits hit jobs not hit before).
-            t0 = time.perf_counter()
-            create_running_jobs(size - Job.objects.count(), backend, owner, ws)
-            setup = time.perf_counter() - t0
             for processes in counts:
+                # A fresh set per run: the restarts one run decides must not burden the next.
+                Job.objects.all().delete()
+                backend.reset()
+                t0 = time.perf_counter()
+                create_running_jobs(size, backend, owner, ws)
+                setup = time.perf_counter() - t0
                 r = measure(size, processes, args, cadence, shards)
                 rows.append((size, processes, r))
                 print(f"  {size:>6} jobs x 8, {processes} worker(s): first {r['first']:6.2f} s, steady sweep "
