@@ -42,8 +42,10 @@ class Lease:
         return bool(redis_client().set(self.key, self.token, nx=True, px=self.ttl_ms))
 
     def renew(self) -> bool:
-        """Push the expiry out again if the lease is still ours."""
-        return bool(redis_client().eval(_RENEW, 1, self.key, self.token, self.ttl_ms))
+        """Push the expiry out again if the lease is still ours, or take it back if it
+        ran out and nobody took it (a worker starved for a few seconds on a loaded
+        machine, seen in bench/monitor_scale.py); False if another worker holds it."""
+        return bool(redis_client().eval(_RENEW, 1, self.key, self.token, self.ttl_ms)) or self.acquire()
 
     def release(self) -> None:
         """Delete the lease only if it is still ours (never another worker's after an expiry)."""
