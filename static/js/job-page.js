@@ -68,10 +68,13 @@ export function initJob(el) {
   function updateDownload() {
     const inst = instanceSel.value;
     const href = inst && (urls.download[attemptSel.value || currentAttempt] || {})[inst];
-    if (!href) { download.hidden = true; updateArchive(); return; }
+    const withTimes = document.getElementById("log-download-times");
+    if (!href) { download.hidden = true; withTimes.hidden = true; updateArchive(); return; }
     download.href = href;
     download.textContent = "Download " + inst;
     download.hidden = false;
+    withTimes.href = href + "?times=1";  // the server's URL, with the capture time before each line
+    withTimes.hidden = false;
     updateArchive();
   }
   function updateArchive() {

@@ -212,8 +212,9 @@ def test_all_instances_keep_their_capture_order_and_times_after_a_reload_and_in_
     # The same order, interleaved by capture, and the same times as before the reload.
     assert [x for x in live if x[0] in common] == [x for x in again if x[0] in common]
     # The download with times says the same times as the page.
-    base = f"/workspaces/{alice_ws.slug}/jobs/{job.pk}/attempts/1/logs/master-0/download/"
-    body = page.request.get(base + "?times=1").text()
+    page.select_option("#log-instance", "master-0")
+    expect(page.locator("#log-download-times")).to_be_visible()
+    body = page.request.get(page.locator("#log-download-times").get_attribute("href")).text()
     stamps = dict(reversed(line.split(" ", 1)) for line in body.splitlines())
     compared = [(ts, stamps[text][11:]) for text, ts in again if text in stamps]
     assert len(compared) >= 10 and all(shown == downloaded for shown, downloaded in compared), compared
