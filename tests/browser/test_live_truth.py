@@ -12,7 +12,6 @@ real processes the page watches.
 from __future__ import annotations
 
 import os
-import time
 from datetime import UTC, datetime
 
 import pytest
@@ -21,24 +20,12 @@ from playwright.sync_api import expect
 from jobs import actions
 from jobs.logs import InstanceLog
 from jobs.models import JobStatus
+from monitoring.testing import tick_until
 
 pytestmark = [pytest.mark.browser, pytest.mark.redis, pytest.mark.django_db(transaction=True)]
 
 # Both ranks print a line every 0.4 s for two minutes.
 PRINTING = 'i=0; while [ $i -lt 300 ]; do echo "rank $VIGIL_INSTANCE step $i"; i=$((i+1)); sleep 0.4; done'
-
-
-def tick_until(job, condition, timeout=20.0):
-    from monitoring.tick import run_job
-
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        run_job(job.pk)
-        job.refresh_from_db()
-        if condition(job):
-            return job
-        time.sleep(0.2)
-    raise AssertionError(f"job {job.pk} stayed {job.status} ({job.reason})")
 
 
 def stop(alice, job):
