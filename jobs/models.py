@@ -17,6 +17,8 @@ from django.utils import timezone
 from core.flags import FaultToleranceConfig
 
 from .inputs import validate_name, validate_workspace_slug
+from .tokens import seal, unseal
+from .verdicts import describe, exit_status_text
 
 
 def token_digest(token: str) -> str:
@@ -283,8 +285,6 @@ class Job(StatusTransitions, models.Model):
         return self.ft.max_num_of_job_restart
 
     def reset_token(self) -> str:
-        from .tokens import seal
-
         raw = new_token(self.TOKEN_PREFIX)
         self.token_digest = token_digest(raw)
         self.token_hint = raw[:10]
@@ -299,8 +299,6 @@ class Job(StatusTransitions, models.Model):
         return raw
 
     def plain_token(self) -> str:
-        from .tokens import unseal
-
         return unseal(self.token_sealed) if self.token_sealed else ""
 
     def role_counts(self) -> dict[str, int]:
@@ -435,8 +433,6 @@ class RestartRecord(models.Model):
     @property
     def verdict(self):
         """How sure the verdict was: what decided, its family and line (jobs.verdicts)."""
-        from .verdicts import describe
-
         return describe(self.error_source, self.family, self.evidence, self.error_code)
 
     @property
@@ -454,8 +450,6 @@ class RestartRecord(models.Model):
     @property
     def exit_status_text(self) -> str:
         """"exit code 1" / "signal SIGKILL", from the error code the exit status gave."""
-        from .verdicts import exit_status_text
-
         return exit_status_text(self.error_code)
 
 
