@@ -18,7 +18,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from jobs import actions
-from jobs.models import Job, JobStatus, RestartRecord
+from jobs.models import Diagnosis, Job, JobStatus, RestartRecord
 
 pytestmark = pytest.mark.django_db
 
@@ -48,8 +48,13 @@ def job(alice, alice_ws, job_body):
         "error_monitoring_args": "--enable-job-restart=True --max-num-of-job-restart=3"}))
 
 
+def snapshot(job) -> Diagnosis:
+    return Diagnosis.objects.create(job=job, attempt=1, kind="stacks", summary="No suspect", data={"processes": []})
+
+
 def page_urls(ws, job, rec):
     s, j = ws.slug, job.pk
+    diagnosis = Diagnosis.objects.filter(job=job).first() or snapshot(job)
     return [
         reverse("pages:workspace", args=[s]),
         reverse("pages:job-list", args=[s]),
@@ -63,7 +68,17 @@ def page_urls(ws, job, rec):
         reverse("pages:restarts-aggregated", args=[s, j]),
         reverse("pages:log-download", args=[s, j, 1, "worker-0"]),
         reverse("pages:attempt-logs", args=[s, j, 1]),
+        reverse("pages:diagnosis", args=[s, j, diagnosis.pk]),
     ]
+
+
+def test_a_diagnosis_page_is_404_for_an_unknown_id_or_another_jobs_snapshot(client, alice, alice_ws, job, job_body):
+    other = submit(alice, job_body(alice_ws, display_name="other"))
+    theirs = snapshot(other)
+    client.force_login(alice)
+    assert client.get(reverse("pages:diagnosis", args=[alice_ws.slug, job.pk, theirs.pk])).status_code == 404
+    assert client.get(reverse("pages:diagnosis", args=[alice_ws.slug, job.pk, theirs.pk + 1000])).status_code == 404
+    assert client.get(reverse("pages:diagnosis", args=[alice_ws.slug, other.pk, theirs.pk])).status_code == 200
 
 
 def test_every_page_asks_a_logged_out_visitor_to_log_in(client, alice_ws, job):
@@ -314,6 +329,12 @@ def test_log_download_streams_the_whole_log(client, alice, alice_ws, job, memory
     assert "attachment" in response["Content-Disposition"]
     assert b"".join(response.streaming_content) == content
     assert client.get(reverse("pages:log-download", args=[alice_ws.slug, job.pk, 1, "worker-9"])).status_code == 404
+    # A times value other than 1 (or a backend without capture times) is the plain log, never an error.
+    url = reverse("pages:log-download", args=[alice_ws.slug, job.pk, 1, "worker-0"])
+    for times in ("0", "yes", "1"):
+        odd = client.get(url + f"?times={times}")
+        assert odd.status_code == 200 and b"".join(odd.streaming_content) == content, times
+    assert client.get(url + "?times=%00").status_code == 400  # a NUL in the query is refused, as everywhere
 
 
 def test_token_reset_shows_the_new_token_once(client, alice, alice_ws, job):
