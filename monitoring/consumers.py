@@ -5,13 +5,14 @@
   client -> {"type": "hello", "after_event": <last event id seen or null>,
              "logs": {"attempt": <n or null to follow the current attempt>,
                       "instances": [names] or null for all,
-                      "offsets": {"<attempt>:<instance>": next byte offset}}}
+                      "offsets": {"<attempt>:<instance>": next byte offset},
+                      "sub": <the page's number for this subscription>}}
   server -> {"type": "event", "id", ...}       backfilled after `after_event`, then live
             {"type": "status", "status", ...}  the job's status, restarts, attempt
             {"type": "diagnosis", "id", ...}
             {"type": "log", "attempt", "instance", "offset", "next_offset", "line", "next_line",
-             "lines": [...], "times": [capture time per line, epoch seconds] or null}
-            {"type": "log_target", "attempt", "instance", "line" or null, "why"}
+             "lines": [...], "times": [capture time per line, epoch seconds] or null, "sub"}
+            {"type": "log_target", "attempt", "instance", "line" or null, "why", "sub"}
             {"type": "output", "attempt", "instances": {name: epoch seconds}}
 
 `line` is the 1-based number, counted from the start of the file, of the first
@@ -237,6 +238,9 @@ class JobConsumer(BoundedClientJson, AccessGuard, AsyncJsonWebsocketConsumer):
     async def connect(self):
         self.job_id = None
         self.tail_task = None
+        # The page's number for its current log subscription, echoed on every log and
+        # log_target message: batches a cancelled stream had already sent are told apart.
+        self.log_sub = None
         self.live_task = None
         self.sent = _SentIds()
         job = await _job_if_member(self.scope.get("user"), self.scope["url_route"]["kwargs"]["job_id"])
@@ -338,6 +342,8 @@ class JobConsumer(BoundedClientJson, AccessGuard, AsyncJsonWebsocketConsumer):
             if isinstance(value, int) and not isinstance(value, bool) and value >= 1 and str(key) in offsets:
                 lines[str(key)] = value
         target = parse_target(spec.get("target"))
+        sub = spec.get("sub")
+        self.log_sub = sub if isinstance(sub, int) and not isinstance(sub, bool) else None
         self.tail_task = asyncio.ensure_future(self._tail(attempt, instances, offsets, lines, target))
 
     async def _tail(self, fixed_attempt: int | None, only: set | None, offsets: dict,
@@ -390,7 +396,7 @@ class JobConsumer(BoundedClientJson, AccessGuard, AsyncJsonWebsocketConsumer):
                 elif target is not None and view is not None and target["instance"] not in view[1]:
                     await self.send_json({"type": "log_target", "attempt": number, "instance": target["instance"],
                                           "line": None, "why": f"attempt {number} has no instance of that name",
-                                          "missing_instance": True})
+                                          "missing_instance": True, "sub": self.log_sub})
                     target = None
                 for name, log in logs.items():
                     try:
@@ -475,7 +481,7 @@ class JobConsumer(BoundedClientJson, AccessGuard, AsyncJsonWebsocketConsumer):
         if line is not None:
             offsets[key], lines[key] = start, start_line
         await self.send_json({"type": "log_target", "attempt": number, "instance": log.name,
-                              "line": line, "why": why})
+                              "line": line, "why": why, "sub": self.log_sub})
 
     async def _send_new(self, number: int, name: str, log: InstanceLog, offsets: dict,
                         lines: dict | None = None, final: bool = False) -> None:
@@ -523,6 +529,7 @@ class JobConsumer(BoundedClientJson, AccessGuard, AsyncJsonWebsocketConsumer):
             "next_line": lines[key],
             "lines": split_lines(chunk),
             "times": times,
+            "sub": self.log_sub,
         })
 
 

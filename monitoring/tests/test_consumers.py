@@ -267,6 +267,35 @@ def test_batches_carry_line_numbers_and_a_permalink_target_opens_at_its_line(app
     async_to_sync(scenario)()
 
 
+def test_every_log_message_carries_the_subscription_it_answers(app, alice, running_job, memory_backend):
+    """The page numbers its subscriptions: a batch the old stream had already sent when
+    the page chose another instance carries the old number and is not shown (a jump to
+    the classified line once lost to the all-instances batch that arrived after it)."""
+    job, handle = running_job
+    memory_backend.write_log(handle, "worker-0", "".join(f"line {i}\n" for i in range(1, 201)))
+    cookie = session_cookie(alice)
+
+    async def scenario():
+        comm = communicator(app, job.pk, cookie)
+        assert (await comm.connect())[0]
+        await comm.send_json_to({"type": "hello", "after_event": None, "logs": {
+            "attempt": 1, "instances": None, "offsets": {}, "sub": 1}})
+        got = await collect(comm, lambda ms: len(log_lines(ms)) >= 200)
+        assert {m["sub"] for m in got if m["type"] == "log"} == {1}
+        await comm.send_json_to({"type": "logs", "attempt": 1, "instances": ["worker-0"], "offsets": {}, "sub": 2,
+                                 "target": {"instance": "worker-0", "line": 150}})
+        got = await collect(comm, lambda ms: any(m["type"] == "log" for m in ms)
+                            and any(m["type"] == "log_target" for m in ms))
+        assert {m["sub"] for m in got if m["type"] in ("log", "log_target")} == {2}
+        # a client that sends no number (or not an integer) gets null, never an error
+        await comm.send_json_to({"type": "logs", "attempt": 1, "instances": ["worker-0"], "offsets": {}, "sub": "x"})
+        got = await collect(comm, lambda ms: any(m["type"] == "log" for m in ms))
+        assert {m["sub"] for m in got if m["type"] == "log"} == {None}
+        await comm.disconnect()
+
+    async_to_sync(scenario)()
+
+
 def test_a_reconnect_after_a_restart_shows_the_end_of_the_failed_attempt_before_the_new_one(
         app, alice, alice_ws, job_body, memory_backend):
     """Issue 20, 6: the failed attempt's last lines (its error) are not skipped."""

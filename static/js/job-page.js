@@ -38,6 +38,9 @@ export function initJob(el) {
   const params = new URL(location.href).searchParams;
   const from = parseInt(params.get("from") || "", 10);
   const notice = document.getElementById("log-notice");
+  // Numbers each log subscription; the server echoes it, so batches of a stream the
+  // page already left (in flight when it chose another instance) are not shown.
+  let sub = 0;
   let pendingTarget = null;   // sent with the next subscription: {instance, line|offset|first_error}
   let targetWhat = "";
   let failures = [];
@@ -61,6 +64,7 @@ export function initJob(el) {
       instances: instanceSel.value ? [instanceSel.value] : null,
       offsets: offsets,
       lines: nextLines,
+      sub: sub,
     };
     if (pendingTarget) spec.target = pendingTarget;
     return spec;
@@ -95,6 +99,7 @@ export function initJob(el) {
     history.replaceState(null, "", u.toString());
   }
   function resubscribe(hash) {
+    sub += 1;
     offsets = {}; nextLines = {};
     view.clear();
     view.target = null;
@@ -274,6 +279,7 @@ export function initJob(el) {
       sock.send({ type: "hello", after_event: lastEvent, logs: logSpec() });
     },
     message: (msg) => {
+      if ((msg.type === "log" || msg.type === "log_target") && typeof msg.sub === "number" && msg.sub !== sub) return;
       if (msg.type === "log") {
         const key = msg.attempt + ":" + msg.instance;
         const have = offsets[key];
