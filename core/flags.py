@@ -42,6 +42,11 @@ Decisions the SPEC leaves open
     with ``--job-execution-mode=Async``); C4D detection needs hang detection on.
     ``--c4d-log-level``, ``--c4d-common-envs`` and the two intervals may be set while
     their feature is off; they are then simply unused.
+  * ``--enable-warm-restart`` keeps, per instance, a parked interpreter for the next
+    attempt (the local backend, jobs/backends/warm.py). ``--warm-modules`` is the
+    modules it imports while parked: comma-separated dotted names (ASCII identifiers,
+    no keywords), each at most once, 1 to 64 of them, default
+    ``torch,torch.distributed``. It may be set while warm restart is off (unused then).
   * The whole string is at most 16384 characters.
 
 ``FaultToleranceConfig`` validates itself on construction (also when built from a
@@ -51,6 +56,7 @@ that parses back to an equal instance.
 from __future__ import annotations
 
 import difflib
+import keyword
 import math
 import re
 import shlex
@@ -151,6 +157,12 @@ _C4D_BW_PERIOD = _IntRule(1, MAX_INTERVAL_SECONDS,
                           f"a positive whole number of seconds, at most {MAX_INTERVAL_SECONDS} (30 days)")
 
 _BOOL_ACCEPTED = "True or False"
+WARM_MODULES_FLAG = "--warm-modules"
+DEFAULT_WARM_MODULES = ("torch", "torch.distributed")
+MAX_WARM_MODULES = 64
+_MODULE_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*")
+_MODULES_ACCEPTED = (f"module names separated by commas (e.g. torch,torch.distributed,mypkg.models), "
+                     f"each a dotted Python name given once, at most {MAX_WARM_MODULES}")
 _RATE_ACCEPTED = "a decimal from 0 to 1 (e.g. 0.3), or -1 to turn the limit off"
 
 
@@ -196,6 +208,28 @@ def _check_rate(flag: str, value: Any, shown: Any = None) -> float:
     if not math.isfinite(rate) or not (rate == -1.0 or 0.0 <= rate <= 1.0):
         raise _reject(flag, value if shown is None else shown, _RATE_ACCEPTED)
     return rate + 0.0  # -0.0 -> 0.0, so it renders as "0"
+
+
+def _modules_from_text(text: str) -> tuple[str, ...]:
+    return _check_modules(tuple(item.strip() for item in text.split(",")), shown=text)
+
+
+def _check_modules(value: Any, shown: Any = None) -> tuple[str, ...]:
+    # A stored config holds a list (JSON); the config holds a tuple so it stays hashable.
+    if isinstance(value, str) or not isinstance(value, (tuple, list)):
+        raise _reject(WARM_MODULES_FLAG, value, _MODULES_ACCEPTED)
+    names = tuple(value)
+    if not names or len(names) > MAX_WARM_MODULES:
+        raise _reject(WARM_MODULES_FLAG, value if shown is None else shown, _MODULES_ACCEPTED)
+    for name in names:
+        # The parked interpreter runs `import <name>`: a keyword or a path would not import.
+        if not isinstance(name, str) or not _MODULE_RE.fullmatch(name) or len(name) > 200 \
+                or any(keyword.iskeyword(part) for part in name.split(".")):
+            raise _reject(WARM_MODULES_FLAG, name, _MODULES_ACCEPTED)
+    if len(set(names)) != len(names):
+        twice = next(n for n in names if names.count(n) > 1)
+        raise FlagError(WARM_MODULES_FLAG, f"{twice} is given twice; give each module once")
+    return names
 
 
 def _render_rate(rate: float) -> str:
@@ -385,6 +419,8 @@ FLAGS: tuple[_Flag, ...] = (
     _Flag("--max-tolerated-failure-rate", "max_tolerated_failure_rate", _RATE_ACCEPTED,
           lambda t: _rate_from_text("--max-tolerated-failure-rate", t),
           lambda v: _check_rate("--max-tolerated-failure-rate", v), _render_rate),
+    _bool_flag("--enable-warm-restart", "enable_warm_restart"),
+    _Flag(WARM_MODULES_FLAG, "warm_modules", _MODULES_ACCEPTED, _modules_from_text, _check_modules, ",".join),
     _enum_flag("--c4d-log-level", "c4d_log_level", C4DLogLevel),
     _Flag(C4D_ENVS_FLAG, "c4d_common_envs", _ENVS_ACCEPTED,
           parse_c4d_common_envs, _check_envs, lambda v: v.to_flag_value(), empty_ok=True),
@@ -410,6 +446,8 @@ class FaultToleranceConfig:
     fault_tolerant_policy: FaultTolerantPolicy = FaultTolerantPolicy.EXIT_CODE_AND_ERROR_MSG
     max_num_of_same_error: int = 10
     max_tolerated_failure_rate: float = -1.0
+    enable_warm_restart: bool = False
+    warm_modules: tuple[str, ...] = DEFAULT_WARM_MODULES
     c4d_log_level: C4DLogLevel = C4DLogLevel.WARNING
     c4d_common_envs: C4DEnvs = field(default_factory=C4DEnvs)
 
@@ -457,6 +495,8 @@ class FaultToleranceConfig:
                 out[spec.field] = value.to_dict()
             elif isinstance(value, StrEnum):
                 out[spec.field] = value.value
+            elif isinstance(value, tuple):
+                out[spec.field] = list(value)
             else:
                 out[spec.field] = value
         return out

@@ -20,6 +20,7 @@ from django.conf import settings
 
 from core.flags import (
     C4D_RUNTIME_LOG_LEVELS,
+    DEFAULT_WARM_MODULES,
     FLAGS,
     KNOWN_FLAGS,
     C4DEnvs,
@@ -42,6 +43,8 @@ ALL_ROLES = ("Master", "Worker", "PS", "Chief", "Evaluator", "Launcher")
 OTHER = "error_monitoring_args"
 # Flags whose blank field means "not given" (their default is derived from other flags).
 OPTIONAL_FIELDS = {f.field for f in FLAGS if f.optional}
+# Fields whose blank means the flag's default (a form posted before the field existed, or cleared).
+BLANK_IS_DEFAULT = {"warm_modules"}
 
 # Form field -> the flag it sets (None: a C4D environment variable).
 FT_FIELD_FLAGS = {f.field: f.flag for f in FLAGS if f.field != "c4d_common_envs"}
@@ -55,7 +58,7 @@ C4D_ENV_FIELDS = {
     "c4d_enable_stats_output": ("C4D_ENABLE_STATS_OUTPUT", "enable_stats_output"),
 }
 BOOL_FIELDS = {
-    "enable_job_restart", "enable_job_hang_detection", "enable_c4d_hang_detection",
+    "enable_job_restart", "enable_warm_restart", "enable_job_hang_detection", "enable_c4d_hang_detection",
     "enable_job_exit_hang_detection", "c4d_enable_stats_output",
 }
 
@@ -95,6 +98,9 @@ class JobForm(forms.Form):
     max_num_of_same_error = forms.CharField(label="Same-error cap", initial="10", widget=_num())
     max_tolerated_failure_rate = forms.CharField(label="Tolerated failure rate", initial="-1",
                                                  widget=forms.TextInput(attrs={"inputmode": "decimal"}))
+    enable_warm_restart = forms.BooleanField(label="Warm restarts", required=False)
+    warm_modules = forms.CharField(label="Warm modules", required=False, initial=",".join(DEFAULT_WARM_MODULES),
+                                   widget=forms.TextInput(attrs={"class": "mono", "spellcheck": "false"}))
     enable_job_hang_detection = forms.BooleanField(label="Hang Detection", required=False)
     job_hang_interval = forms.CharField(label="Hang interval (s)", initial="1800", widget=_num())
     # Blank: the larger of 600 s and the hang interval (core.flags), so it follows the hang interval.
@@ -289,6 +295,8 @@ def _field_value(field: str, raw) -> object:
     text = "" if raw is None else str(raw).strip()
     if not text and field in OPTIONAL_FIELDS:
         return None
+    if not text and field in BLANK_IS_DEFAULT:
+        return getattr(FaultToleranceConfig(), field)
     if not text:
         raise FlagError(flag, "a value is missing")
     return getattr(parse_flags(f"{flag}={shlex.quote(text)}"), field)
@@ -379,6 +387,9 @@ def config_to_initial(config: FaultToleranceConfig) -> dict:
         value = getattr(config, field)
         if value is None:  # an optional flag left out: a blank field
             out[field] = ""
+            continue
+        if isinstance(value, tuple):  # the module list, as the flag writes it
+            out[field] = ",".join(value)
             continue
         out[field] = value if isinstance(value, bool) else (
             _plain_number(value) if isinstance(value, float) else str(value))

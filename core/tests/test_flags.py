@@ -1,5 +1,6 @@
 """The fault-tolerance flag string: defaults, accepted values, rejections, round trips."""
 import json
+import keyword
 import string
 
 import pytest
@@ -34,6 +35,8 @@ SPEC_TABLE_ORDER = (
     "--fault-tolerant-policy",
     "--max-num-of-same-error",
     "--max-tolerated-failure-rate",
+    "--enable-warm-restart",
+    "--warm-modules",
     "--c4d-log-level",
     "--c4d-common-envs",
 )
@@ -545,7 +548,8 @@ def test_every_flag_renders_in_spec_order_when_none_is_default():
         job_hang_interval=900, job_hang_startup_interval=1200, enable_c4d_hang_detection=True,
         enable_job_exit_hang_detection=True,
         job_exit_hang_interval=300, fault_tolerant_policy=FaultTolerantPolicy.NEVER,
-        max_num_of_same_error=2, max_tolerated_failure_rate=1.0, c4d_log_level=C4DLogLevel.ERROR,
+        max_num_of_same_error=2, max_tolerated_failure_rate=1.0, enable_warm_restart=True,
+        warm_modules=("torch", "mypkg.models"), c4d_log_level=C4DLogLevel.ERROR,
         c4d_common_envs=C4DEnvs(hang_timeout_us=5, enable_stats_output=True),
     )
     rendered = config.to_flags()
@@ -654,6 +658,9 @@ VALID_VALUES = {
     "--max-num-of-same-error": st.integers(1, MAX_COUNT).map(str),
     "--max-tolerated-failure-rate": st.one_of(st.just("-1"), st.floats(0, 1).map(repr),
                                               st.decimals(0, 1, places=3).map(str)),
+    "--enable-warm-restart": st.sampled_from(["True", "False"]).flatmap(any_case),
+    "--warm-modules": st.lists(st.sampled_from(["torch", "torch.distributed", "numpy", "my_pkg.sub_1"]),
+                               unique=True, min_size=1, max_size=4).map(",".join),
     "--c4d-log-level": st.sampled_from(["Info", "Warning", "Error"]).flatmap(any_case),
     "--c4d-common-envs": st.lists(
         st.sampled_from(["C4D_HANG_TIMEOUT=7", "C4D_HANG_TIMES=3", "C4D_CONN_BW_CHECK_PERIOD=60",
@@ -710,6 +717,10 @@ def valid_configs(draw):
         fault_tolerant_policy=draw(st.sampled_from(FaultTolerantPolicy)),
         max_num_of_same_error=draw(st.integers(1, MAX_COUNT)),
         max_tolerated_failure_rate=draw(st.one_of(st.just(-1.0), st.floats(0.0, 1.0))),
+        enable_warm_restart=draw(st.booleans()),
+        warm_modules=tuple(draw(st.lists(st.from_regex(r"[a-z_][a-z0-9_]{0,8}(\.[a-z_][a-z0-9_]{0,8})?", fullmatch=True)
+                                         .filter(lambda n: not any(keyword.iskeyword(p) for p in n.split("."))),
+                                         unique=True, min_size=1, max_size=5))),
         c4d_log_level=draw(st.sampled_from(C4DLogLevel)),
         c4d_common_envs=C4DEnvs(
             hang_timeout_us=draw(st.integers(1, MAX_INTERVAL_SECONDS * 1_000_000)),
@@ -725,3 +736,52 @@ def valid_configs(draw):
 @given(valid_configs())
 def test_every_valid_config_round_trips_through_its_flag_string_and_its_dict(config):
     assert_round_trips(config)
+
+
+# --- warm restart ---------------------------------------------------------------------
+
+def test_warm_restart_is_off_by_default_and_parks_torch_and_its_distributed_package():
+    config = parse_flags("")
+    assert config.enable_warm_restart is False
+    assert config.warm_modules == ("torch", "torch.distributed")
+    assert config.to_dict()["warm_modules"] == ["torch", "torch.distributed"]
+
+
+def test_warm_modules_are_comma_separated_dotted_names_kept_in_order():
+    config = parse_flags("--enable-warm-restart=true --warm-modules ' torch , mypkg.models,_priv.x1'")
+    assert config.enable_warm_restart is True
+    assert config.warm_modules == ("torch", "mypkg.models", "_priv.x1")
+    assert config.to_flags() == "--enable-warm-restart=True --warm-modules=torch,mypkg.models,_priv.x1"
+    assert_round_trips(config)
+
+
+def test_warm_modules_may_be_set_while_warm_restart_is_off():
+    assert parse_flags("--warm-modules=numpy").warm_modules == ("numpy",)
+
+
+@pytest.mark.parametrize(("value", "says"), [
+    ("a..b", "'a..b' is not accepted"),
+    ("torch,", "'' is not accepted"),
+    ("os/path", "'os/path' is not accepted"),
+    ("1torch", "'1torch' is not accepted"),
+    ("mypkg.class", "'mypkg.class' is not accepted"),
+    ("torch;rm", "'torch;rm' is not accepted"),
+    ("t\u00f6rch", "is not accepted"),
+    ("torch,numpy,torch", "torch is given twice"),
+    (",".join(f"m{i}" for i in range(65)), "is not accepted"),
+])
+def test_a_bad_warm_module_list_names_its_flag(value, says):
+    error = rejection(f"--warm-modules='{value}'")
+    assert error.flag == "--warm-modules" and says in error.message
+
+
+@pytest.mark.parametrize("stored", ["torch", [], [1], ["a b"], None])
+def test_a_stored_config_needs_a_list_of_module_names(stored):
+    with pytest.raises(FlagError) as caught:
+        FaultToleranceConfig.from_dict({"warm_modules": stored})
+    assert caught.value.flag == "--warm-modules"
+
+
+def test_the_warm_restart_flag_is_a_boolean():
+    error = rejection("--enable-warm-restart=yes")
+    assert error.flag == "--enable-warm-restart" and "True or False" in error.message

@@ -110,6 +110,24 @@ def test_the_startup_interval_is_parsed_shown_and_refused_like_the_other_flags(a
     assert bad.status_code == 400 and "--job-hang-startup-interval" in str(bad.json())
 
 
+def test_warm_restart_flags_are_parsed_shown_and_a_bad_module_list_is_a_400_naming_the_flag(
+        alice_ws, alice, api_as, job_body):
+    api = api_as(alice)
+    args = "--enable-job-restart=True --enable-warm-restart=True --warm-modules=torch,mypkg.models"
+    r = api.post("/api/v1/jobs/", job_body(alice_ws, settings={"enable_error_monitoring_in_aimaster": True,
+                                                               "error_monitoring_args": args}), format="json")
+    assert r.status_code == 201, r.content
+    parsed = r.json()["settings"]["parsed"]
+    assert parsed["enable_warm_restart"] is True and parsed["warm_modules"] == ["torch", "mypkg.models"]
+    for bad_args, flag in (("--warm-modules=torch,os/path", "--warm-modules"),
+                           ("--enable-warm-restart=maybe", "--enable-warm-restart")):
+        bad = api.post("/api/v1/jobs/", job_body(alice_ws, settings={
+            "enable_error_monitoring_in_aimaster": True, "error_monitoring_args": bad_args}), format="json")
+        assert bad.status_code == 400, bad.content
+        assert bad.json()["settings.error_monitoring_args"][0].startswith(f"{flag}: ")
+    assert Job.objects.count() == 1
+
+
 def test_the_seeds_example_configurations_are_accepted(alice_ws, alice, api_as, job_body):
     api = api_as(alice)
     sync = "--job-execution-mode=Sync --enable-job-restart=True --max-num-of-job-restart=3 --fault-tolerant-policy=ExitCodeAndErrorMsg"

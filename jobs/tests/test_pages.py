@@ -222,6 +222,30 @@ def test_the_startup_interval_field_is_optional_checked_like_the_flag_and_cloned
     assert re.search(r'id="id_job_hang_startup_interval"[^>]*value="1200"|value="1200"[^>]*id="id_job_hang_startup_interval"', clone)
 
 
+def test_the_warm_restart_fields_are_checked_like_the_flags_stored_and_cloned(client, alice, alice_ws):
+    client.force_login(alice)
+    url = reverse("pages:job-new", args=[alice_ws.slug])
+    page = client.get(url).content.decode()
+    assert 'id="id_enable_warm_restart"' in page and 'value="torch,torch.distributed"' in page
+    assert client.post(url, form_data(display_name="cold")).status_code == 302  # no warm fields posted: defaults
+    cold = Job.objects.get(display_name="cold")
+    assert cold.ft_config["enable_warm_restart"] is False
+    assert cold.ft_config["warm_modules"] == ["torch", "torch.distributed"]
+    bad = client.post(url, form_data(enable_warm_restart="on", warm_modules="torch,,numpy"))
+    assert bad.status_code == 400
+    assert "is not accepted; use module names separated by commas" in _error_beside(bad.content.decode(),
+                                                                                     "id_warm_modules")
+    ok = client.post(url, form_data(display_name="warm", enable_warm_restart="on", warm_modules="torch, numpy"))
+    assert ok.status_code == 302
+    warm = Job.objects.get(display_name="warm")
+    assert warm.ft_config["enable_warm_restart"] is True and warm.ft_config["warm_modules"] == ["torch", "numpy"]
+    assert "--enable-warm-restart=True --warm-modules=torch,numpy" in warm.error_monitoring_args
+    clone = client.get(url + f"?clone={warm.pk}").content.decode()
+    assert re.search(r'id="id_warm_modules"[^>]*value="torch,numpy"|value="torch,numpy"[^>]*id="id_warm_modules"',
+                     clone)
+    assert re.search(r'<input[^>]*id="id_enable_warm_restart"[^>]*checked|<input[^>]*checked[^>]*id="id_enable_warm_restart"', clone)
+
+
 def test_c4d_without_hang_detection_is_an_error_beside_the_c4d_toggle(client, alice, alice_ws):
     client.force_login(alice)
     response = client.post(reverse("pages:job-new", args=[alice_ws.slug]), form_data(
