@@ -199,6 +199,9 @@ export function initJob(el) {
     const on = logRoot.classList.toggle("wrap");
     wrapBtn.setAttribute("aria-pressed", on ? "true" : "false");
   });
+  // On a phone a log line wider than the screen is cut at its edge (issue 15): wrap there from the start;
+  // the button still turns it off.
+  if (window.matchMedia("(max-width: 640px)").matches) wrapBtn.click();
   const focusSearch = initLogSearch(view, logRoot);
   bindKeys({
     w: () => wrapBtn.click(),

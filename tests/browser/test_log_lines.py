@@ -134,7 +134,10 @@ def test_e_jumps_to_the_classified_line_else_the_first_error_line_and_says_when_
 
 READABLE = (r"printf '\033[31mred alert\033[0m <b>not bold</b> \033[38;5;196mextended\033[0m \033[5mblink\033[0m done\n'; "
             r"printf 'progress 10%%\rprogress 50%%\rprogress 100%%\n'; "
-            "echo '2026-01-02T03:04:05.678Z optimizer ready'; sleep 120")
+            "echo '2026-01-02T03:04:05.678Z optimizer ready'; "
+            "echo 'RuntimeError: NCCL communicator was aborted on rank 3 while waiting for the allreduce of bucket 17 "
+            "after 1800000 ms, see the NCCL_DEBUG=INFO output of every rank for the first one that failed'; sleep 120")
+LONG_LINE_END = "for the first one that failed"
 
 
 def test_lines_render_ansi_colours_escaped_progress_bars_and_timestamps_in_local_or_utc(page_for, alice, alice_ws,
@@ -166,6 +169,25 @@ def test_lines_render_ansi_colours_escaped_progress_bars_and_timestamps_in_local
     page.keyboard.press("t")
     expect(ready.locator(".ts")).to_be_hidden()
     expect(page.locator("#log-times")).to_have_attribute("aria-pressed", "false")
+
+    # On a phone (issue 15, defect 7) a long line wraps inside the log view, whole: its end is on the screen,
+    # the view scrolls only up and down, and the page is no wider than the screen.
+    page.set_viewport_size({"width": 390, "height": 844})
+    page.reload()
+    long_line = log.locator(".ln .t", has_text=LONG_LINE_END)
+    expect(long_line).to_have_count(1)
+    fit = page.evaluate("""() => {
+        const view = document.getElementById("logview");
+        const text = [...view.querySelectorAll(".ln .t")].find(t => t.textContent.includes("failed"));
+        const end = document.createRange(); end.selectNodeContents(text);
+        const rects = end.getClientRects();
+        return {page_over: document.documentElement.scrollWidth - window.innerWidth,
+                view_over: view.scrollWidth - view.clientWidth,
+                text_past_view: Math.round(rects[rects.length - 1].right - view.getBoundingClientRect().right)};
+    }""")
+    assert fit["page_over"] <= 0 and fit["view_over"] <= 0 and fit["text_past_view"] <= 0, fit
+    expect(page.locator("#log-wrap")).to_have_attribute("aria-pressed", "true")  # and the button says so
+    shoot(page, "phone-log-wrapped")
     stop(alice, job)
 
 

@@ -1,0 +1,106 @@
+"""Issue 15, defects 7-9 in a real browser: the pages a person opens on a phone
+(390x844) fit the screen, the notification forms look and behave like the job
+form, and the job list says why a job failed or restarted, cause first.
+
+Rows are made with the ORM (no job process runs: these are layouts and words,
+not the monitor). Screenshots go to test-artifacts/screenshots/."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+from playwright.sync_api import expect
+
+from jobs.models import Job, JobEvent, JobStatus, RestartRecord
+
+pytestmark = [pytest.mark.browser, pytest.mark.redis, pytest.mark.django_db(transaction=True)]
+
+PHONE = {"width": 390, "height": 844}
+LONG_ERROR = ("HTTPSConnectionPool(host='hooks.example-receiver.com', port=443): Max retries exceeded with url: "
+              "/services/T000/B000/XXXXXXXXXXXXXXXXXXXXXXXX (Caused by NewConnectionError: Failed to establish "
+              "a new connection: [Errno 111] Connection refused)")
+REASON = ("Restarting the whole job (restart 1 of 3): worker-0 failed with ECONNRESET (connection reset by peer "
+          "while reading from the rendezvous store at master-0:29500).")
+FAILED_REASON = ("Not restarted: the job has already been restarted 3 of 3 times (--max-num-of-job-restart=3); "
+                 "worker-1 failed with NCCL_ERROR (NCCL error: unhandled system error).")
+
+
+def overflow(page) -> int:
+    """How far the document is wider than the screen (0 when it fits)."""
+    return page.evaluate("() => document.documentElement.scrollWidth - window.innerWidth")
+
+
+def line_count(locator) -> int:
+    """Rendered lines of an element's text: its height over its line height."""
+    return locator.evaluate("""el => {
+        const cs = getComputedStyle(el);
+        const lh = parseFloat(cs.lineHeight) || parseFloat(cs.fontSize) * 1.45;
+        const r = document.createRange(); r.selectNodeContents(el);
+        return Math.round(r.getBoundingClientRect().height / lh);
+    }""")
+
+
+@pytest.fixture
+def notification_pages(alice_ws, alice):
+    """A channel with a long URL, a rule over it, and deliveries with long errors."""
+    from notifications.models import Channel, Delivery, DeliveryStatus, EventRule
+
+    channel = Channel.objects.create(
+        workspace=alice_ws, name="ops-webhook", kind="webhook", created_by=alice,
+        url="https://hooks.example-receiver.com/services/T000/B000/XXXXXXXXXXXXXXXXXXXXXXXX?channel=ml-ops-alerts")
+    rule = EventRule.objects.create(workspace=alice_ws, name="failures", event_types=["job_failed"], created_by=alice)
+    rule.channels.add(channel)
+    job = Job.objects.create(workspace=alice_ws, display_name="resnet-ddp-long-run-name", job_type="PyTorchJob",
+                             user_command="true", status=JobStatus.FAILED, reason=FAILED_REASON)
+    for status in (DeliveryStatus.FAILED, DeliveryStatus.SENT):
+        event = JobEvent.objects.create(job=job, type="job_failed", level="error", message=FAILED_REASON)
+        delivery = Delivery.objects.create(event=event, channel=channel, rule=rule, status=status, attempts=3,
+                                           error=LONG_ERROR if status == DeliveryStatus.FAILED else "",
+                                           duration_ms=812.4, last_attempt_at=timezone.now())
+        delivery.matched_rules.add(rule)
+    return channel, rule, job
+
+
+def test_phone_layouts_fit_390px_and_the_restart_reason_reads_in_a_few_lines(page_for, alice, alice_ws,
+                                                                              notification_pages, shoot):
+    channel, rule, failed = notification_pages
+    job = Job.objects.create(workspace=alice_ws, display_name="bert-restarting", job_type="PyTorchJob",
+                             user_command="true", status=JobStatus.RUNNING, fault_tolerance=True)
+    RestartRecord.objects.create(
+        job=job, number=1, kind="job", attempt=1, new_attempt=2, node_name="node-a", instance_name="worker-0",
+        error_code="ECONNRESET", error_message="connection reset by peer", reason=REASON, result="Succeeded",
+        duration_seconds=4.2, idempotency_key=f"rr-{job.pk}-1", restart_time=timezone.now() - timedelta(minutes=3))
+    page = page_for(alice, **PHONE)
+    ws = f"/workspaces/{alice_ws.slug}"
+    pages = {
+        "channels": f"{ws}/notifications/channels/",
+        "deliveries": f"{ws}/notifications/rules/{rule.pk}/deliveries/",
+        "rules": f"{ws}/notifications/rules/",
+        "job-list": f"{ws}/jobs/",
+        "job-page": f"{ws}/jobs/{job.pk}/",
+    }
+    wide = {}
+    for name, path in pages.items():
+        page.goto(path)
+        shoot(page, f"phone-{name}")
+        wide[name] = overflow(page)
+        if name == "channels":
+            # what the admin reads on the row is all there, not cut at the screen's edge
+            expect(page.get_by_text("ops-webhook")).to_be_visible()
+            url = page.locator("code", has_text="hooks.example-receiver.com")
+            wide["channel url right edge"] = url.evaluate("el => el.getBoundingClientRect().right") > PHONE["width"]
+        if name == "deliveries":
+            error = page.locator("td", has_text="Max retries exceeded")
+            wide["delivery error right edge"] = error.evaluate("el => el.getBoundingClientRect().right") > PHONE["width"]
+        if name == "job-page":
+            reason = page.locator("#part-restarts td.reason").first
+            expect(reason).to_contain_text("ECONNRESET")
+            # one word per line made the cell ~20 lines tall; a readable cell takes a few
+            lines = line_count(reason)
+            wide["restart reason lines"] = lines
+    assert wide == {**dict.fromkeys(pages, 0), "channel url right edge": False, "delivery error right edge": False,
+                    "restart reason lines": wide["restart reason lines"]}, f"pages wider than 390 px (px over): {wide}"
+    # one word per line made the cell ~20 lines tall; a readable cell takes a few
+    assert wide["restart reason lines"] <= 5, f"the restart reason takes {wide['restart reason lines']} lines"
