@@ -50,7 +50,7 @@ lint: $(VENV)/.installed-test
 	$(BIN)/ruff check .
 
 typecheck: $(VENV)/.installed-test
-	$(BIN)/mypy core infra console jobs monitoring notifications
+	$(BIN)/mypy core infra console jobs monitoring notifications testsupport
 
 imports: $(VENV)/.installed-test
 	$(BIN)/lint-imports

@@ -95,7 +95,7 @@ def local_backend(settings, tmp_path, _test_wiring):
     instance it started is stopped at teardown, even when the test failed. Jobs
     run as they do in production: as `nobody` when the suite runs as root."""
     from jobs.backends import get_backend, reset_backends
-    from jobs.testing import job_writable
+    from testsupport.jobs import job_writable
 
     job_writable(tmp_path)  # the tests' jobs run scripts and leave markers there
     data_dir = tmp_path / "local-backend"
@@ -187,25 +187,9 @@ def api_as():
     return _client_for
 
 
-def pytorch_job(workspace, **overrides) -> dict:
-    """A valid CreateJob body: one Master and N Workers running `command`."""
-    body = {
-        "workspace": workspace.slug if hasattr(workspace, "slug") else workspace,
-        "display_name": "resnet-ddp",
-        "job_type": "PyTorchJob",
-        "job_specs": [
-            {"type": "Master", "pod_count": 1, "resource_config": {"cpu": 1, "memory": "1Gi", "gpu": 0}},
-            {"type": "Worker", "pod_count": 1, "resource_config": {"cpu": 1, "memory": "1Gi", "gpu": 0}},
-        ],
-        "user_command": "echo hello",
-        "envs": {},
-        "backend": "local",
-        "settings": {"enable_error_monitoring_in_aimaster": False, "error_monitoring_args": ""},
-    }
-    body.update(overrides)
-    return body
-
-
 @pytest.fixture
 def job_body():
+    """The factory of CreateJob bodies: job_body(workspace, **overrides)."""
+    from testsupport.factory import pytorch_job
+
     return pytorch_job

@@ -170,7 +170,7 @@ class Console:
         self.data.mkdir(parents=True)
         # Run as root (CI is), the console runs each job as nobody: it must reach the
         # interpreter and its script, and write its markers (docs/security.md).
-        from jobs.testing import let_jobs_reach
+        from testsupport.jobs import let_jobs_reach
 
         let_jobs_reach(tmp)
         if not shutil.which("redis-server"):
@@ -380,7 +380,7 @@ class Console:
                                 headers={"Authorization": f"Bearer {self.token}"})
 
     def new_job_files(self, fault: bool) -> dict:
-        from jobs.testing import job_writable
+        from testsupport.jobs import job_writable
 
         self.seq += 1
         base = self.tmp / "control" / f"j{self.seq}"

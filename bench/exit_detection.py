@@ -151,7 +151,7 @@ def main():
     print("  vigil: LocalBackend shim -> exit.json (tmp + rename) -> Redis PUBLISH -> subscriber thread")
     print("  polling: subprocess.Popen + Popen.poll() every 100 ms (how torchrun watches workers)")
     data_dir = tempfile.mkdtemp(prefix="vigil-bench-")
-    from jobs.testing import let_jobs_reach
+    from testsupport.jobs import let_jobs_reach
 
     let_jobs_reach(data_dir)  # run as root, the instances run as nobody (docs/security.md)
     try:

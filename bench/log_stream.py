@@ -309,7 +309,7 @@ def main():
     args = parser.parse_args()
 
     data_dir = Path(tempfile.mkdtemp(prefix="vigil-bench-"))
-    from jobs.testing import let_jobs_reach
+    from testsupport.jobs import let_jobs_reach
 
     let_jobs_reach(data_dir)  # run as root, the writer job runs as nobody (docs/security.md)
     prefix = f"vigil-bench-{os.getpid()}"

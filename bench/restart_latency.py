@@ -101,7 +101,7 @@ class VigilStack:
         from console.devredis import PrivateRedis
 
         self.tmp = tempfile.mkdtemp(prefix="vigil-bench-")
-        from jobs.testing import let_jobs_reach
+        from testsupport.jobs import let_jobs_reach
 
         let_jobs_reach(self.tmp)  # run as root, the jobs run as nobody (docs/security.md)
         self.redis = PrivateRedis().start()

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from monitoring import tick
-from monitoring.testing import finished, tick_until
+from testsupport.monitor import finished, tick_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -28,8 +28,8 @@ from pathlib import Path
 
 import pytest
 
-from jobs.testing import let_jobs_reach
-from monitoring.testing import subprocess_database_url
+from testsupport.jobs import let_jobs_reach
+from testsupport.monitor import subprocess_database_url
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

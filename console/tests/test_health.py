@@ -19,7 +19,7 @@ import time_machine
 from infra import client as redis_connection
 from infra import health
 from infra.health import Part, assess
-from monitoring.testing import subprocess_database_url
+from testsupport.monitor import subprocess_database_url
 
 ROOT = Path(__file__).resolve().parents[2]
 NOW = 1_800_000_000.0

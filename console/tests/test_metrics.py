@@ -13,7 +13,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from infra import metrics
 from jobs.models import Job, JobStatus, RestartRecord
 from monitoring import tasks
-from monitoring.testing import finished, submit_fault_once
+from testsupport.monitor import finished, submit_fault_once
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from django.core.cache import cache
 
-from monitoring.testing import finished, tick_until
+from testsupport.monitor import finished, tick_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -17,7 +17,7 @@ import pytest
 import redis
 
 from jobs import faults
-from jobs.testing import job_writable, let_jobs_reach
+from testsupport.jobs import job_writable, let_jobs_reach
 from jobs.backends import get_backend, reset_backends
 from jobs.backends.base import AttemptLaunch, BackendError, InstanceLaunch, InstanceState, LaunchInProgress
 from jobs.backends.frameworks import build_instances

@@ -19,15 +19,13 @@ from django.utils import timezone
 
 from jobs import actions
 from jobs.models import Diagnosis, Job, JobStatus, RestartRecord
+from testsupport import factory
 
 pytestmark = pytest.mark.django_db
 
 
 def submit(user, body) -> Job:
-    job, _ = actions.submit_job(user, body)
-    actions.launch_attempt(job.pk, 1)
-    job.refresh_from_db()
-    return job
+    return factory.submit(user, body.pop("workspace"), launch=True, **body)
 
 
 def record(job, n, **fields) -> RestartRecord:

@@ -20,7 +20,7 @@ import pytest
 from console.devredis import PrivateRedis, free_port
 from jobs.models import ApiToken, Attempt, AttemptStatus, Job
 from monitoring import tick
-from monitoring.testing import subprocess_database_url
+from testsupport.monitor import subprocess_database_url
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.redis]
 

@@ -18,7 +18,8 @@ from django.core.cache import cache
 
 from jobs.models import Attempt, C4DReport, EventType, Job, JobEvent, JobStatus, RestartRecord
 from monitoring.failures import keywords_of
-from monitoring.testing import finished, tick_until
+from testsupport.monitor import finished, tick_until
+from testsupport import factory
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -54,20 +55,12 @@ def api(alice, alice_ws, api_as):
 
 
 def submit(api, workspace, command: str, flags: str | None, **envs) -> Job:
-    body = {
-        "workspace": workspace.slug,
-        "display_name": "sdk-live",
-        "job_type": "PyTorchJob",
-        "job_specs": [{"type": "Master", "pod_count": 1, "resource_config": {"cpu": 1, "memory": "1Gi", "gpu": 0}}],
-        "user_command": command,
-        # The SDK from the source tree; VIGIL_* come from the console, never from envs.
-        "envs": {"PYTHONPATH": str(SDK / "src"), **envs},
-        "backend": "local",
-        "settings": {"enable_error_monitoring_in_aimaster": flags is not None, "error_monitoring_args": flags or ""},
-    }
-    r = api.post("/api/v1/jobs/", body, format="json")
-    assert r.status_code == 201, r.content
-    return Job.objects.get(pk=r.json()["id"])
+    # The SDK from the source tree; VIGIL_* come from the console, never from envs.
+    return factory.submit(
+        api, workspace, display_name="sdk-live", user_command=command, envs={"PYTHONPATH": str(SDK / "src"), **envs},
+        job_specs=[{"type": "Master", "pod_count": 1, "resource_config": {"cpu": 1, "memory": "1Gi", "gpu": 0}}],
+        # monitoring is on even with no flags ("" = the defaults): the SDK's reports are read
+        settings={"enable_error_monitoring_in_aimaster": flags is not None, "error_monitoring_args": flags or ""})
 
 
 def log_of(backend, job: Job, number: int | None = None) -> str:

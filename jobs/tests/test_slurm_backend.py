@@ -33,7 +33,7 @@ from jobs.backends.slurm_step import (
     expand_tasks_per_node,
     place_instances,
 )
-from jobs.testing import let_jobs_reach
+from testsupport.jobs import let_jobs_reach
 from jobs.tests.slurm_cluster import SlurmCluster, start_cluster, why_cluster_cannot_run
 
 PY_SPY = str(Path(sys.executable).parent / "py-spy")
@@ -462,7 +462,7 @@ def test_the_ddp_example_on_slurm_restarts_through_the_console_and_its_record_na
     pytest.importorskip("torch", reason="torch is not installed (.ci/run installs torch==2.13.0)")
     from jobs.backends import reset_backends
     from jobs.models import Job, JobStatus, RestartRecord
-    from monitoring.testing import finished, tick_until
+    from testsupport.monitor import finished, tick_until
 
     settings.JOB_BACKENDS = {
         "local": {"BACKEND": "jobs.backends.memory.MemoryBackend", "OPTIONS": {}},

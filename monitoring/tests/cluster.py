@@ -21,8 +21,8 @@ from django.conf import settings as django_settings
 
 from jobs import faults
 from jobs.backends import get_backend, reset_backends
-from jobs.testing import job_writable
-from monitoring.testing import subprocess_database_url
+from testsupport.jobs import job_writable
+from testsupport.monitor import subprocess_database_url
 
 ROOT = Path(__file__).resolve().parents[2]
 CELERY = ROOT / ".venv" / "bin" / "celery"

@@ -1,14 +1,14 @@
 """The DDP example submitted through the API on the local backend, watched by
 the monitor: what a user sees for a clean run, a retryable fault and a bug."""
 
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
-from jobs.models import Attempt, Instance, Job, JobEvent, JobStatus, RestartRecord
+from jobs.models import Attempt, Instance, JobEvent, JobStatus, RestartRecord
 from monitoring import tick
+from testsupport import factory
 
 pytest.importorskip("torch", reason="torch is not installed (.ci/run installs torch==2.13.0)")
 pytestmark = [pytest.mark.torch, pytest.mark.django_db(transaction=True)]
@@ -19,15 +19,8 @@ SYNC = "--job-execution-mode=Sync --enable-job-restart=True --max-num-of-job-res
 
 def submit_ddp(api, ws, body, envs, args=SYNC):
     envs = {"VIGIL_EXAMPLE_STEPS": "15", "VIGIL_EXAMPLE_PG_TIMEOUT": "60", **envs}
-    r = api.post(
-        "/api/v1/jobs/",
-        body(ws, display_name="ddp-example", user_command=f"{sys.executable} {EXAMPLE}", envs=envs,
-             job_specs=[{"type": "Master", "pod_count": 1}, {"type": "Worker", "pod_count": 3}],
-             settings={"enable_error_monitoring_in_aimaster": bool(args), "error_monitoring_args": args}),
-        format="json",
-    )
-    assert r.status_code == 201, r.content
-    return Job.objects.get(pk=r.json()["id"])
+    return factory.submit(api, ws, flags=args, display_name="ddp-example", user_command=factory.script_command(EXAMPLE),
+                          envs=envs, job_specs=[{"type": "Master", "pod_count": 1}, {"type": "Worker", "pod_count": 3}])
 
 
 def run_to_end(job, seconds=120.0):

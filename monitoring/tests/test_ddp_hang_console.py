@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from jobs.models import Diagnosis, Job, JobEvent, JobStatus
-from monitoring.testing import finished, tick_until
+from testsupport.monitor import finished, tick_until
 
 pytest.importorskip("torch", reason="torch is not installed (.ci/run installs torch==2.13.0)")
 pytestmark = [pytest.mark.torch, pytest.mark.django_db(transaction=True)]

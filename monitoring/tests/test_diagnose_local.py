@@ -2,18 +2,18 @@
 on-demand snapshots, C4D errors isolating a virtual node, stragglers from logs."""
 
 import shutil
-import sys
 import textwrap
 import time
 
 import pytest
 from django.utils import timezone
 
-from jobs.testing import job_writable
+from testsupport.jobs import job_writable
 from jobs.models import Attempt, C4DReport, Diagnosis, Job, JobEvent, JobStatus, RestartRecord
 from monitoring import checks, diagnose
-from monitoring.testing import tick_until
+from testsupport.monitor import tick_until
 from core.stacks import NOT_PYTHON
+from testsupport import factory
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -70,13 +70,8 @@ def nodes_backend(settings, tmp_path, _test_wiring):
 
 
 def submit(api, ws, body, code, path, args, envs=None, specs=None):
-    path.write_text(code)
-    r = api.post("/api/v1/jobs/", body(
-        ws, user_command=f"{sys.executable} {path}", envs=envs or {},
-        job_specs=specs or [{"type": "Master", "pod_count": 1}, {"type": "Worker", "pod_count": 2}],
-        settings={"enable_error_monitoring_in_aimaster": bool(args), "error_monitoring_args": args}), format="json")
-    assert r.status_code == 201, r.content
-    return Job.objects.get(pk=r.json()["id"])
+    return factory.submit(api, ws, flags=args, user_command=factory.script_command(path, code), envs=envs or {},
+                          job_specs=specs or [{"type": "Master", "pod_count": 1}, {"type": "Worker", "pod_count": 2}])
 
 
 def test_a_hang_takes_a_stack_snapshot_whose_suspect_names_the_hung_function(api, alice_ws, job_body, local_backend, tmp_path):

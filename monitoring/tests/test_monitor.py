@@ -10,6 +10,7 @@ from django.utils import timezone
 from jobs.models import Attempt, Instance, Job, JobEvent, JobStatus, RestartKind, RestartRecord
 from core.classify import ErrorSource
 from monitoring import restarts, tasks, tick
+from testsupport import factory
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -20,10 +21,7 @@ BUG = b'Traceback (most recent call last):\n  File "train.py", line 3, in <modul
 
 
 def submit(api, ws, body, args=SYNC, **over):
-    b = body(ws, settings={"enable_error_monitoring_in_aimaster": bool(args), "error_monitoring_args": args or ""}, **over)
-    r = api.post("/api/v1/jobs/", b, format="json")
-    assert r.status_code == 201, r.content
-    return Job.objects.get(pk=r.json()["id"])
+    return factory.submit(api, ws, flags=args or "", **over)
 
 
 def settled(job_id):

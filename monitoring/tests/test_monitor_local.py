@@ -1,15 +1,15 @@
 """The monitor on real processes (local backend): the seed's three example
 configurations, the caps, hangs, exit hangs and root cause first."""
 
-import sys
 import textwrap
 
 import pytest
 
-from jobs.testing import job_writable
-from jobs.models import Attempt, Instance, Job, JobEvent, JobStatus, RestartRecord
+from testsupport.jobs import job_writable
+from jobs.models import Attempt, Instance, JobEvent, JobStatus, RestartRecord
 from monitoring import tick
-from monitoring.testing import finished, tick_until
+from testsupport.monitor import finished, tick_until
+from testsupport import factory
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -79,16 +79,9 @@ def script(tmp_path):
 
 def submit(api, ws, body, script, args, mode, faulty="worker-0", extra_envs=None, **over):
     envs = {"MODE": mode, "FAULTY": faulty, "MARKERS": str(script.parent / "markers"), **(extra_envs or {})}
-    b = body(
-        ws,
-        user_command=f"{sys.executable} {script}",
-        envs=envs,
-        settings={"enable_error_monitoring_in_aimaster": True, "error_monitoring_args": args},
-        **over,
-    )
-    r = api.post("/api/v1/jobs/", b, format="json")
-    assert r.status_code == 201, r.content
-    return Job.objects.get(pk=r.json()["id"])
+    # monitoring is on even with no flags ("" = the defaults)
+    return factory.submit(api, ws, user_command=factory.script_command(script), envs=envs,
+                          settings={"enable_error_monitoring_in_aimaster": True, "error_monitoring_args": args}, **over)
 
 
 @pytest.fixture

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from jobs.models import Job, JobEvent, JobStatus
-from monitoring.testing import finished, submit_fault_once, tick_until
+from testsupport.monitor import finished, submit_fault_once, tick_until
 from notifications.models import Channel, Delivery, DeliveryStatus, EventRule
 
 BASE = "/api/v1/workspaces/{ws}/notifications/"

@@ -12,7 +12,7 @@ from playwright.sync_api import expect
 
 from jobs import actions
 from jobs.models import Job, JobStatus, RestartRecord
-from monitoring.testing import tick_until
+from testsupport.monitor import tick_until
 
 pytestmark = [pytest.mark.browser, pytest.mark.redis, pytest.mark.django_db(transaction=True)]
 

@@ -15,8 +15,8 @@ from playwright.sync_api import expect
 
 from jobs import actions
 from jobs.models import Diagnosis, JobStatus
-from jobs.testing import job_writable
-from monitoring.testing import tick_until
+from testsupport.jobs import job_writable
+from testsupport.monitor import tick_until
 
 pytestmark = [pytest.mark.browser, pytest.mark.redis, pytest.mark.django_db(transaction=True)]
 

@@ -20,18 +20,15 @@ from jobs import actions
 from jobs.backends.base import BackendError
 from jobs.backends.osuser import resolve_run_as
 from jobs.models import Attempt, Job, JobStatus
+from testsupport import factory
 
 pytestmark = pytest.mark.django_db(transaction=True)  # the launch is sent on commit
 as_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root, as CI runs: only root can switch users")
 
 
 def submit(user, workspace, command) -> Job:
-    job, _ = actions.submit_job(user, {
-        "workspace": workspace.slug, "display_name": "probe", "job_type": "PyTorchJob", "backend": "local",
-        "job_specs": [{"type": "Master", "pod_count": 1, "resource_config": {"cpu": 1, "gpu": 0}}],
-        "user_command": command, "envs": {},
-    })
-    return job
+    return factory.submit(user, workspace, display_name="probe", user_command=command,
+                          job_specs=[{"type": "Master", "pod_count": 1, "resource_config": {"cpu": 1, "gpu": 0}}])
 
 
 def handle_of(job: Job) -> dict:

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import sys
 import time
 from collections.abc import Callable
 
 from jobs.models import Attempt, Job, JobEvent, JobStatus
-from jobs.testing import job_writable
 from monitoring import tick
+from testsupport.factory import script_command, submit
+from testsupport.jobs import job_writable
 
 
 def finished(job: Job) -> bool:
@@ -72,11 +72,7 @@ SYNC_RESTART_ARGS = ("--job-execution-mode=Sync --enable-job-restart=True --max-
 
 def submit_fault_once(api, body: dict, tmp_path) -> Job:
     """Submit `body` (a CreateJob body) running FAULT_ONCE_SCRIPT through the API."""
-    script = tmp_path / "fault_once.py"
-    script.write_text(FAULT_ONCE_SCRIPT)
     job_writable(tmp_path / "markers")  # run as root, the job is nobody and leaves its marker there
-    body = {**body, "user_command": f"{sys.executable} {script}", "envs": {"MARKERS": str(tmp_path / "markers")},
-            "settings": {"enable_error_monitoring_in_aimaster": True, "error_monitoring_args": SYNC_RESTART_ARGS}}
-    r = api.post("/api/v1/jobs/", body, format="json")
-    assert r.status_code == 201, r.content
-    return Job.objects.get(pk=r.json()["id"])
+    body = {**body, "user_command": script_command(tmp_path / "fault_once.py", FAULT_ONCE_SCRIPT),
+            "envs": {"MARKERS": str(tmp_path / "markers")}}
+    return submit(api, body.pop("workspace"), flags=SYNC_RESTART_ARGS, **body)
