@@ -104,3 +104,59 @@ def test_phone_layouts_fit_390px_and_the_restart_reason_reads_in_a_few_lines(pag
                     "restart reason lines": wide["restart reason lines"]}, f"pages wider than 390 px (px over): {wide}"
     # one word per line made the cell ~20 lines tall; a readable cell takes a few
     assert wide["restart reason lines"] <= 5, f"the restart reason takes {wide['restart reason lines']} lines"
+
+
+BOX_BESIDE_LABEL = """input => {
+    const label = input.labels[0];
+    const r = document.createRange(); r.selectNodeContents(label);
+    const text = [...r.getClientRects()].filter(q => q.width > 0 && q.left >= input.getBoundingClientRect().right - 1)[0];
+    const box = input.getBoundingClientRect();
+    if (!text) return {gap: null};
+    return {gap: Math.round(text.left - box.right), dy: Math.round(Math.abs((text.top + text.bottom) / 2 - (box.top + box.bottom) / 2))};
+}"""
+
+ERRORS_IN_THEIR_BOXES = """() => {
+    const out = [];
+    for (const box of document.querySelectorAll(".form-errors")) {
+        const edge = box.getBoundingClientRect().left;
+        for (const li of box.querySelectorAll("li")) out.push(["bullet room", Math.round(li.getBoundingClientRect().left - edge)]);
+    }
+    for (const e of document.querySelectorAll(".field-error, .has-error li, .has-errors li")) {
+        const field = e.closest(".field, .has-errors");
+        const f = field.getBoundingClientRect(), r = e.getBoundingClientRect();
+        out.push(["inside its field", r.left >= f.left && r.right <= f.right && r.top >= f.top && r.bottom <= f.bottom]);
+    }
+    return out;
+}"""
+
+
+def header_style(page, selector):
+    return page.locator(selector).first.evaluate("""th => { const s = getComputedStyle(th);
+        return [s.fontSize, s.fontWeight, s.color, s.backgroundColor, s.paddingTop, s.borderBottomWidth]; }""")
+
+
+def test_notification_forms_look_like_the_job_form(page_for, alice, alice_ws, notification_pages, shoot):
+    channel, rule, failed = notification_pages
+    page = page_for(alice)
+    ws = f"/workspaces/{alice_ws.slug}"
+    # a rule saved with nothing chosen: every error at its field, inside its box
+    page.goto(f"{ws}/notifications/rules/add/")
+    page.click("button:has-text('Save')")
+    expect(page.locator(".field-error, .has-errors li").first).to_be_visible()
+    shoot(page, "rule-form-errors")
+    placed = page.evaluate(ERRORS_IN_THEIR_BOXES)
+    assert placed and all(ok >= 18 if what == "bullet room" else ok for what, ok in placed), placed
+    boxes = {"Enabled": page.locator("#id_enabled").evaluate(BOX_BESIDE_LABEL)}
+    first_type = page.locator("input[name=event_types]").first
+    boxes["an event type"] = first_type.evaluate(BOX_BESIDE_LABEL)
+    # the channel's "new signing secret" box
+    page.goto(f"{ws}/notifications/channels/{channel.pk}/edit/")
+    boxes["Generate a new signing secret"] = page.locator("#id_rotate_secret").evaluate(BOX_BESIDE_LABEL)
+    shoot(page, "channel-form")
+    for name, where in boxes.items():
+        assert where["gap"] is not None and 0 <= where["gap"] <= 12 and where["dy"] <= 4, (name, where)
+    # the channels table is a job page's table
+    page.goto(f"{ws}/notifications/channels/")
+    channels_head = header_style(page, "table th")
+    page.goto(f"{ws}/jobs/")
+    assert channels_head == header_style(page, "table.jobs th")
