@@ -305,9 +305,12 @@ LOG_SIGNATURES: tuple[Signature, ...] = (
         documented="third_party/gloo/gloo/transport/tcp/unbound_buffer.cc waitRecv/waitSend",
     ),
     # ---- sockets (strerror texts of Linux errno) -----------------------------------
+    # Matched ignoring case: Go programs (container runtimes, registries' clients, kubelet)
+    # print the same errno texts lower-cased ("read: connection reset by peer",
+    # "connect: connection refused"), and they are the same failure.
     Signature(
         rule="connection-reset", family="network",
-        pattern=_re(r"Connection reset by peer"),
+        pattern=_re(r"Connection reset by peer", _I),
         retryable=True, error_code="ECONNRESET",
         message="The connection was reset by a peer",
         cause=_PEER_OR_NETWORK, next_step=_RETRY_COMM, cascade_like=True,
@@ -315,7 +318,7 @@ LOG_SIGNATURES: tuple[Signature, ...] = (
     ),
     Signature(
         rule="connection-refused", family="network",
-        pattern=_re(r"Connection refused"),
+        pattern=_re(r"Connection refused", _I),
         retryable=True, error_code="ECONNREFUSED",
         message="A connection was refused",
         cause="Nothing was listening at the address this instance connected to: the master "
@@ -325,7 +328,7 @@ LOG_SIGNATURES: tuple[Signature, ...] = (
     ),
     Signature(
         rule="broken-pipe", family="network",
-        pattern=_re(r"Broken pipe"),
+        pattern=_re(r"Broken pipe", _I),
         retryable=True, error_code="EPIPE",
         message="Broken pipe: the other end of a connection went away",
         cause=_PEER_OR_NETWORK, next_step=_RETRY_COMM, cascade_like=True,
@@ -333,7 +336,7 @@ LOG_SIGNATURES: tuple[Signature, ...] = (
     ),
     Signature(
         rule="no-route-to-host", family="network",
-        pattern=_re(r"No route to host|Network is unreachable|Host is down"),
+        pattern=_re(r"No route to host|Network is unreachable|Host is down", _I),
         retryable=True, error_code="EHOSTUNREACH",
         message="No route to host",
         cause="The network could not reach another node of the job.",
@@ -342,7 +345,7 @@ LOG_SIGNATURES: tuple[Signature, ...] = (
     ),
     Signature(
         rule="connection-timed-out", family="network",
-        pattern=_re(r"Connection timed out|connect\(\) timed out"),
+        pattern=_re(r"Connection timed out|connect\(\) timed out", _I),
         retryable=True, error_code="ETIMEDOUT",
         message="A network connection timed out",
         cause="Another node did not answer in time; the network or that node is in trouble.",
@@ -1051,6 +1054,38 @@ LOG_SIGNATURES: tuple[Signature, ...] = (
         next_step="Check the command and the image (the program must be installed in it), then submit the job again.",
         documented="runc/containerd \"OCI runtime create failed: ... executable file not found in $PATH\"",
     ),
+    # aws-ofi-nccl (EFA) failing to register a buffer is the same fault as ibv_reg_mr above
+    # on another transport: the node's software stack or limits, not a flaky link.
+    Signature(
+        rule="nccl-ofi-register-failed", family="network",
+        pattern=_re(r"NET/OFI Unable to register memory"),
+        retryable=False, error_code="NCCL_OFI_REGISTER",
+        message="NCCL's EFA/libfabric plugin could not register memory",
+        cause="The libfabric (EFA) plugin of NCCL could not register a buffer with the adapter, which "
+              "points at the node's software stack (a libfabric/EFA installer that does not match the "
+              "NCCL version) or its locked-memory limit; every attempt fails the same way.",
+        next_step="Upgrade the EFA installer / aws-ofi-nccl to versions that match NCCL (or follow the "
+                  "plugin's known-issue workaround) and give the instance an unlimited memlock, then "
+                  "submit the job again.",
+        documented="aws-ofi-nccl src/nccl_ofi_rdma.cpp register_rail_mr_buffer (\"NET/OFI Unable to register "
+                   "memory\"); corpus network-014 (awslabs/awsome-distributed-ai#203: libfabric bug before EFA "
+                   "installer 1.29.1 with NCCL 2.19+)",
+    ),
+    # A peer sent more bytes than this rank posted: ranks that call NCCL inconsistently or
+    # run with different NCCL settings (protocols, algorithms), per NCCL's maintainers; a
+    # restart repeats the mismatch.
+    Signature(
+        rule="nccl-message-truncated", family="network",
+        pattern=_re(r"NCCL WARN[^\n]{0,300}?[Mm]essage truncated"),
+        retryable=False, error_code="NCCL_MESSAGE_TRUNCATED",
+        message="NCCL: a peer's message was larger than expected",
+        cause="A peer sent NCCL more data than this rank expected: the ranks are calling collectives "
+              "inconsistently (different sizes or order) or run with different NCCL settings.",
+        next_step="Make every rank call the same collectives with the same sizes and run every rank with "
+                  "the same NCCL_* environment, then submit the job again.",
+        documented="NCCL src/transport/net_socket.cc (\"NET/Socket : peer %s message truncated : receiving "
+                   "%d bytes instead of %d\"); corpus network-017 (NVIDIA/nccl#626)",
+    ),
     Signature(
         rule="tls-certificate-untrusted", family="external-services",
         pattern=_re(r"certificate signed by unknown authority|CERTIFICATE_VERIFY_FAILED"),
@@ -1239,6 +1274,21 @@ LOG_SIGNATURES: tuple[Signature, ...] = (
               "out (keepalive), because the peer went away or the network failed.",
         next_step=_RETRY_COMM,
         documented="gRPC HTTP/2 GOAWAY, \"keepalive watchdog timeout\", \"Stream removed\"",
+    ),
+    # After the specific gRPC lines above (a GOAWAY says more on the same line). Not XLA's
+    # coordination service "UNAVAILABLE: Task ... heartbeat timeout", which is a task that
+    # stopped answering for any reason (corpus network-006: a too-short heartbeat timeout).
+    Signature(
+        rule="grpc-unavailable", family="network",
+        pattern=_re(r"StatusCode\.UNAVAILABLE|errors_impl\.UnavailableError"),
+        retryable=True, error_code="GRPC_UNAVAILABLE",
+        message="gRPC: the peer was unavailable",
+        cause="A gRPC call to a peer or coordinator failed with UNAVAILABLE: the peer was not up, had "
+              "gone away, or the network to it failed for the moment.",
+        next_step=_RETRY_COMM,
+        documented="gRPC status codes (grpc.io/docs/guides/status-codes: UNAVAILABLE \"is most likely a "
+                   "transient condition, which can be corrected by retrying with a backoff\"); grpc-python "
+                   "StatusCode.UNAVAILABLE; tensorflow errors_impl.UnavailableError",
     ),
     # ---- the program itself: not retryable ----------------------------------------
     Signature(

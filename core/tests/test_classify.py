@@ -270,6 +270,11 @@ SAMPLES: list[tuple[str, int, str]] = [
     ("grpc-connection-lost", 1,
      "grpc._channel._MultiThreadedRendezvous: <_MultiThreadedRendezvous of RPC that terminated with: "
      "status = StatusCode.UNAVAILABLE details = \"GOAWAY received\">\n"),
+    ("grpc-unavailable", 1,
+     TRACEBACK_HEAD +
+     "grpc._channel._InactiveRpcError: <_InactiveRpcError of RPC that terminated with:\n"
+     "\tstatus = StatusCode.UNAVAILABLE\n"
+     "\tdetails = \"Socket closed\"\n"),
     ("loss-value-nan", 1,
      "iter 1200 | lr 3.0e-04 | loss 2.113\n"
      "[INFO] epoch 3 step 1201: train_loss=nan lr=3.0e-04\n"),
@@ -949,3 +954,29 @@ def test_a_tail_that_case_folding_lengthens_is_still_classified_at_its_last_line
     got = classify(tail)
     assert (got.rule, got.message) == ("connection-refused", "A connection was refused: RuntimeError: Connection refused (Straße)")
     assert _classify_without_prefilter(monkeypatch, tail) == got
+
+
+# ---- lines of the corpus's families in the forms other tools print (issue 13) ----------
+
+GENERALISED_LINES = [
+    # network: Go programs (containerd, kubelet, registries' clients) print errno texts lower-cased
+    ("connection-reset", True,
+     'Failed to pull image "nvcr.io/nvidia/pytorch:24.01-py3": rpc error: code = Unknown desc = failed to pull and '
+     'unpack image: failed to copy: read tcp 10.0.0.5:51234->1.2.3.4:443: read: connection reset by peer'),
+    ("connection-refused", True, 'dial tcp 10.96.0.10:53: connect: connection refused'),
+    ("grpc-unavailable", True,
+     'grpc._channel._InactiveRpcError: <_InactiveRpcError of RPC that terminated with: '
+     'status = StatusCode.UNAVAILABLE details = "Socket closed"'),
+    ("nccl-message-truncated", False,
+     "node-1:88:120 [0] transport/net_socket.cc:424 NCCL WARN NET/Socket : peer 10.0.0.2<59210> message truncated : "
+     "receiving 1048576 bytes instead of 65536"),
+    ("nccl-ofi-register-failed", False,
+     "register_rail_mr_buffer:617 NCCL WARN NET/OFI Unable to register memory (type = 2) for device 4. RC: -22, "
+     "Error: Invalid argument"),
+]
+
+
+@pytest.mark.parametrize("rule, retryable, line", GENERALISED_LINES, ids=[f"{r}-{i}" for i, (r, _, _) in enumerate(GENERALISED_LINES)])
+def test_a_familys_line_in_another_tools_words_is_classified_by_its_family(rule, retryable, line):
+    got = classify(line + "\n")
+    assert (got.rule, got.retryable) == (rule, retryable)
