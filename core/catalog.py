@@ -515,12 +515,15 @@ LOG_SIGNATURES: tuple[Signature, ...] = (
     ),
     Signature(
         rule="gpu-fallen-off-bus", family="gpu",
-        pattern=_re(r"GPU has fallen off the bus|GPU is lost"),
+        pattern=_re(r"GPU has fallen off the bus|GPU is lost|Unable to determine the device handle for GPU"
+                    r"|RmInitAdapter failed"),
         retryable=True, error_code="GPU_LOST",
         message="A GPU has fallen off the bus",
         cause="A GPU stopped responding to the host (hardware or power problem; Xid 79).",
         next_step=_HARDWARE_NEXT,
-        documented="NVIDIA Xid 79, docs.nvidia.com/deploy/xid-errors",
+        documented="NVIDIA Xid 79, docs.nvidia.com/deploy/xid-errors; nvidia-smi \"Unable to determine the "
+                   "device handle for GPU <bus id>: Unknown Error\" and NVRM \"RmInitAdapter failed\" for a GPU the "
+                   "driver can no longer reach",
     ),
     # Decision: not retryable, as an illegal memory access (below) and the Xids 13/31/43 it
     # comes with (above). CUDA documents cudaErrorLaunchFailure as "an exception occurred on

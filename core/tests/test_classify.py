@@ -970,6 +970,9 @@ GENERALISED_LINES = [
     ("nccl-message-truncated", False,
      "node-1:88:120 [0] transport/net_socket.cc:424 NCCL WARN NET/Socket : peer 10.0.0.2<59210> message truncated : "
      "receiving 1048576 bytes instead of 65536"),
+    # gpu: nvidia-smi and the driver on a GPU they can no longer reach
+    ("gpu-fallen-off-bus", True, "Unable to determine the device handle for GPU 0000:3B:00.0: Unknown Error"),
+    ("gpu-fallen-off-bus", True, "NVRM: GPU 0000:3b:00.0: RmInitAdapter failed! (0x26:0xffff:1307)"),
     ("nccl-ofi-register-failed", False,
      "register_rail_mr_buffer:617 NCCL WARN NET/OFI Unable to register memory (type = 2) for device 4. RC: -22, "
      "Error: Invalid argument"),
