@@ -49,7 +49,7 @@ def names_called_on_backends() -> dict[str, str]:
 
 def test_every_method_the_console_calls_on_a_backend_is_declared_by_the_contract():
     called = names_called_on_backends()
-    assert {"launch", "poll", "read_log", "dump_stacks"} <= set(called)  # the scan sees the callers
+    assert {"launch", "poll", "tail_log", "dump_stacks"} <= set(called)  # the scan sees the callers
     missing = {name: where for name, where in called.items() if not hasattr(Backend, name)}
     assert not missing, f"called on a backend but not declared in jobs/backends/base.py: {missing}"
 
