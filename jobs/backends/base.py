@@ -13,9 +13,14 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from enum import StrEnum
+
+
+# A name that becomes a file, a directory, a Slurm job name or a Redis key part.
+SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 
 
 class BackendError(Exception):
@@ -103,6 +108,26 @@ class AttemptLaunch:
         d["instances"] = tuple(InstanceLaunch(**i) for i in d["instances"])
         d["avoid_nodes"] = tuple(d.get("avoid_nodes") or ())
         return cls(**d)
+
+    def check(self) -> None:
+        """What every backend needs before it names files, directories and scheduler jobs
+        after this launch: safe, unique names and a command per instance (BackendError
+        names the field)."""
+        if not SAFE_NAME.match(str(self.job_id)):
+            raise BackendError(f"job_id: {self.job_id!r} must be letters, digits, '_', '.', '-'")
+        if not isinstance(self.attempt, int) or self.attempt < 1:
+            raise BackendError(f"attempt: {self.attempt!r} must be an integer >= 1")
+        if not self.instances:
+            raise BackendError("instances: at least one instance is needed")
+        names = [i.name for i in self.instances]
+        for n in names:
+            if not SAFE_NAME.match(n):
+                raise BackendError(f"instances.name: {n!r} must be letters, digits, '_', '.', '-'")
+        if len(set(names)) != len(names):
+            raise BackendError("instances.name: names must be unique")
+        for i in self.instances:
+            if not isinstance(i.command, str) or not i.command.strip():
+                raise BackendError(f"instances.command: {i.name} has no command")
 
 
 @dataclass(frozen=True)

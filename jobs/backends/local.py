@@ -56,7 +56,6 @@ from __future__ import annotations
 
 import fcntl
 import os
-import re
 import select
 import random
 import signal as signals
@@ -74,10 +73,9 @@ from . import frameworks, osuser, shim
 from .noderedis import redis_target
 from .. import faults
 from .base import (AttemptLaunch, Backend, BackendError, InstanceState, PolledInstance, LaunchInProgress, Node,
-                   read_log_file, tail_log_file)
+                   read_log_file, tail_log_file, SAFE_NAME)
 
 SHIM_PATH = shim.__file__
-SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 DEFAULT_INHERIT = ("PATH", "HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR", "SHELL")
 LOG = "output.log"
 STOP = "stop.json"
@@ -426,21 +424,7 @@ class LocalBackend(Backend):
         return handle
 
     def _check_spec(self, spec: AttemptLaunch):
-        if not SAFE_NAME.match(str(spec.job_id)):
-            raise BackendError(f"job_id: {spec.job_id!r} must be letters, digits, '_', '.', '-'")
-        if not isinstance(spec.attempt, int) or spec.attempt < 1:
-            raise BackendError(f"attempt: {spec.attempt!r} must be an integer >= 1")
-        if not spec.instances:
-            raise BackendError("instances: at least one instance is needed")
-        names = [i.name for i in spec.instances]
-        for n in names:
-            if not SAFE_NAME.match(n):
-                raise BackendError(f"instances.name: {n!r} must be letters, digits, '_', '.', '-'")
-        if len(set(names)) != len(names):
-            raise BackendError("instances.name: names must be unique")
-        for i in spec.instances:
-            if not isinstance(i.command, str) or not i.command.strip():
-                raise BackendError(f"instances.command: {i.name} has no command")
+        spec.check()
         if spec.workdir and not os.path.isdir(spec.workdir):
             raise BackendError(f"workdir: {spec.workdir!r} is not a directory on this machine")
 

@@ -41,9 +41,9 @@ rather than run as someone else (docs/slurm.md, docs/security.md).
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
-import re
 import shlex
 import shutil
 import socket
@@ -60,13 +60,12 @@ from core.slurm import (
 
 from . import osuser
 from . import slurm_step as step
-from .base import AttemptLaunch, Backend, BackendError, InstanceState, PolledInstance, Node, read_log_file, tail_log_file
+from .base import AttemptLaunch, Backend, BackendError, InstanceLaunch, InstanceState, PolledInstance, Node, read_log_file, tail_log_file
 
 KILL_MARGIN = 2.0  # seconds after the grace period before Slurm's SIGKILL backs the wrapper's up
 HANDLE = "handle.json"
 STOP = "stop.json"  # the console asked to stop the attempt (the supervisor reads it too)
 SUBMITTING = "submitting.json"  # written just before sbatch: how to find the job if we die
-SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 
 TOOLS = ("sbatch", "srun", "squeue", "sacct", "scancel", "scontrol", "sinfo")
 
@@ -138,20 +137,10 @@ def check_options(options: dict) -> dict:
     return o
 
 
-RUNTIME_BASE = """\
-# Written by jobs/backends/slurm.py: the part of base.py that frameworks.py needs on the nodes.
-from dataclasses import dataclass, field
-
-
-@dataclass(frozen=True)
-class InstanceLaunch:
-    name: str
-    role: str
-    index: int
-    rank: int
-    command: str
-    env: dict = field(default_factory=dict)
-"""
+# The part of base.py that frameworks.py needs on the nodes, from the class itself (one
+# definition); base.py as a whole wants Python 3.11 (StrEnum), the nodes' Python may be older.
+RUNTIME_BASE = ("# Written by jobs/backends/slurm.py: the part of base.py that frameworks.py needs on the nodes.\n"
+                "from dataclasses import dataclass, field\n\n\n" + inspect.getsource(InstanceLaunch))
 
 
 # -- instance status (pure) ------------------------------------------------------------------
@@ -293,15 +282,7 @@ class SlurmBackend(Backend):
         return f"vigil-{job_id}-a{attempt}"
 
     def _check_spec(self, spec: AttemptLaunch) -> None:
-        if not SAFE_NAME.match(str(spec.job_id)):
-            raise BackendError(f"job_id: {spec.job_id!r} must be letters, digits, '_', '.', '-'")
-        if not isinstance(spec.attempt, int) or spec.attempt < 1:
-            raise BackendError(f"attempt: {spec.attempt!r} must be an integer >= 1")
-        if not spec.instances:
-            raise BackendError("instances: at least one instance is needed")
-        for inst in spec.instances:
-            if not SAFE_NAME.match(inst.name):
-                raise BackendError(f"instances.name: {inst.name!r} must be letters, digits, '_', '.', '-'")
+        spec.check()
 
     def _write_runtime(self, attempt_dir: Path) -> None:
         here = Path(__file__).resolve().parent
@@ -309,7 +290,6 @@ class SlurmBackend(Backend):
         pkg = runtime / "vigil_runtime"
         pkg.mkdir(parents=True)
         (pkg / "__init__.py").write_text("")
-        # Only InstanceLaunch is needed on the nodes; base.py itself wants Python 3.11 (StrEnum).
         (pkg / "base.py").write_text(RUNTIME_BASE)
         shutil.copyfile(here / "frameworks.py", pkg / "frameworks.py")
         shutil.copyfile(here / "noderedis.py", pkg / "noderedis.py")
