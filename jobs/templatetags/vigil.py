@@ -15,6 +15,14 @@ from django.utils.safestring import mark_safe
 
 register = template.Library()
 
+
+@register.filter
+def cause_first(reason) -> str:
+    """A decision's reason with its cause in front, for cells that cut it short (core.reasons)."""
+    from core.reasons import cause_first as reorder
+
+    return reorder(str(reason or ""))
+
 # One glyph per status, each a different shape.
 STATUS_ICONS = {
     "Creating": "○",

@@ -21,8 +21,9 @@ PHONE = {"width": 390, "height": 844}
 LONG_ERROR = ("HTTPSConnectionPool(host='hooks.example-receiver.com', port=443): Max retries exceeded with url: "
               "/services/T000/B000/XXXXXXXXXXXXXXXXXXXXXXXX (Caused by NewConnectionError: Failed to establish "
               "a new connection: [Errno 111] Connection refused)")
-REASON = ("Restarting the whole job (restart 1 of 3): worker-0 failed with ECONNRESET (connection reset by peer "
-          "while reading from the rendezvous store at master-0:29500).")
+# core.policy's wording of a whole-job restart and of a failure past the budget
+REASON = ("Restarting the whole job (restart 1 of 3): worker-0 failed with a retryable error: ECONNRESET "
+          "(connection reset by peer while reading from the rendezvous store at master-0:29500).")
 FAILED_REASON = ("Not restarted: the job has already been restarted 3 of 3 times (--max-num-of-job-restart=3); "
                  "worker-1 failed with NCCL_ERROR (NCCL error: unhandled system error).")
 
@@ -94,9 +95,15 @@ def test_phone_layouts_fit_390px_and_the_restart_reason_reads_in_a_few_lines(pag
         if name == "deliveries":
             error = page.locator("td", has_text="Max retries exceeded")
             wide["delivery error right edge"] = error.evaluate("el => el.getBoundingClientRect().right") > PHONE["width"]
+        if name == "job-list":
+            # issue 15, defect 9: a failed job says why, and every cut reason starts with the cause
+            reasons = {row.locator("td").first.locator("a").inner_text(): row.locator("td.reason").inner_text()
+                       for row in page.locator("table.jobs tbody tr").all()}
+            assert reasons == {"resnet-ddp-long-run-name": "NCCL_ERROR on worker-1 — not restarted, restart 3 of 3 used",
+                               "bert-restarting": "ECONNRESET on worker-0 — restart 1 of 3"}, reasons
         if name == "job-page":
             reason = page.locator("#part-restarts td.reason").first
-            expect(reason).to_contain_text("ECONNRESET")
+            expect(reason).to_have_text("ECONNRESET on worker-0 — restart 1 of 3")
             # one word per line made the cell ~20 lines tall; a readable cell takes a few
             lines = line_count(reason)
             wide["restart reason lines"] = lines
