@@ -614,7 +614,8 @@ LOG_SIGNATURES: tuple[Signature, ...] = (
     # SIGKILL too, and those are retryable.
     Signature(
         rule="oom-killed", family="signals",
-        pattern=_re(r"Memory cgroup out of memory|oom[-_]kill event|OOM Killed|OOMKilled|memory\+swap: usage", _I),
+        pattern=_re(r"Memory cgroup out of memory|oom[-_]kill event|OOM Killed|OOMKilled|memory\+swap: usage"
+                    r"|task \d{1,6}: Out Of Memory", _I),
         retryable=False, error_code="OOM_KILLED",
         message="Killed for running out of memory",
         cause="The instance used more memory than its own limit, so the system killed it (the OOM killer).",
@@ -734,7 +735,10 @@ LOG_SIGNATURES: tuple[Signature, ...] = (
         rule="cloud-preemption-notice", family="preemption",
         pattern=_re(r"termination is imminent|spot instance (?:interruption|termination)|lifecycle termination"
                     r"|preemption notice|(?:was|is|been) preempted|preempted by |imminent node shutdown"
-                    r"|rebalance recommendation|interruption warning", _I),
+                    r"|rebalance recommendation|interruption warning|instances\.preempted"
+                    # Kubernetes pod condition DisruptionTarget: the scheduler preempted the pod,
+                    # a NoExecute taint (node unreachable/not ready) or a drain removed it
+                    r"|PreemptionBy(?:Kube)?Scheduler|DeletionByTaintManager|EvictionByEvictionAPI|DeletionByPodGC", _I),
         retryable=True, error_code="PREEMPTED",
         message="The node was preempted or reclaimed",
         cause="The cloud or the scheduler took the node back (a spot/preemptible reclaim, a "
@@ -743,7 +747,9 @@ LOG_SIGNATURES: tuple[Signature, ...] = (
         explains_kill=True,
         documented="GCP metadata \"termination is imminent\"; AWS spot interruption / ASG lifecycle "
                    "termination notices; Kubernetes \"Pod was terminated in response to imminent node "
-                   "shutdown\"; Ray \"the actor's node was preempted\"; corpus preemption-011, -019, -024",
+                   "shutdown\"; Ray \"the actor's node was preempted\"; GCE operation compute.instances.preempted; "
+                   "Kubernetes DisruptionTarget reasons (kubernetes.io/docs/concepts/workloads/pods/disruptions, "
+                   "\"Pod disruption conditions\"); corpus preemption-011, -019, -024",
     ),
     Signature(
         rule="node-died", family="preemption",

@@ -970,6 +970,14 @@ GENERALISED_LINES = [
     ("nccl-message-truncated", False,
      "node-1:88:120 [0] transport/net_socket.cc:424 NCCL WARN NET/Socket : peer 10.0.0.2<59210> message truncated : "
      "receiving 1048576 bytes instead of 65536"),
+    # preemption and the scheduler's own kills
+    ("cloud-preemption-notice", True,
+     "Conditions:\n  Type              Status  Reason\n  DisruptionTarget  True    PreemptionByScheduler"),
+    ("cloud-preemption-notice", True,
+     "  DisruptionTarget  True    DeletionByTaintManager  Taint manager: deleting due to NoExecute taint"),
+    ("cloud-preemption-notice", True,
+     '"methodName": "compute.instances.preempted", "resourceName": "projects/p/zones/us-central1-a/instances/w-1"'),
+    ("oom-killed", False, "srun: error: node017: task 3: Out Of Memory"),
     # gpu: nvidia-smi and the driver on a GPU they can no longer reach
     ("gpu-fallen-off-bus", True, "Unable to determine the device handle for GPU 0000:3B:00.0: Unknown Error"),
     ("gpu-fallen-off-bus", True, "NVRM: GPU 0000:3b:00.0: RmInitAdapter failed! (0x26:0xffff:1307)"),
