@@ -768,7 +768,9 @@ LOG_SIGNATURES: tuple[Signature, ...] = (
     ),
     Signature(
         rule="time-limit", family="preemption",
-        pattern=_re(r"DUE TO TIME LIMIT|DeadlineExceeded|exceeded its active deadline"
+        # Not google.api_core.exceptions.DeadlineExceeded / TF's DeadlineExceededError: an RPC's
+        # deadline (service-timeout), not the scheduler's time limit.
+        pattern=_re(r"DUE TO TIME LIMIT|(?<!exceptions\.)DeadlineExceeded(?!Error)|exceeded its active deadline"
                     r"|active longer than specified deadline"),
         retryable=False, error_code="TIME_LIMIT",
         message="The job ran into its time limit",
@@ -824,7 +826,10 @@ LOG_SIGNATURES: tuple[Signature, ...] = (
         rule="image-not-found", family="startup",
         pattern=_re(r"manifest unknown|manifest for [^\n]{0,200}? not found|repository does not exist"
                     r"|pull access denied|requested access to the resource is denied"
-                    r"|unauthorized: authentication required"),
+                    r"|unauthorized: authentication required"
+                    # containerd: the registry has no such reference ("failed to resolve reference
+                    # \"x:v9\": x:v9: not found")
+                    r"|failed to resolve reference [^\n]{0,300}?: not found"),
         retryable=False, error_code="IMAGE_NOT_FOUND",
         message="The image or its tag does not exist, or pulling it was denied",
         cause="The registry answered that the image or tag does not exist, or that this node may "
@@ -859,7 +864,7 @@ LOG_SIGNATURES: tuple[Signature, ...] = (
         rule="service-rate-limited", family="external-services",
         pattern=_re(r"Too Many Requests|toomanyrequests|pull rate limit|[Rr]ate limit exceeded|SlowDown"
                     r"|Please reduce your request rate|ThrottlingException|RequestLimitExceeded|Slow Down"
-                    r"|ServerBusy|exceptions\.TooManyRequests"),
+                    r"|ServerBusy|exceptions\.TooManyRequests|pull QPS exceeded"),
         retryable=True, error_code="RATE_LIMITED",
         message="A service rate-limited the job",
         cause="A registry, model hub or object store refused requests for the moment because too "
@@ -876,7 +881,13 @@ LOG_SIGNATURES: tuple[Signature, ...] = (
                     r"|HTTP 50[0234] "
                     r"|We encountered an internal error\. Please try again|\(InternalError\) when calling the"
                     r"|\(ServiceUnavailable\)|HTTP error 50[0234]|Backend Error|exceptions\.ServiceUnavailable"
-                    r"|exceptions\.InternalServerError"),
+                    r"|exceptions\.InternalServerError"
+                    # curl (and git over https, which uses it): CURLE_HTTP_RETURNED_ERROR with the status
+                    r"|The requested URL returned error: 50[0234]"
+                    # botocore ClientError with a bare 5xx code. (Not urllib3's "too many 500 error
+                    # responses": its own retries already ran out on a server that kept failing,
+                    # e.g. a misconfigured tracking server in corpus external-services-026.)
+                    r"|An error occurred \(50[0234]\) when calling"),
         retryable=True, error_code="SERVICE_UNAVAILABLE",
         message="A service answered with a server error",
         cause="A registry, model hub or object store had a server-side fault (HTTP 5xx); the "
@@ -884,13 +895,15 @@ LOG_SIGNATURES: tuple[Signature, ...] = (
         next_step="The job is retried automatically. If the service stays down, check its status "
                   "page or use a mirror/cache.",
         documented="HTTP 500/502/503/504 (RFC 9110); S3 InternalError \"We encountered an internal error. "
-                   "Please try again.\"; corpus external-services-001, -003, -013, -040, startup-019, -042",
+                   "Please try again.\"; curl CURLE_HTTP_RETURNED_ERROR (\"The requested URL returned error: 503\"); "
+                   "botocore ClientError \"An error occurred (503) when calling the X operation\"; corpus external-services-001, -003, -013, -040, "
+                   "startup-019, -042",
     ),
     Signature(
         rule="service-timeout", family="external-services",
         pattern=_re(r"Read timed out|RequestTimeout|TLS handshake timeout|i/o timeout|context deadline exceeded"
                     r"|ReadTimeoutError|ConnectTimeoutError|operation timeout|Client\.Timeout exceeded"
-                    r"|request canceled while waiting for connection"
+                    r"|request canceled while waiting for connection|exceptions\.DeadlineExceeded: 504"
                     # huggingface_hub/transformers when the Hub cannot be reached and nothing is cached
                     r"|Connection error, and we cannot find the requested files|We couldn't connect to '"),
         retryable=True, error_code="SERVICE_TIMEOUT",
@@ -908,14 +921,17 @@ LOG_SIGNATURES: tuple[Signature, ...] = (
         rule="service-denied", family="external-services",
         pattern=_re(r"40[134] Client Error|401 Unauthorized|403 Forbidden|404 Not Found|RepositoryNotFoundError"
                     r"|GatedRepoError|EntryNotFoundError|RevisionNotFoundError|AccessDenied|Access Denied"
-                    r"|NoSuchBucket|NoSuchKey|InvalidAccessKeyId|SignatureDoesNotMatch|ExpiredToken"),
+                    r"|NoSuchBucket|NoSuchKey|InvalidAccessKeyId|SignatureDoesNotMatch|ExpiredToken"
+                    r"|The requested URL returned error: 40[134]|An error occurred \(40[134]\) when calling"
+                    r"|HTTP Error 40[134]|NoCredentialsError|Unable to locate credentials"),
         retryable=False, error_code="SERVICE_DENIED",
         message="A service refused the request (not found or not allowed)",
         cause="A model hub, object store or registry answered that the file does not exist or that "
               "the job may not read it (HTTP 401/403/404); a retry gets the same answer.",
         next_step="Check the name/path and the job's credentials or access token, then submit the job again.",
         documented="HTTP 401/403/404 (RFC 9110); huggingface_hub RepositoryNotFoundError/GatedRepoError; "
-                   "S3 AccessDenied/NoSuchKey",
+                   "S3 AccessDenied/NoSuchKey; curl \"The requested URL returned error: 404\"; urllib "
+                   "\"HTTP Error 403\"; botocore \"An error occurred (403)\", NoCredentialsError",
     ),
     # Decision: not retryable. The HTTP client (requests/urllib3) got EAI_NONAME for the host
     # of the URL it was given: the DNS answered that the name does not exist. That is a
@@ -1219,7 +1235,8 @@ LOG_SIGNATURES: tuple[Signature, ...] = (
         rule="connection-dropped", family="external-services",
         pattern=_re(r"Remote end closed connection without response|Connection aborted\.|IncompleteRead"
                     r"|ChunkedEncodingError|EOF occurred in violation of protocol|SSLEOFError"
-                    r"|HTTP 000 CONNECTION FAILED"),
+                    r"|HTTP 000 CONNECTION FAILED|Connection broken: |GnuTLS recv error|RPC failed; curl \d"
+                    r"|Could not connect to the endpoint URL"),
         retryable=True, error_code="CONNECTION_DROPPED",
         message="A connection to a service dropped mid-request",
         cause="A service (hub, index, store) closed the connection in the middle of a request or "
@@ -1227,8 +1244,9 @@ LOG_SIGNATURES: tuple[Signature, ...] = (
         next_step="The job is retried automatically. If it keeps happening, check the network path "
                   "to the service or use a mirror/cache.",
         documented="http.client RemoteDisconnected; urllib3 ProtocolError (\"Connection aborted.\"), "
-                   "IncompleteRead; requests ChunkedEncodingError; ssl SSLEOFError; conda "
-                   "\"HTTP 000 CONNECTION FAILED\"",
+                   "IncompleteRead, \"Connection broken: ...\"; requests ChunkedEncodingError; ssl SSLEOFError; conda "
+                   "\"HTTP 000 CONNECTION FAILED\"; git/curl \"GnuTLS recv error\", \"RPC failed; curl 56\"; "
+                   "botocore EndpointConnectionError (\"Could not connect to the endpoint URL\")",
     ),
     Signature(
         rule="service-connection-eof", family="external-services",

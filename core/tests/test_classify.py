@@ -970,6 +970,30 @@ GENERALISED_LINES = [
     ("nccl-message-truncated", False,
      "node-1:88:120 [0] transport/net_socket.cc:424 NCCL WARN NET/Socket : peer 10.0.0.2<59210> message truncated : "
      "receiving 1048576 bytes instead of 65536"),
+    # external services and registries, in curl's, git's, botocore's and google-api-core's words
+    ("service-unavailable", True,
+     "fatal: unable to access 'https://github.com/org/repo.git/': The requested URL returned error: 502"),
+    ("service-unavailable", True,
+     "botocore.exceptions.ClientError: An error occurred (503) when calling the HeadObject operation "
+     "(reached max retries: 4): Service Unavailable"),
+    ("service-denied", False,
+     "botocore.exceptions.ClientError: An error occurred (403) when calling the HeadObject operation: Forbidden"),
+    ("service-denied", False, "curl: (22) The requested URL returned error: 404"),
+    ("service-denied", False, "botocore.exceptions.NoCredentialsError: Unable to locate credentials"),
+    ("connection-dropped", True,
+     'botocore.exceptions.EndpointConnectionError: Could not connect to the endpoint URL: '
+     '"https://bucket.s3.us-east-1.amazonaws.com/ckpt/step_1000.pt"'),
+    ("connection-dropped", True,
+     "error: RPC failed; curl 56 GnuTLS recv error (-9): A TLS packet with unexpected length was received."),
+    ("connection-dropped", True,
+     "urllib3.exceptions.ProtocolError: ('Connection broken: IncompleteRead(0 bytes read, 512 more expected)', "
+     "IncompleteRead(0 bytes read, 512 more expected))"),
+    ("service-timeout", True, "google.api_core.exceptions.DeadlineExceeded: 504 Deadline Exceeded"),
+    ("image-not-found", False,
+     'Failed to pull image "ghcr.io/org/trainer:v9": rpc error: code = NotFound desc = failed to pull and unpack '
+     'image "ghcr.io/org/trainer:v9": failed to resolve reference "ghcr.io/org/trainer:v9": '
+     'ghcr.io/org/trainer:v9: not found'),
+    ("service-rate-limited", True, 'Failed to pull image "pytorch/pytorch:2.3.0-cuda12.1-cudnn8-runtime": pull QPS exceeded.'),
     # preemption and the scheduler's own kills
     ("cloud-preemption-notice", True,
      "Conditions:\n  Type              Status  Reason\n  DisruptionTarget  True    PreemptionByScheduler"),
