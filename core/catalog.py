@@ -396,15 +396,23 @@ LOG_SIGNATURES: tuple[Signature, ...] = (
         documented="Linux errno EADDRINUSE (98); torch/csrc/distributed/c10d/socket.cpp",
     ),
     # ---- store and rendezvous ------------------------------------------------------
+    # Decision: not retried, as a collective timeout (nccl-watchdog-timeout). "Socket Timeout"
+    # is TCPStore's wait for a key another rank never set in time: a store-based barrier or
+    # the exchange of NCCL's unique id at a rank's first collective. A master that is not up
+    # yet fails to connect instead (store-connect-timeout, connection refused), so what is
+    # left is the desync of a collective timeout: one rank busy alone (corpus
+    # collective-timeout-021: rank 0 evaluating while the others wait in a broadcast).
     Signature(
-        rule="store-socket-timeout", family="rendezvous",
+        rule="store-socket-timeout", family="collective-timeout",
         pattern=_re(r"Socket Timeout"),
-        retryable=True, error_code="STORE_TIMEOUT",
-        message="The distributed key-value store timed out",
-        cause="An instance waited too long for the rendezvous store (TCPStore), usually because "
-              "the master rank or a peer died or never started.",
-        next_step=_RETRY_COMM, cascade_like=True,
-        documented="torch/csrc/distributed/c10d/TCPStore.cpp (DistStoreError \"Socket Timeout\")",
+        retryable=False, error_code="STORE_TIMEOUT",
+        message="The distributed key-value store timed out waiting for another rank",
+        cause="A rank waited longer than the store's timeout for a key another rank should have set "
+              "(a store-based barrier, or NCCL's id at the first collective): the other rank was busy "
+              "elsewhere or took another path, which a restart repeats.",
+        next_step=_COLLECTIVE_TIMEOUT_NEXT, cascade_like=True,
+        documented="torch/csrc/distributed/c10d/TCPStore.cpp doWait (DistStoreError \"Socket Timeout\"); "
+                   "corpus collective-timeout-021 (rwth-i6/returnn#1621)",
     ),
     Signature(
         rule="store-connect-timeout", family="rendezvous",
