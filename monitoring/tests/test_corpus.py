@@ -63,9 +63,9 @@ def test_the_held_back_marks_are_the_split_scripts():
 ISSUE_TARGETS = {"overall": 0.97, "held_back": 0.93, "false_retryable": 0.01}
 # What the classifier last reached on the complete corpus, less a small margin (raised with
 # each round of signatures, never lowered): a later signature that breaks old cases fails
-# here. Set at 79.7 % overall, 67.5 % held back, 14.7 % false-retryable (414 entries, 93 of
+# here. Set at 80.4 % overall, 68.3 % held back, 14.2 % false-retryable (414 entries, 93 of
 # them batch 2, gathered after the signatures were written).
-FLOORS = {"overall": 0.79, "held_back": 0.67, "false_retryable": 0.15}
+FLOORS = {"overall": 0.80, "held_back": 0.68, "false_retryable": 0.143}
 
 
 def test_overall_agreement_stays_above_its_floor():
