@@ -272,6 +272,8 @@ MONITOR_SWEEP_SECONDS = float(os.environ.get("VIGIL_MONITOR_SWEEP_SECONDS", "0.5
 # worker takes it under the shard's Redis lease, so N worker processes share the
 # jobs. More shards than worker processes spreads the work evenly.
 MONITOR_SHARDS = max(1, int(os.environ.get("VIGIL_MONITOR_SHARDS", "4")))
+# How long a shard's lease outlives a worker that died holding it (monitoring.leases).
+MONITOR_LEASE_SECONDS = float(os.environ.get("VIGIL_MONITOR_LEASE_SECONDS", "4"))
 CELERY_BEAT_SCHEDULE = {
     **{f"monitor-sweep-{shard}": {
         "task": "monitoring.tasks.sweep",

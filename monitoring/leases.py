@@ -15,11 +15,14 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 import redis
+from django.conf import settings
 
 from infra.client import redis_client
 
 # Short, so that a killed worker's shards are swept by another within seconds;
 # renewed every LEASE_SECONDS / 3 while a sweep runs longer (a teardown grace, a launch).
+# settings.MONITOR_LEASE_SECONDS (VIGIL_MONITOR_LEASE_SECONDS) overrides it: crash tests
+# shorten it so a killed worker's shards come back quickly.
 LEASE_SECONDS = 4.0
 
 _RENEW = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('pexpire', KEYS[1], ARGV[2]) end return 0"
@@ -31,8 +34,10 @@ def shard_key(shard: int) -> str:
 
 
 class Lease:
-    def __init__(self, key: str, seconds: float = LEASE_SECONDS) -> None:
+    def __init__(self, key: str, seconds: float | None = None) -> None:
         self.key = key
+        if seconds is None:
+            seconds = float(getattr(settings, "MONITOR_LEASE_SECONDS", LEASE_SECONDS))
         self.ttl_ms = int(seconds * 1000)
         self.token = uuid.uuid4().hex
         self.lost = threading.Event()  # set when a renewal found the lease gone or taken

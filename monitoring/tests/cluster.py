@@ -111,13 +111,16 @@ def cluster(settings, tmp_path, private_redis_db, _test_wiring, transactional_db
     env["DJANGO_SETTINGS_MODULE"] = "console.settings"
     workers: list[subprocess.Popen] = []
 
-    def start_worker(name: str, beat: bool = False) -> subprocess.Popen:
+    def start_worker(name: str, beat: bool = False, extra_env: dict | None = None,
+                     command: str = "worker") -> subprocess.Popen:
         log = open(tmp_path / f"{name}.log", "ab")
-        cmd = [str(CELERY), "-A", "console", "worker", "--pool", "solo", "--concurrency", "1", "-n", f"{name}@%h",
-               "--without-mingle", "--without-gossip", "--loglevel", "INFO"]
-        if beat:
-            cmd += ["--beat", "--schedule", str(tmp_path / f"{name}-beat-schedule")]
-        proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        cmd = [str(CELERY), "-A", "console", command, "--loglevel", "INFO"]
+        if command == "worker":
+            cmd += ["--pool", "solo", "--concurrency", "1", "-n", f"{name}@%h", "--without-mingle", "--without-gossip"]
+        if beat or command == "beat":
+            cmd += ["--schedule", str(tmp_path / f"{name}-beat-schedule")] + (["--beat"] if command == "worker" else [])
+        proc = subprocess.Popen(cmd, cwd=ROOT, env={**env, **(extra_env or {})}, stdout=log, stderr=subprocess.STDOUT,
+                                start_new_session=True)
         log.close()
         proc.log_path = tmp_path / f"{name}.log"  # type: ignore[attr-defined]
         workers.append(proc)

@@ -143,3 +143,32 @@ def test_the_same_monitor_task_delivered_twice_to_two_workers_restarts_once(clus
     wait_until(lambda: cluster.tasks_done("monitoring.tasks.run_job") >= 3, 20, "the third delivery to be processed")
     assert Attempt.objects.filter(job=job).count() == 2
     assert RestartRecord.objects.filter(job=job).count() == 1
+
+
+def sweeps_done(worker) -> int:
+    return sum(1 for line in worker.log_path.read_text(errors="replace").splitlines()
+               if "Task monitoring.tasks.sweep[" in line and " succeeded in " in line)
+
+
+# Two workers sweep every shard (one beat, both take shard tasks); whichever decides the
+# restart dies right after the decision commits, mid-tick, holding its shard's lease.
+# The survivor takes the shard once the lease (2 s here) runs out and finishes the work.
+@pytest.mark.timeout(180)
+def test_two_workers_sweeping_the_same_shards_one_killed_mid_tick_restart_once(cluster, alice, alice_ws):
+    crash = {"VIGIL_FAULT_POINT": "restart.after_decision", "VIGIL_FAULT_ONCE": str(cluster.tmp_path / "died"),
+             "VIGIL_MONITOR_LEASE_SECONDS": "2", "VIGIL_RELAUNCH_AFTER_SECONDS": "2"}
+    cluster.start_worker("beat", command="beat", extra_env=crash)  # a worker's death must not stop the beat
+    workers = [cluster.start_worker(name, extra_env=crash) for name in ("left", "right")]
+    wait_until(lambda: all(sweeps_done(w) for w in workers), 90, "both workers to sweep shards", every=0.25)
+
+    job = submit_training_job(cluster, alice, alice_ws, ignore_sigterm=False)
+    dead = wait_until(lambda: [w for w in workers if w.poll() is not None], 60,
+                      "the deciding worker to die at its fault point", every=0.1)
+    assert (cluster.tmp_path / "died").exists() and len(dead) == 1, [w.log_path.read_text()[-2000:] for w in dead]
+    survivor = next(w for w in workers if w not in dead)
+    assert RestartRecord.objects.filter(job=job).count() == 1  # the decision committed before the death
+    before = sweeps_done(survivor)
+    assert_exactly_one_new_attempt_runs(cluster, job, timeout=90)
+    assert survivor.poll() is None and sweeps_done(survivor) > before
+    assert list(Attempt.objects.filter(job=job).values_list("number", "status")) == [
+        (1, AttemptStatus.FAILED), (2, AttemptStatus.RUNNING)]
