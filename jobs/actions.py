@@ -288,6 +288,8 @@ def attempt_launch_spec(job: Job, attempt: Attempt, avoid_nodes=()) -> AttemptLa
         avoid_nodes=tuple(avoid_nodes),
         run_as=job.workspace.run_as,
         account=job.workspace.slurm_account,
+        warm=bool(job.fault_tolerance and job.ft.enable_warm_restart),
+        warm_modules=tuple(job.ft.warm_modules) if job.fault_tolerance else (),
     )
 
 
@@ -506,6 +508,10 @@ def finish_stop(job_id: int) -> bool:
     for attempt in job.attempts.exclude(status__in=[AttemptStatus.SUCCEEDED, AttemptStatus.FAILED, AttemptStatus.STOPPED]):
         end_attempt(job, attempt, backend, final=AttemptStatus.STOPPED, grace=settings.VIGIL_STOP_GRACE_SECONDS,
                     overwrite=(InstanceStatus.RUNNING, InstanceStatus.PENDING, InstanceStatus.LOST))
+    try:
+        backend.discard_standby(str(job.pk))  # a stopped job restarts no more: its parked interpreters go
+    except BackendError as exc:
+        log.warning("discarding the standby of job %s failed: %s", job.pk, exc)
     ok = job.transition(JobStatus.STOPPING, JobStatus.STOPPED, finished_at=timezone.now())
     if ok:
         record_event(job, EventType.STATUS, "Job stopped.", payload={"status": JobStatus.STOPPED}, key=f"stopped:{job.pk}")

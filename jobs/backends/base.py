@@ -98,6 +98,10 @@ class AttemptLaunch:
     # The workspace's OS user ("" = the backend's default) and Slurm account ("" = the backend's).
     run_as: str = ""
     account: str = ""
+    # Warm restarts (issue 19): keep a parked interpreter per instance for the next
+    # attempt, with these modules imported. Backends without them start cold.
+    warm: bool = False
+    warm_modules: tuple[str, ...] = ()
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -107,6 +111,7 @@ class AttemptLaunch:
         d = dict(d)
         d["instances"] = tuple(InstanceLaunch(**i) for i in d["instances"])
         d["avoid_nodes"] = tuple(d.get("avoid_nodes") or ())
+        d["warm_modules"] = tuple(d.get("warm_modules") or ())
         return cls(**d)
 
     def check(self) -> None:
@@ -147,6 +152,7 @@ class PolledInstance:
     node: str = ""
     reason: str = ""  # the backend's own words: "OOMKilled", "shim lost", ...
     pid: int | None = None
+    start: str = ""  # "warm" (a parked interpreter ran it) or "cold"; "" when the backend does not say
 
 
 @dataclass(frozen=True)
@@ -275,6 +281,11 @@ class Backend(ABC):
     def exit_channel(self) -> str | None:
         """The Redis channel instance exits are announced on, or None when they are not."""
         return None
+
+    def discard_standby(self, job_id) -> list[int]:
+        """End the parked interpreters kept for a job's next attempt (warm restarts): the
+        job is over. Returns the PIDs ended; backends that park nothing have none."""
+        return []
 
     def stop_everything(self, grace: float = 0.5) -> list[int]:
         """Stop every instance of every attempt this backend holds (test teardown,

@@ -58,6 +58,7 @@ import fcntl
 import os
 import select
 import random
+import shutil
 import signal as signals
 import socket
 import subprocess
@@ -68,6 +69,8 @@ from datetime import datetime, timezone
 from urllib.parse import urlsplit
 
 import psutil
+
+from core.warmstart import EntryKind, startup_env_difference, warm_entry
 
 from . import frameworks, osuser, shim
 from .noderedis import redis_target
@@ -83,6 +86,8 @@ ATTEMPT = "attempt.json"
 LAUNCH = "launch.json"  # who claimed the attempt, and when its launch completed
 NODES = "nodes.json"
 START_GRACE = 10.0  # seconds a launched instance may stay without state.json before it is LOST
+WARM = "warm"  # <job>/warm/attempt-<n>/<instance>/: the parked shim standing by for attempt n
+STANDBY_NICE = 19  # parked interpreters import at the lowest priority: the running attempt comes first
 
 
 def _ephemeral_low() -> int:
@@ -114,6 +119,7 @@ class LocalBackend(Backend):
         python: str | None = None,
         run_as: str = osuser.DEFAULT_RUN_AS,
         allow_root: bool = False,
+        standby_linger: float = 60.0,
     ):
         super().__init__(name)
         data_dir = data_dir or os.environ.get("VIGIL_DATA_DIR") or os.path.join("var", "local-backend")
@@ -133,6 +139,10 @@ class LocalBackend(Backend):
             raise BackendError(f"local backend option 'run_as': {run_as!r} is not an OS user name")
         self.run_as = run_as
         self.allow_root = bool(allow_root)
+        # How long a parked interpreter waits for the next attempt once the attempt it
+        # stands by for has no live instance: a restart launches within seconds; a job
+        # that ended (or whose console is gone) must not keep it.
+        self.standby_linger = self._positive("standby_linger", standby_linger)
         os.makedirs(os.path.join(self.data_dir, "jobs"), mode=0o700, exist_ok=True)
 
     # -- options -------------------------------------------------------------
@@ -211,6 +221,7 @@ class LocalBackend(Backend):
             if os.path.isdir(attempt_dir):
                 handle = self._resume(attempt_dir)
                 if handle is not None:
+                    self._park_next(spec, handle)
                     return handle
             os.mkdir(attempt_dir)  # the claim
             os.chmod(attempt_dir, _dir_mode(who))
@@ -225,6 +236,7 @@ class LocalBackend(Backend):
             except BaseException:
                 self._abandon(attempt_dir)
                 raise
+            self._park_next(spec, handle)
             return handle
 
     @contextmanager
@@ -379,6 +391,7 @@ class LocalBackend(Backend):
             self._job_owned_dir(workdir, who)
         base = {k: os.environ[k] for k in self.inherit_env if k in os.environ}
         base["PYTHONUNBUFFERED"] = "1"
+        standbys: dict[str, str] = {}  # instance -> the standby dir of the parked shim that runs it
         for inst in spec.instances:
             idir = placements[inst.name].dir
             os.mkdir(idir, _dir_mode(who))
@@ -389,7 +402,10 @@ class LocalBackend(Backend):
                     f.write(content)
             env = frameworks.instance_environment({**base, **self._home_env(idir, who)}, spec.env, inst.env,
                                                   setup.env)
-            self._write_spec(idir, spec, inst.name, inst.command, env, workdir, run=1, who=who)
+            start = self._warm_start(spec, inst, env, workdir, who) if spec.warm else {}
+            if start.get("warm"):
+                standbys[inst.name] = start.pop("standby")
+            self._write_spec(idir, spec, inst.name, inst.command, env, workdir, run=1, who=who, start=start)
             os.close(os.open(os.path.join(idir, LOG), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600))
 
         handle = {
@@ -413,7 +429,9 @@ class LocalBackend(Backend):
         faults.point("launch.after_spec")
         shim.write_json_atomic(os.path.join(attempt_dir, ATTEMPT), handle)
         faults.point("launch.after_attempt_json")
-        self._start_shims(handle, [i.name for i in spec.instances])
+        self._start_shims(handle, [i.name for i in spec.instances], standbys)
+        # Standbys not used (incompatible, or for instances that start cold) are of no further use.
+        self.discard_standby(spec.job_id, keep=set(standbys.values()))
         return handle
 
     def handle_for(self, job_id, attempt) -> dict:
@@ -441,8 +459,9 @@ class LocalBackend(Backend):
         return {"HOME": home, "TMPDIR": os.path.join(home, "tmp"), "XDG_CACHE_HOME": os.path.join(home, ".cache"),
                 "USER": who.name, "LOGNAME": who.name, "SHELL": "/bin/sh"}
 
-    def _write_spec(self, idir, spec, name, command, env, workdir, run, who: osuser.RunAs):
+    def _write_spec(self, idir, spec, name, command, env, workdir, run, who: osuser.RunAs, start=None):
         data = {
+            **(start or {}),
             "job_id": str(spec.job_id),
             "attempt": spec.attempt,
             "instance": name,
@@ -458,12 +477,23 @@ class LocalBackend(Backend):
         }
         shim.write_json_atomic(os.path.join(idir, shim.SPEC), data)
 
-    def _start_shims(self, handle, names):
-        """Start one shim per name and wait until each has its child running."""
+    def _start_shims(self, handle, names, standbys=None):
+        """Start one shim per name and wait until each has its child running; an instance
+        in `standbys` is handed to its parked shim instead (cold if that fails)."""
         pending, launchers = {}, []
         for name in names:
             idir = os.path.join(handle["dir"], name)
             rfd, wfd = os.pipe()
+            standby = (standbys or {}).get(name)
+            if standby is not None:
+                if self._hand_over(standby, idir, wfd):
+                    os.close(wfd)
+                    pending[rfd] = (name, None, b"")
+                    continue
+                spec = shim.read_json(os.path.join(idir, shim.SPEC)) or {}
+                spec.pop("warm", None)
+                spec["start_reason"] = "the parked interpreter did not answer"
+                shim.write_json_atomic(os.path.join(idir, shim.SPEC), spec)
             shim_log_fd = os.open(os.path.join(idir, "shim.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
             with os.fdopen(shim_log_fd, "ab") as shim_log:
                 proc = subprocess.Popen(
@@ -475,6 +505,10 @@ class LocalBackend(Backend):
             launchers.append(proc)
             pending[rfd] = (name, proc, b"")
             faults.point("launch.after_shim_start", len(launchers) - 1)
+        self._wait_ready(handle["dir"], pending, launchers)
+
+    def _wait_ready(self, where, pending, launchers, count_faults=True):
+        """Wait for each shim's "ok" on its ready pipe (BackendError naming those that did not)."""
         deadline = time.monotonic() + self.start_timeout
         errors, ready_count = [], 0
         try:
@@ -495,9 +529,10 @@ class LocalBackend(Backend):
                     os.close(rfd)
                     if not buf.startswith(b"ok"):
                         errors.append(f"{name}: {buf.decode(errors='replace').strip() or 'the shim died'}"
-                                      f" (see {os.path.join(handle['dir'], name, 'shim.log')})")
+                                      f" (see {os.path.join(where, name, 'shim.log')})")
                     else:
-                        faults.point("launch.after_shim_ready", ready_count)
+                        if count_faults:
+                            faults.point("launch.after_shim_ready", ready_count)
                         ready_count += 1
         finally:
             for rfd in pending:
@@ -511,6 +546,159 @@ class LocalBackend(Backend):
                 errors.append(f"shim launcher {proc.pid} did not exit")
         if errors:
             raise BackendError("could not start: " + "; ".join(errors), retryable=True)
+
+    # -- warm restarts (issue 19) -------------------------------------------------
+    # While attempt n runs, each instance may have a parked shim under
+    # <job>/warm/attempt-<n+1>/<instance>/ whose interpreter has imported the job's
+    # heavy modules (shim.park, warm_boot.py). Launching attempt n+1 hands each
+    # instance to its parked shim when core.warmstart says the command and the
+    # start-up environment allow it; that shim then is the instance's shim, and its
+    # state.json says "start": "warm". Anything else starts cold and says why.
+    def _standby_dir(self, job_id, attempt, name) -> str:
+        return os.path.join(self.data_dir, "jobs", str(job_id), WARM, f"attempt-{int(attempt)}", name)
+
+    def _standby_alive(self, park_dir) -> dict | None:
+        """The parked shim's state when it is alive and still parked, else None."""
+        state = shim.read_json(os.path.join(park_dir, shim.PARK_STATE))
+        if not state or state.get("taken_by") or state.get("ended"):
+            return None
+        if not _same_process(state.get("shim_pid"), state.get("shim_start"), state.get("boot_id")):
+            return None
+        if not _same_process(state.get("child_pid"), state.get("child_start"), state.get("boot_id")):
+            return None
+        return state
+
+    def _warm_start(self, spec: AttemptLaunch, inst, env, workdir, who: osuser.RunAs) -> dict:
+        """spec.json's start fields for one instance: {"warm": what to run, "standby": dir}
+        when its parked interpreter can run it, else {"start_reason": why it starts cold}."""
+        decision = warm_entry(inst.command)
+        if decision.entry is None:
+            return {"start_reason": decision.reason}
+        park_dir = self._standby_dir(spec.job_id, spec.attempt, inst.name)
+        park = shim.read_json(os.path.join(park_dir, shim.PARK_SPEC))
+        if park is None or self._standby_alive(park_dir) is None:
+            first = " (the first attempt has none)" if spec.attempt == 1 else ""
+            return {"start_reason": f"no parked interpreter was ready{first}"}
+        entry = decision.entry
+        python = _interpreter(entry.interpreter, env, workdir)
+        if park.get("command") != inst.command:
+            why = "the command changed since the interpreter was parked"
+        elif park.get("cwd") != workdir:
+            why = "the working directory changed since the interpreter was parked"
+        elif python is None or python != park.get("python"):
+            why = f"{entry.interpreter} is not the interpreter that was parked"
+        elif park.get("uid") != (who.uid if who.switch else None):
+            why = "the job's OS user changed since the interpreter was parked"
+        else:
+            why = startup_env_difference(park.get("env") or {}, env)
+        if not why and entry.kind is EntryKind.SCRIPT and not os.path.isfile(os.path.join(workdir, entry.target)):
+            why = f"{entry.target} is not a file in the working directory"  # the cold start reports it
+        if why:
+            return {"start_reason": why}
+        return {"warm": {"kind": entry.kind.value, "target": entry.target, "argv": entry.argv,
+                         "path0": _path0(entry, workdir)}, "standby": park_dir}
+
+    def _hand_over(self, park_dir, idir, ready_wfd) -> bool:
+        """Give the instance to its parked shim with the ready pipe; False if it did not take it."""
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(2.0)
+        try:
+            with shim.short_socket_path(park_dir, shim.CTL) as address:
+                sock.connect(address)
+            shim.send_message(sock, {"instance_dir": idir}, fds=[ready_wfd])
+            return True
+        except OSError:
+            return False
+        finally:
+            sock.close()
+
+    def _park_next(self, spec: AttemptLaunch, handle: dict) -> None:
+        """Park one interpreter per instance for attempt n+1 (warm restarts on). Never fails
+        the launch: an instance without a standby simply restarts cold."""
+        if not spec.warm:
+            return
+        nxt = int(handle["attempt"]) + 1
+        keep = set()
+        for inst in handle["instances"]:
+            park_dir = self._standby_dir(spec.job_id, nxt, inst["name"])
+            if self._standby_alive(park_dir) is not None:
+                keep.add(park_dir)
+        self.discard_standby(spec.job_id, keep=keep)
+        pending, launchers = {}, []
+        for inst in handle["instances"]:
+            name = inst["name"]
+            park_dir = self._standby_dir(spec.job_id, nxt, name)
+            if park_dir in keep:
+                continue
+            ispec = shim.read_json(os.path.join(handle["dir"], name, shim.SPEC)) or {}
+            decision = warm_entry(ispec.get("command") or "")
+            if decision.entry is None:
+                continue  # it will start cold; the next attempt's record says why
+            env, cwd = ispec.get("env") or {}, ispec.get("cwd") or ""
+            python = _interpreter(decision.entry.interpreter, env, cwd)
+            if python is None:
+                continue
+            try:
+                if os.path.isdir(park_dir):
+                    shutil.rmtree(park_dir)
+                os.makedirs(park_dir, mode=0o700)
+                user = ispec.get("user")
+                shim.write_json_atomic(os.path.join(park_dir, shim.PARK_SPEC), {
+                    "python": python, "command": ispec.get("command"), "cwd": cwd, "env": env, "user": user,
+                    "uid": user["uid"] if user else None, "modules": list(spec.warm_modules),
+                    "nice": STANDBY_NICE, "path0": _path0(decision.entry, cwd), "linger": self.standby_linger,
+                    "watch_dir": handle["dir"], "job_id": str(spec.job_id), "attempt": nxt, "instance": name,
+                })
+                rfd, wfd = os.pipe()
+                with open(os.path.join(park_dir, "shim.log"), "ab") as shim_log:
+                    proc = subprocess.Popen(
+                        [self.python, "-I", "-S", SHIM_PATH, "--park", park_dir, str(wfd)],
+                        stdin=subprocess.DEVNULL, stdout=shim_log, stderr=shim_log,
+                        pass_fds=(wfd,), start_new_session=True, close_fds=True,
+                    )
+                os.close(wfd)
+            except OSError:
+                continue
+            launchers.append(proc)
+            pending[rfd] = (name, proc, b"")
+        try:
+            self._wait_ready(os.path.dirname(self._standby_dir(spec.job_id, nxt, "x")), pending, launchers,
+                             count_faults=False)
+        except BackendError:
+            pass  # those standbys are missing: their instances restart cold
+
+    def discard_standby(self, job_id, keep=frozenset()) -> list[int]:
+        """End every parked shim of the job (those in `keep` excepted) and its interpreter.
+        A parked shim already handed an instance is that instance's shim: left alone."""
+        root = os.path.join(self.data_dir, "jobs", str(job_id), WARM)
+        ended = []
+        for gen in _listdir(root):
+            for name in _listdir(os.path.join(root, gen)):
+                park_dir = os.path.join(root, gen, name)
+                if park_dir in keep:
+                    continue
+                state = self._standby_alive(park_dir)
+                if state is None:
+                    continue
+                # SIGUSR1: a parked shim ends itself and its interpreter; one that was just
+                # handed an instance ignores it (SIGTERM would reach that instance's rank).
+                _send(state["shim_pid"], signals.SIGUSR1)
+                ended.append((park_dir, state))
+        deadline = time.monotonic() + self.kill_wait
+        pids = []
+        for park_dir, state in ended:
+            while (_same_process(state["shim_pid"], state["shim_start"], state.get("boot_id"))
+                   and time.monotonic() < deadline):
+                time.sleep(0.01)
+            now = shim.read_json(os.path.join(park_dir, shim.PARK_STATE)) or {}
+            if now.get("taken_by"):
+                continue  # handed an instance just before the signal: it is a rank now
+            # The shim kills its interpreter, and the interpreter dies with its shim; this is
+            # for a shim that was itself killed before it could.
+            if _same_process(state["child_pid"], state["child_start"], state.get("boot_id")):
+                _send(state["child_pid"], signals.SIGKILL)
+            pids += [state["shim_pid"], state["child_pid"]]
+        return pids
 
     # -- placement & ports -----------------------------------------------------
     def _place(self, spec: AttemptLaunch) -> dict[str, tuple[str, str]]:
@@ -629,6 +817,7 @@ class LocalBackend(Backend):
         pid = state.get("child_pid") if state else None
         started = state.get("started_at") if state else None
         stopped = stop is not None and stop.get("run") == run
+        common["start"] = (state.get("start") or "cold") if state else ""
 
         if ended is not None and ended.get("run", 1) == run:
             code, sig = ended.get("exit_code"), ended.get("signal")
@@ -829,6 +1018,9 @@ class LocalBackend(Backend):
             except BackendError:
                 pass
         killed = []
+        jobs_dir = os.path.join(self.data_dir, "jobs")
+        for job in _listdir(jobs_dir):
+            killed += self.discard_standby(job)
         for handle in self.attempt_handles():
             for inst in handle["instances"]:
                 idir = os.path.join(handle["dir"], inst["name"])
@@ -877,6 +1069,21 @@ def _listdir(path) -> list[str]:
         return os.listdir(path)
     except OSError:
         return []
+
+
+def _interpreter(word: str, env: dict, cwd: str) -> str | None:
+    """The interpreter /bin/sh would run for `word` with the job's PATH, as a path."""
+    if "/" in word:
+        path = os.path.join(cwd, word)
+        return path if os.access(path, os.X_OK) else None
+    return shutil.which(word, path=env.get("PATH", os.defpath))
+
+
+def _path0(entry, cwd: str) -> str:
+    """sys.path[0] of the cold start: the script's real directory, or the cwd for -m."""
+    if entry.kind is EntryKind.MODULE:
+        return os.path.abspath(cwd)
+    return os.path.dirname(os.path.realpath(os.path.join(cwd, entry.target)))
 
 
 def _dir_mode(who: osuser.RunAs) -> int:

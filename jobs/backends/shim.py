@@ -26,6 +26,20 @@ depend on Django, Redis or the process that launched it:
    costs at most a refused connection;
 6. end whatever the instance left behind (SIGTERM, then SIGKILL).
 
+Parked (issue 19, warm restarts): `python -I -S shim.py --park <standby dir> <ready fd>`
+starts one parked interpreter (warm_boot.py) for the next attempt of a job, as the
+job's user, at low priority, and waits for a launcher to connect to ctl.sock in the
+standby directory (root's, 0700: the job cannot reach it) and send an instance
+directory with its ready pipe. Then it is that instance's shim exactly as above,
+except that the rank is the parked interpreter, given the attempt's environment,
+cwd, argv and log by message, instead of a fresh /bin/sh (spec.json's "warm" says
+what to run; without it, or when the parked interpreter is gone, it starts cold).
+state.json says which start was used ("start": "warm" or "cold", "start_reason").
+A parked shim that is never used ends itself and its interpreter on SIGUSR1 or
+SIGTERM (the backend discarding it), when the attempt it stands by for (park.json's
+"watch_dir") has had no live shim for "linger" seconds, or when its interpreter
+dies; the interpreter dies with it (PR_SET_PDEATHSIG) while parked.
+
 spec.json (written by the backend) holds: command, env, cwd, job_id, attempt,
 instance, run, log, leftover_grace, redis ({host, port, username, password,
 channel} or null) and user ({name, uid, gid, groups} or null).
@@ -40,7 +54,9 @@ another job's.
 
 import json
 import os
+import select
 import signal
+import socket
 import struct
 import sys
 import time
@@ -57,6 +73,12 @@ SPEC = "spec.json"
 TIMES_SUFFIX = ".times"  # core.logtimes.SUFFIX (the shim runs with the standard library only)
 MARK_INTERVAL = 0.05  # seconds between looks at the log's size: a line's capture time is at most this late
 REDIS_DEADLINE = 0.5  # seconds; the exit is already on disk, this only speeds the monitor up
+PARK_SPEC = "park.json"    # what a parked shim starts (written by the backend)
+PARK_STATE = "park-state.json"  # its PIDs and what became of it (written by the parked shim)
+CTL = "ctl.sock"
+BOOT_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "warm_boot.py")
+HEADER = struct.Struct("<Q")  # warm_boot.HEADER: the length before each JSON message
+PARK_TICK = 0.2  # seconds between a parked shim's looks at its interpreter and the watched attempt
 
 
 # -- helpers shared with local.py (it imports this module) -----------------
@@ -207,10 +229,13 @@ def _tell_launcher(ready_fd, message):
         pass
 
 
-def run(instance_dir, ready_fd):
+def run(instance_dir, ready_fd, standby=None):
+    """Run one instance: cold, or in `standby` (a _Standby) when spec.json says warm."""
     spec = read_json(os.path.join(instance_dir, SPEC))
     if spec is None:
         _tell_launcher(ready_fd, b"error spec.json missing or unreadable\n")
+        if standby is not None:
+            standby.discard()
         return 2
     run_no = spec.get("run", 1)
     exit_path = os.path.join(instance_dir, EXIT)
@@ -218,42 +243,24 @@ def run(instance_dir, ready_fd):
     _set_child_subreaper()
     log_fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     user = spec.get("user") or None
-    identity = {}
-    if user:
-        # Only the child: subprocess calls setgroups, setgid and setuid in that order,
-        # after the fork and chdir, so the shim stays root.
-        identity = {"user": int(user["uid"]), "group": int(user["gid"]),
-                    "extra_groups": [int(g) for g in user.get("groups") or ()]}
-
-    import subprocess  # here, not at the top: the fork above should be as cheap as possible
 
     started_at = time.time()
-    try:
-        child = subprocess.Popen(
-            ["/bin/sh", "-c", spec["command"]],
-            cwd=spec.get("cwd") or instance_dir,
-            env=spec.get("env") or {},
-            stdin=subprocess.DEVNULL,
-            stdout=log_fd,
-            stderr=log_fd,
-            process_group=0,
-            close_fds=True,
-            **identity,
-        )
-    except (OSError, subprocess.SubprocessError) as exc:
-        # The command could not even start (missing workdir, no /bin/sh): say so in the
-        # log, record it as exit code 127 like a shell would, and announce it.
-        as_user = f" as OS user {user.get('name') or user['uid']}" if user else ""
-        os.write(log_fd, f"vigil: cannot start the instance{as_user}: {exc}\n".encode())
+    start, start_reason, pid = "cold", spec.get("start_reason", ""), None
+    if standby is not None:
+        pid, start_reason = standby.launch(spec, log_fd)
+        start = "warm" if pid is not None else "cold"
+    error = ""
+    if pid is None:
+        pid, error = _start_cold(spec, user, log_fd, instance_dir)
+    if pid is None:  # could not start at all: recorded as exit 127
         exited_at = time.time()
         record = {"exit_code": 127, "signal": None, "exited_at": exited_at, "started_at": started_at,
-                  "run": run_no, "reason": f"cannot start: {exc}"}
+                  "run": run_no, "reason": error}
         write_json_atomic(exit_path, record)
         _tell_launcher(ready_fd, b"ok 0\n")
         _announce(spec, record)
         return 0
     os.close(log_fd)
-    pid = child.pid
     state = {
         "shim_pid": os.getpid(),
         "shim_start": proc_start_ticks(os.getpid()),
@@ -263,6 +270,8 @@ def run(instance_dir, ready_fd):
         "boot_id": boot_id(),
         "started_at": started_at,
         "run": run_no,
+        "start": start,
+        "start_reason": start_reason,
     }
     write_json_atomic(os.path.join(instance_dir, STATE), state)
     _tell_launcher(ready_fd, b"ok %d\n" % pid)
@@ -289,6 +298,46 @@ def run(instance_dir, ready_fd):
     _announce(spec, record)
     _end_leftovers(pid, float(spec.get("leftover_grace", 2.0)))
     return 0
+
+
+def _identity(user):
+    # Only the child: subprocess calls setgroups, setgid and setuid in that order,
+    # after the fork and chdir, so the shim stays root.
+    if not user:
+        return {}
+    return {"user": int(user["uid"]), "group": int(user["gid"]),
+            "extra_groups": [int(g) for g in user.get("groups") or ()]}
+
+
+def _start_cold(spec, user, log_fd, instance_dir):
+    """Start the command with /bin/sh: (its PID, "") or (None, why it could not start)."""
+    import subprocess  # here, not at the top: the fork above should be as cheap as possible
+
+    try:
+        child = subprocess.Popen(
+            ["/bin/sh", "-c", spec["command"]],
+            cwd=spec.get("cwd") or instance_dir,
+            env=spec.get("env") or {},
+            stdin=subprocess.DEVNULL,
+            stdout=log_fd,
+            stderr=log_fd,
+            process_group=0,
+            close_fds=True,
+            **_identity(user),
+        )
+    except (OSError, subprocess.SubprocessError) as exc:
+        # The command could not even start (missing workdir, no /bin/sh): say so in the
+        # log, record it as exit code 127 like a shell would, and announce it.
+        as_user = f" as OS user {user.get('name') or user['uid']}" if user else ""
+        os.write(log_fd, f"vigil: cannot start the instance{as_user}: {exc}\n".encode())
+        return None, f"cannot start: {exc}"
+    # Kept referenced: a collected Popen polls its child in __del__ and could reap it
+    # before _watch does, losing the exit status.
+    _KEEP.append(child)
+    return child.pid, ""
+
+
+_KEEP: list = []
 
 
 def _watch(pid, log_path):
@@ -348,7 +397,253 @@ def _announce(spec, record):
     publish(spec.get("redis"), payload, REDIS_DEADLINE)
 
 
+class short_socket_path:
+    """A unix socket address for `name` in `directory` that fits the 108 bytes AF_UNIX
+    allows, however deep the data dir: /proc/self/fd/<directory's fd>/name."""
+
+    def __init__(self, directory, name):
+        self.directory, self.name, self.fd = directory, name, None
+
+    def __enter__(self):
+        self.fd = os.open(self.directory, os.O_RDONLY | os.O_DIRECTORY)
+        return f"/proc/self/fd/{self.fd}/{self.name}"
+
+    def __exit__(self, *exc):
+        os.close(self.fd)
+        return False
+
+
+def send_message(sock, data, fds=()):
+    """One length-prefixed JSON message (warm_boot._recv_message reads it), `fds` passed along."""
+    body = json.dumps(data).encode()
+    head = HEADER.pack(len(body))
+    if fds:
+        sent = socket.send_fds(sock, [head], list(fds))
+        if sent < len(head):
+            sock.sendall(head[sent:])
+    else:
+        sock.sendall(head)
+    sock.sendall(body)
+
+
+def _recv_message(sock, timeout):
+    """A launcher's message and its fds, or (None, []) if it did not arrive in time."""
+    sock.settimeout(timeout)
+    try:
+        head, fds, _, _ = socket.recv_fds(sock, HEADER.size, 4)
+        while len(head) < HEADER.size:
+            more = sock.recv(HEADER.size - len(head))
+            if not more:
+                return None, fds
+            head += more
+        (size,) = HEADER.unpack(head)
+        body = b""
+        while len(body) < size:
+            chunk = sock.recv(min(size - len(body), 1 << 20))
+            if not chunk:
+                return None, fds
+            body += chunk
+        return json.loads(body), fds
+    except (OSError, ValueError):
+        return None, []
+
+
+def _any_shim_alive(attempt_dir):
+    """Does any instance of the attempt have a live shim (by state.json's PID and start time)?"""
+    try:
+        names = os.listdir(attempt_dir)
+    except OSError:
+        return False
+    for name in names:
+        if not os.path.isdir(os.path.join(attempt_dir, name)):
+            continue
+        try:
+            state = read_json(os.path.join(attempt_dir, name, STATE))
+        except OSError:
+            continue
+        if state and state.get("shim_pid") and proc_start_ticks(state["shim_pid"]) == state.get("shim_start"):
+            return True
+    return False
+
+
+class _Standby:
+    """The parked interpreter a parked shim owns."""
+
+    def __init__(self, park_dir, park, child, sock):
+        self.park_dir, self.park, self.child, self.sock = park_dir, park, child, sock
+        self.parked_at = None
+        self.failed = ""
+        self._buf = b""
+
+    def alive(self):
+        return self.child.poll() is None
+
+    def read_status(self):
+        """Take in what the interpreter said ("parked", or why not) without blocking."""
+        try:
+            ready, _, _ = select.select([self.sock], [], [], 0)
+            if ready:
+                chunk = self.sock.recv(4096)
+                self._buf += chunk
+                if not chunk and not self.failed:
+                    self.failed = "the parked interpreter closed its socket"
+        except OSError:
+            return
+        if b"parked\n" in self._buf and self.parked_at is None:
+            self.parked_at = time.time()
+        if self._buf.startswith(b"failed"):
+            self.failed = self._buf.decode(errors="replace").strip()
+
+    def discard(self):
+        if self.alive():
+            try:
+                os.killpg(self.child.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                self.child.kill()
+        self.child.wait()
+
+    def launch(self, spec, log_fd):
+        """Hand the attempt to the interpreter; (its PID, "") or (None, why it starts cold)."""
+        warm = spec.get("warm")
+        self.read_status()
+        reason = ""
+        if not warm:
+            reason = spec.get("start_reason") or "the attempt did not ask for a warm start"
+        elif spec.get("user") != self.park.get("user"):
+            reason = "the job's OS user changed since the interpreter was parked"
+        elif not self.alive() or self.failed:
+            reason = f"the parked interpreter is gone ({self.failed or 'it exited'})"
+        if reason:
+            self.discard()
+            return None, reason
+        try:
+            # Normal priority again before it runs a line of the rank (cold ranks inherit the shim's).
+            mine = os.getpriority(os.PRIO_PROCESS, 0)
+            for tid in os.listdir(f"/proc/{self.child.pid}/task"):
+                os.setpriority(os.PRIO_PROCESS, int(tid), mine)
+            send_message(self.sock, {
+                "env": spec.get("env") or {}, "cwd": spec.get("cwd"), "kind": warm["kind"],
+                "target": warm["target"], "argv": warm["argv"], "path0": warm["path0"],
+            }, fds=[log_fd])
+        except OSError as exc:
+            self.discard()
+            return None, f"the parked interpreter could not be started ({exc})"
+        self.sock.close()
+        return self.child.pid, ""
+
+
+def park(park_dir, ready_fd):
+    """Start a parked interpreter and serve as the shim of the instance it is handed."""
+    spec = read_json(os.path.join(park_dir, PARK_SPEC))
+    if spec is None:
+        _tell_launcher(ready_fd, b"error park.json missing or unreadable\n")
+        return 2
+    _set_child_subreaper()
+    import subprocess
+
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    log_fd = os.open(os.path.join(park_dir, "park.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    try:
+        child = subprocess.Popen(
+            [spec["python"], BOOT_PATH, str(theirs.fileno())],
+            cwd=spec["cwd"], env=spec["env"], stdin=subprocess.DEVNULL, stdout=log_fd, stderr=log_fd,
+            process_group=0, close_fds=True, pass_fds=(theirs.fileno(),), **_identity(spec.get("user")),
+        )
+    except (OSError, subprocess.SubprocessError) as exc:
+        _tell_launcher(ready_fd, f"error cannot start the parked interpreter: {exc}\n".encode())
+        return 0
+    finally:
+        os.close(log_fd)
+        theirs.close()
+    standby = _Standby(park_dir, spec, child, ours)
+    # Low priority only where this shim can raise it back at launch (setpriority needs root).
+    nice = int(spec.get("nice", 0)) if os.geteuid() == 0 else 0
+    send_message(ours, {"nice": nice, "path0": spec["path0"], "modules": spec.get("modules") or []})
+    ctl_path = os.path.join(park_dir, CTL)
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    with short_socket_path(park_dir, CTL) as short:
+        listener.bind(short)
+    listener.listen(4)
+    state = {"shim_pid": os.getpid(), "shim_start": proc_start_ticks(os.getpid()), "child_pid": child.pid,
+             "child_start": proc_start_ticks(child.pid), "boot_id": boot_id(), "started_at": time.time(),
+             "parked_at": None, "ended": None}
+    write_json_atomic(os.path.join(park_dir, PARK_STATE), state)
+    _tell_launcher(ready_fd, b"ok %d\n" % child.pid)
+
+    ending = []
+
+    def end(signum, _frame):
+        ending.append(signum)
+
+    for sig in (signal.SIGUSR1, signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, end)
+    linger = float(spec.get("linger", 60.0))
+    watch_dir = spec.get("watch_dir") or ""
+    unwatched_since = None
+    why = ""
+    while True:
+        standby.read_status()
+        if standby.parked_at and not state["parked_at"]:
+            state["parked_at"] = standby.parked_at
+            write_json_atomic(os.path.join(park_dir, PARK_STATE), state)
+        if ending:
+            why = f"discarded (signal {ending[0]})"
+        elif not standby.alive() or standby.failed:
+            why = standby.failed or f"the parked interpreter exited ({standby.child.returncode})"
+        elif watch_dir and not _any_shim_alive(watch_dir):
+            unwatched_since = unwatched_since or time.monotonic()
+            if time.monotonic() - unwatched_since >= linger:
+                why = f"no live instance in {watch_dir} for {linger:g} s"
+        else:
+            unwatched_since = None
+        if why:
+            break
+        try:
+            ready, _, _ = select.select([listener], [], [], PARK_TICK)
+        except InterruptedError:
+            continue
+        if not ready:
+            continue
+        conn, _ = listener.accept()
+        message, fds = _recv_message(conn, 2.0)
+        conn.close()
+        if not message or not fds or not isinstance(message.get("instance_dir"), str):
+            for fd in fds:
+                os.close(fd)
+            continue
+        # Taken: from here on this process is the instance's shim, not a standby.
+        for sig in (signal.SIGUSR1,):
+            signal.signal(sig, signal.SIG_IGN)
+        listener.close()
+        _unlink(ctl_path)
+        for fd in fds[1:]:
+            os.close(fd)
+        state["taken_by"] = message["instance_dir"]
+        state["ended"] = time.time()
+        write_json_atomic(os.path.join(park_dir, PARK_STATE), state)
+        return run(message["instance_dir"], fds[0], standby)
+    listener.close()
+    _unlink(ctl_path)
+    standby.discard()
+    state["ended"] = time.time()
+    state["end_reason"] = why
+    write_json_atomic(os.path.join(park_dir, PARK_STATE), state)
+    return 0
+
+
+def _unlink(path):
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+
+
 def main(argv):
+    if argv[1] == "--park":
+        park_dir, ready_fd = argv[2], int(argv[3])
+        if os.fork() > 0:
+            os._exit(0)
+        return park(park_dir, ready_fd)
     instance_dir, ready_fd = argv[1], int(argv[2])
     # First process: the launcher waits for it. The forked one is the shim proper.
     if os.fork() > 0:
