@@ -371,6 +371,8 @@ def launch_attempt(job_id: int, number: int) -> bool:
                                 else InstanceStatus.PENDING),
                         # Only what the backend says has started (a restart counts started instances).
                         started_at=_when(getattr(statuses.get(i.name), "started_at", None)),
+                        start=getattr(statuses.get(i.name), "start", "") or "",
+                        start_reason=(getattr(statuses.get(i.name), "start_reason", "") or "")[:256],
                     )
                     for i in spec.instances
                 ],
@@ -567,7 +569,8 @@ def sync_instances(attempt: Attempt, statuses, rows: list[Instance] | None = Non
     """Make the Instance rows say what the backend says; write only what changed."""
     by_name = {i.name: i for i in (attempt.instances.all() if rows is None else rows)}
     changed = []
-    fields = ("status", "node", "exit_code", "signal", "backend_reason", "started_at", "exited_at", "last_output_at")
+    fields = ("status", "node", "exit_code", "signal", "backend_reason", "start", "start_reason", "started_at",
+              "exited_at", "last_output_at")
     for s in statuses:
         row = by_name.get(s.name)
         if row is None:
@@ -578,6 +581,8 @@ def sync_instances(attempt: Attempt, statuses, rows: list[Instance] | None = Non
             "exit_code": s.exit_code,
             "signal": s.signal,
             "backend_reason": (s.reason or "")[:256],
+            "start": s.start or row.start,
+            "start_reason": (s.start_reason or row.start_reason)[:256],
             "started_at": _when(s.started_at) or row.started_at,
             "exited_at": _when(s.exited_at),
             "last_output_at": _when(s.last_output_at),

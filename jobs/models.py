@@ -365,6 +365,10 @@ class Instance(StatusTransitions, models.Model):
     exit_code = models.IntegerField(null=True, blank=True)
     signal = models.IntegerField(null=True, blank=True)
     backend_reason = models.CharField(max_length=256, blank=True, default="")
+    # How the backend started it (warm restarts, issue 19): "warm" (a parked interpreter),
+    # "cold", or "" when the backend does not say; start_reason says why it was cold.
+    start = models.CharField(max_length=8, blank=True, default="")
+    start_reason = models.CharField(max_length=256, blank=True, default="")
     started_at = models.DateTimeField(null=True, blank=True)
     exited_at = models.DateTimeField(null=True, blank=True)
     last_output_at = models.DateTimeField(null=True, blank=True)

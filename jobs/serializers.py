@@ -60,7 +60,7 @@ class InstanceSerializer(serializers.ModelSerializer):
         model = Instance
         fields = [
             "name", "role", "index", "rank", "status", "node", "exit_code", "signal", "backend_reason",
-            "started_at", "exited_at", "last_output_at", "restarts",
+            "start", "start_reason", "started_at", "exited_at", "last_output_at", "restarts",
         ]
 
 

@@ -153,6 +153,7 @@ class PolledInstance:
     reason: str = ""  # the backend's own words: "OOMKilled", "shim lost", ...
     pid: int | None = None
     start: str = ""  # "warm" (a parked interpreter ran it) or "cold"; "" when the backend does not say
+    start_reason: str = ""  # why it started cold when warm restarts are on
 
 
 @dataclass(frozen=True)

@@ -818,6 +818,7 @@ class LocalBackend(Backend):
         started = state.get("started_at") if state else None
         stopped = stop is not None and stop.get("run") == run
         common["start"] = (state.get("start") or "cold") if state else ""
+        common["start_reason"] = (state.get("start_reason") or "") if state else ""
 
         if ended is not None and ended.get("run", 1) == run:
             code, sig = ended.get("exit_code"), ended.get("signal")
