@@ -325,6 +325,10 @@ def launch_attempt(job_id: int, number: int) -> bool:
     backend = get_backend_for(job)
     avoid = isolated_nodes(backend)
     spec = attempt_launch_spec(job, attempt, avoid)
+    # Starting begins when the launch does: stamped after launch() returned, an instance
+    # that printed at once had its first output (running_at) before starting_at, and the
+    # starting stage lasted a negative time (issue 15, defect 10).
+    started = timezone.now()
     try:
         handle = backend.launch(spec)
     except LaunchInProgress:
@@ -336,8 +340,9 @@ def launch_attempt(job_id: int, number: int) -> bool:
         if exc.retryable:
             # The backend is briefly unable (Slurm down, a node busy): queue the
             # attempt again with the reason shown; the sweep relaunches it.
+            # Queued again from now: the earlier preparing stamp goes, or queued would end before it began.
             Attempt.objects.filter(pk=attempt.pk).update(status=AttemptStatus.QUEUING, queued_at=timezone.now(),
-                                                         reason=exc.message)
+                                                         preparing_at=None, starting_at=None, reason=exc.message)
             Job.objects.filter(pk=job.pk, status=JobStatus.QUEUING).update(
                 reason=f"Waiting for the backend: {exc.message}")
             record_event(job, EventType.DECISION, f"Attempt {number} could not start yet and will be retried: "
@@ -348,7 +353,6 @@ def launch_attempt(job_id: int, number: int) -> bool:
         fail_job(job, f"The backend could not start attempt {number}: {exc.message}", key=f"launch-failed:{job.pk}:{number}")
         return False
     faults.point("launch.after_launched")
-    started = timezone.now()
     statuses = {s.name: s for s in _safe_poll(backend, handle)}
     with transaction.atomic():
         # The handle and the instance rows together: a worker dying in between would

@@ -15,6 +15,7 @@ from rest_framework import serializers
 from rest_framework.utils.serializer_helpers import ReturnDict
 
 from core.flags import FlagError, parse_flags
+from core.stages import durations as stage_durations
 
 from .access import masked_envs, sees_secrets
 from .inputs import InputError, flat_errors, text_problem, whole_number, workspace_ref
@@ -76,17 +77,12 @@ class AttemptSerializer(serializers.ModelSerializer):
         ]
 
     def get_stages(self, a) -> dict:
-        """Seconds spent in each stage (None while a stage has not ended)."""
-        def span(start, end):
-            return round((end - start).total_seconds(), 3) if start and end else None
-
-        return {
-            "queued": span(a.queued_at, a.preparing_at),
-            "preparing": span(a.preparing_at, a.starting_at),
-            "starting": span(a.starting_at, a.running_at),
-            "running": span(a.running_at, a.stopping_at or a.ended_at),
-            "stopping": span(a.stopping_at, a.ended_at),
-        }
+        """Seconds spent in each stage (None while a stage has not ended), from the
+        stamps made monotonic (core.stages): never negative, also for rows stored
+        before the stamps were kept in order."""
+        return stage_durations(
+            {"queued": a.queued_at, "preparing": a.preparing_at, "starting": a.starting_at,
+             "running": a.running_at, "stopping": a.stopping_at}, a.ended_at)
 
 
 class JobSerializer(serializers.ModelSerializer):

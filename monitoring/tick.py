@@ -13,6 +13,7 @@ from django.db.models import Value
 from django.db.models.functions import Mod
 from django.utils import timezone
 
+from core.stages import clamp
 from jobs import actions
 from jobs.actions import sync_instances
 from jobs.backends.base import BackendError
@@ -181,6 +182,9 @@ def note_first_output(job: Job, attempt: Attempt, instances: list[Instance]) -> 
     if attempt.running_at is None:
         outputs = [i.last_output_at for i in instances if i.last_output_at]
         if outputs:
-            first = min(outputs)
+            # The first output is stamped by the instance's node, whose clock may be behind the
+            # console's: never before the attempt started (nor its stop), so stages stay in order.
+            started = attempt.starting_at or attempt.preparing_at or attempt.queued_at
+            first = clamp(min(outputs), started, attempt.stopping_at or attempt.ended_at)
             Attempt.objects.filter(pk=attempt.pk, running_at__isnull=True).update(running_at=first)
             attempt.running_at = first

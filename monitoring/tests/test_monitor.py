@@ -517,3 +517,23 @@ def test_a_restart_whose_new_instance_never_started_is_not_counted_as_succeeded(
     assert JobEvent.objects.filter(job=job, message="Restart 1 failed: 1 of 2 instances of attempt 2 never "
                                    "started (worker-0).").count() == 1
     assert not JobEvent.objects.filter(job=job, message__startswith="Restart 1 succeeded").exists()
+
+
+def test_an_output_stamped_before_the_launch_gives_no_negative_stage_in_the_api(alice_ws, owner_api, job_body,
+                                                                               memory_backend):
+    """Issue 15, defect 10: an instance's first output stamped before the console's starting_at
+    (a node's clock behind, or a print before launch() returned) made "starting": -0.311."""
+    job = submit(owner_api, alice_ws, job_body)
+    attempt = Attempt.objects.get(job=job, number=1)
+    early = attempt.starting_at.timestamp() - 0.311
+    memory_backend.write_log(attempt.backend_handle, "worker-0", "step 1\n", now=early)
+    tick.run_job(job.pk)
+    attempt.refresh_from_db()
+    assert attempt.running_at == attempt.starting_at  # stored in order, at the source
+    body = owner_api.get(f"/api/v1/jobs/{job.pk}/attempts/").json()
+    stages = body[0]["stages"]
+    assert stages["starting"] == 0.0 and stages["queued"] >= 0 and stages["preparing"] >= 0, stages
+    assert body[0]["running_at"] >= body[0]["starting_at"]
+    # a row stored out of order before this fix reads as zero too
+    Attempt.objects.filter(pk=attempt.pk).update(running_at=attempt.starting_at - timezone.timedelta(seconds=0.311))
+    assert owner_api.get(f"/api/v1/jobs/{job.pk}/attempts/").json()[0]["stages"]["starting"] == 0.0
