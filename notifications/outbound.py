@@ -3,7 +3,9 @@
 A channel's URL is typed by a workspace admin, so it must not become a way to
 reach the console's own network (loopback, private ranges, link-local, the cloud
 metadata service...). Three places check: saving a channel, "Send test", and each
-delivery attempt, and a redirect is checked hop by hop.
+delivery attempt, and a redirect is checked hop by hop. Saving needs no DNS answer
+(check_url_at_save): an address that resolves is checked, a name that does not yet
+is left to the checks of every send, which never connect to an unchecked address.
 
 How the check cannot be dodged:
 - Hosts are resolved with getaddrinfo and *every* address is checked, so the odd
@@ -222,6 +224,27 @@ def check_url(url: str, schemes=HTTP_SCHEMES) -> Destination:
 
 def check_host(host: str, port: int) -> None:
     resolve_checked(host, port)
+
+
+def check_url_at_save(url: str, schemes=HTTP_SCHEMES) -> Destination:
+    """The check when a channel is saved: scheme and host, and every address the
+    host resolves to, but a name that does not resolve right now is accepted (a
+    receiver whose DNS is not set up yet, or a console without DNS, issue 15): no
+    address is trusted because of it, since each send resolves and checks again
+    and connects only to what it checked (guarded(), http_request)."""
+    dest = parse_destination(url, schemes)
+    check_host_at_save(dest.host, dest.port)
+    return dest
+
+
+def check_host_at_save(host: str, port: int) -> None:
+    try:
+        resolve_checked(host, port)
+    except UnresolvableHost:
+        try:
+            host.strip("[]").encode("idna")
+        except UnicodeError:
+            raise RefusedDestination(f"{host} is not a valid host name") from None
 
 
 # --- the connection guard --------------------------------------------------------

@@ -146,7 +146,7 @@ class WebhookTransport(Transport):
     def validate_url(cls, url: str) -> str:
         url = (url or "").strip()
         try:
-            outbound.check_url(url)
+            outbound.check_url_at_save(url)
         except outbound.OutboundError as exc:
             raise InvalidChannelURL(f"{exc}. A webhook URL looks like {cls.example} (http:// or https://).") from None
         return url
@@ -245,15 +245,18 @@ class AppriseTransport(Transport):
         return []
 
     @classmethod
-    def check_hosts(cls, plugin) -> None:
+    def check_hosts(cls, plugin, *, at_save: bool = False) -> None:
+        """The URL's own hosts, resolved and checked; at save a name that does not resolve
+        yet is accepted (outbound.check_host_at_save), and each send checks it again."""
+        check = outbound.check_host_at_save if at_save else outbound.check_host
         for host, port in cls.user_hosts(plugin):
-            outbound.check_host(host, port)
+            check(host, port)
 
     @classmethod
     def validate_url(cls, url: str) -> str:
         plugin = cls.plugin_for(url)
         try:
-            cls.check_hosts(plugin)
+            cls.check_hosts(plugin, at_save=True)
         except outbound.OutboundError as exc:
             raise InvalidChannelURL(str(exc)) from None
         return url.strip()

@@ -256,3 +256,50 @@ def test_the_guard_checks_the_address_it_connects_to_not_an_earlier_lookup(nothi
     assert http_sink.requests == []
     # Outside the guard the wrapper is a pass-through (other code is unaffected).
     assert requests.get(http_sink.url + "/direct", timeout=2).status_code == 200
+
+
+# --- saving needs no DNS answer; sending still refuses (issue 15, defect 11) ---------------------
+
+UNRESOLVABLE = "https://hooks.vigil.invalid/vigil"  # .invalid never resolves (RFC 6761): no DNS answer, ever
+
+
+def test_a_webhook_whose_name_does_not_resolve_yet_saves_and_its_delivery_says_why(
+        nothing_allowed, alice_ws, alice, api_as, job, make_event, make_rule, announce):
+    from notifications.models import Channel, Delivery, DeliveryStatus
+
+    api = api_as(alice)
+    made = api.post(f"/api/v1/workspaces/{alice_ws.slug}/notifications/channels/",
+                    {"name": "later", "kind": "webhook", "url": UNRESOLVABLE}, format="json")
+    assert made.status_code == 201, made.content
+    channel = Channel.objects.get(pk=made.json()["id"])
+    make_rule(channel)
+    [delivery_id] = announce(make_event(job).pk)
+    delivery = Delivery.objects.get(pk=delivery_id)
+    # checked at send: no address, so nothing sent; DNS may answer later, so the channel stays on
+    assert delivery.status == DeliveryStatus.FAILED and "could not resolve hooks.vigil.invalid" in delivery.error
+    channel.refresh_from_db()
+    assert channel.enabled
+
+
+@pytest.mark.parametrize("url", ["http://127.0.0.1:9/x", "http://2130706433/x", "http://[::ffff:10.0.0.1]/x",
+                                 "http://localhost/x", "http://169.254.169.254/latest"])
+def test_an_address_that_resolves_to_a_private_one_is_still_refused_at_save(nothing_allowed, url):
+    from notifications.transports import InvalidChannelURL, WebhookTransport
+
+    with pytest.raises(InvalidChannelURL, match="refused destination"):
+        WebhookTransport.validate_url(url)
+
+
+def test_a_saved_channel_whose_name_now_resolves_to_a_private_address_is_refused_at_delivery(
+        nothing_allowed, http_sink, job, make_event, make_channel, make_rule, announce):
+    """A name accepted at save (no DNS answer then) that later answers with a loopback address
+    (here: the stored URL names it) is refused when sent: the receiver on it gets nothing."""
+    from notifications.models import Delivery, DeliveryStatus
+
+    channel = make_channel(f"http://localhost:{http_sink.port}/hook")
+    make_rule(channel)
+    [delivery_id] = announce(make_event(job).pk)
+    delivery = Delivery.objects.get(pk=delivery_id)
+    assert delivery.status == DeliveryStatus.FAILED and delivery.permanent_error
+    assert "loopback address" in delivery.error
+    assert http_sink.requests == []
