@@ -21,12 +21,23 @@ themselves); the job then runs to its end and must succeed.
   TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 (PEERS.md: the shared store makes restarts
   die or hang while connecting).
 
-Runs alternate (Vigil, torchrun shared, torchrun fresh) so that load on the machine
-falls on all three alike. A run that does not resume within --timeout counts as
-"never resumed" and is left out of the median.
+- Vigil warm (issue 19): the same Vigil path and flags plus --enable-warm-restart=True
+  (the default --warm-modules, torch and torch.distributed): while attempt 1 runs,
+  the local backend parks one interpreter per rank for attempt 2, and the restart
+  hands the ranks to them. The kill waits until every parked interpreter has done
+  its imports (a restart hours into training finds them parked; one seconds into
+  it may not), so this arm trains more steps (WARM_STEPS) to still be running
+  then, and kills rank 1 at its first step line from step 10 on once they are
+  parked. Printed with it: how many ranks of attempt 2 started warm, and the memory
+  the standby holds at the kill (RSS and USS of the parked interpreters, summed).
 
-Run:  .venv/bin/python bench/restart_latency.py [--runs 5] [--timeout 60]
-Target: Vigil's median at most 1.0x torchrun's.
+Runs alternate (Vigil, Vigil warm, torchrun shared, torchrun fresh) so that load on
+the machine falls on all alike. A run that does not resume within --timeout counts
+as "never resumed" and is left out of the median.
+
+Run:  .venv/bin/python bench/restart_latency.py [--runs 5] [--timeout 60] [--only vigil|warm|torchrun]
+Targets: Vigil's median at most 1.0x torchrun's; Vigil warm's at most 0.5x torchrun
+(fresh store)'s, and its worst run no slower than Vigil cold's worst.
 """
 
 from __future__ import annotations
@@ -59,6 +70,8 @@ KILL_AT = "step=10 rank=1 "
 FLAGS = ("--job-execution-mode=Sync --enable-job-restart=True --max-num-of-job-restart=3 "
          "--fault-tolerant-policy=ExitCodeAndErrorMsg")
 TRAIN_ENV = {"VIGIL_EXAMPLE_STEPS": "30", "VIGIL_EXAMPLE_SLEEP": "0.05", "VIGIL_EXAMPLE_PG_TIMEOUT": "60"}
+WARM_FLAGS = FLAGS + " --enable-warm-restart=True"
+WARM_STEPS = "400"  # 20 s of steps: attempt 1 still trains when its standby has imported torch
 LINE = re.compile(r"^(?:\[[^\]]*\]:)?(\S+Z) (start|step=\d+) rank=(\d+)(?:.* pid=(\d+))?")
 
 
@@ -212,10 +225,38 @@ class LogFollower:
         return [d.decode(errors="replace") for d in done]
 
 
-def vigil_run(stack: VigilStack, i: int, timeout: float) -> dict:
-    from jobs.models import Attempt, Job, JobStatus, RestartRecord
+def standby_states(stack: VigilStack, job) -> list[dict]:
+    """The parked interpreters' states for attempt 2 (jobs/backends/shim.py --park)."""
+    import json
 
-    job = stack.submit(f"restart-latency-{i}", FLAGS, f"exec {PYTHON} {SCRIPT}", dict(TRAIN_ENV))
+    root = Path(stack.tmp) / "jobs" / str(job.pk) / "warm" / "attempt-2"
+    out = []
+    for d in sorted(root.iterdir()) if root.is_dir() else ():
+        try:
+            out.append(json.loads((d / "park-state.json").read_text()))
+        except (OSError, ValueError):
+            pass
+    return out
+
+
+def standby_memory(states: list[dict]) -> dict:
+    """Summed RSS and USS (bytes) of the parked interpreters, and how many were measured."""
+    rss = uss = n = 0
+    for state in states:
+        try:
+            info = psutil.Process(state["child_pid"]).memory_full_info()
+        except (psutil.Error, KeyError):
+            continue
+        rss, uss, n = rss + info.rss, uss + info.uss, n + 1
+    return {"rss": rss, "uss": uss, "n": n}
+
+
+def vigil_run(stack: VigilStack, i: int, timeout: float, warm: bool = False) -> dict:
+    from jobs.models import Attempt, Instance, Job, JobStatus, RestartRecord
+
+    env = dict(TRAIN_ENV, VIGIL_EXAMPLE_STEPS=WARM_STEPS) if warm else dict(TRAIN_ENV)
+    job = stack.submit(f"restart-latency-{'warm-' if warm else ''}{i}", WARM_FLAGS if warm else FLAGS,
+                       f"exec {PYTHON} {SCRIPT}", env)
     h1 = handle_of(job, 1)
     if not h1:
         return {"error": "attempt 1 was not launched"}
@@ -223,19 +264,28 @@ def vigil_run(stack: VigilStack, i: int, timeout: float) -> dict:
     follow = LogFollower(rank_dir[1])
     pid = None
     t_kill = None
-    deadline = time.monotonic() + 90
+    memory = None
+    deadline = time.monotonic() + 180
+    step_re = re.compile(r" step=(\d+) rank=1 ")
     while t_kill is None and time.monotonic() < deadline:
         for line in follow.lines():
             p = parse(line)
             if p and p[1] == "start":
                 pid = p[3]
-            if KILL_AT in line and pid:
-                t_kill = time.time()
-                os.kill(pid, signal.SIGKILL)
-                break
+            m = step_re.search(line)
+            if not (m and int(m.group(1)) >= 10 and pid) or (not warm and KILL_AT not in line):
+                continue
+            if warm:
+                states = standby_states(stack, job)
+                if len(states) < WORLD or not all(st.get("parked_at") for st in states):
+                    continue  # not parked yet: a later step
+                memory = standby_memory(states)
+            t_kill = time.time()
+            os.kill(pid, signal.SIGKILL)
+            break
         time.sleep(0.005)
     if t_kill is None:
-        return {"error": "rank 1 never reached step 10"}
+        return {"error": "rank 1 never reached step 10" + (" with its standby parked" if warm else "")}
     h2 = handle_of(job, 2, timeout)
     if not h2:
         return {"error": f"no attempt 2 within {timeout:g} s", "kill": t_kill}
@@ -257,6 +307,9 @@ def vigil_run(stack: VigilStack, i: int, timeout: float) -> dict:
            "attempts": Attempt.objects.filter(job=job).count(),
            "decision": record.restart_time.timestamp() - t_kill if record else None,
            "launched": a2.starting_at.timestamp() - t_kill if a2.starting_at else None}
+    if warm:
+        out["warm_ranks"] = Instance.objects.filter(attempt=a2, start="warm").count()
+        out["memory"] = memory
     if len(firsts) < WORLD:
         out["error"] = f"only ranks {sorted(firsts)} of attempt 2 logged a step within {timeout:g} s"
         return out
@@ -356,16 +409,18 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--timeout", type=float, default=60.0, help="seconds after the kill to give up on a run")
-    parser.add_argument("--only", choices=["vigil", "torchrun"], default=None)
+    parser.add_argument("--only", choices=["vigil", "warm", "torchrun"], default=None,
+                        help="one arm (vigil: Vigil cold only)")
     args = parser.parse_args()
 
     print("restart latency: SIGKILL of rank 1 at step 10 -> all 4 ranks of the new attempt logged a step")
     print(f"  machine: {machine_line()}")
     print(f"  job: {SCRIPT} with {TRAIN_ENV}, {WORLD} ranks (gloo, CPU); {args.runs} runs per system, interleaved")
-    results = {"Vigil": [], "torchrun (shared store)": [], "torchrun (fresh store)": []}
+    print(f"  load average at the start: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    results = {"Vigil": [], "Vigil warm": [], "torchrun (shared store)": [], "torchrun (fresh store)": []}
     stack = None
     try:
-        if args.only != "torchrun":
+        if args.only in (None, "vigil", "warm"):
             stack = VigilStack()
             print(f"  Vigil: Procfile processes {stack.commands}, private Redis {stack.redis.url}, "
                   f"throwaway data dir {stack.tmp}; flags {FLAGS}")
@@ -373,9 +428,11 @@ def main():
               "'fresh store' = TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1\n")
         for i in range(args.runs):
             runs = []
-            if stack:
+            if stack and args.only != "warm":
                 runs.append(("Vigil", lambda: vigil_run(stack, i, args.timeout)))
-            if args.only != "vigil":
+            if stack and args.only != "vigil":
+                runs.append(("Vigil warm", lambda: vigil_run(stack, i, args.timeout, warm=True)))
+            if args.only in (None, "torchrun"):
                 runs.append(("torchrun (shared store)", lambda: torchrun_run(False, args.timeout)))
                 runs.append(("torchrun (fresh store)", lambda: torchrun_run(True, args.timeout)))
             for name, run in runs:
@@ -385,6 +442,11 @@ def main():
                 if "decision" in r and r["decision"] is not None:
                     extra = (f"  (decision +{r['decision']:.3f} s, attempt 2 launched +{r['launched']:.3f} s, "
                              f"job {r['status']})")
+                    if "warm_ranks" in r:
+                        mem = r.get("memory") or {}
+                        extra += (f"  [{r['warm_ranks']} of {WORLD} ranks warm; standby "
+                                  f"{mem.get('n', 0)} interpreters RSS {mem.get('rss', 0) / 2**20:.0f} MiB, "
+                                  f"USS {mem.get('uss', 0) / 2**20:.0f} MiB]")
                 elif "status" in r:
                     extra = f"  ({r['status']})"
                 got = f"{r['resumed']:6.2f} s" if "resumed" in r else f"FAILED: {r.get('error')}"
@@ -404,6 +466,15 @@ def main():
         if v and medians.get(peer):
             print(f"  Vigil / {peer}: {v / medians[peer]:.2f}x  (target <= 1.0x: "
                   f"{'MET' if v <= medians[peer] else 'MISSED'})")
+    w, fresh = medians.get("Vigil warm"), medians.get("torchrun (fresh store)")
+    if w and fresh:
+        print(f"  Vigil warm / torchrun (fresh store): {w / fresh:.2f}x  (target <= 0.5x: "
+              f"{'MET' if w <= 0.5 * fresh else 'MISSED'})")
+    worst = {n: max((r["resumed"] for r in rs if "resumed" in r), default=None) for n, rs in results.items()}
+    if worst.get("Vigil warm") is not None and worst.get("Vigil") is not None:
+        print(f"  worst run: Vigil warm {worst['Vigil warm']:.2f} s, Vigil cold {worst['Vigil']:.2f} s "
+              f"(target: warm no slower: {'MET' if worst['Vigil warm'] <= worst['Vigil'] else 'MISSED'})")
+    print(f"  load average at the end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
 
 
 if __name__ == "__main__":
