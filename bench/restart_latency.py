@@ -229,7 +229,9 @@ def standby_states(stack: VigilStack, job) -> list[dict]:
     """The parked interpreters' states for attempt 2 (jobs/backends/shim.py --park)."""
     import json
 
-    root = Path(stack.tmp) / "jobs" / str(job.pk) / "warm" / "attempt-2"
+    from jobs.backends import get_backend
+
+    root = Path(get_backend("local").data_dir) / "jobs" / str(job.pk) / "warm" / "attempt-2"
     out = []
     for d in sorted(root.iterdir()) if root.is_dir() else ():
         try:
