@@ -138,11 +138,16 @@ class JobForm(forms.Form):
                                                            widget=forms.TextInput(attrs={"inputmode": "decimal"}))
             self.fields[f"role_{i}_memory"] = forms.CharField(label="Memory", required=False,
                                                               widget=forms.TextInput(attrs={"placeholder": "4Gi"}))
+            # A select of the allowed counts (issue 15); still a CharField, so a value posted
+            # from elsewhere reaches the serializer and gets the seed's own message.
             self.fields[f"role_{i}_gpu"] = forms.CharField(
                 label="GPUs", required=False, initial="0",
-                widget=_num(list="gpu-counts", title="0, 1, 2, 4, 8 or 16 per instance"))
+                widget=forms.Select(choices=[(str(n), str(n)) for n in ALLOWED_GPU_COUNTS]))
             self.fields[f"role_{i}_image"] = forms.CharField(label="Image", required=False,
                                                              widget=forms.TextInput(attrs={"class": "mono"}))
+        for field, flag in FT_FIELD_FLAGS.items():
+            if field in self.fields:
+                self.fields[field].widget.attrs["data-flag"] = flag  # static/js/job-form.js keeps box and fields in step
         if not self.is_bound and not self.initial.get("role_0_type"):
             self.initial.update({"role_0_type": "Master", "role_1_type": "Worker"})
         self.spec_rows: list[int] = []  # job_specs index -> role row
@@ -219,6 +224,8 @@ class JobForm(forms.Form):
         }
 
     def _envs(self) -> dict:
+        """The NAME=value lines; a line that is not one is an error at the field, and the
+        others still go to the serializer, so their errors come in the same pass."""
         out = {}
         for n, line in enumerate((self.cleaned_data.get("envs") or "").splitlines(), 1):
             line = line.strip()
@@ -226,14 +233,29 @@ class JobForm(forms.Form):
                 continue
             name, eq, value = line.partition("=")
             if not eq:
-                raise EnvLineError(f"line {n}: {line[:40]!r} is not NAME=value.")
+                self.add_error("envs", f"line {n}: {line[:40]!r} is not NAME=value.")
+                continue
             out[name.strip()] = value
         return out
 
-    def add_submission_errors(self, errors: dict[str, list[str]]) -> None:
+    def check_submission(self, body: dict, skip=()) -> None:
+        """Every error of the form in one pass (issue 15): JobSubmitSerializer, the one
+        validation of a submission, judges the body the valid fields make, and each of
+        its errors goes beside its field, except fields in `skip` (those the field
+        checks already refused: their value is not in the body, so the serializer's
+        word on it would only repeat the refusal)."""
+        from .serializers import JobSubmitSerializer
+
+        serializer = JobSubmitSerializer(data=body)
+        if not serializer.is_valid():
+            self.add_submission_errors(serializer.errors, skip=skip)
+
+    def add_submission_errors(self, errors: dict[str, list[str]], skip=()) -> None:
         """Put JobSubmitSerializer's field-path errors beside the fields they name."""
         for path, messages in errors.items():
             field = self.field_for_path(path)
+            if field in skip:
+                continue
             for message in messages:
                 if path.startswith("envs.") and field == "envs":
                     message = f"{path[5:]}: {message}"
@@ -257,10 +279,6 @@ class JobForm(forms.Form):
         if path == "settings.retryable_errors":
             return "retryable_errors"
         return None
-
-
-class EnvLineError(ValueError):
-    pass
 
 
 def _int_or_text(value):
@@ -347,6 +365,23 @@ def fault_tolerance_from(data: dict) -> tuple[FaultToleranceConfig, list[str]]:
     except FlagError as exc:
         where = OTHER if exc.flag in named else FLAG_FIELDS.get(exc.flag, OTHER)
         raise FieldFlagErrors([(where, exc.message if where != OTHER else str(exc))]) from None
+
+
+def ft_warnings(config: FaultToleranceConfig) -> list[str]:
+    """Settings that are valid but do nothing as combined (issue 15): shown beside the
+    preview, not refused, since the API takes them too."""
+    warnings = []
+    defaults = FaultToleranceConfig()
+    if not config.enable_job_hang_detection:
+        set_ = [flag for flag, value, default in (
+            ("--job-hang-interval", config.job_hang_interval, defaults.job_hang_interval),
+            ("--job-hang-startup-interval", config.job_hang_startup_interval, defaults.job_hang_startup_interval),
+        ) if value != default]
+        if set_:
+            warnings.append(f"{' and '.join(set_)} {'is' if len(set_) == 1 else 'are'} set but Hang Detection is "
+                            "off, so no hang is detected: turn Hang Detection on, or leave the interval at its "
+                            "default.")
+    return warnings
 
 
 def initial_from_job(job, show_secrets: bool = True) -> dict:

@@ -29,7 +29,7 @@ from core.logindex import complete_lines
 
 from . import actions
 from .access import permission_name, runnable_backends, sees_secrets
-from .forms import BOOL_FIELDS, EnvLineError, FieldFlagErrors, JobForm, fault_tolerance_from, initial_from_job
+from .forms import BOOL_FIELDS, FieldFlagErrors, JobForm, fault_tolerance_from, ft_warnings, initial_from_job
 from .hang_panel import hang_panel
 from .inputs import query_int
 from .logs import InstanceLog
@@ -149,12 +149,13 @@ def job_new(request, slug):
     clone_of = None
     if request.method == "POST":
         form = JobForm(request.POST, backends=backends)
-        if form.is_valid():
+        form.is_valid()  # the fields and the flag parser
+        refused = set(form.errors)
+        body = form.request_body(workspace)  # NAME=value lines
+        form.check_submission(body, skip=refused)  # the serializer, on what the valid fields make: all at once
+        if not form.errors:
             try:
-                body = form.request_body(workspace)
                 job, token = actions.submit_job(request.user, body)
-            except EnvLineError as exc:
-                form.add_error("envs", str(exc))
             except drf_serializers.ValidationError as exc:  # JobSubmitSerializer's, keyed by field path
                 form.add_submission_errors(exc.detail)
             except actions.Forbidden as exc:
@@ -190,7 +191,7 @@ def flags_preview(request, slug):
         raw[name] = request.POST.get(name) in ("on", "true", "True", "1")
     try:
         config, named = fault_tolerance_from(raw)
-        context = {"flags": config.to_flags(), "named": named, "errors": []}
+        context = {"flags": config.to_flags(), "named": named, "errors": [], "warnings": ft_warnings(config)}
     except FieldFlagErrors as exc:
         labels = {name: str(form.fields[name].label) for name in form.fields}
         context = {"flags": None, "named": [], "errors": [(labels.get(f, f), m) for f, m in exc.errors]}

@@ -178,22 +178,21 @@ def _error_beside(html: str, field_id: str) -> str:
     return html_lib.unescape(re.sub(r"<[^>]+>", "", m.group(1))).strip()
 
 
-def test_bad_values_show_their_errors_beside_their_fields(client, alice, alice_ws):
+def test_bad_values_show_their_errors_beside_their_fields_all_in_one_pass(client, alice, alice_ws):
+    """Issue 15: a flag, an environment line, a reserved variable, a GPU count and a missing
+    name are all named by one submission, each at its field (they came in three rounds)."""
     client.force_login(alice)
     response = client.post(reverse("pages:job-new", args=[alice_ws.slug]), form_data(
-        role_1_gpu="6", job_hang_interval="0", display_name="", envs="NOT A PAIR"))
+        role_1_gpu="6", job_hang_interval="0", display_name="", envs="NOT A PAIR\nPATH=/tmp"))
     assert response.status_code == 400
     html = response.content.decode()
     assert _error_beside(html, "id_job_hang_interval").endswith(
         "'0' is not accepted; use a positive whole number of seconds, at most 2592000 (30 days)")
-    assert Job.objects.count() == 0
-    # the flag errors come first; once they are fixed the submission's own rules speak
-    response = client.post(reverse("pages:job-new", args=[alice_ws.slug]), form_data(
-        role_1_gpu="6", display_name="", envs="PATH=/tmp"))
-    html = response.content.decode()
     assert _error_beside(html, "id_role_1_gpu").endswith("Invalid GPU count 6, only supported: [0 1 2 4 8 16]")
     assert "is required" in _error_beside(html, "id_display_name")
-    assert "PATH" in _error_beside(html, "id_envs")
+    envs = re.findall(r'<p class="field-error" id="id_envs-error">(.*?)</p>', html, re.S)
+    assert len(envs) == 2 and "is not NAME=value" in envs[0] and "PATH" in envs[1], envs
+    assert "Fix the 4 fields marked below" in html
     assert 'aria-invalid="true"' in html
     assert 'value="bert-pretrain"' not in html and "python train.py" in html  # values kept
     assert Job.objects.count() == 0
@@ -276,6 +275,30 @@ def test_flag_preview_shows_the_combined_string_and_which_flags_the_box_override
         error_monitoring_args="--max-num-of-job-restart=9")).content.decode()
     assert "--enable-job-restart=True" in html and "--max-num-of-job-restart=9" in html
     assert "overriding their fields" in html
+
+
+def test_flag_preview_warns_of_a_hang_interval_set_with_hang_detection_off(client, alice, alice_ws):
+    client.force_login(alice)
+    url = reverse("pages:flags-preview", args=[alice_ws.slug])
+    off = client.post(url, form_data(enable_job_hang_detection=None, job_hang_interval="600")).content.decode()
+    assert "--job-hang-interval is set but Hang Detection is off" in off
+    boxed = client.post(url, form_data(enable_job_hang_detection=None, job_hang_interval="1800",
+                                       error_monitoring_args="--job-hang-startup-interval=900")).content.decode()
+    assert "--job-hang-startup-interval is set but Hang Detection is off" in boxed
+    for quiet in (form_data(job_hang_interval="600"), form_data(enable_job_hang_detection=None, job_hang_interval="1800")):
+        assert "ft-warning" not in client.post(url, quiet).content.decode()
+
+
+def test_gpus_are_a_select_of_the_allowed_counts_and_another_count_gets_the_seeds_message(client, alice, alice_ws):
+    client.force_login(alice)
+    url = reverse("pages:job-new", args=[alice_ws.slug])
+    page = client.get(url).content.decode()
+    select = re.search(r'<select name="role_0_gpu".*?</select>', page, re.S).group(0)
+    assert re.findall(r'<option value="(\d+)"', select) == ["0", "1", "2", "4", "8", "16"]
+    bad = client.post(url, form_data(role_0_gpu="3"))
+    assert bad.status_code == 400
+    assert _error_beside(bad.content.decode(), "id_role_0_gpu").endswith(
+        "Invalid GPU count 3, only supported: [0 1 2 4 8 16]")
 
 
 def test_a_member_may_not_use_the_local_backend_and_is_told_beside_the_backend(client, dave, alice_ws):

@@ -1,6 +1,7 @@
 // Vigil console, loaded as <script type="module"> (deferred: the document is parsed
 // when this runs). Plain ES modules, no build step; htmx does the partial swaps.
 
+import { initJobForm } from "./job-form.js";
 import { initJob } from "./job-page.js";
 import { initKeysDialog } from "./keys.js";
 import { localize } from "./times.js";
@@ -31,6 +32,8 @@ if (switcher) {
 }
 const workspace = document.querySelector("[data-live-workspace]");
 if (workspace) initWorkspace(workspace);
+const jobForm = document.getElementById("job-form");
+if (jobForm) initJobForm(jobForm);
 const job = document.getElementById("job");
 if (job) initJob(job);
 const errs = document.getElementById("form-errors");

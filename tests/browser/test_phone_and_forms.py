@@ -178,3 +178,47 @@ def test_notification_forms_look_like_the_job_form(page_for, alice, alice_ws, no
     channels_head = header_style(page, "table th")
     page.goto(f"{ws}/jobs/")
     assert channels_head == header_style(page, "table.jobs th")
+
+
+def test_the_submit_form_keeps_fields_and_flags_in_step_and_names_every_error_at_once(page_for, alice, alice_ws,
+                                                                                      shoot):
+    """Issue 15's friction on the submit form, in one page and one submission."""
+    page = page_for(alice)
+    page.goto(f"/workspaces/{alice_ws.slug}/jobs/new/")
+    # GPUs per instance: only the allowed counts to choose from
+    assert page.locator("#id_role_0_gpu option").all_inner_texts() == ["0", "1", "2", "4", "8", "16"]
+    # fault tolerance on, in Sync mode: whole-job restarts come on with it
+    expect(page.locator("#id_job_execution_mode")).to_have_value("Sync")
+    page.check("#id_fault_tolerance")
+    expect(page.locator("#id_enable_job_restart")).to_be_checked()
+    # flags typed in the box set their switches and fields ...
+    box = page.locator("#id_error_monitoring_args")
+    box.fill("--max-num-of-job-restart=7 --enable-job-hang-detection=True --job-execution-mode=Async")
+    expect(page.locator("#id_max_num_of_job_restart")).to_have_value("7")
+    expect(page.locator("#id_enable_job_hang_detection")).to_be_checked()
+    expect(page.locator("#id_job_execution_mode")).to_have_value("Async")
+    # ... and a field the box names writes its new value into the box
+    page.fill("#id_max_num_of_job_restart", "4")
+    page.select_option("#id_job_execution_mode", "Sync")
+    expect(box).to_have_value("--max-num-of-job-restart=4 --enable-job-hang-detection=True --job-execution-mode=Sync")
+    # a hang interval with hang detection off is warned about
+    page.fill("#id_job_hang_interval", "600")
+    page.uncheck("#id_enable_job_hang_detection")
+    expect(box).to_have_value(re.compile(r"--enable-job-hang-detection=False"))
+    expect(page.locator("#ft-preview .ft-warning")).to_contain_text("--job-hang-interval is set but Hang Detection is off")
+    expect(page.locator("#ft-preview code.flags")).to_contain_text("--max-num-of-job-restart=4")
+    shoot(page, "submit-form-in-step")
+
+    # every error of the form at once, each at its field: a flag, an environment line,
+    # a reserved variable and a missing name (they came in three rounds)
+    box.fill("--max-num-of-same-error=0")
+    page.fill("#id_envs", "NOT A PAIR\nPATH=/tmp")
+    page.fill("#id_display_name", "")
+    page.click("button:has-text('Submit job')")
+    expect(page.locator("#form-errors")).to_be_visible()
+    errors = {field: page.locator(f"#id_{field}-error").all_inner_texts()
+              for field in ("error_monitoring_args", "envs", "display_name")}
+    assert len(errors["error_monitoring_args"]) == 1 and "--max-num-of-same-error" in errors["error_monitoring_args"][0]
+    assert len(errors["envs"]) == 2 and "NAME=value" in errors["envs"][0] and "PATH" in errors["envs"][1], errors
+    assert len(errors["display_name"]) == 1 and "is required" in errors["display_name"][0], errors
+    shoot(page, "submit-form-all-errors")
