@@ -22,7 +22,9 @@ themselves); the job then runs to its end and must succeed.
   die or hang while connecting).
 
 - Vigil warm (issue 19): the same Vigil path and flags plus --enable-warm-restart=True
-  (the default --warm-modules, torch and torch.distributed): while attempt 1 runs,
+  --warm-modules=torch,torch.distributed,torch._dynamo (DistributedDataParallel imports
+  torch._dynamo, and with it sympy, some 800 modules, when it is constructed: with the
+  default list a warm rank still spent ~9 s of its restart there): while attempt 1 runs,
   the local backend parks one interpreter per rank for attempt 2, and the restart
   hands the ranks to them. The kill waits until every parked interpreter has done
   its imports (a restart hours into training finds them parked; one seconds into
@@ -70,7 +72,7 @@ KILL_AT = "step=10 rank=1 "
 FLAGS = ("--job-execution-mode=Sync --enable-job-restart=True --max-num-of-job-restart=3 "
          "--fault-tolerant-policy=ExitCodeAndErrorMsg")
 TRAIN_ENV = {"VIGIL_EXAMPLE_STEPS": "30", "VIGIL_EXAMPLE_SLEEP": "0.05", "VIGIL_EXAMPLE_PG_TIMEOUT": "60"}
-WARM_FLAGS = FLAGS + " --enable-warm-restart=True"
+WARM_FLAGS = FLAGS + " --enable-warm-restart=True --warm-modules=torch,torch.distributed,torch._dynamo"
 WARM_STEPS = "400"  # 20 s of steps: attempt 1 still trains when its standby has imported torch
 LINE = re.compile(r"^(?:\[[^\]]*\]:)?(\S+Z) (start|step=\d+) rank=(\d+)(?:.* pid=(\d+))?")
 
