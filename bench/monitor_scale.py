@@ -13,12 +13,19 @@ cluster; an exit is injected into every copy (the cluster is one), and an attemp
 one worker launched is running in the others too (ClusterView).
 
 Every run (size, worker processes) starts from a fresh set of running jobs.
-Phases per size and worker count: a first round (it also scans logs for watchdog
-hints, done every 30 s per job), --sweeps steady rounds (median time, SQL queries and
-Redis round trips per job), then rounds with exits injected (SIGKILL of one instance
-of a random running job, about 20 per round at random moments) until --exits decisions:
-the decision latency is the RestartRecord's restart_time (the deciding tick's clock)
-minus the moment of injection, p50 and p99.
+Phases per size and worker count: a first round (every job is new, so every job is
+ticked: it also scans logs for watchdog hints and checks stragglers, both every 30 s
+per job, and schedules each job's next tick, monitoring.schedule), steady rounds for
+longer than the quiet period (VIGIL_MONITOR_QUIET_SECONDS; median and max round time,
+and per job per round the ticks, SQL queries and Redis round trips, averaged over the
+phase, so the scheduled ticks are paid for), then rounds with exits injected (SIGKILL
+of one instance of a random running job, about 20 per round at random moments) until
+--exits decisions: the decision latency is the RestartRecord's restart_time (the
+deciding tick's clock) minus the moment of injection, p50 and p99. The bench stands in
+for the exit listener: its heartbeat is kept fresh, and each worker process wakes the
+job of an exit it learns of (jobs.actions.wake_monitor) as the listener does on the
+shim's announcement; there is no run_job task, so the latency is the sweep's (in
+production the listener's run_job usually decides first).
 
 The data is bulk-created in a throwaway SQLite database in a temporary VIGIL_DATA_DIR,
 or with --postgres in a throwaway PostgreSQL database (vigil_bench_scale_<pid>,
@@ -145,6 +152,14 @@ def cluster_view():
     from jobs.models import Attempt
 
     class ClusterView(MemoryBackend):
+        @property
+        def exit_channel(self) -> str | None:
+            return "vigil:bench:instance-exit"  # its exits are announced (drain_exits)
+
+        def poll(self, handle):
+            drain_exits(self)  # an exit is on disk before it is announced
+            return super().poll(handle)
+
         def _attempt(self, handle):
             if (handle["job_id"], handle["attempt"]) not in self.attempts:
                 attempt = Attempt.objects.select_related("job").get(job_id=handle["job_id"], number=handle["attempt"])
@@ -184,6 +199,28 @@ class Counts:
         redis.client.Pipeline.execute = execute
 
 
+EXITS_Q = None  # this worker process's queue of injected exits
+
+
+def drain_exits(backend) -> None:
+    """Exits injected meanwhile: this copy of the cluster sees them, and the job is woken
+    as the exit listener wakes it on the shim's announcement (jobs.actions.wake_monitor).
+    Every worker wakes the job once it knows of the exit, so a tick in a worker whose
+    copy was behind cannot leave it scheduled past the exit."""
+    from jobs import actions
+
+    while EXITS_Q is not None:
+        try:
+            job_id, handle, name = EXITS_Q.get_nowait()
+        except queue.Empty:
+            return
+        try:
+            backend.finish(handle, name, exit_code=None, signal=9)
+        except Exception:  # noqa: BLE001 - an attempt already replaced here
+            pass
+        actions.wake_monitor(job_id)
+
+
 def worker(tasks_q, results_q, exits_q) -> None:
     """One worker process: take a shard, sweep it (the production task), report."""
     from django.db import connection
@@ -191,22 +228,16 @@ def worker(tasks_q, results_q, exits_q) -> None:
     from jobs.backends import get_backend
     from monitoring import tasks
 
+    global EXITS_Q
     connection.close()  # never share the parent's socket
     Counts.install()
     backend = get_backend("local")
+    EXITS_Q = exits_q
     while True:
         shard = tasks_q.get()
         if shard is None:
             return
-        while True:  # exits injected meanwhile: this copy of the cluster sees them too
-            try:
-                handle, name = exits_q.get_nowait()
-            except queue.Empty:
-                break
-            try:
-                backend.finish(handle, name, exit_code=None, signal=9)
-            except Exception:  # noqa: BLE001 - an attempt already replaced here
-                pass
+        drain_exits(backend)
         sql, red, t0 = Counts.sql, Counts.redis, time.perf_counter()
         ticked = tasks.sweep(shard)
         results_q.put((shard, ticked, time.perf_counter() - t0, Counts.sql - sql, Counts.redis - red))
@@ -224,12 +255,15 @@ class Pool:
         for p in self.procs:
             p.start()
 
-    def inject(self, handle: dict, name: str) -> None:
+    def inject(self, job_id: int, handle: dict, name: str) -> None:
         for q in self.exits:
-            q.put((handle, name))
+            q.put((job_id, handle, name))
 
     def round(self, shards: int, during=None) -> tuple[float, int, int, int]:
         """Every shard swept once; wall time, jobs ticked, queries, Redis round trips."""
+        from infra import health
+
+        health.record(health.EXITS)  # the exit listener's heartbeat: its announcements are emulated
         t0 = time.perf_counter()
         for shard in range(shards):
             self.tasks.put(shard)
@@ -260,12 +294,16 @@ def measure(size: int, processes: int, args, cadence: float, shards: int) -> dic
     try:
         first = pool.round(shards)
         steady = []
-        for _ in range(args.sweeps):
+        # Steady rounds for longer than the longest quiet period, so that every job's
+        # scheduled ticks (and the periodic checks due in that window) are paid for.
+        until = time.perf_counter() + args.steady_seconds
+        while len(steady) < args.sweeps or time.perf_counter() < until:
             started = time.perf_counter()
             steady.append(pool.round(shards))
             time.sleep(max(0.0, cadence - (time.perf_counter() - started)))
-        # A shard whose lease ran out mid-sweep (its worker starved past LEASE_SECONDS) stops early.
-        short = sum(size - s[1] for s in [first, *steady])
+        # The first round ticks every job (all new); a job not ticked by it was left by a
+        # shard whose lease ran out mid-sweep (its worker starved past the lease).
+        short = size - first[1]
         sweep = statistics.median(s[0] for s in steady)
         # Exits at random moments, about three per round, into jobs not yet hit.
         rng = random.Random(size * 10 + processes)
@@ -281,7 +319,7 @@ def measure(size: int, processes: int, args, cadence: float, shards: int) -> dic
             if len(injected) < args.exits and time.time() >= next_at[0]:
                 job_id = candidates[len(injected)]
                 injected[job_id] = time.time()
-                pool.inject(handles[job_id], f"worker-{rng.randrange(WORKERS)}")
+                pool.inject(job_id, handles[job_id], f"worker-{rng.randrange(WORKERS)}")
                 next_at[0] = time.time() + rng.uniform(0, 2 * gap)
 
         deadline = time.time() + 60 + 10 * max(sweep, cadence) * args.exits / 20
@@ -300,7 +338,11 @@ def measure(size: int, processes: int, args, cadence: float, shards: int) -> dic
     finally:
         pool.close()
     pct = lambda p: latencies[min(len(latencies) - 1, int(p * len(latencies)))] if latencies else float("nan")  # noqa: E731
-    return {"short": short, "first": first[0], "sweep": sweep, "sql": steady[0][2] / size, "redis": steady[0][3] / size,
+    rounds = len(steady)
+    return {"short": short, "first": first[0], "sweep": sweep, "sweep_max": max(s[0] for s in steady),
+            "rounds": rounds, "ticks": sum(s[1] for s in steady) / rounds / size,
+            "sql": sum(s[2] for s in steady) / rounds / size, "redis": sum(s[3] for s in steady) / rounds / size,
+            "first_sql": first[2] / size,
             "injected": len(injected), "decided": len(decided), "failed": failed,
             "p50": pct(0.50), "p99": pct(0.99), "max": latencies[-1] if latencies else float("nan")}
 
@@ -312,6 +354,10 @@ def main():
     parser.add_argument("--sweeps", type=int, default=3, help="steady-state rounds per run (median reported)")
     parser.add_argument("--exits", type=int, default=50, help="injected instance exits per run")
     parser.add_argument("--shards", type=int, default=0, help="VIGIL_MONITOR_SHARDS (0: the production default)")
+    parser.add_argument("--quiet", type=float, default=None,
+                        help="VIGIL_MONITOR_QUIET_SECONDS (default: the production default; 0 ticks every job every sweep)")
+    parser.add_argument("--steady-seconds", type=float, default=None,
+                        help="how long the steady phase runs (default: the quiet period plus 2 s)")
     parser.add_argument("--postgres", nargs="?", const="postgres://postgres@127.0.0.1:5432", default=None,
                         help="PostgreSQL server URL (without database) instead of SQLite")
     args = parser.parse_args()
@@ -319,6 +365,8 @@ def main():
     counts = [int(w) for w in args.workers.split(",")]
     if args.shards:
         os.environ["VIGIL_MONITOR_SHARDS"] = str(args.shards)
+    if args.quiet is not None:
+        os.environ["VIGIL_MONITOR_QUIET_SECONDS"] = str(args.quiet)
 
     redis = None
     if not os.environ.get("REDIS_URL"):
@@ -336,6 +384,8 @@ def main():
     from jobs.models import Job, Membership, Role, Workspace
 
     shards, cadence = settings.MONITOR_SHARDS, settings.MONITOR_SWEEP_SECONDS
+    if args.steady_seconds is None:
+        args.steady_seconds = settings.MONITOR_QUIET_SECONDS + 2
     print("monitor sweep scale benchmark (production path: monitoring.tasks.sweep(shard) under shard leases)")
     print(f"  machine: {platform.node()} {platform.platform()}, {os.cpu_count()} CPUs, load average "
           f"{' '.join(f'{x:.2f}' for x in os.getloadavg())} at start, python {platform.python_version()}, "
@@ -344,7 +394,11 @@ def main():
           f"Redis {settings.REDIS_URL}")
     print(f"  jobs: Sync PyTorchJob, 1 Master + {WORKERS} Workers, flags {SEED_SYNC!r}; in-memory backend")
     print(f"  {shards} shards, rounds at most every {cadence} s; worker processes {counts}; "
-          f"first round, median of {args.sweeps} steady rounds, then {args.exits} injected exits (SIGKILL)")
+          f"first round, then steady rounds for {args.steady_seconds:g} s (at least {args.sweeps}), "
+          f"then {args.exits} injected exits (SIGKILL)")
+    print(f"  quiet period {settings.MONITOR_QUIET_SECONDS:g} s: a steady job is ticked at its scheduled check or "
+          f"when woken; an injected exit wakes its job as the exit listener would (no run_job task: "
+          f"the latency is the sweep's)")
     backend = use_memory_backend()
     owner = get_user_model().objects.create_user("bench", "bench@example.com", "bench-password-123")
     ws = Workspace.objects.create(name="Bench", slug="bench")
@@ -363,9 +417,11 @@ def main():
                 setup = time.perf_counter() - t0
                 r = measure(size, processes, args, cadence, shards)
                 rows.append((size, processes, r))
-                print(f"  {size:>6} jobs x 8, {processes} worker(s): first {r['first']:6.2f} s, steady sweep "
-                      f"{r['sweep']:6.3f} s ({r['sweep'] / size * 1000:.3f} ms/job), {r['sql']:.2f} queries/job, "
-                      f"{r['redis']:.3f} Redis round trips/job; decision latency p50 {r['p50']:.2f} s, "
+                print(f"  {size:>6} jobs x 8, {processes} worker(s): first {r['first']:6.2f} s "
+                      f"({r['first_sql']:.2f} queries/job), steady sweep median {r['sweep']:6.3f} s, "
+                      f"max {r['sweep_max']:.3f} s over {r['rounds']} rounds "
+                      f"({r['sweep'] / size * 1000:.4f} ms/job); per job per round: {r['ticks']:.3f} ticks, "
+                      f"{r['sql']:.3f} queries, {r['redis']:.4f} Redis round trips; decision latency p50 {r['p50']:.2f} s, "
                       f"p99 {r['p99']:.2f} s, max {r['max']:.2f} s ({r['decided']}/{r['injected']} exits decided, "
                       f"{r['failed']} failed the job; {r['short']} job ticks left by lost leases)  [setup {setup:.0f} s, load {os.getloadavg()[0]:.2f}]",
                       flush=True)

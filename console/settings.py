@@ -272,6 +272,10 @@ MONITOR_SWEEP_SECONDS = float(os.environ.get("VIGIL_MONITOR_SWEEP_SECONDS", "0.5
 # worker takes it under the shard's Redis lease, so N worker processes share the
 # jobs. More shards than worker processes spreads the work evenly.
 MONITOR_SHARDS = max(1, int(os.environ.get("VIGIL_MONITOR_SHARDS", "4")))
+# The longest a steady Running job goes without a tick while the exit listener is alive
+# (monitoring.schedule): it bounds an exit nobody announced (a shim killed with its rank,
+# a lost node). 0 ticks every job every sweep.
+MONITOR_QUIET_SECONDS = float(os.environ.get("VIGIL_MONITOR_QUIET_SECONDS", "10"))
 # How long a shard's lease outlives a worker that died holding it (monitoring.leases).
 MONITOR_LEASE_SECONDS = float(os.environ.get("VIGIL_MONITOR_LEASE_SECONDS", "4"))
 CELERY_BEAT_SCHEDULE = {

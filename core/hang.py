@@ -19,7 +19,7 @@ from core.policy import DetectedProblem
 
 __all__ = [
     "SUSPENDED", "InstanceActivity", "HangVerdict", "ExitHangVerdict", "Suggestion", "HangCheck",
-    "effective_hang_interval", "check_hang", "check_exit_hang", "next_check_at", "plan_hang_check",
+    "effective_hang_interval", "check_hang", "check_exit_hang", "next_check_at", "next_look_at", "plan_hang_check",
     "suggest_hang_interval", "IntervalInForce", "interval_in_force", "HangStatus", "hang_status",
     "CadenceSuggestion", "step_times_from_log", "suggest_from_cadence", "suggestion_set",
 ]
@@ -270,6 +270,36 @@ def next_check_at(
         if first is not None:
             due.append(first.exited_at + config.job_exit_hang_interval)
     return min(due, default=None)
+
+
+def next_look_at(
+    config: FaultToleranceConfig,
+    interval_override: int | None,
+    instances: Sequence[InstanceActivity],
+    attempt_started_at: float,
+    now: float,
+    *,
+    first_progress_at: float | None,
+    override_set_at: float | None = None,
+) -> float | None:
+    """When a monitor that sees nothing new in between must look again: `next_check_at`,
+    and during start-up also the end of the hang interval (if still ahead). Progress
+    can show up in a log without anyone telling the monitor (a step line); from then the
+    shorter hang interval applies, so a monitor that slept until the start-up deadline
+    would flag that hang late."""
+    now = _check_now("now", now)
+    due = next_check_at(config, interval_override, instances, attempt_started_at,
+                        first_progress_at=first_progress_at, override_set_at=override_set_at)
+    interval = effective_hang_interval(config, interval_override)
+    running = _running(instances)
+    if first_progress_at is None and interval is not None and running:
+        force = interval_in_force(config, interval_override, attempt_started_at=attempt_started_at,
+                                  first_progress_at=None, override_set_at=override_set_at)
+        if force is not None and force.startup:
+            at = _latest_activity(running, force.counted_from)[0] + interval
+            if at > now:
+                due = at if due is None else min(due, at)
+    return due
 
 
 def plan_hang_check(

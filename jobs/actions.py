@@ -10,6 +10,7 @@ from datetime import timezone as dt_timezone
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
+from django.db.models import F
 from django.utils import timezone
 
 from infra.bounded import call_bounded
@@ -413,10 +414,20 @@ def isolated_nodes(backend) -> list[str]:
         return []
 
 
+def wake_monitor(job_id: int) -> None:
+    """Something the monitor must look at happened (an exit was announced, the first
+    progress, a new hang interval): the sweep ticks the job at its next pass instead of
+    at its scheduled check. The version bump fails the compare-and-set of a tick that
+    read the job before this, so it cannot schedule past the event."""
+    Job.objects.filter(pk=job_id).update(monitor_next_check_at=None,
+                                         monitor_state_version=F("monitor_state_version") + 1)
+
+
 def mark_running(job: Job, attempt: Attempt) -> None:
     Attempt.objects.filter(pk=attempt.pk, status=AttemptStatus.STARTING).update(status=AttemptStatus.RUNNING)
     first = not Job.objects.filter(pk=job.pk, started_at__isnull=False).exists()
-    fields = {"started_at": timezone.now()} if first else {}
+    # A check scheduled for an earlier attempt means nothing for this one.
+    fields = {"started_at": timezone.now(), "monitor_next_check_at": None} if first else {"monitor_next_check_at": None}
     if job.transition((JobStatus.QUEUING, JobStatus.CREATING, JobStatus.RESTARTING), JobStatus.RUNNING, reason="", **fields):
         record_event(
             job,
@@ -618,6 +629,7 @@ def set_hang_interval(job: Job, value: int | None, *, source: str) -> None:
     a value jobs.serializers.HangInterval accepted."""
     now = timezone.now()
     Job.objects.filter(pk=job.pk).update(hang_interval_override=value, hang_interval_set_at=now)
+    wake_monitor(job.pk)  # the hang deadline moved
     job.hang_interval_override = value
     job.hang_interval_set_at = now
     if value is None:

@@ -61,6 +61,23 @@ def _cadence(job: Job, attempt: Attempt, instances: list[Instance]) -> tuple[han
     return None, ""
 
 
+def _last_outputs(job: Job, attempt: Attempt, instances: list[Instance]) -> dict[str, float | None]:
+    """Each instance's last output as the backend sees it now: the monitor writes a
+    steady job's rows only at its scheduled ticks (monitoring.schedule), up to
+    MONITOR_QUIET_SECONDS apart, and the silence shown must not lag by that much."""
+    outputs = {i.name: _epoch(i.last_output_at) for i in instances}
+    if not attempt.backend_handle:
+        return outputs
+    try:
+        polled = actions.get_backend_for(job).poll(attempt.backend_handle)
+    except Exception:  # noqa: BLE001 - a backend that does not answer: the monitor's view
+        return outputs
+    for p in polled:
+        if p.name in outputs and p.last_output_at is not None:
+            outputs[p.name] = max(outputs[p.name] or 0.0, p.last_output_at)
+    return outputs
+
+
 def hang_panel(job: Job, attempt: Attempt | None, instances: list[Instance], now: datetime) -> HangPanel | None:
     """None when the job has no hang detection to show."""
     if not job.fault_tolerance or attempt is None:
@@ -76,7 +93,8 @@ def hang_panel(job: Job, attempt: Attempt | None, instances: list[Instance], now
     set_seconds = None if suspended else (override if override is not None else config.job_hang_interval)
     status = None
     if not job.finished:
-        activity = [hang.InstanceActivity(i.name, i.status == InstanceStatus.RUNNING, _epoch(i.last_output_at))
+        outputs = _last_outputs(job, attempt, instances)
+        activity = [hang.InstanceActivity(i.name, i.status == InstanceStatus.RUNNING, outputs[i.name])
                     for i in instances]
         started = _epoch(attempt.starting_at) or _epoch(attempt.queued_at) or now.timestamp()
         status = hang.hang_status(config, override, activity, started, now.timestamp(),

@@ -257,6 +257,11 @@ class Job(StatusTransitions, models.Model):
     # its save a compare-and-set, so two workers cannot both write it.
     monitor_state = models.JSONField(default=dict, blank=True)
     monitor_state_version = models.PositiveIntegerField(default=0)
+    # When the sweep must next tick this Running job (monitoring.schedule): its next hang
+    # deadline or periodic check. Null: every sweep. An event (an announced exit, the SDK's
+    # first progress, a new hang interval) sets it back to null and bumps monitor_state_version,
+    # so a tick that read the job before the event cannot schedule past it.
+    monitor_next_check_at = models.DateTimeField(null=True, blank=True, db_index=True)
 
     class Meta:
         ordering = ["-created_at", "-id"]

@@ -1,7 +1,8 @@
 """Celery shells around the monitor tick (monitoring.tick). The sweep is split into
 shards (job id modulo MONITOR_SHARDS), one task per shard per beat tick, each
 worked by one worker at a time under the shard's Redis lease (monitoring.leases),
-so more worker processes watch more jobs. run_job (the exit listener's tick of one
+so more worker processes watch more jobs. A steady job is ticked only when its
+scheduled check is due or an event woke it (monitoring.schedule). run_job (the exit listener's tick of one
 job) takes a short per-job lock. The state changes inside are compare-and-set and
 each decision has its idempotency key, so a tick run twice (a lost lease, run_job
 beside the sweep) costs a wasted tick, never a double restart."""
@@ -15,6 +16,7 @@ from datetime import datetime
 import redis
 from celery import shared_task
 from django.conf import settings
+from django.utils import timezone
 
 from infra import health, metrics
 from infra.client import redis_client
@@ -96,11 +98,29 @@ def sweep(shard: int | None = None, now: datetime | None = None) -> int | None:
         try:
             with leases.renewing(lease):
                 # Read after leasing: no other sweep of this shard runs until we release.
-                count = _sweep_jobs(tick.live_job_ids(shard, settings.MONITOR_SHARDS), now, lease)
+                # Steady jobs wait for their scheduled tick only while exits reach us as events.
+                due_at = (now or timezone.now()) if exits_announced() else None
+                count = _sweep_jobs(tick.live_job_ids(shard, settings.MONITOR_SHARDS, due_at=due_at), now, lease)
         finally:
             lease.release()
     metrics.sweep_done(started, count, settings.MONITOR_SWEEP_SECONDS, shard=shard)
     return count
+
+
+def exits_announced() -> bool:
+    """Is the exit listener alive (its heartbeat fresh)? Then an instance exit reaches
+    the monitor as an event (jobs.actions.wake_monitor) and the sweep may leave steady
+    jobs to their schedule; otherwise it ticks every job, as its poll is the only way
+    an exit is seen."""
+    try:
+        raw = redis_client().get(health.EXITS)
+    except redis.RedisError:
+        return False
+    try:
+        beat = float(raw) if raw is not None else None
+    except ValueError:
+        return False
+    return beat is not None and time.time() - beat < health.stale_after(settings.MONITOR_SWEEP_SECONDS)
 
 
 def _sweep_jobs(ids: list[int], now: datetime | None, lease: leases.Lease | None) -> int:

@@ -31,7 +31,7 @@ from jobs.models import (
     RestartRecord,
     RestartResult,
 )
-from monitoring import checks
+from monitoring import checks, schedule
 from monitoring.restarts import (
     TickAction,
     complete_pending_restart,
@@ -103,10 +103,21 @@ def load_snapshots(job_ids: list[int]) -> dict[int, JobSnapshot]:
 
 def run_job(job_id: int, now: datetime | None = None, *, snapshot: JobSnapshot | None = None) -> TickResult:
     """One tick over one job. Safe to run concurrently and repeatedly. Given the
-    sweep's snapshot it skips the per-job reads and recovers only when needed."""
+    sweep's snapshot it skips the per-job reads and recovers only when needed, and
+    schedules the job's next tick when it found the job steady (monitoring.schedule);
+    any other tick leaves the job due at every sweep."""
     now = now or timezone.now()
-    result = TickResult(job_id)
     job = snapshot.job if snapshot is not None else Job.objects.filter(pk=job_id).select_related("workspace").first()
+    plan: list[datetime] = []
+    result = _run_job(job_id, job, now, snapshot, plan)
+    if job is not None and job.status not in FINISHED_JOB_STATUSES:
+        schedule.store(job, plan[0] if plan else None)
+    return result
+
+
+def _run_job(job_id: int, job: Job | None, now: datetime, snapshot: JobSnapshot | None,
+             plan: list[datetime]) -> TickResult:
+    result = TickResult(job_id)
     if job is None or job.status in FINISHED_JOB_STATUSES:
         if job is not None:
             stop_orphaned_attempts(job)
@@ -164,14 +175,20 @@ def run_job(job_id: int, now: datetime | None = None, *, snapshot: JobSnapshot |
             return result
         checks.scan_logs_for_hints(job, attempt, instances, backend, now)
     checks.check_stragglers(job, attempt, instances, backend, now)
+    if snapshot is not None and schedule.steady(job, attempt, instances, snapshot.live_attempts,
+                                                snapshot.pending_instance_restarts, backend):
+        plan.append(schedule.next_tick_at(job, attempt, instances, now))
     return result
 
 
-def live_job_ids(shard: int | None = None, shards: int = 1) -> list[int]:
+def live_job_ids(shard: int | None = None, shards: int = 1, *, due_at: datetime | None = None) -> list[int]:
     """The jobs a sweep ticks: live ones, and those a person is stopping; given a
     shard, only the jobs whose id is that shard modulo `shards` (every job is in
-    exactly one shard, and stays in it for life)."""
+    exactly one shard, and stays in it for life). Given `due_at`, a Running job
+    whose next tick is scheduled after it is left out (monitoring.schedule)."""
     jobs = Job.objects.filter(status__in=[*LIVE_JOB_STATUSES, JobStatus.STOPPING])
+    if due_at is not None:
+        jobs = jobs.exclude(status=JobStatus.RUNNING, monitor_next_check_at__gt=due_at)
     if shard is not None:
         jobs = jobs.annotate(shard=Mod("pk", Value(shards))).filter(shard=shard)
     return list(jobs.order_by("pk").values_list("pk", flat=True))

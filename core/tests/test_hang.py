@@ -16,6 +16,7 @@ from core.hang import (
     hang_status,
     interval_in_force,
     next_check_at,
+    next_look_at,
     plan_hang_check,
     step_times_from_log,
     suggest_from_cadence,
@@ -156,6 +157,22 @@ def test_the_next_check_waits_for_the_startup_interval_until_progress():
     assert next_check_at(SHORT, None, quiet, START, first_progress_at=START + 2) == START + 2 + 4
     plan = plan_hang_check(SHORT, None, quiet, START, now=START + 7, first_progress_at=None)
     assert plan.hang is None and plan.next_check_at == START + 602
+
+
+def test_a_monitor_asleep_through_startup_looks_again_when_the_hang_interval_would_end():
+    # A step line written unseen at START + 2 ends the start-up interval: the hang is due at
+    # START + 6, not at the start-up deadline of START + 602.
+    quiet = [running("worker-0", START + 2)]
+    assert next_look_at(SHORT, None, quiet, START, START + 3, first_progress_at=None) == START + 2 + 4
+    # Past it with no progress seen, only the start-up deadline is left (new output moves both).
+    assert next_look_at(SHORT, None, quiet, START, START + 7, first_progress_at=None) == START + 602
+    # After the first progress, as next_check_at; nothing running or hang detection off: None.
+    assert next_look_at(SHORT, None, quiet, START, START + 3, first_progress_at=START + 2) == START + 6
+    assert next_look_at(SHORT, None, [exited("worker-0", 1, START + 2)], START, START + 3,
+                        first_progress_at=None) is None
+    assert next_look_at(SHORT, -1, quiet, START, START + 3, first_progress_at=None) is None
+    with pytest.raises(ValueError, match="now"):
+        next_look_at(SHORT, None, quiet, START, "soon", first_progress_at=None)
 
 
 def test_a_runtime_interval_chosen_during_the_attempt_replaces_the_startup_interval():

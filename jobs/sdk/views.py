@@ -192,7 +192,8 @@ class ProgressView(SdkView):
         number = body.get("attempt") or job.current_attempt
         now = timezone.now()
         attempts = Attempt.objects.filter(job=job, number=number)
-        attempts.filter(first_progress_at__isnull=True).update(first_progress_at=now)
+        if attempts.filter(first_progress_at__isnull=True).update(first_progress_at=now):
+            actions.wake_monitor(job.pk)  # the start-up interval ended: the hang deadline moved
         attempts.filter(made_progress=False).update(made_progress=True)
         if number == job.current_attempt:
             Job.objects.filter(pk=job.pk).update(last_progress_at=now, last_progress_step=body["step"])

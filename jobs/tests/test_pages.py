@@ -570,7 +570,9 @@ def test_the_job_page_shows_the_interval_in_force_and_both_suggestions_agreeing_
         m, s = divmod(int(t), 60)
         lines.append(f"2026-11-29T23:{m:02d}:{s:02d}.000000Z step={step} rank=0 loss=0.4\n")
         t += 30.0 if step == 7 else 20.0
-    memory_backend.write_log(attempt.backend_handle, first.name, "".join(lines))
+    # written 130 s ago, as the rows say (the panel reads the backend's last output too)
+    memory_backend.write_log(attempt.backend_handle, first.name, "".join(lines),
+                             now=(now - timedelta(seconds=130)).timestamp())
     JobEvent.objects.create(job=job, type=EventType.SUGGESTION, message="The log shows an NCCL watchdog timeout of 600 s.",
                             payload={"suggested_hang_interval": 450, "watchdog_timeout": 600}, attempt=1)
     expected = core_hang.suggest_from_cadence(core_hang.step_times_from_log("".join(lines)))

@@ -3,8 +3,11 @@ the job, who may call, the limits that protect the console, finished jobs."""
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
 from django.core.cache import cache
+from django.utils import timezone
 from hypothesis import given
 from hypothesis import strategies as st
 from rest_framework.test import APIClient
@@ -167,16 +170,22 @@ def test_bad_config_is_refused_naming_the_field_and_changes_nothing(sdk, job, bo
 
 
 def test_progress_marks_the_attempt_once_and_moves_the_jobs_last_step(sdk, job):
+    scheduled = timezone.now() + timedelta(seconds=600)
+    Job.objects.filter(pk=job.pk).update(monitor_next_check_at=scheduled)  # a steady job's next tick
     r = post(sdk, job.pk, "progress", {"step": 5, "metrics": {"loss": 0.31, "step_time": 1}})
     assert r.status_code == 202, r.content
     attempt = Attempt.objects.get(job=job, number=1)
     first = attempt.first_progress_at
     assert first is not None and attempt.made_progress
+    # The start-up interval ended: the monitor is woken (the hang deadline moved).
+    assert Job.objects.get(pk=job.pk).monitor_next_check_at is None
+    Job.objects.filter(pk=job.pk).update(monitor_next_check_at=scheduled)
     assert post(sdk, job.pk, "progress", {"step": 6}).status_code == 202
     attempt.refresh_from_db()
     job.refresh_from_db()
     assert attempt.first_progress_at == first  # the first progress stays the first
     assert job.last_progress_step == 6 and job.last_progress_at >= first
+    assert job.monitor_next_check_at == scheduled  # a later step changes no deadline
 
 
 def test_progress_from_an_older_attempt_marks_that_attempt_and_not_the_current_one(ws):

@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[2]
 # A worker sweeping a shard whose one job's tick never ends (a teardown grace, a hung
 # backend call): the production sweep path with the tick and the reads stubbed out.
 LONG_SWEEP = ("import sys, time, django; django.setup(); from monitoring import tasks, tick; "
-              "tick.live_job_ids = lambda shard, shards: [1]; tick.load_snapshots = lambda ids: {}; "
+              "tick.live_job_ids = lambda shard, shards, due_at=None: [1]; tick.load_snapshots = lambda ids: {}; "
               "tick.run_job = lambda *a, **k: (print('sweeping', flush=True), time.sleep(120)); "
               "tasks.sweep(int(sys.argv[1]))")
 
@@ -44,7 +44,7 @@ def stub_ticks(monkeypatch):
         with guard:
             inside[0] -= 1
 
-    monkeypatch.setattr(tick, "live_job_ids", lambda shard, shards: [1, 2])
+    monkeypatch.setattr(tick, "live_job_ids", lambda shard, shards, due_at=None: [1, 2])
     monkeypatch.setattr(tick, "load_snapshots", lambda ids: {})
     monkeypatch.setattr(tick, "run_job", run_job)
     return ticked

@@ -1,7 +1,9 @@
 """Turn the shims' exit announcements (Redis PUBLISH) into immediate monitor
-ticks, so a failed rank is handled within milliseconds instead of at the next
-sweep. Losing an announcement costs at most one sweep interval: the exit is on
-disk before it is announced."""
+ticks, so a failed rank is handled within milliseconds, and mark the job due for
+the sweep (which otherwise ticks a steady job only at its scheduled check). While
+this listener's heartbeat is fresh the sweep trusts the schedule; without it, every
+job is ticked every sweep, so losing the listener costs at most one sweep interval
+per exit (the exit is on disk before it is announced)."""
 
 import json
 import logging
@@ -11,7 +13,10 @@ import redis
 from django.conf import settings
 from django.core.management.base import BaseCommand
 
+from django.db import DatabaseError
+
 from infra import health
+from jobs.actions import wake_monitor
 from monitoring.tasks import run_job
 
 log = logging.getLogger(__name__)
@@ -50,4 +55,10 @@ class Command(BaseCommand):
         except (TypeError, ValueError, KeyError):
             log.warning("ignoring a malformed exit announcement: %r", data)
             return
+        # The exit is the event the sweep's schedule waits for: the job is due at the next
+        # sweep even if this task is slow to run; run_job ticks it at once meanwhile.
+        try:
+            wake_monitor(job_id)
+        except DatabaseError:
+            log.warning("could not mark job %s due; its run_job tick still handles the exit", job_id)
         run_job.delay(job_id)

@@ -1,0 +1,81 @@
+"""When the sweep must next tick a steady Running job, so that a job with nothing new
+costs nothing per sweep (issue 17).
+
+A tick that finds the job steady (Running, every instance of its one live attempt
+running, nothing pending) stores the earliest moment anything could change without an
+event: its hang or exit-hang deadline (core.hang.next_look_at), its next periodic check
+(log scan, stragglers, C4D), and at most settings.MONITOR_QUIET_SECONDS ahead. Until
+then the sweep leaves the job alone; an event sets the time back to null
+(jobs.actions.wake_monitor: an announced exit, the first progress, a new hang interval).
+The store is a compare-and-set on monitor_state_version, which wake_monitor bumps, so a
+tick that read the job before an event never schedules past it.
+
+Only jobs on a backend that announces exits are scheduled (the others have no event
+for an exit but the sweep's poll), and only while the exit listener is alive
+(monitoring.tasks decides that per sweep).
+"""
+
+from __future__ import annotations
+
+import random
+from datetime import datetime, timezone as dt_timezone
+
+from django.conf import settings
+
+from core import hang
+from core.flags import ExecutionMode
+from jobs.backends.base import Backend
+from jobs.models import Attempt, AttemptStatus, Instance, InstanceStatus, Job, JobStatus
+from monitoring import checks
+from monitoring.failures import epoch
+from monitoring.state import MonitorState
+
+
+def quiet_seconds() -> float:
+    return float(getattr(settings, "MONITOR_QUIET_SECONDS", 10.0))
+
+
+def steady(job: Job, attempt: Attempt | None, instances: list[Instance], live_attempts: list[Attempt],
+           pending_instance_restarts: list, backend: Backend) -> bool:
+    """Nothing but time can change this job's next tick, short of an event."""
+    return (quiet_seconds() > 0 and backend.exit_channel is not None
+            and job.status == JobStatus.RUNNING and attempt is not None and attempt.status == AttemptStatus.RUNNING
+            and bool(instances) and all(i.status == InstanceStatus.RUNNING for i in instances)
+            and [a.pk for a in live_attempts] == [attempt.pk] and not pending_instance_restarts)
+
+
+def next_tick_at(job: Job, attempt: Attempt, instances: list[Instance], now: datetime) -> datetime:
+    """The earliest moment a tick of this steady job could find something to do."""
+    state = MonitorState.load(job)
+    ts = now.timestamp()
+    # The cap is spread over its second half so jobs scheduled in one sweep do not all
+    # fall due in one later sweep.
+    due = [ts + quiet_seconds() * random.uniform(0.5, 1.0), state.stragglers_at + checks.STRAGGLER_EVERY]
+    if job.fault_tolerance:
+        config = job.ft
+        due.append((state.log_scan_at or 0.0) + checks.LOG_SCAN_EVERY.total_seconds())
+        if config.enable_c4d_hang_detection:
+            due.append(state.c4d_at + config.c4d_common_envs.conn_bw_check_period)
+        if config.job_execution_mode == ExecutionMode.SYNC:
+            activity = [hang.InstanceActivity(name=i.name, running=True, last_output_at=epoch(i.last_output_at))
+                        for i in instances]
+            started = epoch(attempt.starting_at) or epoch(attempt.queued_at) or ts
+            at = hang.next_look_at(config, job.hang_interval_override, activity, started, ts,
+                                   first_progress_at=epoch(attempt.first_progress_at),
+                                   override_set_at=epoch(job.hang_interval_set_at))
+            if at is not None:
+                due.append(at)
+    return datetime.fromtimestamp(max(ts, min(due)), tz=dt_timezone.utc)
+
+
+def store(job: Job, at: datetime | None) -> None:
+    """Schedule the job's next tick (None: every sweep). Scheduling is a compare-and-set
+    against events; clearing always wins."""
+    if at == job.monitor_next_check_at:
+        return
+    rows = Job.objects.filter(pk=job.pk)
+    if at is not None:
+        rows = rows.filter(monitor_state_version=job.monitor_state_version)
+    if rows.update(monitor_next_check_at=at):
+        job.monitor_next_check_at = at
+

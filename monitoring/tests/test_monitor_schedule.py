@@ -1,0 +1,186 @@
+"""The sweep pays for changes, not for jobs (issue 17): a steady Running job is ticked at
+its scheduled check (its hang deadline, its next periodic check, at most
+MONITOR_QUIET_SECONDS ahead) or when an event wakes it, and costs no query of its own
+in between. Real Redis (the shard leases, the exit listener's heartbeat), in-memory
+backend that announces its exits as the local and Slurm backends do."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from infra import health
+from infra.client import redis_client
+from jobs import actions
+from jobs.backends import get_backend, reset_backends
+from jobs.backends.memory import MemoryBackend
+from jobs.models import Attempt, EventType, Job, JobEvent, RestartRecord
+from monitoring import schedule, tasks
+from testsupport import factory
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.redis]
+
+HANG = ("--job-execution-mode=Sync --enable-job-restart=True --max-num-of-job-restart=3 "
+        "--fault-tolerant-policy=ExitCodeAndErrorMsg --enable-job-hang-detection=True --job-hang-interval=100")
+NCCL = b"RuntimeError: NCCL error in: ProcessGroupNCCL.cpp:1331, unhandled system error, NCCL version 2.18.1\n"
+
+
+class AnnouncingMemoryBackend(MemoryBackend):
+    @property
+    def exit_channel(self) -> str | None:
+        return "vigil:test:instance-exit"
+
+
+@pytest.fixture
+def backend(settings, _test_wiring):
+    settings.JOB_BACKENDS = {"local": {"BACKEND": f"{__name__}.AnnouncingMemoryBackend", "OPTIONS": {}}}
+    settings.MONITOR_QUIET_SECONDS = 1000  # the deadlines below decide, not the cap
+    reset_backends()
+    yield get_backend("local")
+    reset_backends()
+
+
+@pytest.fixture
+def listener_alive():
+    """The exit listener's heartbeat, fresh: the sweep trusts the schedule."""
+    health.record(health.EXITS)
+    yield
+    redis_client().delete(health.EXITS)
+
+
+def steady_jobs(user, ws, backend, count: int, flags: str = HANG) -> list[Job]:
+    """Running jobs whose ranks wrote a step line just now (first progress seen)."""
+    jobs = []
+    for n in range(count):
+        job = factory.submit(user, ws, flags=flags, launch=True, display_name=f"steady-{n}")
+        handle = Attempt.objects.get(job=job, number=1).backend_handle
+        for name in backend.instance_names(handle):
+            backend.write_log(handle, name, b"step=1 loss=0.5\n")
+        jobs.append(job)
+    return jobs
+
+
+def later(seconds: float):
+    return timezone.now() + timedelta(seconds=seconds)
+
+
+def test_a_steady_job_costs_no_query_of_its_own_until_its_check_is_due(
+        alice, alice_ws, backend, listener_alive, django_assert_max_num_queries, settings):
+    jobs = steady_jobs(alice, alice_ws, backend, 6)
+    assert tasks.sweep(now=later(1)) == 6  # new: every job is ticked, then scheduled
+    for job in jobs:
+        job.refresh_from_db()
+        # the first of its periodic checks: the log scan and stragglers, 30 s on
+        assert later(25) < job.monitor_next_check_at < later(32), job.monitor_next_check_at
+    # One query per shard for the list of due jobs, whatever the number of jobs.
+    with django_assert_max_num_queries(settings.MONITOR_SHARDS):
+        assert tasks.sweep(now=later(2)) == 0
+    # Due again: each shard reads its jobs' state in five bulk queries (jobs, live attempts,
+    # instances, pending restarts, the list); a job's own are its three writes (the log scan's
+    # and the straggler check's claims, its next check), none per instance.
+    with django_assert_max_num_queries(5 * settings.MONITOR_SHARDS + 3 * len(jobs)) as counted:
+        assert tasks.sweep(now=later(31)) == 6
+    print(f"{len(counted.captured_queries)} queries for a sweep of {len(jobs)} due steady jobs")
+
+
+def test_an_announced_exit_is_decided_at_the_next_sweep(alice, alice_ws, backend, listener_alive):
+    [job] = steady_jobs(alice, alice_ws, backend, 1)
+    tasks.sweep(now=later(1))
+    job.refresh_from_db()
+    assert job.monitor_next_check_at > later(20)
+    handle = Attempt.objects.get(job=job, number=1).backend_handle
+    backend.write_log(handle, "worker-0", NCCL)
+    backend.finish(handle, "worker-0", exit_code=1)
+    assert tasks.sweep(now=later(2)) == 0, "unannounced, the exit waits for the job's check"
+    actions.wake_monitor(job.pk)  # what the exit listener does with the announcement
+    assert tasks.sweep(now=later(3)) == 1
+    assert RestartRecord.objects.filter(job=job).count() == 1
+    job.refresh_from_db()
+    assert job.current_attempt == 2 and job.monitor_next_check_at is None
+
+
+def test_a_hang_is_flagged_by_the_first_sweep_at_its_deadline(alice, alice_ws, backend, listener_alive, settings):
+    settings.MONITOR_QUIET_SECONDS = 10_000
+    [job] = steady_jobs(alice, alice_ws, backend, 1)
+    actions.set_hang_interval(job, 20, source="the test")  # shorter than the periodic checks
+    tasks.sweep(now=later(1))
+    job.refresh_from_db()
+    written = max(Attempt.objects.get(job=job, number=1).instances.values_list("last_output_at", flat=True))
+    # exact: the interval after the last output (or the change of interval, if later)
+    deadline = max(written, job.hang_interval_set_at) + timedelta(seconds=20)
+    assert job.monitor_next_check_at == deadline
+    assert tasks.sweep(now=deadline - timedelta(seconds=0.1)) == 0
+    assert not JobEvent.objects.filter(job=job, type=EventType.HANG).exists()
+    assert tasks.sweep(now=deadline) == 1
+    assert JobEvent.objects.filter(job=job, type=EventType.HANG).count() == 1
+
+
+def test_an_event_after_the_tick_read_the_job_is_never_scheduled_past(alice, alice_ws, backend):
+    [job] = steady_jobs(alice, alice_ws, backend, 1)
+    read = Job.objects.get(pk=job.pk)  # a tick's snapshot
+    actions.wake_monitor(job.pk)  # an exit announced meanwhile
+    schedule.store(read, later(30))
+    assert Job.objects.get(pk=job.pk).monitor_next_check_at is None
+    fresh = Job.objects.get(pk=job.pk)
+    schedule.store(fresh, later(30))
+    assert Job.objects.get(pk=job.pk).monitor_next_check_at is not None
+
+
+def test_without_the_exit_listener_every_job_is_ticked_every_sweep(alice, alice_ws, backend):
+    redis_client().delete(health.EXITS)
+    steady_jobs(alice, alice_ws, backend, 3)
+    assert tasks.sweep(now=later(1)) == 3
+    assert tasks.sweep(now=later(2)) == 3, "a lost exit announcement would wait for the schedule"
+
+
+def test_a_backend_that_does_not_announce_exits_is_never_scheduled(alice, alice_ws, memory_backend, listener_alive):
+    [job] = steady_jobs(alice, alice_ws, memory_backend, 1)
+    assert tasks.sweep(now=later(1)) == 1
+    assert tasks.sweep(now=later(2)) == 1
+    job.refresh_from_db()
+    assert job.monitor_next_check_at is None
+
+
+def test_the_hang_panel_shows_the_silence_as_of_now_between_scheduled_ticks(alice, alice_ws, backend, listener_alive):
+    from jobs.hang_panel import hang_panel
+
+    [job] = steady_jobs(alice, alice_ws, backend, 1)
+    tasks.sweep(now=later(1))
+    attempt = Attempt.objects.get(job=job, number=1)
+    written = max(attempt.instances.values_list("last_output_at", flat=True)).timestamp()
+    backend.write_log(attempt.backend_handle, "worker-0", b"step=2 loss=0.4\n", now=written + 50)
+    job.refresh_from_db()
+    panel = hang_panel(job, attempt, list(attempt.instances.all()), later(0) + timedelta(seconds=55))
+    assert panel is not None and panel.status is not None
+    assert panel.status.silent_seconds < 10, "the panel showed the monitor's last look, not the log's last write"
+
+
+def test_an_exit_announcement_wakes_the_job_and_ticks_it(alice, alice_ws, backend, listener_alive):
+    import json
+
+    from monitoring.management.commands.listen_exits import Command
+
+    [job] = steady_jobs(alice, alice_ws, backend, 1)
+    tasks.sweep(now=later(1))
+    handle = Attempt.objects.get(job=job, number=1).backend_handle
+    backend.write_log(handle, "worker-0", NCCL)
+    backend.finish(handle, "worker-0", exit_code=1)
+    later_tick = tasks.sweep(now=later(2))  # scheduled: not ticked
+    Command().dispatch(json.dumps({"job_id": job.pk, "attempt": 1, "instance": "worker-0", "exit_code": 1}))
+    assert later_tick == 0 and Job.objects.get(pk=job.pk).monitor_state_version > job.monitor_state_version
+    # Celery is eager here: run_job ticked at once; the cascade settle window leaves the
+    # decision to the sweep a second later at most.
+    tasks.sweep(now=later(3))
+    assert RestartRecord.objects.filter(job=job).count() == 1
+
+
+def test_a_new_hang_interval_wakes_a_scheduled_job(alice, alice_ws, backend, listener_alive):
+    [job] = steady_jobs(alice, alice_ws, backend, 1)
+    tasks.sweep(now=later(1))
+    job.refresh_from_db()
+    assert job.monitor_next_check_at is not None
+    actions.set_hang_interval(job, 5, source="the test")
+    assert Job.objects.get(pk=job.pk).monitor_next_check_at is None
+    assert tasks.sweep(now=later(2)) == 1
