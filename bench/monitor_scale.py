@@ -1,7 +1,8 @@
 """How long the production monitor sweep takes, and how soon an exit is decided on, as the
 number of running jobs and worker processes grows (a benchmark, not a test).
 
-Each job is a Sync PyTorchJob (1 Master + 7 Workers = 8 instances) with the seed's
+Each job is a Sync PyTorchJob (1 Master + 7 Workers = 8 instances; --instances N for
+1 Master + N-1 Workers) with the seed's
 fault-tolerance flags, running on the in-memory backend, every instance alive and
 recently printing. What runs is what production runs: `monitoring.tasks.sweep(shard)`,
 one call per shard (VIGIL_MONITOR_SHARDS, the production default unless --shards),
@@ -57,7 +58,7 @@ sys.path.insert(0, str(ROOT))
 
 SEED_SYNC = ("--job-execution-mode=Sync --enable-job-restart=True --max-num-of-job-restart=3 "
              "--fault-tolerant-policy=ExitCodeAndErrorMsg")
-WORKERS = 7
+WORKERS = 7  # per job, beside its Master (--instances)
 PG_DB = f"vigil_bench_scale_{os.getpid()}"  # two runs at once never share (or drop) one
 
 
@@ -353,6 +354,7 @@ def main():
     parser.add_argument("--workers", default="1,2,4", help="worker process counts")
     parser.add_argument("--sweeps", type=int, default=3, help="steady-state rounds per run (median reported)")
     parser.add_argument("--exits", type=int, default=50, help="injected instance exits per run")
+    parser.add_argument("--instances", type=int, default=WORKERS + 1, help="instances per job (1 Master, the rest Workers)")
     parser.add_argument("--shards", type=int, default=0, help="VIGIL_MONITOR_SHARDS (0: the production default)")
     parser.add_argument("--quiet", type=float, default=None,
                         help="VIGIL_MONITOR_QUIET_SECONDS (default: the production default; 0 ticks every job every sweep)")
@@ -361,6 +363,9 @@ def main():
     parser.add_argument("--postgres", nargs="?", const="postgres://postgres@127.0.0.1:5432", default=None,
                         help="PostgreSQL server URL (without database) instead of SQLite")
     args = parser.parse_args()
+    if args.instances < 2:
+        parser.error("--instances: at least 2 (a Master and a Worker)")
+    globals()["WORKERS"] = args.instances - 1
     sizes = [int(s) for s in args.sizes.split(",")]
     counts = [int(w) for w in args.workers.split(",")]
     if args.shards:
@@ -417,7 +422,7 @@ def main():
                 setup = time.perf_counter() - t0
                 r = measure(size, processes, args, cadence, shards)
                 rows.append((size, processes, r))
-                print(f"  {size:>6} jobs x 8, {processes} worker(s): first {r['first']:6.2f} s "
+                print(f"  {size:>6} jobs x {WORKERS + 1}, {processes} worker(s): first {r['first']:6.2f} s "
                       f"({r['first_sql']:.2f} queries/job), steady sweep median {r['sweep']:6.3f} s, "
                       f"max {r['sweep_max']:.3f} s over {r['rounds']} rounds "
                       f"({r['sweep'] / size * 1000:.4f} ms/job); per job per round: {r['ticks']:.3f} ticks, "
