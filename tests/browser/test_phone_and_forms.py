@@ -15,6 +15,7 @@ from django.utils import timezone
 from playwright.sync_api import expect
 
 from jobs.models import Job, JobEvent, JobStatus, RestartRecord
+from test_log_lines import serious_violations
 
 pytestmark = [pytest.mark.browser, pytest.mark.redis, pytest.mark.django_db(transaction=True)]
 
@@ -83,11 +84,13 @@ def test_phone_layouts_fit_390px_and_the_restart_reason_reads_in_a_few_lines(pag
         "job-list": f"{ws}/jobs/",
         "job-page": f"{ws}/jobs/{job.pk}/",
     }
-    wide = {}
+    wide, axe = {}, {}
     for name, path in pages.items():
         page.goto(path)
         shoot(page, f"phone-{name}")
         wide[name] = overflow(page)
+        if name in ("channels", "deliveries", "rules"):
+            axe[name] = serious_violations(page)
         if name == "channels":
             # what the admin reads on the row is all there, not cut at the screen's edge
             expect(page.get_by_text("ops-webhook")).to_be_visible()
@@ -105,11 +108,13 @@ def test_phone_layouts_fit_390px_and_the_restart_reason_reads_in_a_few_lines(pag
         if name == "job-page":
             reason = page.locator("#part-restarts td.reason").first
             expect(reason).to_have_text("ECONNRESET on worker-0 — restart 1 of 3")
-            # one word per line made the cell ~20 lines tall; a readable cell takes a few
+            assert axe == {"channels": [], "deliveries": [], "rules": []}  # axe-core: no serious or critical violation
+    # one word per line made the cell ~20 lines tall; a readable cell takes a few
             lines = line_count(reason)
             wide["restart reason lines"] = lines
     assert wide == {**dict.fromkeys(pages, 0), "channel url right edge": False, "delivery error right edge": False,
                     "restart reason lines": wide["restart reason lines"]}, f"pages wider than 390 px (px over): {wide}"
+    assert axe == {"channels": [], "deliveries": [], "rules": []}  # axe-core: no serious or critical violation
     # one word per line made the cell ~20 lines tall; a readable cell takes a few
     assert wide["restart reason lines"] <= 5, f"the restart reason takes {wide['restart reason lines']} lines"
 
@@ -152,6 +157,7 @@ def test_notification_forms_look_like_the_job_form(page_for, alice, alice_ws, no
     page.click("button:has-text('Save')")
     expect(page.locator(".field-error, .has-errors li").first).to_be_visible()
     shoot(page, "rule-form-errors")
+    axe = {"rule form": serious_violations(page)}
     placed = page.evaluate(ERRORS_IN_THEIR_BOXES)
     assert placed and all(ok >= 18 if what == "bullet room" else ok for what, ok in placed), placed
     boxes = {"Enabled": page.locator("#id_enabled").evaluate(BOX_BESIDE_LABEL)}
@@ -161,6 +167,8 @@ def test_notification_forms_look_like_the_job_form(page_for, alice, alice_ws, no
     page.goto(f"{ws}/notifications/channels/{channel.pk}/edit/")
     boxes["Generate a new signing secret"] = page.locator("#id_rotate_secret").evaluate(BOX_BESIDE_LABEL)
     shoot(page, "channel-form")
+    axe["channel form"] = serious_violations(page)
+    assert axe == {"rule form": [], "channel form": []}
     for name, where in boxes.items():
         assert where["gap"] is not None and 0 <= where["gap"] <= 12 and where["dy"] <= 4, (name, where)
     # issue 15, defect 11: a private address is refused at its field, and the address the
