@@ -641,7 +641,12 @@ class LocalBackend(Backend):
             try:
                 if os.path.isdir(park_dir):
                     shutil.rmtree(park_dir)
-                os.makedirs(park_dir, mode=0o700)
+                # Every level root's and 0700 (makedirs gives the upper ones the default mode):
+                # a job must not reach a parked shim's control socket, nor list the standbys.
+                gen_dir = os.path.dirname(park_dir)
+                for d in (os.path.dirname(gen_dir), gen_dir, park_dir):
+                    os.makedirs(d, mode=0o700, exist_ok=True)
+                    os.chmod(d, 0o700)
                 user = ispec.get("user")
                 shim.write_json_atomic(os.path.join(park_dir, shim.PARK_SPEC), {
                     "python": python, "command": ispec.get("command"), "cwd": cwd, "env": env, "user": user,

@@ -545,7 +545,7 @@ def park(park_dir, ready_fd):
     log_fd = os.open(os.path.join(park_dir, "park.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     try:
         child = subprocess.Popen(
-            [spec["python"], BOOT_PATH, str(theirs.fileno())],
+            [spec["python"], BOOT_PATH, str(theirs.fileno()), str(os.getpid())],
             cwd=spec["cwd"], env=spec["env"], stdin=subprocess.DEVNULL, stdout=log_fd, stderr=log_fd,
             process_group=0, close_fds=True, pass_fds=(theirs.fileno(),), **_identity(spec.get("user")),
         )

@@ -175,15 +175,24 @@ def _stand_in_for_the_shell(rank):
 
 def main():
     _die_with_parent()
+    if len(sys.argv) > 2 and os.getppid() != int(sys.argv[2]):
+        os._exit(0)  # the shim died before PDEATHSIG was set: nobody would ever end this standby
     sock = socket.socket(fileno=int(sys.argv[1]))
     _park(sock)
-    launch, fds = _recv_message(sock)
-    _live_with_parent()
-    sock.close()
-    _become_rank(launch, fds)
-    for f in (sys.stdout, sys.stderr):
-        f.flush()
-    rank = os.fork()
+    try:
+        launch, fds = _recv_message(sock)
+        _live_with_parent()
+        sock.close()
+        _become_rank(launch, fds)
+        for f in (sys.stdout, sys.stderr):
+            f.flush()
+        rank = os.fork()
+    except BaseException as exc:  # noqa: BLE001 - the rank never ran: say so where its log is
+        # Exit 127, as /bin/sh does for a command it cannot start, with the reason on
+        # stderr (the attempt's log once _become_rank has put it there).
+        sys.stderr.write(f"vigil: the parked interpreter could not start the rank: {type(exc).__name__}: {exc}\n")
+        sys.stderr.flush()
+        os._exit(127)
     if rank:
         _stand_in_for_the_shell(rank)
     try:

@@ -138,6 +138,9 @@ def test_a_warm_rank_sees_what_a_cold_one_sees(backends, work):
     first = launch(backend, command, work, 1)
     wait_finished(backend, first, timeout=30)
     standby = wait_parked(backend, "warmjob", 2, 2)
+    warm_root = os.path.join(backend.data_dir, "jobs", "warmjob", "warm")
+    for d in (warm_root, os.path.join(warm_root, "attempt-2"), os.path.join(warm_root, "attempt-2", "master-0")):
+        assert os.stat(d).st_mode & 0o777 == 0o700  # no job reaches a control socket
     for state in standby.values():  # parked at the lowest priority, as the job's user
         with open(f"/proc/{state['child_pid']}/stat") as f:
             assert int(f.read().rsplit(")", 1)[1].split()[16]) == (19 if os.geteuid() == 0 else 0)
