@@ -47,8 +47,8 @@ def submit(who, workspace, *, flags: str | None = None, launch: bool = False, **
     must answer 201) or a user (the domain's submit_job, as the form does). `flags` set
     the monitoring settings; other keyword arguments override the body's fields.
     `launch=True` starts attempt 1 in-process (a test without Celery's on-commit send)."""
-    if flags is not None:
-        fields.setdefault("settings", with_flags(flags))
+    if flags is not None:  # the flags decide the settings, over a body's own
+        fields["settings"] = with_flags(flags)
     body = pytorch_job(workspace, **fields)
     if hasattr(who, "post"):
         r = who.post("/api/v1/jobs/", body, format="json")
