@@ -225,7 +225,24 @@ def _job_context(request, workspace, job) -> dict:
         "now": now,
         # Lazy: it reads log tails, and only the instances part shows it.
         "hang": SimpleLazyObject(lambda: hang_panel(job, current, instances, now)),
+        # Lazy too: it asks the backend (processes on this machine), for the instances part only.
+        "standby": SimpleLazyObject(lambda: _standby_view(job)),
     }
+
+
+def _standby_view(job) -> dict | None:
+    """What the warm standby of a job costs now: parked interpreters and their resident memory."""
+    try:
+        if job.finished or not (job.fault_tolerance and job.ft.enable_warm_restart):
+            return None
+        parked = actions.get_backend_for(job).standby(str(job.pk))
+    except Exception:  # noqa: BLE001 - a page part must render even if the backend cannot say
+        return None
+    if not parked:
+        return None
+    rss = [p["rss"] for p in parked if p["rss"] is not None]
+    return {"count": len(parked), "ready": sum(1 for p in parked if p["parked"]),
+            "attempt": max(p["attempt"] for p in parked), "rss": sum(rss) if rss else None}
 
 
 def _failure_verdict(job):

@@ -288,6 +288,11 @@ class Backend(ABC):
         job is over. Returns the PIDs ended; backends that park nothing have none."""
         return []
 
+    def standby(self, job_id) -> list[dict]:
+        """The parked interpreters kept for a job's next attempt, each {"instance",
+        "attempt", "pid", "parked" (imports done), "rss" (bytes, or None)}; none by default."""
+        return []
+
     def stop_everything(self, grace: float = 0.5) -> list[int]:
         """Stop every instance of every attempt this backend holds (test teardown,
         decommissioning); returns the PIDs it had to kill outright."""

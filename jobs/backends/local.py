@@ -705,6 +705,23 @@ class LocalBackend(Backend):
             pids += [state["shim_pid"], state["child_pid"]]
         return pids
 
+    def standby(self, job_id) -> list[dict]:
+        """The job's live parked interpreters, with their resident memory (the job page's cost line)."""
+        root = os.path.join(self.data_dir, "jobs", str(job_id), WARM)
+        out = []
+        for gen in sorted(_listdir(root)):
+            for name in sorted(_listdir(os.path.join(root, gen))):
+                state = self._standby_alive(os.path.join(root, gen, name))
+                if state is None:
+                    continue
+                try:
+                    rss = psutil.Process(state["child_pid"]).memory_info().rss
+                except psutil.Error:
+                    rss = None
+                out.append({"instance": name, "attempt": int(gen.rpartition("-")[2]), "pid": state["child_pid"],
+                            "parked": bool(state.get("parked_at")), "rss": rss})
+        return out
+
     # -- placement & ports -----------------------------------------------------
     def _place(self, spec: AttemptLaunch) -> dict[str, tuple[str, str]]:
         nodes = self.list_nodes()

@@ -4,6 +4,7 @@ the parked interpreters, the job page says so, and a stop leaves no parked proce
 
 import json
 import os
+import re
 import textwrap
 import time
 
@@ -78,7 +79,8 @@ def wait_for(predicate, seconds):
     raise AssertionError(f"not true within {seconds} s")
 
 
-def test_a_stopped_job_keeps_no_parked_interpreter(api, alice, alice_ws, local_backend, tmp_path):
+def test_the_page_shows_the_standby_and_a_stopped_job_keeps_no_parked_interpreter(api, client, alice, alice_ws,
+                                                                                  local_backend, tmp_path):
     script = tmp_path / "train.py"
     script.write_text(SCRIPT)
     job = factory.submit(api, alice_ws, flags=FLAGS, user_command=factory.script_command(script),
@@ -87,6 +89,10 @@ def test_a_stopped_job_keeps_no_parked_interpreter(api, alice, alice_ws, local_b
                       and all(x.get("parked_at") for x in s) and s, 30)
     pids = [(s[k], s[k.replace("pid", "start")]) for s in states for k in ("shim_pid", "child_pid")]
     assert all(proc_start_ticks(p) == t for p, t in pids)
+    client.force_login(alice)
+    page = client.get(reverse("pages:job-detail", args=[alice_ws.slug, job.pk])).content.decode()
+    assert "Warm standby for attempt 2: 2 parked interpreters (2 with their imports done)," in page
+    assert re.search(r"[0-9.]+\xa0(MB|KB|GB) resident", page)
     actions.stop_job(alice, job)
     actions.finish_stop(job.pk)  # the stop task may have run it already
     job.refresh_from_db()
