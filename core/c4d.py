@@ -178,9 +178,12 @@ def analyze_collectives(
     min_excess_s: float = 0.005,
     consistency: float = 0.75,
     min_samples: int = 5,
+    judge_slowness: bool = True,
 ) -> C4DResult:
     """Classify ranks as hung or slow. `world_size` makes silent ranks (no records) count
-    as never having entered any collective. Returns the verdicts and the next state."""
+    as never having entered any collective. judge_slowness=False for records whose exit
+    times are not measured (core.flight_recorder on gloo). Returns the verdicts and the
+    next state."""
     state = state or C4DState()
     by_rank = _normalise(records)
     if world_size is not None:
@@ -200,7 +203,7 @@ def analyze_collectives(
         verdicts.append(C4DVerdict(rank, kind, severity, message, evidence))
 
     hung = {r for r, *_ in hang}
-    for v in _slowness(by_rank, window, slow_ratio, warn_ratio, min_excess_s, consistency,
+    for v in [] if not judge_slowness else _slowness(by_rank, window, slow_ratio, warn_ratio, min_excess_s, consistency,
                        min_samples):
         if v.rank not in hung and None not in hung:
             verdicts.append(v)
