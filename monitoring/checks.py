@@ -19,7 +19,7 @@ from jobs import actions
 from jobs.backends.base import Backend, BackendError
 from jobs.logs import InstanceLog
 from jobs.models import (
-    Attempt, C4DReport, DiagnosisKind, DiagnosisTrigger, EventLevel, EventType, Instance, InstanceStatus, Job,
+    Attempt, DiagnosisKind, DiagnosisTrigger, EventLevel, EventType, Instance, InstanceStatus, Job,
 )
 from monitoring import diagnose
 from monitoring.failures import PROGRESS_RE, TAIL_BYTES, epoch
@@ -62,13 +62,13 @@ def first_progress_of(job: Job, config: FaultToleranceConfig, attempt: Attempt, 
                       backend: Backend, now: datetime) -> float | None:
     """When the attempt first made progress (the end of its start-up interval), as the
     restart-loop breaker counts progress: the SDK's report_progress, a step line in a
-    log, and with C4D on a rank's first collective. Found once and kept in
+    log, and with C4D on a rank's first collective (SDK or Flight Recorder). Found once and kept in
     Attempt.first_progress_at; until then only logs written since the last look are read."""
     if attempt.first_progress_at is not None:
         return attempt.first_progress_at.timestamp()
     found: datetime | None = None
-    if config.enable_c4d_hang_detection and (
-            C4DReport.objects.filter(job=job, attempt=attempt.number).exclude(records=[]).exists()):
+    # A rank's first collective, from the SDK's reports or PyTorch's Flight Recorder dumps.
+    if config.enable_c4d_hang_detection and any(diagnose.c4d_input(job, attempt).records.values()):
         found = now
     state = MonitorState.load(job)
     looked = state.progress_scan_at if state.progress_scan_attempt == attempt.number else None

@@ -16,9 +16,10 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from core.c4d import C4DResult, C4DState, C4DVerdict, analyze_collectives
+from core.c4d import C4DResult, C4DState, C4DVerdict, CollectiveRecord, analyze_collectives
 from core.classify import Classification
 from core.flags import C4DLogLevel, FaultToleranceConfig
+from core.flight_recorder import load_dump, records_from_dump
 from core.stacks import (
     DUMP_FAILED,
     NOT_PYTHON,
@@ -102,13 +103,13 @@ def _dump_instance(backend: Backend, handle: dict, inst: Instance) -> list[Proce
 
 
 def _open_collectives(job: Job, attempt: Attempt) -> dict[int, int]:
-    """rank -> the sequence number of the collective it is inside, where C4D reported one."""
+    """rank -> the sequence number of the collective it is inside, where C4D (the SDK's
+    reports or PyTorch's Flight Recorder) has one."""
     out: dict[int, int] = {}
-    for report in C4DReport.objects.filter(job=job, attempt=attempt.number):
-        open_seqs = [int(r["seq"]) for r in report.records or ()
-                     if isinstance(r, dict) and r.get("exit") is None and isinstance(r.get("seq"), int)]
+    for rank, records in c4d_input(job, attempt).records.items():
+        open_seqs = [r.seq for r in records if r.exit is None]
         if open_seqs:
-            out[report.rank] = max(open_seqs)
+            out[rank] = max(open_seqs)
     return out
 
 
@@ -153,6 +154,44 @@ def c4d_records(job: Job, attempt: Attempt) -> dict[int, list[dict]]:
     return {r.rank: r.records for r in C4DReport.objects.filter(job=job, attempt=attempt.number)}
 
 
+@dataclass(frozen=True)
+class C4DInput:
+    """What C4D judges, and from where: "sdk" (the ranks' reports) or "flight_recorder"
+    (PyTorch's dumps, for a job whose code never calls the SDK). timed: exit times are
+    measured, so slowness can be judged (gloo's Flight Recorder has none)."""
+
+    records: dict[int, list[CollectiveRecord]]
+    source: str
+    timed: bool
+
+
+def c4d_input(job: Job, attempt: Attempt) -> C4DInput:
+    """The SDK's reports where any rank sent some (its exit times are measured), else the
+    Flight Recorder dumps the backend collected; a dump that cannot be read is skipped."""
+    reported = {rank: recs for rank, recs in c4d_records(job, attempt).items() if recs}
+    if reported:
+        parsed = {}
+        for rank, recs in reported.items():
+            try:
+                parsed[rank] = [CollectiveRecord.from_dict(r) for r in recs]
+            except ValueError:
+                continue
+        return C4DInput(parsed, "sdk", True)
+    try:
+        dumps = actions.get_backend_for(job).flight_recorder_dumps(attempt.backend_handle or {})
+    except (BackendError, OSError) as exc:
+        log.warning("job %s: Flight Recorder dumps unavailable: %s", job.pk, exc)
+        dumps = {}
+    traces = {}
+    for rank, data in dumps.items():
+        try:
+            traces[rank] = records_from_dump(load_dump(data))
+        except ValueError as exc:
+            log.warning("job %s rank %s: %s", job.pk, rank, exc)
+    return C4DInput({rank: list(t.records) for rank, t in traces.items()}, "flight_recorder",
+                    bool(traces) and all(t.timed for t in traces.values()))
+
+
 def run_c4d(job: Job, attempt: Attempt, config: FaultToleranceConfig, now: datetime | None = None, *,
             state: MonitorState | None = None) -> C4DResult | None:
     """Classify ranks from their collective reports; record what the log level shows.
@@ -161,8 +200,9 @@ def run_c4d(job: Job, attempt: Attempt, config: FaultToleranceConfig, now: datet
     state = state if state is not None else MonitorState.load(job)
     c4d_state = C4DState.from_dict(state.c4d if state.c4d_attempt == attempt.number else None)
     instances = list(attempt.instances.all())
-    result = analyze_collectives(c4d_records(job, attempt), config.c4d_common_envs, _now_ts(now), c4d_state,
-                                 world_size=len(instances))
+    found = c4d_input(job, attempt)
+    result = analyze_collectives(found.records, config.c4d_common_envs, _now_ts(now), c4d_state,
+                                 world_size=len(instances), judge_slowness=found.timed)
     state.c4d, state.c4d_attempt = result.state.to_dict(), attempt.number
     if not state.save(job):
         return None
@@ -173,7 +213,8 @@ def run_c4d(job: Job, attempt: Attempt, config: FaultToleranceConfig, now: datet
                      "node": by_rank[v.rank].node if v.rank in by_rank else ""} for v in shown]
         summary = "\n".join(f"[{v.severity}] {v.kind}: {v.message}" for v in shown)
         with transaction.atomic():
-            diagnosis = record_diagnosis(job, attempt, DiagnosisKind.C4D, summary, {"verdicts": verdicts}, DiagnosisTrigger.PERIODIC)
+            diagnosis = record_diagnosis(job, attempt, DiagnosisKind.C4D, summary,
+                                         {"verdicts": verdicts, "source": found.source}, DiagnosisTrigger.PERIODIC)
             for v, d in zip(shown, verdicts):
                 level = {C4DLogLevel.ERROR: EventLevel.ERROR, C4DLogLevel.WARNING: EventLevel.WARNING}.get(
                     v.severity, EventLevel.INFO)

@@ -265,6 +265,11 @@ class Backend(ABC):
         """PIDs of the instance's processes on this machine (for stack dumps)."""
         raise BackendError(f"backend {self.name or type(self).__name__} cannot list local PIDs")
 
+    def flight_recorder_dumps(self, handle: dict) -> dict[int, bytes]:
+        """rank -> the newest PyTorch Flight Recorder dump of the attempt's ranks, where the
+        backend collects them (C4D without code changes); {} where it does not."""
+        return {}
+
     def dump_stacks(self, handle: dict, name: str, timeout: float = 30.0) -> list[dict]:
         """py-spy dumps of the instance's Python processes taken where they run, for
         an instance pids() cannot reach from here: [{"pid", "stacks"}] or

@@ -56,11 +56,13 @@ from __future__ import annotations
 
 import fcntl
 import os
+import re
 import select
 import random
 import shutil
 import signal as signals
 import socket
+import stat
 import subprocess
 import sys
 import time
@@ -85,6 +87,15 @@ STOP = "stop.json"
 ATTEMPT = "attempt.json"
 LAUNCH = "launch.json"  # who claimed the attempt, and when its launch completed
 NODES = "nodes.json"
+# C4D from PyTorch's Flight Recorder (_flight_recorder_env): where each instance's dumps go,
+# the names they take, how many collectives a rank keeps (the hang needs the last few;
+# a dump is written whenever it changes, so it stays small), the most read of one.
+FR_DIR = "c4d"
+FR_BOOT_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fr_boot.py")
+NCCL_DUMP_PREFIX = "nccl_trace_rank_"
+FR_DUMP_NAME = re.compile(r"^(?:fr_([0-9]{1,7})\.json|nccl_trace_rank_([0-9]{1,7}))$")
+FR_BUFFER_SIZE = 200
+MAX_FR_DUMP = 32 * 1024 * 1024
 START_GRACE = 10.0  # seconds a launched instance may stay without state.json before it is LOST
 WARM = "warm"  # <job>/warm/attempt-<n>/<instance>/: the parked shim standing by for attempt n
 STANDBY_NICE = 19  # parked interpreters import at the lowest priority: the running attempt comes first
@@ -402,6 +413,8 @@ class LocalBackend(Backend):
                     f.write(content)
             env = frameworks.instance_environment({**base, **self._home_env(idir, who)}, spec.env, inst.env,
                                                   setup.env)
+            if env.get("VIGIL_C4D") == "1":
+                env.update(self._flight_recorder_env(idir, env, who))
             start = self._warm_start(spec, inst, env, workdir, who) if spec.warm else {}
             if start.get("warm"):
                 standbys[inst.name] = start.pop("standby")
@@ -458,6 +471,35 @@ class LocalBackend(Backend):
             self._job_owned_dir(os.path.join(home, sub), who)
         return {"HOME": home, "TMPDIR": os.path.join(home, "tmp"), "XDG_CACHE_HOME": os.path.join(home, ".cache"),
                 "USER": who.name, "LOGNAME": who.name, "SHELL": "/bin/sh"}
+
+    def _flight_recorder_env(self, idir: str, env: dict, who: osuser.RunAs) -> dict:
+        """C4D without code changes (core/flight_recorder.py): PyTorch's Flight Recorder on
+        for every rank, NCCL's own dump on timeout into the instance's c4d/ directory, and
+        Vigil's start-up hook (fr_boot.py as sitecustomize, first on PYTHONPATH) to dump
+        gloo's trace there too. The job's own TORCH_* values win: it may want a bigger
+        buffer for its own analysis. The hook's directory is the backend's (0755, files
+        0644): the job reads it and cannot change what its other ranks run."""
+        fr_dir = os.path.join(idir, FR_DIR)
+        self._job_owned_dir(fr_dir, who)
+        boot = os.path.join(idir, "boot")
+        os.mkdir(boot, 0o755)
+        os.chmod(boot, 0o755)
+        with open(FR_BOOT_PATH, "rb") as src:
+            code = src.read()
+        fd = os.open(os.path.join(boot, "sitecustomize.py"), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        with os.fdopen(fd, "wb") as f:
+            f.write(code)
+        prefix = os.path.join(fr_dir, NCCL_DUMP_PREFIX)
+        out = {"VIGIL_FR_DIR": fr_dir,
+               "PYTHONPATH": os.pathsep.join(filter(None, [boot, env.get("PYTHONPATH", "")]))}
+        for name, value in (("TORCH_FR_BUFFER_SIZE", str(FR_BUFFER_SIZE)),
+                            ("TORCH_NCCL_TRACE_BUFFER_SIZE", str(FR_BUFFER_SIZE)),
+                            ("TORCH_NCCL_DUMP_ON_TIMEOUT", "1"),
+                            ("TORCH_FR_DUMP_TEMP_FILE", prefix),
+                            ("TORCH_NCCL_DEBUG_INFO_TEMP_FILE", prefix)):
+            if not env.get(name):
+                out[name] = value
+        return out
 
     def _write_spec(self, idir, spec, name, command, env, workdir, run, who: osuser.RunAs, start=None):
         data = {
@@ -1063,6 +1105,37 @@ class LocalBackend(Backend):
         return killed
 
     # -- diagnostics --------------------------------------------------------------------
+    def flight_recorder_dumps(self, handle: dict) -> dict[int, bytes]:
+        """rank -> the newest Flight Recorder dump of that rank under the attempt's c4d/
+        directories: the start-up hook's fr_<rank>.json or NCCL's own dump on timeout.
+        The job writes these files: only regular files are read, never through a link,
+        and at most MAX_FR_DUMP bytes of each."""
+        newest: dict[int, tuple[float, str]] = {}
+        for inst in handle.get("instances") or ():
+            fr_dir = os.path.join(self._instance_dir(handle, inst["name"]), FR_DIR)
+            for entry in _listdir(fr_dir):
+                m = FR_DUMP_NAME.match(entry)
+                if not m:
+                    continue
+                rank = int(m.group(1) or m.group(2))
+                path = os.path.join(fr_dir, entry)
+                try:
+                    st = os.lstat(path)
+                except OSError:
+                    continue
+                if stat.S_ISREG(st.st_mode) and st.st_mtime >= newest.get(rank, (-1.0, ""))[0]:
+                    newest[rank] = (st.st_mtime, path)
+        out = {}
+        for rank, (_, path) in newest.items():
+            try:
+                fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+            except OSError:
+                continue
+            with os.fdopen(fd, "rb") as f:
+                if stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+                    out[rank] = f.read(MAX_FR_DUMP)
+        return out
+
     def pids(self, handle: dict, name: str) -> list[int]:
         idir = self._instance_dir(handle, name)
         state = shim.read_json(os.path.join(idir, shim.STATE))

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from jobs.models import Diagnosis, Job, JobEvent, JobStatus
+from jobs.models import C4DReport, Diagnosis, Job, JobEvent, JobStatus
 from testsupport.monitor import finished, tick_until
 
 pytest.importorskip("torch", reason="torch is not installed (.ci/run installs torch==2.13.0)")
@@ -52,3 +52,53 @@ def test_a_hung_ddp_rank_is_the_stack_suspect_and_the_c4d_verdict_on_the_job_pag
     client.force_login(alice)
     page = client.get(f"/jobs/{job.pk}/", follow=True).content.decode()
     assert "compute_forever" in page and "RankNonCommHang" in page
+
+
+# A DDP script that knows nothing of Vigil: no import, no SDK call, no switch of its own.
+PLAIN_DDP = '''
+import os, sys, time
+import torch, torch.distributed as dist
+from torch import nn
+assert "vigil" not in sys.modules
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+model = nn.parallel.DistributedDataParallel(nn.Linear(8, 1))
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+def compute_forever():
+    while True:
+        time.sleep(1)
+for step in range(1, 500):
+    if step == 4 and rank == 1:
+        compute_forever()
+    opt.zero_grad()
+    model(torch.randn(4, 8)).sum().backward()
+    opt.step()
+    print(f"step={step} rank={rank}", flush=True)
+    time.sleep(0.05)
+'''
+
+
+def test_a_ddp_script_that_never_imports_vigil_gets_its_hung_rank_named_from_pytorchs_flight_recorder(
+    alice, alice_ws, api_as, job_body, local_backend, live_server, settings, tmp_path,
+):
+    settings.VIGIL_CONSOLE_URL = live_server.url
+    script = tmp_path / "plain_ddp.py"
+    script.write_text(PLAIN_DDP)
+    script.chmod(0o644)
+    r = api_as(alice).post("/api/v1/jobs/", job_body(
+        alice_ws, display_name="plain-ddp-hang", user_command=f"{sys.executable} {script}",
+        job_specs=[{"type": "Master", "pod_count": 1}, {"type": "Worker", "pod_count": 2}],
+        settings={"enable_error_monitoring_in_aimaster": True, "error_monitoring_args": ARGS}), format="json")
+    assert r.status_code == 201, r.content
+    job = tick_until(Job.objects.get(pk=r.json()["id"]), finished, seconds=90, backend=local_backend, what="hang")
+    assert job.status == JobStatus.FAILED and "hung" in job.reason
+
+    assert not C4DReport.objects.filter(job=job).exists()  # nothing came from an SDK
+    c4d = list(Diagnosis.objects.filter(job=job, kind="c4d"))
+    assert c4d and all(d.data["source"] == "flight_recorder" for d in c4d)
+    verdicts = {(v["rank"], v["kind"], v["instance"]) for d in c4d for v in d.data["verdicts"]}
+    assert verdicts == {(1, "RankNonCommHang", "worker-0")}, verdicts
+    # The stack snapshot knows from the recorder which ranks wait inside a collective.
+    stacks = Diagnosis.objects.get(job=job, kind="stacks")
+    suspects = [s for s in stacks.data["stacks"] if s["suspect"] and not s.get("idle")]
+    assert [t["instance"] for s in suspects for t in s["threads"]] == ["worker-0"], stacks.summary
