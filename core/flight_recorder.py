@@ -15,6 +15,11 @@ called inside the rank's process, which Vigil's injected start-up hook does
 (jobs/backends/fr_boot.py). NCCL's watchdog writes the pickle form on timeout
 (TORCH_NCCL_DUMP_ON_TIMEOUT) to TORCH_FR_DUMP_TEMP_FILE + rank.
 
+PyTorch's own analyzer (`python -m torch.distributed.flight_recorder.fr_trace`) cannot
+read gloo's dumps in 2.13: their pg_config is keyed "" (name "", desc "") while the
+entries name the group ("0", "default_pg"), and its builder stops with KeyError ('0', 0).
+So the dumps are judged here, by core.c4d's rules, which need only each rank's seq ids.
+
 Both forms are read here. The pickle is loaded with no class allowed (torch's dump is
 plain dicts, lists, tuples, strings and numbers), so a job cannot make the console run
 code through a crafted file.

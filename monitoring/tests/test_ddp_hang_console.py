@@ -95,7 +95,9 @@ def test_a_ddp_script_that_never_imports_vigil_gets_its_hung_rank_named_from_pyt
 
     assert not C4DReport.objects.filter(job=job).exists()  # nothing came from an SDK
     c4d = list(Diagnosis.objects.filter(job=job, kind="c4d"))
-    assert c4d and all(d.data["source"] == "flight_recorder" for d in c4d)
+    assert c4d, ([(e.type, e.message) for e in JobEvent.objects.filter(job=job).order_by("pk")],
+                 {r: len(b) for r, b in local_backend.flight_recorder_dumps(job.attempts.get().backend_handle).items()})
+    assert all(d.data["source"] == "flight_recorder" for d in c4d)
     verdicts = {(v["rank"], v["kind"], v["instance"]) for d in c4d for v in d.data["verdicts"]}
     assert verdicts == {(1, "RankNonCommHang", "worker-0")}, verdicts
     # The stack snapshot knows from the recorder which ranks wait inside a collective.
