@@ -1,7 +1,7 @@
 """The job page's hang-detection lines (SPEC section 5): the interval in force and how
 much of it the current silence has used ("waiting for first progress: silent 2 of 10
 min"), the interval the user set, and the two suggestions beside it: from the step
-cadence of the log (core.hang.suggest_from_cadence) and from an NCCL watchdog timeout
+cadence of the log or of report_progress (core.hang.suggest_from_cadence) and from an NCCL watchdog timeout
 (the monitor's suggestion event). The decisions are core.hang's; this reads the rows."""
 
 from __future__ import annotations
@@ -40,13 +40,14 @@ def _epoch(value: datetime | None) -> float | None:
 
 
 def _cadence(job: Job, attempt: Attempt, instances: list[Instance]) -> tuple[hang.CadenceSuggestion | None, str]:
-    """From the first instance (lowest rank) whose log has enough timestamped step lines."""
+    """From the first instance (lowest rank) whose log has enough timestamped step lines,
+    else from report_progress."""
     if not attempt.backend_handle:
-        return None, ""
+        return _reported_cadence(attempt)
     try:
         backend = actions.get_backend_for(job)
-    except Exception:  # noqa: BLE001 - a backend gone from settings: no suggestion, the page still shows
-        return None, ""
+    except Exception:  # noqa: BLE001 - a backend gone from settings: no log suggestion, the page still shows
+        return _reported_cadence(attempt)
     for inst in instances[:4]:  # rank 0 is enough when it logs steps; a few more if it does not
         log = InstanceLog(backend, attempt.backend_handle, inst.name)
         try:
@@ -58,7 +59,15 @@ def _cadence(job: Job, attempt: Attempt, instances: list[Instance]) -> tuple[han
         suggestion = hang.suggest_from_cadence(hang.step_times_from_log(tail))
         if suggestion is not None:
             return suggestion, inst.name
-    return None, ""
+    return _reported_cadence(attempt)
+
+
+def _reported_cadence(attempt: Attempt) -> tuple[hang.CadenceSuggestion | None, str]:
+    """From the training code's report_progress calls, where no log has timestamped step
+    lines: each report's time and step (kept on the attempt by the SDK's progress view)."""
+    samples = [(float(t), int(s)) for t, s in (attempt.progress_samples or [])]
+    suggestion = hang.suggest_from_cadence(samples)
+    return (suggestion, "report_progress") if suggestion is not None else (None, "")
 
 
 def _last_outputs(job: Job, attempt: Attempt, instances: list[Instance]) -> dict[str, float | None]:

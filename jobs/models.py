@@ -323,6 +323,11 @@ class AttemptStatus(models.TextChoices):
 LIVE_ATTEMPT_STATUSES = (AttemptStatus.QUEUING, AttemptStatus.STARTING, AttemptStatus.RUNNING, AttemptStatus.STOPPING)
 
 
+# Progress reports kept per attempt for the cadence: the SDK sends at most one a second,
+# so 240 cover the last 4 minutes at least, enough step times for a p99.
+PROGRESS_SAMPLES = 240
+
+
 class Attempt(StatusTransitions, models.Model):
     job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="attempts")
     number = models.PositiveIntegerField()
@@ -341,6 +346,10 @@ class Attempt(StatusTransitions, models.Model):
     # When the failure that ended the previous attempt was detected (goodput ledger).
     detected_failure_at = models.DateTimeField(null=True, blank=True)
     made_progress = models.BooleanField(default=False)
+    # The step cadence from report_progress, for the hang-interval suggestion when the
+    # logs carry no timestamped step lines: [epoch seconds, step] per report that went
+    # past the newest kept step (ranks repeat each other's steps), the last PROGRESS_SAMPLES.
+    progress_samples = models.JSONField(default=list, blank=True)
 
     class Meta:
         ordering = ["job", "number"]

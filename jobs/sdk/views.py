@@ -30,7 +30,7 @@ from rest_framework.views import APIView
 from .. import actions
 from ..exceptions import BodyTooLarge, Conflict
 from ..inputs import BoundedJSONParser
-from ..models import Attempt, C4DReport, EventLevel, EventType, Job, JobStatus
+from ..models import PROGRESS_SAMPLES, Attempt, C4DReport, EventLevel, EventType, Job, JobStatus
 from .auth import JobTokenAuthentication, OwnJobOnly, SdkJobThrottle, processes_of
 from .serializers import (
     SdkC4DSerializer,
@@ -195,6 +195,13 @@ class ProgressView(SdkView):
         if attempts.filter(first_progress_at__isnull=True).update(first_progress_at=now):
             actions.wake_monitor(job.pk)  # the start-up interval ended: the hang deadline moved
         attempts.filter(made_progress=False).update(made_progress=True)
+        with transaction.atomic():
+            attempt = attempts.select_for_update().first()
+            samples = list(attempt.progress_samples or []) if attempt is not None else []
+            if attempt is not None and (not samples or body["step"] > samples[-1][1]):
+                samples.append([now.timestamp(), body["step"]])
+                attempt.progress_samples = samples[-PROGRESS_SAMPLES:]
+                attempt.save(update_fields=["progress_samples"])
         if number == job.current_attempt:
             Job.objects.filter(pk=job.pk).update(last_progress_at=now, last_progress_step=body["step"])
         return Response({"step": body["step"], "attempt": number}, status=status.HTTP_202_ACCEPTED)

@@ -632,3 +632,43 @@ def test_the_shim_stamps_every_line_with_its_capture_time_without_slowing_a_fast
     assert times[-1] - times[-2] >= 0.4  # the pause is in the times, not smoothed away
     # one record per look at the log, not one per line
     assert os.path.getsize(log.path + ".times") < 16 * 20001 / 10
+
+
+FR_PROBE = (
+    "import os, sys\n"
+    "print(' '.join(os.environ.get(k, '-') for k in ('TORCH_FR_BUFFER_SIZE', 'TORCH_NCCL_TRACE_BUFFER_SIZE',\n"
+    "      'TORCH_NCCL_DUMP_ON_TIMEOUT')))\n"
+    "print(os.environ.get('PYTHONPATH', '-'))\n"
+    "print(os.environ.get('TORCH_FR_DUMP_TEMP_FILE', '-'), os.environ.get('VIGIL_FR_DIR', '-'))\n"
+    "print('hook' if 'sitecustomize' in sys.modules and sys.modules['sitecustomize'].__file__.endswith('/boot/sitecustomize.py') else 'no hook')\n"
+    "d = os.environ.get('VIGIL_FR_DIR')\n"
+    "if d:\n"
+    "    open(os.path.join(d, 'fr_3.json'), 'wb').write(b'written by the job')\n"
+    "    os.symlink('/etc/hostname', os.path.join(d, 'nccl_trace_rank_5'))\n"
+    "    open(os.path.join(d, 'unrelated.txt'), 'wb').write(b'x')\n"
+)
+
+
+def test_c4d_on_gives_every_rank_the_flight_recorder_and_the_hook_and_the_dumps_are_read_back(backends):
+    """C4D without code changes: the recorder's variables (the job's own value wins), the
+    start-up hook first on PYTHONPATH before the job's own entries, and the dumps read back
+    by rank, never through a link the job planted."""
+    backend = backends()
+    cmd = f"{sys.executable} -c \"$PROBE\""
+    handle = backend.launch(attempt(cmd, job_type="PyTorchJob", replicas={"Master": 1},
+                                    env={"VIGIL_C4D": "1", "PROBE": FR_PROBE, "PYTHONPATH": "/opt/mine",
+                                         "TORCH_FR_BUFFER_SIZE": "5000"}))
+    wait_finished(backend, handle)
+    idir = Path(handle["dir"]) / "master-0"
+    lines = backend.read_log(handle, "master-0").decode().splitlines()
+    assert lines[0] == "5000 200 1"
+    assert lines[1] == f"{idir / 'boot'}:/opt/mine"
+    assert lines[2] == f"{idir / 'c4d' / 'nccl_trace_rank_'} {idir / 'c4d'}"
+    assert lines[3] == "hook"
+    assert backend.flight_recorder_dumps(handle) == {3: b"written by the job"}
+
+    plain = backend.launch(attempt(cmd, job_id="job2", job_type="PyTorchJob", replicas={"Master": 1},
+                                   env={"PROBE": FR_PROBE}))
+    wait_finished(backend, plain)
+    assert backend.read_log(plain, "master-0").decode().splitlines() == ["- - -", "-", "- -", "no hook"]
+    assert backend.flight_recorder_dumps(plain) == {}

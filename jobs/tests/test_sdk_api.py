@@ -188,6 +188,35 @@ def test_progress_marks_the_attempt_once_and_moves_the_jobs_last_step(sdk, job):
     assert job.monitor_next_check_at == scheduled  # a later step changes no deadline
 
 
+def test_progress_reports_give_the_hang_interval_suggestion_from_their_cadence(ws):
+    """Where no log has timestamped step lines, the cadence comes from report_progress: the
+    time and step of each report that went past the newest kept step (two ranks report the
+    same steps), as core.hang.suggest_from_cadence reads them."""
+    import time_machine
+    from core import hang as core_hang
+    from jobs.hang_panel import hang_panel
+
+    from core.flags import parse_flags
+
+    job, token = make_job(ws, fault_tolerance=True, ft_config=parse_flags(
+        "--enable-job-hang-detection=True --job-hang-interval=300").to_dict())
+    sdk = sdk_client(token)
+    start, t, expected = timezone.now(), 0.0, []
+    for step in range(41):  # 20 s a step, one of 30 s: 10 x p99 = 300 s
+        with time_machine.travel(start + timedelta(seconds=t), tick=False):
+            for rank in (0, 1):
+                assert post(sdk, job.pk, "progress", {"step": step, "rank": rank}).status_code == 202
+        expected.append((start.timestamp() + t, step))
+        t += 30.0 if step == 7 else 20.0
+    attempt = Attempt.objects.get(job=job, number=1)
+    assert [(round(a, 3), s) for a, s in attempt.progress_samples] == [(round(a, 3), s) for a, s in expected]
+
+    panel = hang_panel(job, attempt, [], start + timedelta(seconds=t))
+    assert panel is not None and panel.cadence == core_hang.suggest_from_cadence(expected)
+    assert (panel.cadence.interval, panel.cadence.steps, panel.cadence_instance) == (300, 40, "report_progress")
+    assert panel.which == "cadence"  # the 300 s the job set is this suggestion
+
+
 def test_progress_from_an_older_attempt_marks_that_attempt_and_not_the_current_one(ws):
     job, token = make_job(ws, attempts=2)
     r = post(sdk_client(token), job.pk, "progress", {"step": 9, "attempt": 1})
@@ -209,7 +238,8 @@ def test_progress_from_an_older_attempt_marks_that_attempt_and_not_the_current_o
 def test_bad_progress_is_refused_naming_the_field(sdk, job, body, field):
     r = post(sdk, job.pk, "progress", body)
     assert (r.status_code, r.json()["field"]) == (400, field)
-    assert not Attempt.objects.get(job=job, number=1).made_progress
+    attempt = Attempt.objects.get(job=job, number=1)
+    assert not attempt.made_progress and attempt.progress_samples == []
 
 
 def test_c4d_keeps_one_report_per_rank_where_a_later_exit_replaces_the_open_record(sdk, job):
