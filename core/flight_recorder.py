@@ -12,7 +12,10 @@ finished, not when. Gloo never dumps by itself (no watchdog, no dump on timeout;
 TORCH_FR_DUMP_TEMP_FILE is used by NCCL only): the dump comes from
 `torch._C._distributed_c10d._dump_fr_trace_json()` (or `_dump_fr_trace()`, pickle)
 called inside the rank's process, which Vigil's injected start-up hook does
-(jobs/backends/fr_boot.py). NCCL's watchdog writes the pickle form on timeout
+(jobs/backends/fr_boot.py). NCCL keeps a recorder of its own, dumped by
+`_dump_nccl_trace_json` in CUDA builds (public notes of a project that probed it on a
+GPU say `_dump_fr_trace_json` holds none of NCCL's entries); the hook takes whichever
+has entries. That NCCL side is not checked here: this machine has no GPU. NCCL's watchdog writes the pickle form on timeout
 (TORCH_NCCL_DUMP_ON_TIMEOUT) to TORCH_FR_DUMP_TEMP_FILE + rank.
 
 PyTorch's own analyzer (`python -m torch.distributed.flight_recorder.fr_trace`) cannot

@@ -8,7 +8,7 @@ nothing of the user's code is wrapped. What torch lacks for gloo is a dump: gloo
 no watchdog and never writes its trace by itself (core/flight_recorder.py). So one
 daemon thread, named vigil-fr so stack snapshots never make it a suspect, waits
 until the process has a default process group and then, every VIGIL_C4D_FLUSH_SECONDS,
-takes torch's own JSON dump and writes it to $VIGIL_FR_DIR/fr_<rank>.json when it
+takes torch's own JSON dump (_dump below) and writes it to $VIGIL_FR_DIR/fr_<rank>.json when it
 changed (write then rename: the console never reads half a file). A rank hung in a
 collective or in compute keeps its last dump, which is what the console judges.
 The main thread lets go of the GIL while it waits inside a collective, so the dump
@@ -40,6 +40,27 @@ def _write(directory, rank, data):
     os.replace(tmp, path)
 
 
+def _dump():
+    """torch's JSON dump of the recorder that holds this process's collectives. NCCL
+    keeps its own recorder (_dump_nccl_trace_json, in CUDA builds only); gloo and the
+    other backends record into the generic one (_dump_fr_trace_json). The first with
+    entries wins; else the generic one, so the console still sees the process group."""
+    import json
+
+    from torch._C import _distributed_c10d as c10d
+
+    fallback = None
+    for name in ("_dump_nccl_trace_json", "_dump_fr_trace_json"):
+        fn = getattr(c10d, name, None)
+        if fn is None:
+            continue
+        data = fn()
+        if json.loads(data).get("entries"):
+            return data
+        fallback = fallback or data
+    return fallback
+
+
 def _dump_loop(directory, period):
     last = None
     while True:
@@ -51,9 +72,8 @@ def _dump_loop(directory, period):
             if not dist.is_available() or not dist.is_initialized():
                 continue
             rank = dist.get_rank()
-            from torch._C._distributed_c10d import _dump_fr_trace_json
-            data = _dump_fr_trace_json()
-            if data != last:
+            data = _dump()
+            if data is not None and data != last:
                 _write(directory, rank, data)
                 last = data
         except Exception:
