@@ -62,13 +62,17 @@ def first_progress_of(job: Job, config: FaultToleranceConfig, attempt: Attempt, 
                       backend: Backend, now: datetime) -> float | None:
     """When the attempt first made progress (the end of its start-up interval), as the
     restart-loop breaker counts progress: the SDK's report_progress, a step line in a
-    log, and with C4D on a rank's first collective (SDK or Flight Recorder). Found once and kept in
+    log, and with C4D on the first collective that finished (SDK or Flight Recorder). Found once and kept in
     Attempt.first_progress_at; until then only logs written since the last look are read."""
     if attempt.first_progress_at is not None:
         return attempt.first_progress_at.timestamp()
     found: datetime | None = None
-    # A rank's first collective, from the SDK's reports or PyTorch's Flight Recorder dumps.
-    if config.enable_c4d_hang_detection and any(diagnose.c4d_input(job, attempt).records.values()):
+    # The first collective that finished, from the SDK's reports or PyTorch's Flight
+    # Recorder dumps: every rank took part, so every rank is past its start-up. (One
+    # entered is not enough: the first rank up waits in DDP's first broadcast while the
+    # others still import torch, silent, and that is start-up, not a stall.)
+    if config.enable_c4d_hang_detection and any(
+            r.exit is not None for records in diagnose.c4d_input(job, attempt).records.values() for r in records):
         found = now
     state = MonitorState.load(job)
     looked = state.progress_scan_at if state.progress_scan_attempt == attempt.number else None
