@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('jobs', '0008_instance_start'),
+        ('jobs', '0009_job_monitor_next_check_at'),
     ]
 
     operations = [
