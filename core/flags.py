@@ -540,6 +540,11 @@ def _split(text: str) -> list[str]:
                               "close every quote and do not end with a backslash") from None
 
 
+def flags_given(text: str) -> set[str]:
+    """The known flags a valid flag string names (a workspace default applies to the others)."""
+    return {t.partition("=")[0] for t in _split(text) if t.partition("=")[0] in _FLAG_BY_NAME}
+
+
 def parse_flags(text: str) -> FaultToleranceConfig:
     """Parse the fault-tolerance flag string into a validated FaultToleranceConfig."""
     if not isinstance(text, str):

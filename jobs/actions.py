@@ -13,6 +13,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import F
 from django.utils import timezone
 
+from core.flags import flags_given, parse_flags
 from infra.bounded import call_bounded
 
 from . import events, faults
@@ -184,6 +185,12 @@ def submit_job(user, data: dict) -> tuple[Job, str]:
     if valid.backend == "local":
         require_role(user, workspace, tuple(settings.VIGIL_LOCAL_SUBMIT_ROLES), "running jobs on the local backend")
 
+    args, config = valid.error_monitoring_args, valid.ft_config
+    if valid.fault_tolerance and workspace.warm_restart_default and "--enable-warm-restart" not in flags_given(args):
+        # The workspace's default, written into the job's own flags so that the job page,
+        # the API and a clone show what it runs with.
+        args = f"{args} --enable-warm-restart=True".strip()
+        config = parse_flags(args)
     with transaction.atomic():
         job = Job.objects.create(
             workspace=workspace,
@@ -197,8 +204,8 @@ def submit_job(user, data: dict) -> tuple[Job, str]:
             workdir=valid.workdir,
             backend=valid.backend,
             fault_tolerance=valid.fault_tolerance,
-            error_monitoring_args=valid.error_monitoring_args,
-            ft_config=valid.ft_config.to_dict(),
+            error_monitoring_args=args,
+            ft_config=config.to_dict(),
             retryable_keywords=list(valid.retryable_keywords),
             current_attempt=1,
         )
@@ -209,7 +216,7 @@ def submit_job(user, data: dict) -> tuple[Job, str]:
             EventType.STATUS,
             f"Job submitted by {user.get_username()}: {valid.job_type} with "
             + ", ".join(f"{r.replicas} {r.role}" for r in valid.roles)
-            + (f"; fault tolerance on ({valid.ft_config.to_flags() or 'defaults'})." if valid.fault_tolerance else "."),
+            + (f"; fault tolerance on ({config.to_flags() or 'defaults'})." if valid.fault_tolerance else "."),
             payload={"status": JobStatus.CREATING},
             attempt=1,
             key=f"submitted:{job.pk}",

@@ -37,6 +37,7 @@ class WorkspaceAdmin(admin.ModelAdmin):
     fieldsets = (
         (None, {"fields": ("name", "slug", "created_at", "retryable_keywords")}),
         ("Where its jobs run (docs/security.md)", {"fields": ("run_as", "slurm_account")}),
+        ("Defaults of its jobs", {"fields": ("warm_restart_default",)}),
     )
     search_fields = ("name", "slug")
     prepopulated_fields = {"slug": ("name",)}

@@ -61,6 +61,11 @@ class Workspace(models.Model):
         max_length=64, blank=True, default="", validators=[SLURM_ACCOUNT_NAME],
         help_text="The Slurm account (sbatch --account) this workspace's jobs are charged to. "
                   "Empty: the backend's account option.")
+    # Set by an admin of the site (admin): --enable-warm-restart for jobs that do not say (issue 19).
+    warm_restart_default = models.BooleanField(
+        "warm restarts by default", default=False,
+        help_text="Jobs with fault tolerance on that do not give --enable-warm-restart get it True: "
+                  "each instance keeps a parked interpreter for the next attempt (local backend).")
 
     objects = WorkspaceQuerySet.as_manager()
 

@@ -785,3 +785,11 @@ def test_a_stored_config_needs_a_list_of_module_names(stored):
 def test_the_warm_restart_flag_is_a_boolean():
     error = rejection("--enable-warm-restart=yes")
     assert error.flag == "--enable-warm-restart" and "True or False" in error.message
+
+
+def test_flags_given_names_the_known_flags_a_string_gives():
+    from core.flags import flags_given
+
+    assert flags_given("--enable-job-restart=True --warm-modules torch") == {"--enable-job-restart",
+                                                                           "--warm-modules"}
+    assert flags_given("") == set()

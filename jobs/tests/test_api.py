@@ -128,6 +128,26 @@ def test_warm_restart_flags_are_parsed_shown_and_a_bad_module_list_is_a_400_nami
     assert Job.objects.count() == 1
 
 
+def test_a_workspace_default_turns_warm_restarts_on_for_jobs_that_do_not_say(alice_ws, alice, api_as, job_body):
+    api = api_as(alice)
+
+    def submit(args, monitoring=True):
+        r = api.post("/api/v1/jobs/", job_body(alice_ws, settings={
+            "enable_error_monitoring_in_aimaster": monitoring, "error_monitoring_args": args}), format="json")
+        assert r.status_code == 201, r.content
+        return Job.objects.get(pk=r.json()["id"])
+
+    assert submit("--enable-job-restart=True").ft.enable_warm_restart is False  # the default default: off
+    alice_ws.warm_restart_default = True
+    alice_ws.save()
+    job = submit("--enable-job-restart=True")
+    assert job.ft.enable_warm_restart is True
+    assert job.error_monitoring_args == "--enable-job-restart=True --enable-warm-restart=True"  # shown, cloned
+    assert submit("--enable-warm-restart=False").ft.enable_warm_restart is False  # the job's word wins
+    assert submit("").ft.enable_warm_restart is True
+    assert submit("", monitoring=False).fault_tolerance is False  # nothing to warm without monitoring
+
+
 def test_the_seeds_example_configurations_are_accepted(alice_ws, alice, api_as, job_body):
     api = api_as(alice)
     sync = "--job-execution-mode=Sync --enable-job-restart=True --max-num-of-job-restart=3 --fault-tolerant-policy=ExitCodeAndErrorMsg"
