@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('jobs', '0009_job_monitor_next_check_at'),
+        ('jobs', '0010_attempt_progress_samples'),
     ]
 
     operations = [
