@@ -155,7 +155,9 @@ def cluster_view():
     class ClusterView(MemoryBackend):
         @property
         def exit_channel(self) -> str | None:
-            return "vigil:bench:instance-exit"  # its exits are announced (drain_exits)
+            from django.conf import settings
+
+            return settings.VIGIL_EXIT_CHANNEL  # its exits are announced (drain_exits)
 
         def poll(self, handle):
             drain_exits(self)  # an exit is on disk before it is announced

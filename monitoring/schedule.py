@@ -10,8 +10,9 @@ then the sweep leaves the job alone; an event sets the time back to null
 The store is a compare-and-set on monitor_state_version, which wake_monitor bumps, so a
 tick that read the job before an event never schedules past it.
 
-Only jobs on a backend that announces exits are scheduled (the others have no event
-for an exit but the sweep's poll), and only while the exit listener is alive
+Only jobs on a backend that announces exits on the listener's channel
+(VIGIL_EXIT_CHANNEL) are scheduled (the others have no event for an exit but the
+sweep's poll), and only while the exit listener is alive
 (monitoring.tasks decides that per sweep).
 """
 
@@ -38,7 +39,8 @@ def quiet_seconds() -> float:
 def steady(job: Job, attempt: Attempt | None, instances: list[Instance], live_attempts: list[Attempt],
            pending_instance_restarts: list, backend: Backend) -> bool:
     """Nothing but time can change this job's next tick, short of an event."""
-    return (quiet_seconds() > 0 and backend.exit_channel is not None
+    # Only exits announced where the listener hears them are events.
+    return (quiet_seconds() > 0 and backend.exit_channel == settings.VIGIL_EXIT_CHANNEL
             and job.status == JobStatus.RUNNING and attempt is not None and attempt.status == AttemptStatus.RUNNING
             and bool(instances) and all(i.status == InstanceStatus.RUNNING for i in instances)
             and [a.pk for a in live_attempts] == [attempt.pk] and not pending_instance_restarts)

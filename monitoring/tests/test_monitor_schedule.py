@@ -28,9 +28,11 @@ NCCL = b"RuntimeError: NCCL error in: ProcessGroupNCCL.cpp:1331, unhandled syste
 
 
 class AnnouncingMemoryBackend(MemoryBackend):
+    channel: str | None = None  # set by the fixture: where the exit listener listens
+
     @property
     def exit_channel(self) -> str | None:
-        return "vigil:test:instance-exit"
+        return self.channel
 
 
 @pytest.fixture
@@ -38,7 +40,9 @@ def backend(settings, _test_wiring):
     settings.JOB_BACKENDS = {"local": {"BACKEND": f"{__name__}.AnnouncingMemoryBackend", "OPTIONS": {}}}
     settings.MONITOR_QUIET_SECONDS = 1000  # the deadlines below decide, not the cap
     reset_backends()
-    yield get_backend("local")
+    announcing = get_backend("local")
+    announcing.channel = settings.VIGIL_EXIT_CHANNEL
+    yield announcing
     reset_backends()
 
 
@@ -141,6 +145,14 @@ def test_a_backend_that_does_not_announce_exits_is_never_scheduled(alice, alice_
     assert tasks.sweep(now=later(2)) == 1
     job.refresh_from_db()
     assert job.monitor_next_check_at is None
+
+
+def test_exits_announced_on_another_channel_than_the_listeners_are_not_events(
+        alice, alice_ws, backend, listener_alive, settings):
+    settings.VIGIL_EXIT_CHANNEL = "vigil-elsewhere:instance-exit"  # the listener hears another channel
+    steady_jobs(alice, alice_ws, backend, 2)
+    assert tasks.sweep(now=later(1)) == 2
+    assert tasks.sweep(now=later(2)) == 2
 
 
 def test_the_hang_panel_shows_the_silence_as_of_now_between_scheduled_ticks(alice, alice_ws, backend, listener_alive):
