@@ -77,7 +77,9 @@ def store(job: Job, at: datetime | None) -> None:
         return
     rows = Job.objects.filter(pk=job.pk)
     if at is not None:
-        rows = rows.filter(monitor_state_version=job.monitor_state_version)
+        # ... and against a restart another worker made meanwhile (a new attempt is not steady yet).
+        rows = rows.filter(monitor_state_version=job.monitor_state_version, status=JobStatus.RUNNING,
+                           current_attempt=job.current_attempt)
     if rows.update(monitor_next_check_at=at):
         job.monitor_next_check_at = at
 

@@ -128,6 +128,10 @@ def test_an_event_after_the_tick_read_the_job_is_never_scheduled_past(alice, ali
     schedule.store(read, later(30))
     assert Job.objects.get(pk=job.pk).monitor_next_check_at is None
     fresh = Job.objects.get(pk=job.pk)
+    Job.objects.filter(pk=job.pk).update(current_attempt=2)  # another worker restarted it meanwhile
+    schedule.store(fresh, later(30))
+    assert Job.objects.get(pk=job.pk).monitor_next_check_at is None
+    Job.objects.filter(pk=job.pk).update(current_attempt=1)
     schedule.store(fresh, later(30))
     assert Job.objects.get(pk=job.pk).monitor_next_check_at is not None
 
