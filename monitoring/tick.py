@@ -61,6 +61,9 @@ class JobSnapshot:
     live_attempts: list[Attempt] = field(default_factory=list)
     instances: list[Instance] = field(default_factory=list)
     pending_instance_restarts: list[datetime] = field(default_factory=list)  # their restart times
+    # The attempts a whole-job restart still pending started (complete_pending_restart
+    # has work only for these; the record is committed with its attempt, before any read).
+    pending_job_restarts: set[int] = field(default_factory=set)
 
     @property
     def current(self) -> Attempt | None:
@@ -84,7 +87,8 @@ SNAPSHOT_CHUNK = 200  # jobs read per bulk query in a sweep
 
 
 def load_snapshots(job_ids: list[int]) -> dict[int, JobSnapshot]:
-    """Four queries for any number of jobs (the caller chunks the ids)."""
+    """Four queries for any number of jobs (the caller chunks the ids): everything a
+    tick of a steady job reads."""
     snaps = {j.pk: JobSnapshot(j) for j in Job.objects.filter(pk__in=job_ids).select_related("workspace")}
     for a in Attempt.objects.filter(job_id__in=job_ids, status__in=LIVE_ATTEMPT_STATUSES):
         snap = snaps.get(a.job_id)
@@ -94,10 +98,13 @@ def load_snapshots(job_ids: list[int]) -> dict[int, JobSnapshot]:
     current = {s.current.pk: s for s in snaps.values() if s.current is not None}
     for i in Instance.objects.filter(attempt_id__in=list(current)):
         current[i.attempt_id].instances.append(i)
-    for job_id, at in RestartRecord.objects.filter(job_id__in=job_ids, kind=RestartKind.INSTANCE,
-                                                   result=RestartResult.PENDING).values_list("job_id", "restart_time"):
+    for job_id, kind, at, new_attempt in RestartRecord.objects.filter(
+            job_id__in=job_ids, result=RestartResult.PENDING).values_list("job_id", "kind", "restart_time", "new_attempt"):
         if job_id in snaps:
-            snaps[job_id].pending_instance_restarts.append(at)
+            if kind == RestartKind.INSTANCE:
+                snaps[job_id].pending_instance_restarts.append(at)
+            elif new_attempt is not None:
+                snaps[job_id].pending_job_restarts.add(new_attempt)
     return snaps
 
 
@@ -151,7 +158,8 @@ def _run_job(job_id: int, job: Job | None, now: datetime, snapshot: JobSnapshot 
     ):
         actions.mark_running(job, attempt)
         job.refresh_from_db()
-    complete_pending_restart(job, attempt, instances)
+    if snapshot is None or attempt.number in snapshot.pending_job_restarts:
+        complete_pending_restart(job, attempt, instances)
 
     if all(i.status == InstanceStatus.SUCCEEDED for i in instances) and instances:
         actions.succeed_job(job, attempt)

@@ -200,3 +200,24 @@ def test_a_new_hang_interval_wakes_a_scheduled_job(alice, alice_ws, backend, lis
     actions.set_hang_interval(job, 5, source="the test")
     assert Job.objects.get(pk=job.pk).monitor_next_check_at is None
     assert tasks.sweep(now=later(2)) == 1
+
+
+def test_a_steady_job_after_a_restart_costs_what_a_first_attempt_does(
+        alice, alice_ws, backend, listener_alive, django_assert_max_num_queries, settings):
+    settings.MONITOR_SHARDS = 1
+    [job] = steady_jobs(alice, alice_ws, backend, 1)
+    handle = Attempt.objects.get(job=job, number=1).backend_handle
+    backend.write_log(handle, "worker-0", NCCL)
+    backend.finish(handle, "worker-0", exit_code=1)
+    tasks.sweep(now=later(2))  # decided: attempt 2 launched at once
+    new = Attempt.objects.get(job=job, number=2).backend_handle
+    for name in backend.instance_names(new):
+        backend.write_log(new, name, b"step=1 loss=0.5\n")
+    tasks.sweep(now=later(3))  # attempt 2 runs: its restart record completes, the job is scheduled
+    assert RestartRecord.objects.get(job=job).result == "Succeeded"
+    assert Job.objects.get(pk=job.pk).monitor_next_check_at is not None
+    # Due again 30 s on: the list, four bulk reads, the job's three writes; nothing about the restart.
+    with django_assert_max_num_queries(5 + 3) as counted:
+        assert tasks.sweep(now=later(34)) == 1
+    assert not [q for q in counted.captured_queries if "jobs_restartrecord" in q["sql"] and "WHERE" in q["sql"]
+                and '"new_attempt" = 2' in q["sql"]], "the finished restart was looked up again"
