@@ -28,12 +28,14 @@ plain dicts, lists, tuples, strings and numbers), so a job cannot make the conso
 code through a crafted file.
 
 Mapping to core.c4d's records: one record per collective of the default process group
-(pg_id 0; subgroups count their own seq ids and are left out), seq =
+(pg_id 0; subgroups count their own seq ids), seq =
 collective_seq_id, op = profiling_name without its backend prefix, enter =
 time_created_ns, exit = time_discovered_completed_ns where the backend measured it,
 else the creation time for a retired entry (finished, time unknown) and None for one
 not retired (still inside). Without completion times slowness cannot be judged, so
-`analyze_flight_recorder` judges hangs only then.
+`analyze_flight_recorder` judges hangs only then. A rank the default group's records call
+hung outside communication while it waits inside a collective of another group (which
+the recorder also holds) is hung in communication there: RankCommHang, naming the group.
 """
 
 from __future__ import annotations
@@ -44,7 +46,7 @@ import pickle
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from core.c4d import C4DResult, C4DState, CollectiveRecord, analyze_collectives
+from core.c4d import C4DKind, C4DResult, C4DState, C4DVerdict, CollectiveRecord, analyze_collectives
 from core.flags import C4DEnvs
 
 MAX_DUMP_BYTES = 32 * 1024 * 1024
@@ -79,6 +81,8 @@ class RankTrace:
     records: tuple[CollectiveRecord, ...]
     timed: bool           # every finished entry carries its completion time
     backend: str          # "gloo", "nccl", ... from the profiling names; "" if none
+    # Collectives of other process groups the rank is still inside: (group, seq, op, enter).
+    open_elsewhere: tuple[tuple[str, int, str, float], ...] = ()
 
 
 def _default_group(entry: Mapping) -> bool:
@@ -91,14 +95,21 @@ def _default_group(entry: Mapping) -> bool:
 def records_from_dump(dump: Mapping) -> RankTrace:
     """The default group's collectives of one rank's dump, as core.c4d records."""
     by_seq: dict[int, CollectiveRecord] = {}
+    elsewhere: list[tuple[str, int, str, float]] = []
     timed, backend = True, ""
     for entry in dump.get("entries") or ():
-        if not isinstance(entry, Mapping) or entry.get("is_p2p") or not _default_group(entry):
+        if not isinstance(entry, Mapping) or entry.get("is_p2p"):
             continue
         seq, name, created = entry.get("collective_seq_id"), entry.get("profiling_name"), entry.get("time_created_ns")
         if not isinstance(seq, int) or seq <= 0 or not isinstance(name, str) or not isinstance(created, int):
             continue
         prefix, _, op = name.partition(":")
+        if not _default_group(entry):
+            if not entry.get("retired") and entry.get("state") != "completed":
+                pg = entry.get("process_group")
+                group = str(pg[0]) if isinstance(pg, (list, tuple)) and pg else str(entry.get("pg_id"))
+                elsewhere.append((group[:64], seq, (op or name)[:64], created / 1e9))
+            continue
         backend = backend or (prefix if op else "")
         enter = created / 1e9
         completed = entry.get("time_discovered_completed_ns")
@@ -110,7 +121,7 @@ def records_from_dump(dump: Mapping) -> RankTrace:
         else:
             exit_ = None
         by_seq[seq] = CollectiveRecord(seq=seq, op=(op or name)[:64], enter=enter, exit=exit_)
-    return RankTrace(tuple(by_seq[s] for s in sorted(by_seq)), timed, backend)
+    return RankTrace(tuple(by_seq[s] for s in sorted(by_seq)), timed, backend, tuple(elsewhere))
 
 
 def analyze_flight_recorder(
@@ -124,5 +135,25 @@ def analyze_flight_recorder(
     dump counts, with world_size, as one that never entered any collective."""
     traces = {int(rank): records_from_dump(d) for rank, d in dumps.items()}
     timed = bool(traces) and all(t.timed for t in traces.values())
-    return analyze_collectives({r: t.records for r, t in traces.items()}, envs, now, state,
-                               world_size=world_size, judge_slowness=timed)
+    result = analyze_collectives({r: t.records for r, t in traces.items()}, envs, now, state,
+                                 world_size=world_size, judge_slowness=timed)
+    return C4DResult(tuple(_inside_a_subgroup(v, traces, now) for v in result.verdicts), result.state)
+
+
+def _inside_a_subgroup(verdict: C4DVerdict, traces: Mapping[int, RankTrace], now: float) -> C4DVerdict:
+    """The default group's records call a rank that never entered the collective its peers
+    wait in hung outside communication; the recorder also sees the other groups, and a
+    rank waiting inside one of their collectives is hung in communication there."""
+    trace = traces.get(verdict.rank) if verdict.rank is not None else None
+    if verdict.kind != C4DKind.NON_COMM_HANG or trace is None or not trace.open_elsewhere:
+        return verdict
+    group, seq, op, enter = min(trace.open_elsewhere, key=lambda e: e[3])
+    _, found, tail = verdict.message.partition(" Found hanging")
+    ev = verdict.evidence
+    message = (f"Rank {verdict.rank} never entered {ev.get('op')} #{ev.get('seq')}, which rank(s) "
+               f"{', '.join(map(str, ev.get('waiting_ranks') or []))} wait in, because it has been inside "
+               f"{op} #{seq} of process group {group} for {now - enter:.1f} s: it is hung in communication "
+               f"on another process group." + (found + tail if found else ""))
+    return C4DVerdict(verdict.rank, C4DKind.COMM_HANG, verdict.severity, message,
+                      {**ev, "group": group, "group_seq": seq, "group_op": op,
+                       "inside_s": round(now - enter, 3)})

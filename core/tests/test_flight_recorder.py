@@ -57,8 +57,9 @@ def run_until_hung(tmp: Path, world: int, fault: str, fault_rank: int) -> tuple[
             recs = records_from_dump(load_dump(path.read_bytes())).records
         except (OSError, ValueError):
             return False
-        return recs and recs[-1].seq == (3 if fault == "sleep" and path.name.endswith(f"_{fault_rank}")
-                                         or fault == "sleep" and path.name == f"fr_{fault_rank}.json" else 4)
+        behind = fault in ("sleep", "subgroup") and (path.name.endswith(f"_{fault_rank}")
+                                                     or path.name == f"fr_{fault_rank}.json")
+        return recs and recs[-1].seq == (3 if behind else 4)
 
     try:
         deadline = time.monotonic() + 150
@@ -126,6 +127,15 @@ def test_a_rank_that_skips_the_collective_for_another_is_the_comm_hang_from_gloo
            for r, b in as_json.items()}
     assert ops == {0: (4, "all_reduce", True), 1: (4, "barrier", True), 2: (4, "all_reduce", True)}
     assert judge(as_json) == [(1, C4DKind.COMM_HANG, C4DLogLevel.ERROR)]
+
+
+def test_a_rank_waiting_in_a_subgroup_collective_is_the_comm_hang_naming_the_group(tmp_path):
+    as_json, _ = run_until_hung(tmp_path, 3, "subgroup", fault_rank=1)
+    trace = records_from_dump(load_dump(as_json[1]))
+    assert [r.seq for r in trace.records] == [1, 2, 3]
+    assert [(op, seq) for _, seq, op, _ in trace.open_elsewhere] == [("broadcast", 1)]
+    verdicts = judge(as_json)
+    assert verdicts == [(1, C4DKind.COMM_HANG, C4DLogLevel.ERROR)]
 
 
 def test_a_dump_that_is_not_a_flight_recorder_trace_is_refused_naming_why():
