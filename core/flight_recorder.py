@@ -133,7 +133,18 @@ def analyze_flight_recorder(
 ) -> C4DResult:
     """core.c4d's verdicts from the ranks' dumps (rank -> loaded dump). A rank with no
     dump counts, with world_size, as one that never entered any collective."""
-    traces = {int(rank): records_from_dump(d) for rank, d in dumps.items()}
+    return analyze_traces({int(rank): records_from_dump(d) for rank, d in dumps.items()}, envs, now, state,
+                          world_size)
+
+
+def analyze_traces(
+    traces: Mapping[int, RankTrace],
+    envs: C4DEnvs,
+    now: float,
+    state: C4DState | None = None,
+    world_size: int | None = None,
+) -> C4DResult:
+    """analyze_flight_recorder over dumps already read (rank -> records_from_dump's trace)."""
     timed = bool(traces) and all(t.timed for t in traces.values())
     result = analyze_collectives({r: t.records for r, t in traces.items()}, envs, now, state,
                                  world_size=world_size, judge_slowness=timed)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import logging
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -19,7 +19,7 @@ from django.utils import timezone
 from core.c4d import C4DResult, C4DState, C4DVerdict, CollectiveRecord, analyze_collectives
 from core.classify import Classification
 from core.flags import C4DLogLevel, FaultToleranceConfig
-from core.flight_recorder import load_dump, records_from_dump
+from core.flight_recorder import RankTrace, analyze_traces, load_dump, records_from_dump
 from core.stacks import (
     DUMP_FAILED,
     NOT_PYTHON,
@@ -163,6 +163,7 @@ class C4DInput:
     records: dict[int, list[CollectiveRecord]]
     source: str
     timed: bool
+    traces: dict[int, RankTrace] = field(default_factory=dict)   # the Flight Recorder's, per rank
 
 
 def c4d_input(job: Job, attempt: Attempt) -> C4DInput:
@@ -189,7 +190,7 @@ def c4d_input(job: Job, attempt: Attempt) -> C4DInput:
         except ValueError as exc:
             log.warning("job %s rank %s: %s", job.pk, rank, exc)
     return C4DInput({rank: list(t.records) for rank, t in traces.items()}, "flight_recorder",
-                    bool(traces) and all(t.timed for t in traces.values()))
+                    bool(traces) and all(t.timed for t in traces.values()), traces)
 
 
 def run_c4d(job: Job, attempt: Attempt, config: FaultToleranceConfig, now: datetime | None = None, *,
@@ -201,8 +202,12 @@ def run_c4d(job: Job, attempt: Attempt, config: FaultToleranceConfig, now: datet
     c4d_state = C4DState.from_dict(state.c4d if state.c4d_attempt == attempt.number else None)
     instances = list(attempt.instances.all())
     found = c4d_input(job, attempt)
-    result = analyze_collectives(found.records, config.c4d_common_envs, _now_ts(now), c4d_state,
-                                 world_size=len(instances), judge_slowness=found.timed)
+    if found.source == "flight_recorder":  # also sees other process groups' collectives
+        result = analyze_traces(found.traces, config.c4d_common_envs, _now_ts(now), c4d_state,
+                                world_size=len(instances))
+    else:
+        result = analyze_collectives(found.records, config.c4d_common_envs, _now_ts(now), c4d_state,
+                                     world_size=len(instances), judge_slowness=found.timed)
     state.c4d, state.c4d_attempt = result.state.to_dict(), attempt.number
     if not state.save(job):
         return None
