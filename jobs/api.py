@@ -7,22 +7,21 @@ from __future__ import annotations
 
 from django.db import IntegrityError, transaction
 from django.http import FileResponse
-from django.utils import timezone
 from django.utils.text import slugify
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import exceptions, mixins, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.response import Response
 
-from core.goodput import AttemptTimes, ledger
 
 from . import actions
 from .access import WORKSPACE_CREATION_REFUSED, may_create_workspace
 from .backends.base import BackendError
 from .exceptions import Conflict
+from .goodput import job_goodput
 from .inputs import SLUG_RE, parse_int, query_int, workspace_ref
 from .logs import InstanceLog
-from .models import WRITE_ROLES, Instance, Job, Membership, Role, Workspace
+from .models import WRITE_ROLES, Job, Membership, Role, Workspace
 from .serializers import (
     AttemptSerializer,
     DiagnosisSerializer,
@@ -160,21 +159,7 @@ class JobViewSet(viewsets.GenericViewSet):
     def goodput(self, request, pk=None):
         """Where the job's time went: detection, teardown, scheduling, start-up, first
         progress per attempt, and the effective training time ratio (ETTR)."""
-        job = self.get_job()
-        ts = lambda d: d.timestamp() if d else None  # noqa: E731
-        records = {r.new_attempt: r for r in job.restart_records.filter(kind="job")}
-        exits = {(i.attempt.number, i.name): i.exited_at for i in Instance.objects.filter(attempt__job=job).select_related("attempt")}
-        times = []
-        for a in job.attempts.order_by("number"):
-            record = records.get(a.number)
-            times.append(AttemptTimes(
-                number=a.number, queued_at=a.queued_at.timestamp(), starting_at=ts(a.starting_at),
-                running_at=ts(a.running_at), first_progress_at=ts(a.first_progress_at), stopping_at=ts(a.stopping_at),
-                ended_at=ts(a.ended_at), made_progress=a.made_progress, succeeded=a.status == "Succeeded",
-                failed_at=ts(exits.get((record.attempt, record.instance_name))) if record else None,
-                decided_at=ts(record.restart_time) if record else None,
-            ))
-        return Response(ledger(times, ts(job.finished_at), timezone.now().timestamp()).to_dict())
+        return Response(job_goodput(self.get_job()).to_dict())
 
     @extend_schema(
         parameters=[

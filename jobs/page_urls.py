@@ -9,6 +9,7 @@ app_name = "pages"
 urlpatterns = [
     path("jobs/<int:job_id>/", views.job_short_link, name="job-short"),
     path("workspaces/<slug:slug>/", views.workspace_dashboard, name="workspace"),
+    path("workspaces/<slug:slug>/reliability/", views.reliability, name="reliability"),
     path("workspaces/<slug:slug>/jobs/", views.job_list, name="job-list"),
     path("workspaces/<slug:slug>/jobs/new/", views.job_new, name="job-new"),
     path("workspaces/<slug:slug>/jobs/new/flags/", views.flags_preview, name="flags-preview"),

@@ -9,7 +9,7 @@ import json
 import os
 import zipfile
 from collections import Counter
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from urllib.parse import urlencode
 
 from django.conf import settings
@@ -25,15 +25,20 @@ from django.views.decorators.http import require_http_methods, require_POST
 from rest_framework import serializers as drf_serializers
 
 from core import logtimes
+from core import reliability as reliability_core
 from core.logindex import complete_lines
+from core.reputation import NodeFaultSeen
+from core.reputation import standings as reputation_standings
 
 from . import actions
 from .access import permission_name, runnable_backends, sees_secrets
+from .goodput import job_goodput
 from .forms import BOOL_FIELDS, FieldFlagErrors, JobForm, fault_tolerance_from, ft_warnings, initial_from_job
 from .hang_panel import hang_panel
 from .inputs import query_int
 from .logs import InstanceLog
-from .models import ADMIN_ROLES, WRITE_ROLES, Attempt, EventType, Instance, JobEvent, JobStatus, RestartRecord
+from .models import (ADMIN_ROLES, WRITE_ROLES, Attempt, EventType, Instance, JobEvent, JobStatus, NodeFault,
+                     RestartRecord)
 from .serializers import RetryableKeywordSerializer
 from .verdicts import describe
 
@@ -600,3 +605,54 @@ def dashboard_context(workspace, now=None) -> dict:
             JobEvent.objects.filter(job__workspace=workspace).select_related("job").order_by("-id")[:25]),
         "live_count": workspace.jobs.filter(status__in=[JobStatus.CREATING, JobStatus.QUEUING]).count(),
     }
+
+
+# --- a workspace's reliability ----------------------------------------------------------------
+
+RELIABILITY_JOBS = 50  # goodput rows: the most recent jobs active in the period (one ledger each)
+CHART_W, CHART_H = 600, 120
+
+
+@login_required
+def reliability(request, slug):
+    """Restarts over time by cause, by node and by error code; goodput per job; the
+    nodes with the most faults. Only this workspace's jobs: nodes are shared, but a
+    member sees the faults of their own workspace's jobs, never another's."""
+    workspace = workspace_or_404(request, slug)
+    period, period_error = reliability_core.parse_period(request.GET.get("period"))
+    now = timezone.now()
+    span, _ = reliability_core.PERIODS[period]
+    since = now - timedelta(seconds=span)
+    records = list(RestartRecord.objects.filter(job__workspace=workspace, restart_time__gt=since,
+                                                restart_time__lte=now).select_related("job").order_by("restart_time", "id"))
+    seen = [reliability_core.RestartSeen(r.pk, r.job_id, r.restart_time.timestamp(), r.error_code, r.family, r.node_name)
+            for r in records]
+    buckets = reliability_core.buckets(seen, now.timestamp(), period)
+    causes = [c for c, _ in reliability_core.count_by(seen, "cause")]
+    chart = [{"bar": bar, "bucket": b, "start": datetime.fromtimestamp(b.start, tz=UTC)}
+             for bar, b in zip(reliability_core.bars([b.total for b in buckets], CHART_W, CHART_H), buckets, strict=True)]
+    by_id = {r.pk: r for r in records}
+    node_records: dict[str, list] = {}
+    for s in seen:
+        node_records.setdefault(s.node or reliability_core.UNKNOWN, []).append(by_id[s.record_id])
+    faults = [NodeFaultSeen(f.node, f.job_id, f.error_code, f.retryable, f.created_at.timestamp())
+              for f in NodeFault.objects.filter(job__workspace=workspace, created_at__gt=since)]
+    standings = sorted(reputation_standings(faults, now.timestamp(), window=span).values(),
+                       key=lambda s: (-s.faults_in_window, s.node))
+    nodes = [{"standing": s, "records": node_records.get(s.node, [])} for s in standings if s.faults_in_window]
+    active = (workspace.jobs.filter(created_at__lte=now).exclude(finished_at__lt=since)
+              .order_by("-created_at")[:RELIABILITY_JOBS])
+    goodput = [{"job": j, "ledger": job_goodput(j, now)} for j in active]
+    context = {
+        "workspace": workspace, "period": period, "period_error": period_error,
+        "periods": [(k, {"24h": "24 h", "7d": "7 d", "30d": "30 d"}[k]) for k in reliability_core.PERIODS],
+        "total": len(seen), "chart": chart, "chart_w": CHART_W, "chart_h": CHART_H,
+        "bucket_hours": reliability_core.PERIODS[period][1] == 3600,
+        "causes": reliability_core.count_by(seen, "cause"), "cause_names": causes,
+        "by_node": reliability_core.count_by(seen, "node"),
+        "by_code": reliability_core.count_by(seen, "error_code"),
+        "nodes": nodes, "goodput": goodput, "records": records,
+    }
+    # A refused period still shows the page (for the default period, with the message
+    # naming the field), but as a 400 so that a script asking for it is not misled.
+    return render(request, "jobs/reliability.html", context, status=400 if period_error else 200)

@@ -67,6 +67,8 @@ def page_urls(ws, job, rec):
         reverse("pages:log-download", args=[s, j, 1, "worker-0"]),
         reverse("pages:attempt-logs", args=[s, j, 1]),
         reverse("pages:diagnosis", args=[s, j, diagnosis.pk]),
+        reverse("pages:reliability", args=[s]),
+        reverse("pages:reliability", args=[s]) + "?period=30d",
     ]
 
 
