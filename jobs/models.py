@@ -116,6 +116,8 @@ class ApiToken(models.Model):
     created_at = models.DateTimeField(default=timezone.now)
     last_used_at = models.DateTimeField(null=True, blank=True)
     revoked_at = models.DateTimeField(null=True, blank=True)
+    # Null means it never expires (tokens made before expiry existed, and "never" on the page).
+    expires_at = models.DateTimeField(null=True, blank=True)
 
     def __str__(self):
         return f"{self.hint}… ({self.user})"
@@ -123,9 +125,10 @@ class ApiToken(models.Model):
     LAST_USED_EVERY = timedelta(seconds=60)
 
     @classmethod
-    def issue(cls, user, name: str = "default") -> tuple["ApiToken", str]:
+    def issue(cls, user, name: str = "default", expires_at=None) -> tuple["ApiToken", str]:
         raw = new_token(cls.PREFIX)
-        token = cls.objects.create(user=user, name=name, digest=token_digest(raw), hint=raw[:10])
+        token = cls.objects.create(user=user, name=name, digest=token_digest(raw), hint=raw[:10],
+                                   expires_at=expires_at)
         return token, raw
 
     @classmethod
@@ -135,6 +138,7 @@ class ApiToken(models.Model):
         token = (
             cls.objects.select_related("user")
             .filter(digest=token_digest(raw), revoked_at__isnull=True)
+            .filter(models.Q(expires_at__isnull=True) | models.Q(expires_at__gt=timezone.now()))
             .first()
         )
         if token is None or not token.user.is_active:
@@ -147,6 +151,10 @@ class ApiToken(models.Model):
             cls.objects.filter(models.Q(last_used_at__isnull=True) | models.Q(last_used_at__lt=stale),
                                pk=token.pk).update(last_used_at=now)
         return token
+
+    @property
+    def expired(self) -> bool:
+        return self.expires_at is not None and self.expires_at <= timezone.now()
 
     def revoke(self) -> bool:
         return bool(ApiToken.objects.filter(pk=self.pk, revoked_at__isnull=True).update(revoked_at=timezone.now()))

@@ -2,11 +2,13 @@
 
 from django.urls import path
 
-from . import views
+from . import token_views, views
 
 app_name = "pages"
 
 urlpatterns = [
+    path("account/tokens/", token_views.api_tokens, name="api-tokens"),
+    path("account/tokens/<int:token_id>/revoke/", token_views.api_token_revoke, name="api-token-revoke"),
     path("jobs/<int:job_id>/", views.job_short_link, name="job-short"),
     path("workspaces/<slug:slug>/", views.workspace_dashboard, name="workspace"),
     path("workspaces/<slug:slug>/reliability/", views.reliability, name="reliability"),
