@@ -13,6 +13,15 @@ Environment:
     VIGIL_EXAMPLE_SLEEP        extra seconds of "compute" per step on every rank (default 0)
     VIGIL_EXAMPLE_PG_TIMEOUT   gloo collective timeout in seconds (default 1800)
     VIGIL_EXAMPLE_SLOW_SECONDS extra seconds per step of the slow rank (default 0.2)
+    VIGIL_EXAMPLE_CHECKPOINT   directory for checkpoints (default unset: none). Rank 0 saves
+                               the model, the optimizer and the step there every
+                               VIGIL_EXAMPLE_CHECKPOINT_EVERY steps (default 5), atomically;
+                               every rank loads the latest one at start and resumes after its
+                               step, on the same data an uninterrupted run would see, so a
+                               resumed run's losses depend only on (checkpoint, step). Each rank
+                               prints "resumed rank=R step=N ..." and rank 0, at the end,
+                               "final rank=0 step=N params_sha256=..." (the trained weights)
+    VIGIL_EXAMPLE_CHECKPOINT_EVERY  steps between checkpoints (default 5)
     FAULT        crash|nccl|sigkill|sigsegv|hang_collective|hang_compute|exit_hang|slow|nan|bug|
                  skip_collective
     FAULT_RANK   rank that misbehaves (default 1)
@@ -167,6 +176,51 @@ def nccl_style_failure(rank: int) -> None:
     os._exit(1)
 
 
+# --- checkpoints (VIGIL_EXAMPLE_CHECKPOINT) ------------------------------------------
+
+CHECKPOINT_NAME = "latest.pt"
+
+
+def save_checkpoint(directory: str, step: int, model, opt) -> None:
+    """Write then rename: a crash mid-save leaves the previous checkpoint whole, and the
+    fsyncs make the rename durable before training goes on (a restarted attempt must
+    never load a torn file)."""
+    final = os.path.join(directory, CHECKPOINT_NAME)
+    tmp = f"{final}.tmp-{os.getpid()}"
+    with open(tmp, "wb") as f:
+        torch.save({"step": step, "model": model.state_dict(), "optimizer": opt.state_dict()}, f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, final)
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def load_checkpoint(directory: str, model, opt) -> int:
+    """The step of the latest checkpoint, loaded into model and opt; 0 when there is none."""
+    path = os.path.join(directory, CHECKPOINT_NAME)
+    if not os.path.exists(path):
+        return 0
+    state = torch.load(path, map_location="cpu", weights_only=True)
+    model.load_state_dict(state["model"])
+    opt.load_state_dict(state["optimizer"])
+    return int(state["step"])
+
+
+def params_digest(model) -> str:
+    """sha256 of the weights' bytes: equal only if training gave bit-identical results."""
+    import hashlib
+    digest = hashlib.sha256()
+    for name, tensor in sorted(model.state_dict().items()):
+        digest.update(name.encode())
+        # Through uint8 rather than .numpy(): the example must not need numpy.
+        digest.update(bytes(tensor.detach().contiguous().flatten().view(torch.uint8).tolist()))
+    return digest.hexdigest()
+
+
 # --- optional SDK hooks ----------------------------------------------------------
 
 def sdk_hooks():
@@ -223,6 +277,12 @@ def main() -> int:
     fault_rank = _env_int("FAULT_RANK", 1)
     fault_step = _env_int("FAULT_STEP", 10)
     faulty = bool(fault) and rank == fault_rank
+    ckpt_dir = os.environ.get("VIGIL_EXAMPLE_CHECKPOINT", "")
+    ckpt_every = _env_int("VIGIL_EXAMPLE_CHECKPOINT_EVERY", 5)
+    if ckpt_every < 1:
+        sys.exit(f"VIGIL_EXAMPLE_CHECKPOINT_EVERY={ckpt_every} is not valid: expected at least 1")
+    if ckpt_dir:
+        os.makedirs(ckpt_dir, exist_ok=True)
 
     torch.manual_seed(1234)
     torch.set_num_threads(1)
@@ -239,16 +299,27 @@ def main() -> int:
 
     progress = sdk_hooks()
     model = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    # Loaded before DDP wraps the model (DDP broadcasts rank 0's weights at construction);
+    # every rank reads the same file, which the old attempt finished before it was reaped.
+    resumed = load_checkpoint(ckpt_dir, model, opt) if ckpt_dir else 0
     ddp = nn.parallel.DistributedDataParallel(model)
-    opt = torch.optim.SGD(ddp.parameters(), lr=0.05)
     gen = torch.Generator().manual_seed(rank)
     true_w = torch.randn(32, 1, generator=torch.Generator().manual_seed(7)) / 32 ** 0.5
+    # Replay the batches of the steps already done, so that step N's batch is the one an
+    # uninterrupted run draws at step N: the losses after a resume are then a function of
+    # (checkpoint, step) alone, whichever attempt or interpreter runs them.
+    for _ in range(resumed):
+        torch.randn(16, 32, generator=gen)
+        torch.randn(16, 1, generator=gen)
+    if resumed:
+        say(f"resumed rank={rank} step={resumed} from={os.path.join(ckpt_dir, CHECKPOINT_NAME)}")
     say(f"start rank={rank} world_size={world} steps={steps} pid={os.getpid()}"
         + (f" fault={fault} fault_rank={fault_rank} fault_step={fault_step}" if fault else ""))
 
     poisoned = False
     skipping = False
-    for step in range(1, steps + 1):
+    for step in range(resumed + 1, steps + 1):
         t0 = time.perf_counter()
         x = torch.randn(16, 32, generator=gen)
         y = x @ true_w + 0.01 * torch.randn(16, 1, generator=gen)
@@ -308,6 +379,12 @@ def main() -> int:
         say(f"step={step} rank={rank} loss={local:.4f} step_time={step_time:.3f}")
         if progress is not None and rank == 0:
             progress(step, float(mean.item()))
+        if ckpt_dir and rank == 0 and step % ckpt_every == 0:
+            save_checkpoint(ckpt_dir, step, model, opt)
+            say(f"checkpoint rank={rank} step={step}")
+
+    if ckpt_dir and rank == 0:
+        say(f"final rank={rank} step={steps} params_sha256={params_digest(model)}")
 
     say(f"done rank={rank} steps={steps}")
     # Tear down together: a rank that destroys its process group while a peer is
