@@ -65,7 +65,7 @@ def _cadence(job: Job, attempt: Attempt, instances: list[Instance]) -> tuple[han
 def _reported_cadence(attempt: Attempt) -> tuple[hang.CadenceSuggestion | None, str]:
     """From the training code's report_progress calls, where no log has timestamped step
     lines: each report's time and step (kept on the attempt by the SDK's progress view)."""
-    samples = [(float(t), int(s)) for t, s in (attempt.progress_samples or [])]
+    samples = [(float(s[0]), int(s[1])) for s in (attempt.progress_samples or [])]  # [t, step, loss?, total?]
     suggestion = hang.suggest_from_cadence(samples)
     return (suggestion, "report_progress") if suggestion is not None else (None, "")
 

@@ -35,6 +35,7 @@ from .access import permission_name, runnable_backends, sees_secrets
 from .goodput import job_goodput
 from .forms import BOOL_FIELDS, FieldFlagErrors, JobForm, fault_tolerance_from, ft_warnings, initial_from_job
 from .hang_panel import hang_panel
+from .progress_panel import progress_panel
 from .inputs import query_int
 from .logs import InstanceLog
 from .models import (ADMIN_ROLES, WRITE_ROLES, Attempt, EventType, Instance, JobEvent, JobStatus, NodeFault,
@@ -232,6 +233,8 @@ def _job_context(request, workspace, job) -> dict:
         "hang": SimpleLazyObject(lambda: hang_panel(job, current, instances, now)),
         # Lazy too: it asks the backend (processes on this machine), for the instances part only.
         "standby": SimpleLazyObject(lambda: _standby_view(job)),
+        # Lazy: without report_progress it reads log tails, for the progress part only.
+        "progress": SimpleLazyObject(lambda: progress_panel(job, attempts, records, now)),
     }
 
 
@@ -318,6 +321,7 @@ FRAGMENTS = {
     "timeline": "jobs/_timeline.html",
     "restarts": "jobs/_restart_table.html",
     "diagnoses": "jobs/_diagnoses.html",
+    "progress": "jobs/_progress.html",
 }
 
 

@@ -230,7 +230,16 @@ class SdkProgressSerializer(SdkSenderSerializer):
     """report_progress(step, metrics)."""
 
     step = Count(min_value=0, max_value=MAX_STEP, refusal="step is required: a whole number >= 0; got {value!r}.")
-    metrics = Metrics(help_text="name to a finite number, e.g. {\"loss\": 0.31}; checked, not kept")
+    metrics = Metrics(help_text="name to a finite number, e.g. {\"loss\": 0.31}; \"loss\" and \"total_steps\" "
+                              "(the M of step N of M) are kept for the job page's progress, the rest checked only")
+
+    def validate(self, data: dict) -> dict:
+        data = super().validate(data)
+        total = (data.get("metrics") or {}).get("total_steps")
+        if total is not None and not (_is_int(total) and 0 < total <= MAX_STEP):
+            raise serializers.ValidationError({"metrics": {"total_steps": [
+                f"total_steps must be a whole number from 1 to {MAX_STEP}; got {total!r}."]}})
+        return data
 
 
 class Records(serializers.ListField):

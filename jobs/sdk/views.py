@@ -199,7 +199,15 @@ class ProgressView(SdkView):
             attempt = attempts.select_for_update().first()
             samples = list(attempt.progress_samples or []) if attempt is not None else []
             if attempt is not None and (not samples or body["step"] > samples[-1][1]):
-                samples.append([now.timestamp(), body["step"]])
+                # [t, step], with the loss and the total (step N of M) when reported: the
+                # job page draws its loss chart and "step N of M" from these.
+                metrics = body.get("metrics") or {}
+                sample = [now.timestamp(), body["step"]]
+                if "loss" in metrics or "total_steps" in metrics:
+                    sample.append(metrics.get("loss"))
+                if "total_steps" in metrics:
+                    sample.append(int(metrics["total_steps"]))
+                samples.append(sample)
                 attempt.progress_samples = samples[-PROGRESS_SAMPLES:]
                 attempt.save(update_fields=["progress_samples"])
         if number == job.current_attempt:

@@ -620,3 +620,17 @@ def test_the_form_and_the_api_refuse_a_value_with_the_same_words(client, alice, 
     (message,) = api.json()[path]
     assert _error_beside(page.content.decode(), field_id).endswith(message)
     assert Job.objects.count() == 0
+
+
+def test_without_report_progress_the_progress_panel_reads_the_step_lines_of_the_log(client, alice, alice_ws, job,
+                                                                                    memory_backend):
+    """Issue 15: a job without the SDK still shows step N of M, steps/s and its loss chart."""
+    handle = job.attempts.get(number=1).backend_handle
+    lines = "".join(f"[2026-11-29 23:00:{i * 2:02d},000] INFO Step {i * 10}/800 loss {2 - i / 20:.3f}\n"
+                    for i in range(20))
+    memory_backend.write_log(handle, "worker-0", "Traceback line without a time\n" + lines)
+    client.force_login(alice)
+    html = client.get(reverse("pages:job-part", args=[alice_ws.slug, job.pk, "progress"])).content.decode()
+    text = re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", html))
+    assert "Step 190 of 800" in text and "5.00 steps/s" in text and "From the step lines of the logs" in text
+    assert html.count("<polyline") == 1

@@ -491,3 +491,15 @@ def test_the_openapi_schema_describes_the_sdk_endpoints_and_their_job_token(alic
         assert operation["security"] == [{"jobToken": []}]
         assert "requestBody" in operation and "429" in operation["responses"]
     assert schema["components"]["securitySchemes"]["jobToken"]["scheme"] == "bearer"
+
+
+def test_report_progress_keeps_loss_and_total_and_refuses_a_bad_total(ws):
+    job, token = make_job(ws)
+    sdk = sdk_client(token)
+    assert post(sdk, job.pk, "progress", {"step": 1}).status_code == 202
+    assert post(sdk, job.pk, "progress", {"step": 2, "metrics": {"loss": 0.5}}).status_code == 202
+    assert post(sdk, job.pk, "progress", {"step": 3, "metrics": {"loss": 0.4, "total_steps": 900}}).status_code == 202
+    bad = post(sdk, job.pk, "progress", {"step": 4, "metrics": {"total_steps": 0}})
+    assert bad.status_code == 400 and "total_steps" in bad.content.decode()
+    samples = Attempt.objects.get(job=job, number=1).progress_samples
+    assert [s[1:] for s in samples] == [[1], [2, 0.5], [3, 0.4, 900]]

@@ -296,6 +296,9 @@ export function initJob(el) {
           lastOutput[name] = Math.max(lastOutput[name] || 0, Math.round(msg.instances[name] * 1000));
         });
         showLastOutput();
+        // New output may carry new step lines or follow new report_progress calls: the
+        // progress part is fetched again at most every 5 s, not per line.
+        refreshPart("part-progress", 5000);
       } else if (msg.type === "log_target") {
         if (!pendingTarget || msg.instance !== pendingTarget.instance) return;
         const asked = pendingTarget;
