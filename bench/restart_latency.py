@@ -23,8 +23,8 @@ themselves); the job then runs to its end and must succeed.
 
 - Vigil warm (issue 19): the same Vigil path and flags plus --enable-warm-restart=True
   --warm-modules=torch,torch.distributed,torch._dynamo (DistributedDataParallel imports
-  torch._dynamo, and with it sympy, some 800 modules, when it is constructed: with the
-  default list a warm rank still spent ~9 s of its restart there): while attempt 1 runs,
+  torch._dynamo, and with it sympy, some 800 modules, when it is constructed: without it
+  a warm rank still spent ~9 s of its restart there; the default list has it since): while attempt 1 runs,
   the local backend parks one interpreter per rank for attempt 2, and the restart
   hands the ranks to them. The kill waits until every parked interpreter has done
   its imports (a restart hours into training finds them parked; one seconds into

@@ -740,11 +740,11 @@ def test_every_valid_config_round_trips_through_its_flag_string_and_its_dict(con
 
 # --- warm restart ---------------------------------------------------------------------
 
-def test_warm_restart_is_off_by_default_and_parks_torch_and_its_distributed_package():
+def test_warm_restart_is_off_by_default_and_parks_torch_its_distributed_package_and_dynamo():
     config = parse_flags("")
     assert config.enable_warm_restart is False
-    assert config.warm_modules == ("torch", "torch.distributed")
-    assert config.to_dict()["warm_modules"] == ["torch", "torch.distributed"]
+    assert config.warm_modules == ("torch", "torch.distributed", "torch._dynamo")
+    assert config.to_dict()["warm_modules"] == ["torch", "torch.distributed", "torch._dynamo"]
 
 
 def test_warm_modules_are_comma_separated_dotted_names_kept_in_order():

@@ -225,11 +225,11 @@ def test_the_warm_restart_fields_are_checked_like_the_flags_stored_and_cloned(cl
     client.force_login(alice)
     url = reverse("pages:job-new", args=[alice_ws.slug])
     page = client.get(url).content.decode()
-    assert 'id="id_enable_warm_restart"' in page and 'value="torch,torch.distributed"' in page
+    assert 'id="id_enable_warm_restart"' in page and 'value="torch,torch.distributed,torch._dynamo"' in page
     assert client.post(url, form_data(display_name="cold")).status_code == 302  # no warm fields posted: defaults
     cold = Job.objects.get(display_name="cold")
     assert cold.ft_config["enable_warm_restart"] is False
-    assert cold.ft_config["warm_modules"] == ["torch", "torch.distributed"]
+    assert cold.ft_config["warm_modules"] == ["torch", "torch.distributed", "torch._dynamo"]
     bad = client.post(url, form_data(enable_warm_restart="on", warm_modules="torch,,numpy"))
     assert bad.status_code == 400
     assert "is not accepted; use module names separated by commas" in _error_beside(bad.content.decode(),
