@@ -106,3 +106,40 @@ def bars(values: list[int], width: float, height: float, gap: float = 1.0) -> li
         h = round(height * v / top, 2)
         out.append(Bar(round(i * step, 2), round(height - h, 2), round(w, 2), h, v))
     return out
+
+
+@dataclass(frozen=True)
+class Segment:
+    x: float
+    y: float
+    width: float
+    height: float
+    cause: str
+    count: int
+    colour: int          # index into the page's palette: the cause's rank, modulo its size
+
+
+def stacked_bars(buckets_: list[Bucket], causes: list[str], width: float, height: float,
+                 gap: float = 1.0, palette: int = 8) -> list[list[Segment]]:
+    """Per bucket, one segment per cause stacked from the bottom in `causes` order (the
+    most frequent at the bottom, where lengths compare best), scaled to the fullest
+    bucket; a cause's colour is its rank in `causes` (modulo the palette's size), the same in
+    every bar and the legend."""
+    if not buckets_:
+        return []
+    top = max(b.total for b in buckets_) or 1
+    step = width / len(buckets_)
+    w = round(max(step - gap, 1.0), 2)
+    out = []
+    for i, b in enumerate(buckets_):
+        y = float(height)
+        column = []
+        for rank, cause in enumerate(causes):
+            n = b.by_cause.get(cause, 0)
+            if not n:
+                continue
+            h = height * n / top
+            y -= h
+            column.append(Segment(round(i * step, 2), round(y, 2), w, round(h, 2), cause, n, rank % palette))
+        out.append(column)
+    return out

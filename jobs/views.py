@@ -615,6 +615,7 @@ def dashboard_context(workspace, now=None) -> dict:
 
 RELIABILITY_JOBS = 50  # goodput rows: the most recent jobs active in the period (one ledger each)
 CHART_W, CHART_H = 600, 120
+PALETTE = 8  # .cause-N colours in vigil.css; a ninth cause reuses the first colour
 
 
 @login_required
@@ -633,8 +634,9 @@ def reliability(request, slug):
             for r in records]
     buckets = reliability_core.buckets(seen, now.timestamp(), period)
     causes = [c for c, _ in reliability_core.count_by(seen, "cause")]
-    chart = [{"bar": bar, "bucket": b, "start": datetime.fromtimestamp(b.start, tz=UTC)}
-             for bar, b in zip(reliability_core.bars([b.total for b in buckets], CHART_W, CHART_H), buckets, strict=True)]
+    columns = reliability_core.stacked_bars(buckets, causes, CHART_W, CHART_H, palette=PALETTE)
+    chart = [{"segments": col, "total": b.total, "start": datetime.fromtimestamp(b.start, tz=UTC)}
+             for col, b in zip(columns, buckets, strict=True)]
     by_id = {r.pk: r for r in records}
     node_records: dict[str, list] = {}
     for s in seen:
@@ -652,7 +654,7 @@ def reliability(request, slug):
         "periods": [(k, {"24h": "24 h", "7d": "7 d", "30d": "30 d"}[k]) for k in reliability_core.PERIODS],
         "total": len(seen), "chart": chart, "chart_w": CHART_W, "chart_h": CHART_H,
         "bucket_hours": reliability_core.PERIODS[period][1] == 3600,
-        "causes": reliability_core.count_by(seen, "cause"), "cause_names": causes,
+        "causes": [(c, n, i % PALETTE) for i, (c, n) in enumerate(reliability_core.count_by(seen, "cause"))],
         "by_node": reliability_core.count_by(seen, "node"),
         "by_code": reliability_core.count_by(seen, "error_code"),
         "nodes": nodes, "goodput": goodput, "records": records,

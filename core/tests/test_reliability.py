@@ -57,3 +57,19 @@ def test_bars_scale_to_the_largest_and_a_zero_stays_flat():
 
 def test_every_period_has_whole_buckets():
     assert all(span % size == 0 for span, size in PERIODS.values())
+
+
+def test_stacked_bars_put_the_most_frequent_cause_at_the_bottom_in_its_own_colour():
+    from core.reliability import stacked_bars
+
+    restarts = [seen(1, 0.5 * H, code="OOM"), seen(2, 0.6 * H), seen(3, 0.7 * H), seen(4, 1.5 * H)]
+    out = buckets(restarts, NOW, "24h")
+    causes = [c for c, _ in count_by(restarts, "cause")]
+    assert causes == ["NCCL_ERROR", "OOM"]
+    columns = stacked_bars(out, causes, width=240, height=90)
+    assert len(columns) == 24 and all(not c for c in columns[:22])
+    nccl, oom = columns[-1]
+    assert (nccl.cause, nccl.count, nccl.colour, nccl.y, nccl.height) == ("NCCL_ERROR", 2, 0, 30.0, 60.0)
+    assert (oom.cause, oom.count, oom.colour, oom.y, oom.height) == ("OOM", 1, 1, 0.0, 30.0)
+    [one] = columns[-2]
+    assert (one.cause, one.height, one.x, one.width) == ("NCCL_ERROR", 30.0, 220.0, 9.0)

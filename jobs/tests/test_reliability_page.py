@@ -63,9 +63,9 @@ def test_the_page_counts_this_workspaces_restarts_in_the_period_by_cause_node_an
     assert table(day, "by-node") == [("node-a", "2"), ("node-b", "1")]
     assert table(day, "by-code") == [("NCCL_ERROR", "2"), ("OOM", "1")]
     assert table(day, "by-cause") == [("NCCL_ERROR", "1"), ("OOM", "1"), ("nccl", "1")]
-    assert day.count("<rect ") == 24 and '<span id="restart-total">3</span>' in day
+    assert day.count('<g class="bar"') == 24 and '<span id="restart-total">3</span>' in day
     assert table(week, "by-node") == [("node-a", "2"), ("node-b", "1"), ("node-c", "1")]
-    assert week.count("<rect ") == 7
+    assert week.count('<g class="bar"') == 7
     assert "node-z" not in day and "theirs" not in day
     # the faulty node links to its restart records
     assert table(day, "fault-nodes")[0] == ("node-a", "2")

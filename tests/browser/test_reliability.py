@@ -32,7 +32,7 @@ def test_the_reliability_chart_tables_and_records_agree(page_for, alice, alice_w
     page = page_for(alice)
     page.goto(f"/workspaces/{alice_ws.slug}/reliability/?period=24h")
     shoot(page, "reliability-24h")
-    bars = [int(c) for c in page.locator("svg.bars rect").evaluate_all("els => els.map(e => e.dataset.count)")]
+    bars = [int(c) for c in page.locator("svg.bars g.bar").evaluate_all("els => els.map(e => e.dataset.count)")]
     records = page.locator("#records tbody tr")
     assert len(bars) == 24 and sum(bars) == records.count() == 3
     assert page.locator("#restart-total").inner_text() == "3"
@@ -41,6 +41,15 @@ def test_the_reliability_chart_tables_and_records_agree(page_for, alice, alice_w
                for r in page.locator("#by-node tbody tr").all()]
     assert by_node == [("node-b", 2), ("node-a", 1)]
     assert sum(n for _, n in by_node) == sum(bars)
+    # the bars' segments by cause add up to the by-cause table, and each bar to its segments
+    segments = page.locator("svg.bars g.bar rect").evaluate_all(
+        "els => els.map(e => [e.dataset.cause, +e.dataset.count])")
+    per_cause: dict[str, int] = {}
+    for cause, n in segments:
+        per_cause[cause] = per_cause.get(cause, 0) + n
+    table = {r.locator("td").nth(0).inner_text().strip(): int(r.locator("td").nth(1).inner_text())
+             for r in page.locator("#by-cause tbody tr").all()}
+    assert per_cause == table == {"NCCL_ERROR": 1, "ECONNRESET": 1, "OOM": 1}
     # the nodes with the most faults, most first, each linking to its restart records
     assert page.locator("#fault-nodes tbody tr td:first-child").all_inner_texts() == ["node-b", "node-a"]
     assert serious_violations(page) == []
@@ -51,7 +60,7 @@ def test_the_reliability_chart_tables_and_records_agree(page_for, alice, alice_w
     page.goto(f"/workspaces/{alice_ws.slug}/reliability/")
     page.get_by_role("link", name="7 d").click()
     expect(page.locator("#restart-total")).to_have_text("5")
-    bars = [int(c) for c in page.locator("svg.bars rect").evaluate_all("els => els.map(e => e.dataset.count)")]
+    bars = [int(c) for c in page.locator("svg.bars g.bar").evaluate_all("els => els.map(e => e.dataset.count)")]
     assert len(bars) == 7 and sum(bars) == page.locator("#records tbody tr").count() == 5
     assert page.locator("#fault-nodes tbody tr td:first-child").all_inner_texts() == ["node-b", "node-a", "node-c"]
     shoot(page, "reliability-7d")
