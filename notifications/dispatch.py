@@ -23,6 +23,7 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
+from core.delivery_errors import readable_error
 from infra import metrics
 from infra.bounded import call_bounded
 
@@ -158,6 +159,10 @@ class AttemptOutcome:
     error: str = ""
 
 
+# A webhook body is a few KB; the cap only bounds a message grown by a huge event payload.
+MAX_PAYLOAD_CHARS = 64_000
+
+
 def attempt_delivery(delivery_id: int, *, allow_retry: bool = True) -> AttemptOutcome:
     now = timezone.now()
     claimed = Delivery.objects.filter(
@@ -178,6 +183,7 @@ def attempt_delivery(delivery_id: int, *, allow_retry: bool = True) -> AttemptOu
 
     info = test_info(channel, now) if delivery.is_test else event_info(delivery.event)
     verdict, error, status_code = "ok", "", None
+    transport = None
     started = time.monotonic()
     try:
         transport = transport_for(channel.kind)(channel.url, channel.signing_secret)
@@ -191,7 +197,9 @@ def attempt_delivery(delivery_id: int, *, allow_retry: bool = True) -> AttemptOu
         verdict, error = "transient", f"{exc.__class__.__name__}: {exc}"
     duration_ms = (time.monotonic() - started) * 1000.0
     # Shown to every member and kept: never the URL's path, query or credentials.
-    error = outbound.scrub(error, channel.url)
+    # Readable too: a transport that lets a connection-pool repr through (apprise's own
+    # requests calls) still stores the cause in a sentence.
+    error = outbound.scrub(readable_error(error), channel.url)
 
     number = delivery.attempts + 1
     delays = retry_delays() if allow_retry else ()
@@ -214,6 +222,7 @@ def attempt_delivery(delivery_id: int, *, allow_retry: bool = True) -> AttemptOu
         permanent_error=verdict == "permanent",
         status_code=status_code,
         duration_ms=duration_ms,
+        payload=(transport.payload if transport is not None else "")[:MAX_PAYLOAD_CHARS],
         sent_at=finished if status == DeliveryStatus.SENT else None,
         next_attempt_at=finished + timedelta(seconds=retry_in) if retry_in is not None else None,
     )

@@ -13,6 +13,7 @@ from django.conf import settings
 from django.db import models
 from django.utils import timezone
 
+from core.delivery_errors import is_failing
 from jobs.inputs import validate_name
 from jobs.models import NOTIFIABLE_EVENT_TYPES, JobEvent, Workspace
 
@@ -74,6 +75,19 @@ class Channel(models.Model):
                 enabled=False, disabled_reason=reason[:2000], disabled_at=timezone.now()
             )
         )
+
+    FAILING_AFTER = 3
+
+    def recent_outcomes(self, n: int = FAILING_AFTER) -> list[str]:
+        """The statuses of its last `n` finished deliveries of events, newest first."""
+        return list(self.deliveries.filter(is_test=False, status__in=("sent", "failed"))
+                    .order_by("-last_attempt_at", "-id").values_list("status", flat=True)[:n])
+
+    @property
+    def failing(self) -> bool:
+        """Its last FAILING_AFTER deliveries all failed: worth an admin's look even
+        while it stays enabled (transient failures do not disable a channel)."""
+        return is_failing(self.recent_outcomes(), self.FAILING_AFTER)
 
     def last_delivery(self):
         return self.deliveries.exclude(attempts=0).order_by("-last_attempt_at", "-id").first()
@@ -138,6 +152,9 @@ class Delivery(models.Model):
     status = models.CharField(max_length=10, choices=DeliveryStatus.choices, default=DeliveryStatus.PENDING)
     attempts = models.PositiveIntegerField(default=0)
     error = models.TextField(blank=True, default="")
+    # What the last attempt sent (a webhook's JSON body, a chat service's title and
+    # text), for the delivery log; no URL and no signature, so members may read it.
+    payload = models.TextField(blank=True, default="")
     permanent_error = models.BooleanField(default=False)
     status_code = models.IntegerField(null=True, blank=True)
     duration_ms = models.FloatField(null=True, blank=True)

@@ -46,6 +46,8 @@ from urllib.parse import quote, unquote, urljoin, urlsplit
 
 from django.conf import settings
 
+from core.delivery_errors import readable_error
+
 HTTP_SCHEMES = ("http", "https")
 MAX_REDIRECTS = 3
 MAX_RESPONSE_BYTES = 64 * 1024
@@ -365,7 +367,9 @@ def http_request(method: str, url: str, *, data: bytes | None = None, headers=No
             except requests.Timeout as exc:
                 raise OutboundError(f"timed out after {timeout:g} s ({exc.__class__.__name__})") from None
             except requests.RequestException as exc:
-                raise OutboundError(f"could not connect: {_short(exc)}") from None
+                # The cause in a sentence before any cut: a long URL in urllib3's repr would
+                # otherwise push "Connection refused" past the 300 characters kept.
+                raise OutboundError(f"could not connect: {_short(readable_error(str(exc)))}") from None
             try:
                 body = resp.raw.read(MAX_RESPONSE_BYTES, decode_content=True) or b""
             except Exception:  # noqa: BLE001 - a half-read body does not change the outcome
@@ -444,6 +448,6 @@ def scrub(text: str, url: str) -> str:
     return _URL_FIELD.sub(lambda m: m.group(1) + SCRUBBED, text)
 
 
-def _short(exc: Exception) -> str:
+def _short(exc: Exception | str) -> str:
     text = str(exc)
     return text if len(text) <= 300 else text[:297] + "..."

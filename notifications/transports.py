@@ -128,6 +128,8 @@ class Transport:
     def __init__(self, url: str, signing_secret: str = ""):
         self.url = url
         self.signing_secret = signing_secret
+        # What send() put on the wire (set before sending, so a failed send has it too).
+        self.payload = ""
 
     @classmethod
     def validate_url(cls, url: str) -> str:
@@ -169,6 +171,7 @@ class WebhookTransport(Transport):
 
     def send(self, info: EventInfo, *, delivery_id=None) -> SendResult:
         body, headers = self.signed_request(info, delivery_id=delivery_id)
+        self.payload = body.decode()
         try:
             result = outbound.http_request("POST", self.url, data=body, headers=headers, timeout=10.0)
         except outbound.OutboundError as exc:
@@ -276,6 +279,7 @@ class AppriseTransport(Transport):
         except outbound.OutboundError as exc:
             raise DeliveryFailure(str(exc), kind="permanent" if exc.permanent else "transient") from None
         title, body = self.body(info)
+        self.payload = f"{title}\n\n{body}" if title else body
         with outbound.guarded() as guard:
             notifier = apprise.Apprise(asset=_apprise_asset())
             notifier.add(plugin)

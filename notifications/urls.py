@@ -21,4 +21,5 @@ urlpatterns = [
     path(base + "rules/<int:rule_id>/toggle/", views.rule_toggle, name="rule-toggle"),
     path(base + "rules/<int:rule_id>/delete/", views.rule_delete, name="rule-delete"),
     path(base + "rules/<int:rule_id>/deliveries/", views.rule_deliveries, name="rule-deliveries"),
+    path(base + "rules/<int:rule_id>/deliveries/<int:delivery_id>/redeliver/", views.redeliver, name="redeliver"),
 ]

@@ -11,6 +11,7 @@ from django.db.models import Prefetch
 from django.http import Http404, HttpResponseNotAllowed
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
+from django.views.decorators.http import require_POST
 
 from jobs.inputs import query_int
 from jobs.models import ADMIN_ROLES, Workspace
@@ -54,6 +55,7 @@ def channel_list(request, slug):
     channels = list(Channel.objects.filter(workspace=workspace).order_by("name"))
     for channel in channels:
         channel.last = channel.last_delivery()
+        channel.is_failing = channel.failing
     tested = None
     tested_id = query_int(request.GET, "tested", minimum=1)
     if tested_id is not None:
@@ -178,6 +180,26 @@ def rule_delete(request, slug, rule_id):
 def rule_deliveries(request, slug, rule_id):
     workspace, is_admin = _workspace(request, slug)
     rule = get_object_or_404(EventRule, pk=rule_id, workspace=workspace)
+    return _deliveries_page(request, workspace, is_admin, rule)
+
+
+@login_required
+@require_POST
+def redeliver(request, slug, rule_id, delivery_id):
+    """One more try of a finished delivery (dispatch.redeliver, as the API's
+    redeliver); the log shows the outcome when the task has run."""
+    workspace = _admin_workspace(request, slug)
+    rule = get_object_or_404(EventRule, pk=rule_id, workspace=workspace)
+    delivery = get_object_or_404(Delivery, pk=delivery_id, matched_rules=rule, channel__workspace=workspace)
+    try:
+        dispatch.redeliver(delivery)
+    except dispatch.CannotRedeliver as exc:
+        return _deliveries_page(request, workspace, True, rule, refused=(delivery, str(exc)), status=409)
+    return redirect(reverse("notifications:rule-deliveries", kwargs={"slug": workspace.slug, "rule_id": rule.pk})
+                    + f"?redelivered={delivery.pk}")
+
+
+def _deliveries_page(request, workspace, is_admin, rule, refused=None, status=200):
     form = DeliveryFilterForm(request.GET or None)
     deliveries = (
         Delivery.objects.filter(matched_rules=rule)
@@ -189,8 +211,17 @@ def rule_deliveries(request, slug, rule_id):
         event_type = form.cleaned_data["type"]
         deliveries = deliveries.filter(event__type=event_type)
     page = Paginator(deliveries, 50).get_page(request.GET.get("page"))
+    # Each channel on the page once: its failing state is a query of its own.
+    failing = {}
+    for delivery in page.object_list:
+        if delivery.channel_id not in failing:
+            failing[delivery.channel_id] = delivery.channel.failing
+        delivery.channel_failing = failing[delivery.channel_id]
+    redelivered = query_int(request.GET, "redelivered", minimum=1)
     return render(
         request,
         "notifications/deliveries.html",
-        _context(workspace, is_admin, rule=rule, form=form, page=page, event_type=event_type),
+        _context(workspace, is_admin, rule=rule, form=form, page=page, event_type=event_type,
+                 refused=refused, redelivered=redelivered),
+        status=status,
     )

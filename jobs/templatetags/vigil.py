@@ -23,6 +23,26 @@ def cause_first(reason) -> str:
 
     return reorder(str(reason or ""))
 
+
+@register.filter
+def readable_error(text) -> str:
+    """A delivery error in a sentence (core.delivery_errors), rows stored before included."""
+    from core.delivery_errors import readable_error as readable
+
+    return readable(str(text or ""))
+
+
+@register.filter
+def pretty_payload(text) -> str:
+    """A sent payload for reading: JSON indented, anything else as it was."""
+    import json
+
+    try:
+        return json.dumps(json.loads(text), indent=2, ensure_ascii=False)
+    except (TypeError, ValueError):
+        return str(text or "")
+
+
 # One glyph per status, each a different shape.
 STATUS_ICONS = {
     "Creating": "○",
