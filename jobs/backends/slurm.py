@@ -62,6 +62,10 @@ from . import osuser
 from . import slurm_step as step
 from .base import AttemptLaunch, Backend, BackendError, InstanceLaunch, InstanceState, PolledInstance, Node, read_log_file, tail_log_file
 
+# scancel exits with Slurm's errno truncated to a byte, at times without a word on stderr
+# (seen on CI: a late stop of an ended job exited 229 silently): ESLURM_ALREADY_DONE (2021)
+# and ESLURM_INVALID_JOB_ID (2017) from slurm_errno.h both mean the job is already gone.
+SCANCEL_JOB_GONE = (2021 & 0xFF, 2017 & 0xFF)
 KILL_MARGIN = 2.0  # seconds after the grace period before Slurm's SIGKILL backs the wrapper's up
 HANDLE = "handle.json"
 STOP = "stop.json"  # the console asked to stop the attempt (the supervisor reads it too)
@@ -570,8 +574,8 @@ class SlurmBackend(Backend):
     def _scancel(self, *args: str) -> None:
         res = self._run("scancel", *args, check=False)
         text = (res.stderr or "").lower()
-        if res.returncode != 0 and not any(w in text for w in ("already completing", "already completed",
-                                                                  "invalid job id", "completed")):
+        if res.returncode != 0 and res.returncode not in SCANCEL_JOB_GONE and not any(
+                w in text for w in ("already completing", "already completed", "invalid job id", "completed")):
             raise self._refusal([self._tool("scancel"), *args], res)
 
     def stop_instance(self, handle: dict, name: str, grace: float | None = None) -> None:

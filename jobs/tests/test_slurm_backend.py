@@ -197,6 +197,24 @@ def test_two_instance_pytorch_job_succeeds_with_the_master_on_the_first_node(bac
     assert backend.tail_log(handle, "worker-0", 6) == b"er=hi\n"
 
 
+@pytest.mark.parametrize("code, stderr, gone", [
+    (229, "", True),  # ESLURM_ALREADY_DONE, silently (seen on CI for a late stop)
+    (225, "", True),  # ESLURM_INVALID_JOB_ID
+    (1, "scancel: error: Kill job error on job id 5: Job/step already completing or completed", True),
+    (1, "scancel: error: Kill job error on job id 5: Access/permission denied", False),
+])
+def test_scancel_of_a_job_that_is_already_gone_is_not_a_refusal(tmp_path, code, stderr, gone):
+    fake = tmp_path / "scancel"
+    fake.write_text(f"#!/bin/sh\necho '{stderr}' >&2\nexit {code}\n")
+    fake.chmod(0o755)
+    b = SlurmBackend(log_dir=str(tmp_path), commands={"scancel": str(fake)})
+    if gone:
+        b._scancel("--signal=TERM", "5")
+    else:
+        with pytest.raises(BackendError, match="Slurm refused: .*permission denied"):
+            b._scancel("--signal=TERM", "5")
+
+
 def test_a_workspaces_account_and_os_user_go_to_sbatch(tmp_path, monkeypatch):
     b = SlurmBackend(log_dir=str(tmp_path), account="everyone")
     spec = AttemptLaunch(job_id="1", attempt=1, job_type="ElasticBatchJob",
