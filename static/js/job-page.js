@@ -331,6 +331,8 @@ export function initJob(el) {
         }
         if (msg.current_attempt && msg.current_attempt !== currentAttempt) {
           currentAttempt = msg.current_attempt;
+          // The move to a new attempt carries the restart's reason: the log's separator says it.
+          if (msg.status === "Restarting") view.setAttemptReason(currentAttempt, msg.reason);
           updateArchive();
           const opt = document.createElement("option");
           opt.value = currentAttempt; opt.textContent = "Attempt " + currentAttempt;

@@ -34,6 +34,7 @@ export function initLogSearch(view, logRoot) {
     current = (current + by + matches.length) % matches.length;
     matches.forEach((el) => el.classList.remove("cur"));
     const el = matches[current];
+    if (el.hidden && el._a !== undefined) view.fold(el._a, false);  // a match in a folded attempt unfolds it
     el.classList.add("cur");
     if (!view.paused) view.pause();
     view.programmatic = true;

@@ -40,6 +40,9 @@ export class LogView {
     this.paused = false;
     this.count = 0;
     this.lastAttempt = null;
+    this.seps = {};           // attempt -> its separator line (live, between attempts)
+    this.reasons = {};        // attempt -> why it was started (the restart's reason)
+    this.folded = new Set();  // attempts whose lines are collapsed under their separator
     this.programmatic = false;
     this.scheduled = false;
     this.highlightNext = false;
@@ -62,6 +65,7 @@ export class LogView {
   clear() {
     this.root.textContent = "";
     this.queue = []; this.pending = []; this.count = 0; this.skipped = 0; this.lastAttempt = null;
+    this.seps = {}; this.folded = new Set();
     this.paused = false;
     this.bar.hidden = true;
   }
@@ -70,7 +74,7 @@ export class LogView {
   add(msg) {
     let items = [];
     if (this.opts.following() && this.lastAttempt !== null && msg.attempt !== this.lastAttempt) {
-      items.push({ sep: "— attempt " + msg.attempt + " —" });
+      items.push({ sep: true, a: msg.attempt });
     }
     this.lastAttempt = msg.attempt;
     const now = Date.now();
@@ -103,6 +107,50 @@ export class LogView {
     }
     this.queue.push(...items);
     this.schedule();
+  }
+
+  /** Why an attempt was started, for its separator; the status message that says so
+      may come before or after the attempt's first lines. */
+  setAttemptReason(attempt, reason) {
+    if (!reason) return;
+    this.reasons[attempt] = reason;
+    if (this.seps[attempt]) this.sepText(this.seps[attempt], attempt);
+  }
+
+  sepText(sep, attempt) {
+    const r = this.reasons[attempt];
+    const btn = sep.firstChild;
+    btn.lastChild.textContent = "Attempt " + attempt + " — restarted" + (r ? ": " + r : "");
+  }
+
+  /** A line between two attempts, a button that folds the lines of the attempt below it. */
+  attemptSep(attempt) {
+    const sep = document.createElement("div");
+    sep.className = "ln sep attempt-sep";
+    sep.setAttribute("data-attempt-sep", attempt);
+    const btn = document.createElement("button");
+    btn.type = "button";
+    btn.className = "linklike";
+    btn.setAttribute("aria-expanded", this.folded.has(attempt) ? "false" : "true");
+    const icon = document.createElement("span"); icon.setAttribute("aria-hidden", "true"); icon.className = "fold";
+    icon.textContent = this.folded.has(attempt) ? "▸ " : "▾ ";
+    btn.appendChild(icon); btn.appendChild(document.createElement("span"));
+    btn.addEventListener("click", () => this.fold(attempt, !this.folded.has(attempt)));
+    sep.appendChild(btn);
+    this.seps[attempt] = sep;
+    this.sepText(sep, attempt);
+    return sep;
+  }
+
+  fold(attempt, folded) {
+    if (folded) this.folded.add(attempt); else this.folded.delete(attempt);
+    const sep = this.seps[attempt];
+    if (sep) {
+      sep.firstChild.setAttribute("aria-expanded", folded ? "false" : "true");
+      sep.firstChild.firstChild.textContent = folded ? "▸ " : "▾ ";
+    }
+    this.root.querySelectorAll(".ln").forEach((ln) => { if (ln._a === attempt && ln._text !== undefined) ln.hidden = folded; });
+    if (!folded && !this.paused) this.toBottom();
   }
 
   schedule() {
@@ -148,6 +196,7 @@ export class LogView {
     let mark = null;
     for (const it of items) {
       const ln = document.createElement("div");
+      if (it.sep === true) { this.place(frag, this.attemptSep(it.a)); continue; }
       if (it.sep) { ln.className = "ln sep"; ln.textContent = it.sep; }
       else {
         ln.className = "ln";
@@ -160,7 +209,8 @@ export class LogView {
         renderText(t, it.t);
         if (/\b(error|traceback|exception|fatal)\b/i.test(it.t)) t.classList.add("err");
         ln.appendChild(n); ln.appendChild(ts); ln.appendChild(g); ln.appendChild(t);
-        ln._text = t.textContent; ln._at = it.at; ln._i = it.i; ln._n = it.n; ln._cap = it.cap;
+        ln._text = t.textContent; ln._at = it.at; ln._i = it.i; ln._n = it.n; ln._cap = it.cap; ln._a = it.a;
+        if (this.folded.has(it.a)) ln.hidden = true;
         if (this.times !== "off") this.setTime(ln);
         if (this.highlightNext || it.mark) {
           this.highlightNext = false;

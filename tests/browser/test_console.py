@@ -111,7 +111,22 @@ def test_a_real_fault_restarts_the_job_live_and_fills_the_restart_records(page_f
     expect(page.locator("#events")).to_contain_text("NCCL", timeout=10_000)  # pushed, not reloaded
     expect(page.locator("#job-header")).to_contain_text("1/3", timeout=10_000)
     expect(page.locator("#logview")).to_contain_text("attempt 2 step", timeout=15_000)
-    expect(page.locator("#logview")).to_contain_text("— attempt 2 —")
+    # the separator between the attempts names the restart and folds attempt 2's lines
+    sep = page.locator("#logview [data-attempt-sep='2'] button")
+    expect(sep).to_contain_text(re.compile(r"^▾ Attempt 2 — restarted: .*worker-0"))
+    expect(sep).to_have_attribute("aria-expanded", "true")
+    sep.click()
+    expect(sep).to_have_attribute("aria-expanded", "false")
+    expect(page.locator("#logview .ln", has_text="attempt 2 step").first).to_be_hidden()
+    expect(page.locator("#logview .ln", has_text="NCCL error").first).to_be_visible()  # attempt 1 stays
+    shoot(page, "job-page-attempt-folded")
+    # a search match inside the folded attempt unfolds it
+    page.locator("#log-search").fill("attempt 2 step")
+    page.locator("#log-search").press("Enter")
+    expect(sep).to_have_attribute("aria-expanded", "true")
+    expect(page.locator("#logview .ln.cur")).to_be_visible()
+    page.locator("#log-search").press("Escape")
+    page.locator("#logview").press("End")
     expect(page.locator("#part-timeline")).to_contain_text("Attempt 2")
     # the new attempt's archive link, its URL taken from the refreshed instances panel
     expect(page.locator("#log-archive")).to_have_attribute(
