@@ -33,7 +33,7 @@ run: $(VENV)/.installed-run
 	$(BIN)/python -m console.devredis -- $(BIN)/honcho -f Procfile start
 
 test: $(VENV)/.installed-test
-	$(BIN)/python -m console.devredis -- $(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -m testsupport.suite $(PYTEST_ARGS)
 
 # Issue 20's chaos suite: its own console, Redis and databases (SQLite and PostgreSQL at
 # CHAOS_PG_URL, default postgres://postgres@127.0.0.1:5432/vigil_chaos); ~11 min in full.
