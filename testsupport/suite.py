@@ -66,6 +66,7 @@ def _pytest(args: list[str]) -> list[str]:
 
 
 def _stream(proc: subprocess.Popen, prefix: str, out, lock: threading.Lock) -> None:
+    assert proc.stdout is not None  # started with stdout=PIPE
     for line in proc.stdout:
         with lock:
             out.write(prefix + line)
