@@ -13,8 +13,7 @@ from core import hang
 from core.flags import FlagError
 
 from . import actions
-from .backends.base import BackendError
-from .logs import InstanceLog
+from .logs import readable_tails
 from .models import Attempt, EventType, Instance, InstanceStatus, Job
 
 # The log tail the cadence is read from: 64 KiB holds hundreds of step lines.
@@ -48,17 +47,12 @@ def _cadence(job: Job, attempt: Attempt, instances: list[Instance]) -> tuple[han
         backend = actions.get_backend_for(job)
     except Exception:  # noqa: BLE001 - a backend gone from settings: no log suggestion, the page still shows
         return _reported_cadence(attempt)
-    for inst in instances[:4]:  # rank 0 is enough when it logs steps; a few more if it does not
-        log = InstanceLog(backend, attempt.backend_handle, inst.name)
-        try:
-            tail = log.tail(CADENCE_TAIL_BYTES)
-        except BackendError:
-            continue
-        finally:
-            log.close()
+    # rank 0 is enough when it logs steps; a few more if it does not
+    for name, tail in readable_tails(backend, attempt.backend_handle, [i.name for i in instances[:4]],
+                                     CADENCE_TAIL_BYTES):
         suggestion = hang.suggest_from_cadence(hang.step_times_from_log(tail))
         if suggestion is not None:
-            return suggestion, inst.name
+            return suggestion, name
     return _reported_cadence(attempt)
 
 

@@ -127,3 +127,18 @@ class InstanceLog:
     def resolve(self, target: dict) -> tuple[int | None, int, int, str]:
         """core.logindex.resolve_target over this log."""
         return logindex.resolve_target(self.read, target, LINE_MARKS, self.path)
+
+
+def readable_tails(backend: Backend, handle: dict, names, nbytes: int):
+    """(name, last `nbytes` of its log) for each instance in `names` whose log can be read
+    now, in that order; the panels read the first few ranks' tails and stop at the first
+    that tells them what they look for, so this is lazy."""
+    for name in names:
+        log = InstanceLog(backend, handle, name)
+        try:
+            tail = log.tail(nbytes)
+        except BackendError:
+            continue
+        finally:
+            log.close()
+        yield name, tail

@@ -11,8 +11,7 @@ from datetime import UTC, datetime
 from core import progress as core_progress
 
 from . import actions
-from .backends.base import BackendError
-from .logs import InstanceLog
+from .logs import readable_tails
 from .models import Attempt, Job, RestartRecord
 
 TAIL_BYTES = 64 * 1024   # hundreds of step lines
@@ -50,14 +49,8 @@ def _from_logs(job: Job, attempts: list[Attempt]) -> tuple[list[core_progress.Pr
     for a in attempts[-LOG_ATTEMPTS:]:
         if not a.backend_handle:
             continue
-        for inst in a.instances.order_by("rank", "role", "index")[:4]:
-            log = InstanceLog(backend, a.backend_handle, inst.name)
-            try:
-                tail = log.tail(TAIL_BYTES)
-            except BackendError:
-                continue
-            finally:
-                log.close()
+        names = [i.name for i in a.instances.order_by("rank", "role", "index")[:4]]
+        for _, tail in readable_tails(backend, a.backend_handle, names, TAIL_BYTES):
             found, t = core_progress.points_from_log(a.number, tail.splitlines())
             if found:
                 points += found
