@@ -455,6 +455,19 @@ def _effective_signal(exit_code: int | None, signum: int | None) -> int | None:
     return signum
 
 
+# The shell's exit codes for a command that never ran (POSIX): (rule, message, cause, next step).
+_COMMAND_EXITS: dict[int, tuple[str, str, str, str]] = {
+    127: ("command-not-found", "Exit code 127: the command was not found",
+          "The command to run does not exist on the instance (exit code 127).",
+          "Check the spelling of the command and that the program is installed in the "
+          "image or on PATH, then submit the job again."),
+    126: ("command-not-executable", "Exit code 126: the command could not be executed",
+          "The command exists but could not be run: it is not executable or not a program.",
+          "Make the script executable (chmod +x) or run it through its interpreter "
+          "(python, bash), then submit the job again."),
+}
+
+
 def _by_exit_status(exit_code: int | None, signum: int | None) -> Classification:
     signum = _effective_signal(exit_code, signum)
     # SIGABRT is left out on purpose: with no line to explain it, it is as often a
@@ -506,25 +519,11 @@ def _by_exit_status(exit_code: int | None, signum: int | None) -> Classification
             next_step="The job is retried automatically. If it repeats on the same node, check that node.",
             cascade_like=False,
         )
-    if exit_code == 127:
+    if exit_code in _COMMAND_EXITS:
+        rule, message, cause, next_step = _COMMAND_EXITS[exit_code]
         return Classification(
-            retryable=False, rule="command-not-found", error_code="EXIT_CODE_127",
-            message="Exit code 127: the command was not found",
-            source=ErrorSource.EXIT_CODE,
-            cause="The command to run does not exist on the instance (exit code 127).",
-            next_step="Check the spelling of the command and that the program is installed in the "
-                      "image or on PATH, then submit the job again.",
-            cascade_like=False,
-        )
-    if exit_code == 126:
-        return Classification(
-            retryable=False, rule="command-not-executable", error_code="EXIT_CODE_126",
-            message="Exit code 126: the command could not be executed",
-            source=ErrorSource.EXIT_CODE,
-            cause="The command exists but could not be run: it is not executable or not a program.",
-            next_step="Make the script executable (chmod +x) or run it through its interpreter "
-                      "(python, bash), then submit the job again.",
-            cascade_like=False,
+            retryable=False, rule=rule, error_code=f"EXIT_CODE_{exit_code}", message=message,
+            source=ErrorSource.EXIT_CODE, cause=cause, next_step=next_step, cascade_like=False,
         )
     return Classification(
         retryable=False, rule="crashed-with-exit-code", error_code=f"EXIT_CODE_{exit_code}",
