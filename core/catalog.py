@@ -639,7 +639,9 @@ LOG_SIGNATURES: tuple[Signature, ...] = (
     # instance's own memory limit (cgroup, OOMKilled) is the entry above: not retried.
     Signature(
         rule="oom-killer", family="signals",
-        pattern=_re(r"Out of memory: Kill(?:ed)? process|invoked oom-killer", _I),
+        # "Free swap  = 0kB" is the kernel's memory report (show_mem) that the OOM killer
+        # prints for a node-wide OOM only; a cgroup's OOM prints the cgroup's usage instead.
+        pattern=_re(r"Out of memory: Kill(?:ed)? process|invoked oom-killer|Free swap  = 0kB", _I),
         retryable=True, error_code="NODE_OOM_KILLED",
         message="Killed by the node's OOM killer",
         cause="The node ran out of memory and the kernel's OOM killer killed this instance; the "
@@ -648,7 +650,8 @@ LOG_SIGNATURES: tuple[Signature, ...] = (
                   "instance (resource_config.memory) or lower the job's memory use.",
         explains_kill=True,
         documented="Linux mm/oom_kill.c (\"Out of memory: Killed process\", \"invoked oom-killer\"); "
-                   "corpus signals-002 (system OOM killer on an overcommitted node)",
+                   "mm/oom_kill.c dump_header: show_mem() only when !is_memcg_oom (\"Free swap  = %lukB\"); "
+                   "corpus signals-002 (system OOM killer on an overcommitted node), signals-023",
     ),
     Signature(
         rule="python-memory-error", family="user-error",
@@ -763,7 +766,10 @@ LOG_SIGNATURES: tuple[Signature, ...] = (
         rule="node-died", family="preemption",
         pattern=_re(r"node has died|has been marked dead because|Node failure on |\(node failure\)|NODE_FAIL"
                     r"|[Dd]ue to node failure|NodeDiedError|node\.kubernetes\.io/unreachable"
-                    r"|ORTE has lost communication with a remote daemon"),
+                    r"|ORTE has lost communication with a remote daemon"
+                    # a BProc (Beowulf) compute node's daemon that lost its master: the node
+                    # unmounts its file systems and drops every process it ran
+                    r"|Ping timeout after \d{1,6} seconds - lost connection to master"),
         retryable=True, error_code="NODE_LOST",
         message="A node of the job died",
         cause="A node running part of the job died or stopped answering the cluster (a reboot, "
@@ -772,7 +778,8 @@ LOG_SIGNATURES: tuple[Signature, ...] = (
         explains_kill=True,
         documented="Ray GCS (\"has been marked dead because the detector has missed too many heartbeats\", "
                    "\"The actor died because its node has died\"); Slurm salloc \"Node failure on\"; "
-                   "corpus preemption-015, -020",
+                   "BProc bpslave \"Ping timeout after N seconds - lost connection to master?\"; "
+                   "corpus preemption-015, -020, network-022",
     ),
     Signature(
         rule="time-limit", family="preemption",

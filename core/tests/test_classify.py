@@ -1008,6 +1008,10 @@ GENERALISED_LINES = [
     ("nccl-ofi-register-failed", False,
      "register_rail_mr_buffer:617 NCCL WARN NET/OFI Unable to register memory (type = 2) for device 4. RC: -22, "
      "Error: Invalid argument"),
+    # a BProc compute node's daemon that lost its master (corpus network-022), and the
+    # kernel's memory report that only a node-wide OOM prints (corpus signals-023)
+    ("node-died", True, "Jun 15 11:24:26 n1 bpslave-0: Ping timeout after 64 seconds - lost connection to master?"),
+    ("oom-killer", True, "Mar 10 01:33:03 cpu-6-2 kernel: Free swap  = 0kB"),
 ]
 
 
