@@ -8,7 +8,9 @@ false-retryable rate (not-retryable entries judged retryable), agreement and fal
 rate on the fresh batch (entries with "batch": 2, gathered after the signatures were written
 and never shown to their writers), per-family precision and
 recall for "retryable", the confusion matrix, the misses with their ids, and the
-classifier's speed: time per MiB of corpus log and for a 64 KiB tail.
+classifier's speed: time per MiB of corpus log and for a 64 KiB tail. Agreement is printed twice:
+for the first verdict, and for the restart policy's decision over the attempts an entry describes
+(a retry-once verdict retried once, then not; `monitoring/corpus/evaluate.py` says how).
 
 Run:  .venv/bin/python bench/classify_corpus.py [--show-held-back] [--repeat 20]
 Targets: overall >= 97 %, held back >= 93 %, false-retryable <= 1 %, 64 KiB tail < 5 ms.
@@ -138,6 +140,21 @@ def main(argv: list[str] | None = None) -> int:
     print(f"fresh false-retryable: {_pct(s.fresh_false_retryable_rate)}  "
           f"({sum(o.classification.retryable for o in fresh_negatives)}/{len(fresh_negatives)} not-retryable "
           f"batch {evaluate.FRESH_BATCH} entries judged retryable)")
+    seen = s.seen
+    print(f"training seen by signature writers (batch 1, not held back): "
+          f"{_pct(sum(o.agrees for o in seen) / len(seen) if seen else None)} ({len(seen)} entries)")
+    print()
+    # Issue 13's policy retries a SIGKILL with no evidence once; scored by its first verdict
+    # alone, that is 'retryable' even where the job then fails on the repeat (evaluate.py).
+    bounded = s.bounded
+    print(f"scored by the policy's decision over the attempts (a retry-once verdict is retried once, and a "
+          f"failure its source calls deterministic repeats and is then not retried): "
+          f"{len(bounded)} retry-once verdicts, {sum(not o.entry.retryable for o in bounded)} of them on "
+          f"not-retryable entries, spending {s.restarts_spent} restart(s) before those jobs fail")
+    for part, label in (("overall", "overall"), ("training", "training"), ("seen", "training seen"),
+                        ("held_back", "held back"), ("fresh", f"fresh batch {evaluate.FRESH_BATCH}")):
+        agree, false_retryable = s.decision(part)
+        print(f"  {label:<14} agreement {_pct(agree):>6}   false-retryable {_pct(false_retryable):>6}")
     print()
     print("confusion (rows: source's verdict, columns: classifier's)")
     print(f"{'':>16} {'retryable':>12} {'not-retryable':>14}")
@@ -156,7 +173,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"misses: {len(s.misses)}" + (f" ({hidden} held back, not listed)" if hidden else ""))
     for o in shown:
         c = o.classification
-        mark = " [held back]" if _held_back(o.entry) else ""
+        mark = (" [held back]" if _held_back(o.entry) else "") + (" [retry once]" if o.bounded else "")
         print(f"  {o.entry.id}{mark}: source says {o.entry.verdict}, classifier says "
               f"{'retryable' if c.retryable else 'not-retryable'} by {c.rule} ({c.message[:120]})")
     print()
@@ -169,12 +186,17 @@ def main(argv: list[str] | None = None) -> int:
     for name, (median, best) in tails.items():
         print(f"speed: 64 KiB tail of {name}: {median:.2f} ms median, {best:.2f} ms best of {args.repeat} "
               "(target < 5 ms)")
-    met = (s.agreement is not None and s.agreement >= TARGETS["overall"]
-           and (s.held_back_agreement or 0) >= TARGETS["held_back"]
-           and (s.false_retryable_rate or 0) <= TARGETS["false_retryable"]
-           and max(median for median, _ in tails.values()) < TARGETS["tail_ms"])
-    print(f"targets {'met' if met else 'NOT met'}")
-    return 0 if met else 1
+    fast = max(median for median, _ in tails.values()) < TARGETS["tail_ms"]
+    (agree, false_retryable), (held_agree, _) = s.decision(), s.decision("held_back")
+    met = {
+        "first verdict": (s.agreement or 0) >= TARGETS["overall"] and (s.held_back_agreement or 0) >= TARGETS["held_back"]
+        and (s.false_retryable_rate or 0) <= TARGETS["false_retryable"],
+        "policy's decision": (agree or 0) >= TARGETS["overall"] and (held_agree or 0) >= TARGETS["held_back"]
+        and (false_retryable or 0) <= TARGETS["false_retryable"],
+    }
+    for name, ok in met.items():
+        print(f"targets scored by the {name}: {'met' if ok and fast else 'NOT met'}")
+    return 0 if met["policy's decision"] and fast else 1
 
 
 if __name__ == "__main__":

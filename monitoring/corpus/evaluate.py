@@ -16,6 +16,18 @@ How an entry becomes a `FailureInput` (the corpus records what its source showed
 - an `exit_code` of 0 with no signal (a process that caught its error and exited cleanly
   while its scheduler failed it) is passed as null, as the monitor does for a lost instance.
 
+How a verdict is scored: `Outcome.agrees` compares the classifier's first verdict with the
+source's. `Outcome.decision_agrees` scores what the restart policy does with it over the
+attempts the entry describes, which differs only for a verdict retryable a limited number
+of times (`Classification.retry_limit`: issue 13's "SIGKILL with no evidence is retryable
+once"): the policy retries it that often and then fails the job (core.policy,
+RETRIES_SPENT). A failure its source calls not retryable repeats on an unchanged rerun, so
+the job fails after those restarts, which `Outcome.restarts_spent` counts; one its source
+calls retryable clears on the retry. Every other verdict is decided on the first attempt,
+as scored. (The repeated-failure guard, which also stops an ambiguous retryable verdict
+that repeats, is not credited: whether it fires depends on progress the corpus does not
+record.)
+
 An entry's optional `batch` (a positive integer, 1 when absent) says which gathering it
 came from: batch 1 was there while the catalog's signatures were written, batch 2 was
 gathered afterwards and never shown to whoever writes them, so its agreement is a fresh
@@ -135,7 +147,28 @@ class Outcome:
 
     @property
     def agrees(self) -> bool:
+        """The first verdict is the source's."""
         return self.classification.retryable == self.entry.retryable
+
+    @property
+    def bounded(self) -> bool:
+        """Retryable only `retry_limit` times, then not (the policy's retry-once verdicts)."""
+        return self.classification.retryable and self.classification.retry_limit is not None
+
+    @property
+    def decided_retryable(self) -> bool:
+        """Whether the job is, in the end, restarted past this failure (module docstring)."""
+        return self.entry.retryable if self.bounded else self.classification.retryable
+
+    @property
+    def decision_agrees(self) -> bool:
+        return self.decided_retryable == self.entry.retryable
+
+    @property
+    def restarts_spent(self) -> int:
+        """Restarts the policy spends before it fails a job its source says a restart cannot fix."""
+        limit = self.classification.retry_limit
+        return limit if self.bounded and limit is not None and not self.entry.retryable else 0
 
 
 def run(entries: Iterable[Entry]) -> list[Outcome]:
@@ -166,9 +199,14 @@ def _ratio(part: int, whole: int) -> float | None:
     return part / whole if whole else None
 
 
-def _false_retryable_rate(outcomes: list[Outcome]) -> float | None:
+def _false_retryable_rate(outcomes: list[Outcome], decision: bool = False) -> float | None:
     negatives = [o for o in outcomes if not o.entry.retryable]
-    return _ratio(sum(o.classification.retryable for o in negatives), len(negatives))
+    judged = (o.decided_retryable if decision else o.classification.retryable for o in negatives)
+    return _ratio(sum(judged), len(negatives))
+
+
+def _agreement(outcomes: list[Outcome], decision: bool = False) -> float | None:
+    return _ratio(sum(o.decision_agrees if decision else o.agrees for o in outcomes), len(outcomes))
 
 
 @dataclass(frozen=True)
@@ -224,6 +262,26 @@ class Score:
     @property
     def fresh_false_retryable_rate(self) -> float | None:
         return _false_retryable_rate(self.fresh)
+
+    @property
+    def seen(self) -> list[Outcome]:
+        """The part whoever writes signatures may read: neither held back nor of the fresh batch."""
+        return [o for o in self.outcomes if not o.entry.holdout and o.entry.batch != FRESH_BATCH]
+
+    def decision(self, part: str = "overall") -> tuple[float | None, float | None]:
+        """(agreement, false-retryable rate) of the policy's decisions (module docstring) on
+        "overall", "held_back", "training", "seen" or "fresh"."""
+        outcomes = self.outcomes if part == "overall" else getattr(self, part)
+        return _agreement(outcomes, decision=True), _false_retryable_rate(outcomes, decision=True)
+
+    @property
+    def bounded(self) -> list[Outcome]:
+        """The entries given a verdict retryable only a limited number of times."""
+        return [o for o in self.outcomes if o.bounded]
+
+    @property
+    def restarts_spent(self) -> int:
+        return sum(o.restarts_spent for o in self.outcomes)
 
     @property
     def misses(self) -> list[Outcome]:

@@ -63,9 +63,13 @@ def test_the_held_back_marks_are_the_split_scripts():
 ISSUE_TARGETS = {"overall": 0.97, "held_back": 0.93, "false_retryable": 0.01}
 # What the classifier last reached on the complete corpus, less a small margin (raised with
 # each round of signatures, never lowered): a later signature that breaks old cases fails
-# here. Set at 80.4 % overall, 68.3 % held back, 14.2 % false-retryable (414 entries, 93 of
+# here. Set at 80.7 % overall, 68.3 % held back, 14.2 % false-retryable (414 entries, 93 of
 # them batch 2, gathered after the signatures were written).
-FLOORS = {"overall": 0.80, "held_back": 0.68, "false_retryable": 0.143}
+FLOORS = {"overall": 0.805, "held_back": 0.68, "false_retryable": 0.143}
+# The same scored by the restart policy's decision over the attempts an entry describes (a
+# retry-once verdict is retried once, then not: evaluate.py), set at 82.1 % overall, 69.0 %
+# held back, 11.6 % false-retryable.
+DECISION_FLOORS = {"overall": 0.82, "held_back": 0.69, "false_retryable": 0.117}
 
 
 def test_overall_agreement_stays_above_its_floor():
@@ -82,11 +86,57 @@ def test_false_retryable_rate_stays_below_its_ceiling():
     assert SCORE.false_retryable_rate <= FLOORS["false_retryable"], _misses(false_retryable)
 
 
+def test_the_policys_decisions_stay_above_their_floors():
+    agreement, false_retryable = SCORE.decision()
+    held_back, _ = SCORE.decision("held_back")
+    assert agreement >= DECISION_FLOORS["overall"], f"{agreement:.1%}"
+    assert held_back >= DECISION_FLOORS["held_back"], f"{held_back:.1%}"
+    assert false_retryable <= DECISION_FLOORS["false_retryable"], f"{false_retryable:.1%}"
+
+
+def _entry(verdict: str, exit_code: int = 137, log: str = "") -> evaluate.Entry:
+    return evaluate.Entry(id="signals-999", family="signals", source="https://example.org/", framework="pytorch",
+                          log=log, exit_code=exit_code, signal=None, backend_reason=None, verdict=verdict, why="-",
+                          holdout=False)
+
+
+def test_a_retry_once_verdict_is_scored_by_what_the_policy_does_on_the_repeat():
+    from core.classify import classify_failure
+    from core.flags import FaultToleranceConfig
+    from core.policy import Action, InstanceFailure, JobHistory, Step, decide
+
+    # The scoring's premise is the policy's: retried once, then the job fails on the repeat.
+    bare_kill = classify_failure(evaluate.failure_input(_entry("not-retryable")))
+    assert (bare_kill.rule, bare_kill.retryable, bare_kill.retry_limit) == ("killed-by-signal", True, 1)
+    config, failed = FaultToleranceConfig(enable_job_restart=True), InstanceFailure("worker-1", "Worker", 1, "n", bare_kill)
+    assert decide(config, JobHistory(), failed).action is Action.RESTART_JOB
+    again = decide(config, JobHistory(same_error_counts={("killed-by-signal", "Worker", 1): 1}), failed)
+    assert (again.action, again.step) == (Action.FAIL_JOB, Step.RETRIES_SPENT)
+
+    deterministic, transient = (evaluate.Outcome(_entry(v), bare_kill) for v in evaluate.VERDICTS[::-1])
+    assert not deterministic.agrees and deterministic.decision_agrees and deterministic.restarts_spent == 1
+    assert transient.agrees and transient.decision_agrees and transient.restarts_spent == 0
+    # a verdict retryable without a limit is decided on the first attempt, as before
+    reset = classify_failure(evaluate.failure_input(_entry("not-retryable", exit_code=1,
+                                                           log="RuntimeError: Connection reset by peer\n")))
+    unbounded = evaluate.Outcome(_entry("not-retryable"), reset)
+    assert reset.retry_limit is None and not unbounded.decision_agrees and unbounded.restarts_spent == 0
+    s = evaluate.score([deterministic, transient, unbounded])
+    assert s.decision() == (2 / 3, 1 / 2) and s.restarts_spent == 1 and len(s.bounded) == 2
+
+
 @pytest.mark.xfail(strict=True, reason="issue 13's targets are not met yet; raise FLOORS to them when they are")
 def test_issue_13_targets():
     assert SCORE.agreement >= ISSUE_TARGETS["overall"]
     assert SCORE.held_back_agreement >= ISSUE_TARGETS["held_back"]
     assert SCORE.false_retryable_rate <= ISSUE_TARGETS["false_retryable"]
+
+
+@pytest.mark.xfail(strict=True, reason="issue 13's targets are not met yet by the policy's decisions either")
+def test_issue_13_targets_by_the_policys_decisions():
+    (agreement, false_retryable), (held_back, _) = SCORE.decision(), SCORE.decision("held_back")
+    assert agreement >= ISSUE_TARGETS["overall"] and held_back >= ISSUE_TARGETS["held_back"]
+    assert false_retryable <= ISSUE_TARGETS["false_retryable"]
 
 
 @pytest.mark.parametrize("entry", ENTRIES, ids=[e.id for e in ENTRIES])
