@@ -6,7 +6,7 @@ Runs `core.classify.classify_failure` over every entry of `monitoring/corpus/*.j
 the sources' verdicts overall, on the training part and on the held-back part, the
 false-retryable rate (not-retryable entries judged retryable), agreement and false-retryable
 rate on the fresh batch (entries with "batch": 2, gathered after the signatures were written
-and never shown to their writers), per-family precision and
+and never shown to their writers) and on each later batch, per-family precision and
 recall for "retryable", the confusion matrix, the misses with their ids, and the
 classifier's speed: time per MiB of corpus log and for a 64 KiB tail. Agreement is printed twice:
 for the first verdict, and for the restart policy's decision over the attempts an entry describes
@@ -42,8 +42,8 @@ def _pct(value: float | None) -> str:
 
 
 def _held_back(entry: evaluate.Entry) -> bool:
-    """Kept from whoever writes signatures: the held-back 30 %, and the fresh batch whole."""
-    return entry.holdout or entry.batch == evaluate.FRESH_BATCH
+    """Kept from whoever writes signatures: the held-back 30 %, and every later batch whole."""
+    return entry.holdout or entry.batch >= evaluate.FRESH_BATCH
 
 
 def _machine() -> str:
@@ -140,6 +140,13 @@ def main(argv: list[str] | None = None) -> int:
     print(f"fresh false-retryable: {_pct(s.fresh_false_retryable_rate)}  "
           f"({sum(o.classification.retryable for o in fresh_negatives)}/{len(fresh_negatives)} not-retryable "
           f"batch {evaluate.FRESH_BATCH} entries judged retryable)")
+    for batch in (b for b in s.batches if b > evaluate.FRESH_BATCH):
+        part = s.of_batch(batch)
+        negatives = [o for o in part if not o.entry.retryable]
+        print(f"batch {batch} (gathered after the signatures batch {batch - 1} measured, never seen): "
+              f"{_pct(sum(o.agrees for o in part) / len(part))} ({len(part)} entries); false-retryable "
+              f"{_pct(sum(o.classification.retryable for o in negatives) / len(negatives) if negatives else None)} "
+              f"({sum(o.classification.retryable for o in negatives)}/{len(negatives)})")
     seen = s.seen
     print(f"training seen by signature writers (batch 1, not held back): "
           f"{_pct(sum(o.agrees for o in seen) / len(seen) if seen else None)} ({len(seen)} entries)")
@@ -152,7 +159,8 @@ def main(argv: list[str] | None = None) -> int:
           f"{len(bounded)} retry-once verdicts, {sum(not o.entry.retryable for o in bounded)} of them on "
           f"not-retryable entries, spending {s.restarts_spent} restart(s) before those jobs fail")
     for part, label in (("overall", "overall"), ("training", "training"), ("seen", "training seen"),
-                        ("held_back", "held back"), ("fresh", f"fresh batch {evaluate.FRESH_BATCH}")):
+                        ("held_back", "held back"), ("fresh", f"fresh batch {evaluate.FRESH_BATCH}"),
+                        *((f"batch {b}", f"batch {b}") for b in s.batches if b > evaluate.FRESH_BATCH)):
         agree, false_retryable = s.decision(part)
         print(f"  {label:<14} agreement {_pct(agree):>6}   false-retryable {_pct(false_retryable):>6}")
     print()

@@ -31,7 +31,8 @@ record.)
 An entry's optional `batch` (a positive integer, 1 when absent) says which gathering it
 came from: batch 1 was there while the catalog's signatures were written, batch 2 was
 gathered afterwards and never shown to whoever writes them, so its agreement is a fresh
-held-back measure (`Score.fresh`).
+held-back measure (`Score.fresh`); batch 3 was gathered later still, after the signatures
+batch 2 measured, and is kept unseen the same way (`Score.of_batch`, `Score.seen`).
 """
 
 from __future__ import annotations
@@ -263,15 +264,26 @@ class Score:
     def fresh_false_retryable_rate(self) -> float | None:
         return _false_retryable_rate(self.fresh)
 
+    def of_batch(self, batch: int) -> list[Outcome]:
+        return [o for o in self.outcomes if o.entry.batch == batch]
+
+    @property
+    def batches(self) -> list[int]:
+        return sorted({o.entry.batch for o in self.outcomes})
+
     @property
     def seen(self) -> list[Outcome]:
-        """The part whoever writes signatures may read: neither held back nor of the fresh batch."""
-        return [o for o in self.outcomes if not o.entry.holdout and o.entry.batch != FRESH_BATCH]
+        """The part whoever writes signatures may read: batch 1, not held back (every later
+        batch is kept unseen whole)."""
+        return [o for o in self.outcomes if not o.entry.holdout and o.entry.batch < FRESH_BATCH]
 
     def decision(self, part: str = "overall") -> tuple[float | None, float | None]:
         """(agreement, false-retryable rate) of the policy's decisions (module docstring) on
-        "overall", "held_back", "training", "seen" or "fresh"."""
-        outcomes = self.outcomes if part == "overall" else getattr(self, part)
+        "overall", "held_back", "training", "seen", "fresh" or "batch N"."""
+        if part.startswith("batch "):
+            outcomes = self.of_batch(int(part.removeprefix("batch ")))
+        else:
+            outcomes = self.outcomes if part == "overall" else getattr(self, part)
         return _agreement(outcomes, decision=True), _false_retryable_rate(outcomes, decision=True)
 
     @property
