@@ -7,7 +7,8 @@ SPEC section 3's rules, applied in order, plus the restart-loop breaker of secti
    (with OnFailure every failure qualifies); so does a retryable one that holds only
    a few times (a SIGKILL with no evidence is retried once) once those are spent, and an
    ambiguous retryable one that repeats the previous failure at the same point (the same
-   rule on the same instance, with no progress or at the same step in between): the
+   rule on the same instance, with no progress or at the same step in between, whether
+   the previous one restarted the whole job or, in Async mode, that instance alone): the
    repeated-failure guard, which catches desyncs that look transient once;
 4. the same error (rule, role, index) now occurred more than --max-num-of-same-error
    times -> the job fails;
@@ -138,6 +139,9 @@ class JobHistory:
     total_worker_instances: int = 0
     consecutive_restarts_without_progress: int = 0
     previous_failure: PreviousFailure | None = None
+    # Async: the previous failure of each instance restarted alone within the current
+    # attempt, with what its own run did since (previous_failure_on prefers these).
+    instance_failures: tuple[PreviousFailure, ...] = ()
 
     def __post_init__(self) -> None:
         if not isinstance(self.stopped_by_user, bool):
@@ -155,10 +159,21 @@ class JobHistory:
             _non_negative_int(f"same_error_counts[{key!r}]", count)
         if self.previous_failure is not None and not isinstance(self.previous_failure, PreviousFailure):
             raise ValueError(f"previous_failure: expected a PreviousFailure or None, got {self.previous_failure!r}")
+        if not isinstance(self.instance_failures, tuple) or not all(
+                isinstance(p, PreviousFailure) for p in self.instance_failures):
+            raise ValueError(f"instance_failures: expected a tuple of PreviousFailure, got {self.instance_failures!r}")
         object.__setattr__(self, "same_error_counts", MappingProxyType(dict(self.same_error_counts)))
 
     def same_error_count(self, rule: str, role: str, index: int) -> int:
         return self.same_error_counts.get((rule, role, index), 0)
+
+    def previous_failure_on(self, role: str, index: int) -> PreviousFailure | None:
+        """The failure before this one on that instance: its own restart alone within this
+        attempt when it had one (the later of the two), else the root cause of the whole-job
+        restart that started the attempt."""
+        own = next((p for p in self.instance_failures if (p.role.casefold(), p.index) == (role.casefold(), index)),
+                   None)
+        return own or self.previous_failure
 
 
 @dataclass(frozen=True)
@@ -257,7 +272,7 @@ def _decide_failure(config: FaultToleranceConfig, history: JobHistory, t: Instan
                             f"time{'s' if c.retry_limit != 1 else ''} on one instance, and it already was "
                             f"(--fault-tolerant-policy=ExitCodeAndErrorMsg). {c.cause} {c.next_step}",
                             Step.RETRIES_SPENT)
-        previous = history.previous_failure
+        previous = history.previous_failure_on(t.role, t.index)
         if _ambiguous(c) and previous is not None and previous.repeated_by(c.rule, t.role, t.index):
             where = (f"at step {previous.step}" if previous.step is not None and previous.step == previous.step_now
                      else "with no training progress in between")

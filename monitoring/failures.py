@@ -16,6 +16,9 @@ from jobs.logs import InstanceLog
 from jobs.models import Attempt, Instance, InstanceStatus, Job, RestartKind, RestartRecord
 
 TAIL_BYTES = 64 * 1024
+# What every backend writes into an instance's log when it restarts that instance alone
+# (jobs.backends: local, memory and slurm's restart_instance), followed by its name.
+RESTART_MARK = b"===== vigil: "
 # Lines that show training progress without the SDK: "step=12", "Step 12", "iteration 5", "epoch 3".
 PROGRESS_RE = re.compile(rb"(?i)\b(?:step|iter(?:ation)?|epoch)\b\s*[=:#]?\s*\d+")
 
@@ -76,6 +79,40 @@ def previous_failure_of(job: Job, attempt: Attempt, instances: list[Instance],
     )
 
 
+def instance_failures_of(job: Job, attempt: Attempt, instances: list[Instance],
+                         backend: Backend) -> tuple[PreviousFailure, ...]:
+    """Async: for each instance restarted alone within this attempt, the failure that
+    restarted it last and whether its run since made progress, for the repeated-failure guard."""
+    latest: dict[str, RestartRecord] = {}
+    for record in (RestartRecord.objects.filter(job=job, root_cause=True, kind=RestartKind.INSTANCE,
+                                                attempt=attempt.number).exclude(rule="")
+                   .order_by("restart_time", "pk")):
+        latest[record.instance_name] = record
+    if not latest:
+        return ()
+    step_now = Job.objects.filter(pk=job.pk).values_list("last_progress_step", flat=True).first()
+    failures = []
+    for inst in instances:
+        last = latest.get(inst.name)
+        if last is not None:
+            failures.append(PreviousFailure(
+                rule=last.rule, role=inst.role, index=inst.index, step=last.progress_step, step_now=step_now,
+                progress_since=run_made_progress(attempt, inst, backend)))
+    return tuple(failures)
+
+
+def run_made_progress(attempt: Attempt, inst: Instance, backend: Backend) -> bool:
+    """Did the instance's run since its last restart alone show a step/epoch line? A tail
+    that no longer reaches the restart's mark (the run printed more than the tail holds),
+    or one that cannot be read, counts as progress, so the guard only fires on evidence."""
+    try:
+        tail = InstanceLog(backend, attempt.backend_handle, inst.name).tail(TAIL_BYTES)
+    except BackendError:
+        return True
+    mark = tail.rfind(RESTART_MARK + inst.name.encode() + b" restarted")
+    return mark < 0 or PROGRESS_RE.search(tail, mark) is not None
+
+
 def history_of(job: Job, attempt: Attempt, instances: list[Instance], backend: Backend | None = None) -> JobHistory:
     """What the decision rules need to know of the job's past (the previous failure only given a backend)."""
     counts: dict[tuple[str, str, int], int] = {}
@@ -96,6 +133,7 @@ def history_of(job: Job, attempt: Attempt, instances: list[Instance], backend: B
         total_worker_instances=len(workers),
         consecutive_restarts_without_progress=restarts_without_progress(job),
         previous_failure=previous_failure_of(job, attempt, instances, backend) if backend is not None else None,
+        instance_failures=instance_failures_of(job, attempt, instances, backend) if backend is not None else (),
     )
 
 

@@ -399,6 +399,34 @@ def test_the_guard_leaves_preemptions_and_scheduler_reasons_alone():
         assert d.action == Action.RESTART_JOB, c.rule
 
 
+def test_the_guard_reads_an_instance_restarted_alone_by_its_own_previous_failure():
+    # Async: worker-1 was restarted alone within this attempt; its own failure, not the
+    # root cause of the whole-job restart, is the one its next failure repeats.
+    from core.flags import ExecutionMode
+
+    config = sync_restartable(job_execution_mode=ExecutionMode.ASYNC)
+    own = _previous()  # nccl-system-error on Worker 1, no progress since
+    d = decide(config, history(instance_failures=(own,)), failure())
+    assert (d.action, d.step) == (Action.FAIL_JOB, Step.REPEATED_FAILURE)
+    # its run since trained: restarted alone again
+    d = decide(config, history(instance_failures=(_previous(progress_since=True),)), failure())
+    assert d.action == Action.RESTART_INSTANCE
+    # another instance's own failure says nothing about worker-1
+    d = decide(config, history(instance_failures=(_previous(index=2),)), failure())
+    assert d.action == Action.RESTART_INSTANCE
+    # and its own failure is the later one: it wins over the whole-job restart's root cause
+    d = decide(config, history(previous_failure=_previous(rule="connection-reset"), instance_failures=(own,)),
+               failure())
+    assert d.step == Step.REPEATED_FAILURE
+
+
+def test_malformed_instance_failures_are_rejected_naming_the_field():
+    with pytest.raises(ValueError, match="instance_failures"):
+        history(instance_failures=[_previous()])
+    with pytest.raises(ValueError, match="instance_failures"):
+        history(instance_failures=(("nccl-system-error", "Worker", 1),))
+
+
 def test_a_malformed_previous_failure_is_rejected_naming_the_field():
     with pytest.raises(ValueError, match="previous_failure"):
         history(previous_failure=("nccl-system-error", "Worker", 1))

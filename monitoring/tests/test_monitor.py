@@ -399,6 +399,27 @@ def test_the_same_failure_on_the_same_rank_without_progress_twice_is_not_restart
     assert failed.payload["step"] == "repeated_failure"
 
 
+def test_an_instance_restarted_alone_that_fails_the_same_way_without_progress_fails_the_job(
+        alice_ws, owner_api, job_body, memory_backend):
+    # Async: worker-1 is restarted alone; its next run fails with the same error before any
+    # step line, so the guard stops it. A run that trained in between is restarted again.
+    job = submit(owner_api, alice_ws, job_body, args="--job-execution-mode=Async --fault-tolerant-policy=ExitCodeAndErrorMsg",
+                 job_type="TFJob", job_specs=[{"type": "PS", "pod_count": 1}, {"type": "Worker", "pod_count": 3}])
+    h = handle_of(job)
+    for run, before in ((1, b"step=100\n"), (2, b"step=200\n"), (3, b"initialising...\n")):
+        memory_backend.write_log(h, "worker-1", before + NCCL)
+        memory_backend.finish(h, "worker-1", exit_code=1)
+        result = settled(job.pk)
+        if run < 3:
+            assert result.action == "restart_instance", (run, result)
+    job.refresh_from_db()
+    assert job.status == JobStatus.FAILED and job.current_attempt == 1
+    assert "the same failure at the same point twice: likely deterministic" in job.reason
+    assert "worker-1 failed with nccl-system-error" in job.reason
+    assert RestartRecord.objects.filter(job=job, kind=RestartKind.INSTANCE).count() == 2
+    assert JobEvent.objects.get(job=job, type="job_failed").payload["step"] == "repeated_failure"
+
+
 def test_the_same_failure_after_progress_is_restarted_again(alice_ws, owner_api, job_body, memory_backend):
     job = submit(owner_api, alice_ws, job_body, args=SYNC.replace("=3", "=10"))
     for attempt in (1, 2):
