@@ -222,7 +222,7 @@ class Score:
 
     @property
     def agreement(self) -> float | None:
-        return _ratio(sum(o.agrees for o in self.outcomes), self.total)
+        return _agreement(self.outcomes)
 
     def _part(self, holdout: bool) -> list[Outcome]:
         return [o for o in self.outcomes if o.entry.holdout is holdout]
@@ -237,13 +237,11 @@ class Score:
 
     @property
     def held_back_agreement(self) -> float | None:
-        part = self.held_back
-        return _ratio(sum(o.agrees for o in part), len(part))
+        return _agreement(self.held_back)
 
     @property
     def training_agreement(self) -> float | None:
-        part = self.training
-        return _ratio(sum(o.agrees for o in part), len(part))
+        return _agreement(self.training)
 
     @property
     def false_retryable_rate(self) -> float | None:
@@ -253,12 +251,11 @@ class Score:
     @property
     def fresh(self) -> list[Outcome]:
         """The entries of the fresh batch, gathered after the signatures were written."""
-        return [o for o in self.outcomes if o.entry.batch == FRESH_BATCH]
+        return self.of_batch(FRESH_BATCH)
 
     @property
     def fresh_agreement(self) -> float | None:
-        part = self.fresh
-        return _ratio(sum(o.agrees for o in part), len(part))
+        return _agreement(self.fresh)
 
     @property
     def fresh_false_retryable_rate(self) -> float | None:

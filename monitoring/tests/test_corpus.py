@@ -67,9 +67,9 @@ ISSUE_TARGETS = {"overall": 0.97, "held_back": 0.93, "false_retryable": 0.01}
 # them batch 2, gathered after the signatures were written).
 FLOORS = {"overall": 0.805, "held_back": 0.68, "false_retryable": 0.143}
 # The same scored by the restart policy's decision over the attempts an entry describes (a
-# retry-once verdict is retried once, then not: evaluate.py), set at 82.1 % overall, 69.0 %
-# held back, 11.6 % false-retryable.
-DECISION_FLOORS = {"overall": 0.82, "held_back": 0.69, "false_retryable": 0.117}
+# retry-once verdict is retried once, then not: evaluate.py), set at 82.4 % overall, 69.8 %
+# held back, 11.3 % false-retryable (425 entries, batch 3's 11 included).
+DECISION_FLOORS = {"overall": 0.82, "held_back": 0.695, "false_retryable": 0.115}
 
 
 def test_overall_agreement_stays_above_its_floor():
