@@ -91,21 +91,13 @@ ACCESS_CHECK_SECONDS = 2.0  # how long a socket may outlive its person's access
 
 
 @database_sync_to_async
-def _job_if_member(user, job_id):
+def _if_member(user, find, key):
+    """What `find(user, key)` returns (jobs.actions.job_for or workspace_by_slug), or None
+    when nobody is signed in or the thing is not among theirs."""
     if user is None or not user.is_authenticated:
         return None
     try:
-        return job_for(user, job_id)
-    except NotFound:
-        return None
-
-
-@database_sync_to_async
-def _workspace_if_member(user, slug):
-    if user is None or not user.is_authenticated:
-        return None
-    try:
-        return workspace_by_slug(user, slug)
+        return find(user, key)
     except NotFound:
         return None
 
@@ -243,7 +235,7 @@ class JobConsumer(BoundedClientJson, AccessGuard, AsyncJsonWebsocketConsumer):
         self.log_sub = None
         self.live_task = None
         self.sent = _SentIds()
-        job = await _job_if_member(self.scope.get("user"), self.scope["url_route"]["kwargs"]["job_id"])
+        job = await _if_member(self.scope.get("user"), job_for, self.scope["url_route"]["kwargs"]["job_id"])
         if job is None:
             await self.close(code=REFUSED)
             return
@@ -546,7 +538,8 @@ class WorkspaceConsumer(BoundedClientJson, AccessGuard, AsyncJsonWebsocketConsum
 
     async def connect(self):
         self.group = None
-        workspace = await _workspace_if_member(self.scope.get("user"), self.scope["url_route"]["kwargs"]["slug"])
+        workspace = await _if_member(self.scope.get("user"), workspace_by_slug,
+                                     self.scope["url_route"]["kwargs"]["slug"])
         if workspace is None:
             await self.close(code=REFUSED)
             return
