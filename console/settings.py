@@ -6,6 +6,7 @@ import logging
 import os
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import dj_database_url
 
@@ -323,7 +324,8 @@ VIGIL_RELAUNCH_AFTER_SECONDS = float(os.environ.get("VIGIL_RELAUNCH_AFTER_SECOND
 # Where the shims announce instance exits (the local backend's channel_prefix + ":instance-exit").
 VIGIL_EXIT_CHANNEL = os.environ.get("VIGIL_EXIT_CHANNEL", "vigil:instance-exit")
 
-JOB_BACKENDS = {
+# Each backend's OPTIONS are its own (jobs.backends.get_backend passes them as keywords).
+JOB_BACKENDS: dict[str, dict[str, Any]] = {
     "local": {
         "BACKEND": "jobs.backends.local.LocalBackend",
         "OPTIONS": {
