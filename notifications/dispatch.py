@@ -18,6 +18,7 @@ import logging
 import time
 from dataclasses import dataclass
 from datetime import timedelta
+from functools import partial
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
@@ -94,7 +95,7 @@ def event_committed(event_id: int) -> list[int]:
         delivery.matched_rules.add(*rules)
         if not skipped:
             created.append(delivery.pk)
-            transaction.on_commit(lambda pk=delivery.pk: enqueue(pk))
+            transaction.on_commit(partial(enqueue, delivery.pk))
     return created
 
 
@@ -181,7 +182,8 @@ def attempt_delivery(delivery_id: int, *, allow_retry: bool = True) -> AttemptOu
         metrics.delivery_attempted(channel.kind, DeliveryStatus.SKIPPED)
         return AttemptOutcome(delivery_id, DeliveryStatus.SKIPPED, error=error)
 
-    info = test_info(channel, now) if delivery.is_test else event_info(delivery.event)
+    event = None if delivery.is_test else delivery.event  # a test delivery has no event
+    info = test_info(channel, now) if event is None else event_info(event)
     verdict, error, status_code = "ok", "", None
     transport = None
     started = time.monotonic()
@@ -226,7 +228,7 @@ def attempt_delivery(delivery_id: int, *, allow_retry: bool = True) -> AttemptOu
         sent_at=finished if status == DeliveryStatus.SENT else None,
         next_attempt_at=finished + timedelta(seconds=retry_in) if retry_in is not None else None,
     )
-    metrics.delivery_attempted(channel.kind, status, None if delivery.is_test else delivery.event.created_at)
+    metrics.delivery_attempted(channel.kind, status, None if event is None else event.created_at)
     if verdict == "permanent" and not delivery.is_test:
         channel.disable(error)
     return AttemptOutcome(delivery_id, status, retry_in, error)
