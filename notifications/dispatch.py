@@ -20,8 +20,10 @@ from dataclasses import dataclass
 from datetime import timedelta
 from functools import partial
 
+from celery import shared_task
 from django.conf import settings
 from django.db import IntegrityError, transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from core.delivery_errors import readable_error
@@ -100,8 +102,6 @@ def event_committed(event_id: int) -> list[int]:
 
 
 def enqueue(delivery_id: int, countdown: float | None = None) -> None:
-    from .tasks import deliver
-
     if deliver.app.conf.task_always_eager:
         try:
             deliver.apply_async((delivery_id,), countdown=countdown)
@@ -277,8 +277,6 @@ def redeliver(delivery: Delivery) -> None:
 
 def stale_deliveries(now, *, pending_after=timedelta(minutes=5), sending_after=timedelta(minutes=10)):
     """Deliveries whose task was lost (broker down at enqueue, worker killed)."""
-    from django.db.models import Q
-
     return Delivery.objects.filter(
         Q(status=DeliveryStatus.PENDING, created_at__lt=now - pending_after)
         | Q(status=DeliveryStatus.RETRYING, next_attempt_at__lt=now - pending_after)
@@ -295,3 +293,27 @@ def requeue_stale(now=None) -> list[int]:
             ids.append(delivery.pk)
             enqueue(delivery.pk)
     return ids
+
+
+# --- the Celery tasks ----------------------------------------------------------------
+# Defined beside what they run, so that enqueue() needs no import of
+# notifications.tasks (the module Celery's autodiscovery reads, which re-exports
+# them under these names).
+
+
+@shared_task(name="notifications.tasks.deliver", acks_late=True, ignore_result=True)
+def deliver(delivery_id: int) -> str:
+    """One attempt. A transient failure enqueues the next attempt after the
+    configured delay (VIGIL_NOTIFY_RETRY_DELAYS, by default 2 s then 8 s); the
+    attempt count lives on the Delivery row, so a re-delivered message cannot
+    add attempts (the row is claimed compare-and-set)."""
+    outcome = attempt_delivery(delivery_id)
+    if outcome.retry_in is not None:
+        enqueue(delivery_id, countdown=outcome.retry_in)
+    return outcome.status
+
+
+@shared_task(name="notifications.tasks.sweep_deliveries", ignore_result=True)
+def sweep_deliveries() -> int:
+    """Re-enqueue deliveries whose task was lost; meant for the beat schedule."""
+    return len(requeue_stale())
