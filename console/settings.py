@@ -10,6 +10,7 @@ from typing import Any
 
 import dj_database_url
 
+from console.datadir import secure
 from console.logs import logging_config
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -42,8 +43,6 @@ LOCAL_JOBS_SWITCH_USER = os.geteuid() == 0 and not VIGIL_LOCAL_ALLOW_ROOT
 def _secure_data_dir() -> None:
     """The data dir and its secrets are the console's alone, also on installs made before
     that was enforced (the SQLite file is fixed again on each connection: console/apps.py)."""
-    from console.datadir import secure
-
     secure(DATA_DIR, traversable=LOCAL_JOBS_SWITCH_USER)
 
 
