@@ -9,14 +9,22 @@ from typing import Callable, TypeVar
 T = TypeVar("T")
 
 
-def wait_until(predicate: Callable[[], T], timeout: float = 5.0, what: str = "the condition",
-               every: float = 0.01) -> T:
-    """predicate()'s first truthy value, asked every `every` seconds; an AssertionError
-    naming `what` when `timeout` seconds pass without one."""
+def poll_until(predicate: Callable[[], T], timeout: float, every: float = 0.01) -> T | None:
+    """predicate()'s first truthy value, asked every `every` seconds; None when `timeout`
+    seconds pass without one (for a benchmark that reports a timeout as a figure)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         value = predicate()
         if value:
             return value
         time.sleep(every)
-    raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
+    return None
+
+
+def wait_until(predicate: Callable[[], T], timeout: float = 5.0, what: str = "the condition",
+               every: float = 0.01) -> T:
+    """poll_until for a test: an AssertionError naming `what` when the time runs out."""
+    value = poll_until(predicate, timeout, every)
+    if value is None:  # a truthy value is never None
+        raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
+    return value
