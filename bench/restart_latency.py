@@ -96,13 +96,10 @@ def machine_line() -> str:
 
 
 def wait_until(predicate, timeout, every=0.01):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(every)
-    return None
+    """The first truthy value, or None on timeout (reported as a figure, not raised)."""
+    from testsupport.waiting import poll_until  # importable once ROOT is on sys.path, as above
+
+    return poll_until(predicate, timeout, every)
 
 
 # --- Vigil: Django on a throwaway database, the Procfile's processes -------------------------------

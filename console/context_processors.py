@@ -1,7 +1,7 @@
 """What every page's shell needs: the caller's workspaces for the switcher, the
-current one, and the navigation links that exist (apps add pages as they land)."""
+current one, and the link to its notifications pages."""
 
-from django.urls import NoReverseMatch, get_resolver, reverse
+from django.urls import reverse
 
 from jobs.models import Workspace
 
@@ -21,24 +21,6 @@ def workspaces(request):
     }
 
 
-def notifications_url(slug: str) -> str | None:
-    """The notifications pages of a workspace, once that app has them: the first
-    URL in the `notifications` namespace that takes only the workspace slug."""
-    resolver = get_resolver()
-    if "notifications" not in resolver.namespace_dict:
-        return None
-    for name in ("index", "rules", "rule-list", "event-rules", "channels", "home"):
-        try:
-            return reverse(f"notifications:{name}", kwargs={"slug": slug})
-        except NoReverseMatch:
-            continue
-    _, sub = resolver.namespace_dict["notifications"]
-    for pattern in getattr(sub, "url_patterns", []):
-        name = getattr(pattern, "name", None)
-        if not name:
-            continue
-        try:
-            return reverse(f"notifications:{name}", kwargs={"slug": slug})
-        except NoReverseMatch:
-            continue
-    return None
+def notifications_url(slug: str) -> str:
+    """The workspace's notifications pages (console.urls always includes them)."""
+    return reverse("notifications:index", kwargs={"slug": slug})

@@ -6,9 +6,11 @@ import logging
 import os
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import dj_database_url
 
+from console.datadir import secure
 from console.logs import logging_config
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -41,8 +43,6 @@ LOCAL_JOBS_SWITCH_USER = os.geteuid() == 0 and not VIGIL_LOCAL_ALLOW_ROOT
 def _secure_data_dir() -> None:
     """The data dir and its secrets are the console's alone, also on installs made before
     that was enforced (the SQLite file is fixed again on each connection: console/apps.py)."""
-    from console.datadir import secure
-
     secure(DATA_DIR, traversable=LOCAL_JOBS_SWITCH_USER)
 
 
@@ -323,7 +323,8 @@ VIGIL_RELAUNCH_AFTER_SECONDS = float(os.environ.get("VIGIL_RELAUNCH_AFTER_SECOND
 # Where the shims announce instance exits (the local backend's channel_prefix + ":instance-exit").
 VIGIL_EXIT_CHANNEL = os.environ.get("VIGIL_EXIT_CHANNEL", "vigil:instance-exit")
 
-JOB_BACKENDS = {
+# Each backend's OPTIONS are its own (jobs.backends.get_backend passes them as keywords).
+JOB_BACKENDS: dict[str, dict[str, Any]] = {
     "local": {
         "BACKEND": "jobs.backends.local.LocalBackend",
         "OPTIONS": {

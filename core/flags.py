@@ -510,7 +510,7 @@ class FaultToleranceConfig:
         """Inverse of ``to_dict``; missing keys take their defaults, unknown keys are rejected."""
         if not isinstance(data, dict):
             raise FlagError("", f"a fault-tolerance config must be an object, not {_shown(data)}")
-        values = {}
+        values: dict[str, Any] = {}
         for name, value in data.items():
             if name not in _FLAG_BY_FIELD:
                 raise FlagError(str(name), f"is not a known setting; {_suggest(str(name), list(_FLAG_BY_FIELD))}")

@@ -215,9 +215,10 @@ def _sentence(text: str) -> str:
     return text[:1].upper() + text[1:]
 
 
-def _first_success(instances: Sequence[InstanceActivity]) -> InstanceActivity | None:
-    done = [i for i in instances if not i.running and i.exit_code == 0 and i.exited_at is not None]
-    return min(done, key=lambda i: (i.exited_at, i.name), default=None)
+def _first_success(instances: Sequence[InstanceActivity]) -> tuple[float, str] | None:
+    """(when, who) of the first instance that exited 0; the name breaks a tie."""
+    done = [(i.exited_at, i.name) for i in instances if not i.running and i.exit_code == 0 and i.exited_at is not None]
+    return min(done, default=None)
 
 
 def check_exit_hang(
@@ -233,15 +234,16 @@ def check_exit_hang(
     running = _running(instances)
     if first is None or not running:
         return None
-    waited = now - first.exited_at
+    finished_at, finished = first
+    waited = now - finished_at
     interval = config.job_exit_hang_interval
     if waited < interval:
         return None
     names = tuple(i.name for i in running)
     return ExitHangVerdict(
-        first_finished=first.name, finished_at=first.exited_at, waited_seconds=waited,
+        first_finished=finished, finished_at=finished_at, waited_seconds=waited,
         interval=interval, still_running=names,
-        message=f"{first.name} finished {waited:.0f} s ago but {', '.join(names)} "
+        message=f"{finished} finished {waited:.0f} s ago but {', '.join(names)} "
                 f"{'is' if len(names) == 1 else 'are'} still running, longer than the exit hang "
                 f"interval of {interval} s.",
     )
@@ -268,7 +270,7 @@ def next_check_at(
     if config.job_execution_mode == ExecutionMode.SYNC and config.enable_job_exit_hang_detection and running:
         first = _first_success(instances)
         if first is not None:
-            due.append(first.exited_at + config.job_exit_hang_interval)
+            due.append(first[0] + config.job_exit_hang_interval)
     return min(due, default=None)
 
 

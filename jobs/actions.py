@@ -8,6 +8,7 @@ import logging
 from datetime import datetime, timedelta
 from datetime import timezone as dt_timezone
 
+from celery import shared_task
 from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.db.models import F
@@ -240,8 +241,6 @@ LAUNCH_DEFERRED = ("Stored; the task queue (Redis) did not answer, so the launch
 def enqueue_launch(job_id: int, number: int) -> bool:
     """Queue the launch task; False if Redis did not take it within a second (the
     monitor's sweep re-enqueues an attempt left queued, so nothing is lost)."""
-    from .tasks import launch_attempt_task
-
     if launch_attempt_task.app.conf.task_always_eager:  # tests: run here, now
         launch_attempt_task.delay(job_id, number)
         return True
@@ -518,8 +517,6 @@ def stop_job(user, job: Job) -> bool:
 
 
 def _enqueue_stop(job_id: int) -> None:
-    from .tasks import stop_job_task
-
     stop_job_task.delay(job_id)
 
 
@@ -647,3 +644,18 @@ def set_hang_interval(job: Job, value: int | None, *, source: str) -> None:
         text = f"Hang interval set to {value} s by {source}."
     record_event(job, EventType.DECISION, text, payload={"job_hang_interval": value, "source": source},
                  attempt=job.current_attempt)
+
+
+# --- the Celery tasks that run these off the request ------------------------------
+# Defined beside what they run, so that queueing one needs no import of jobs.tasks
+# (the module Celery's autodiscovery reads, which re-exports them by these names).
+
+
+@shared_task(name="jobs.tasks.launch_attempt", acks_late=True)
+def launch_attempt_task(job_id: int, number: int) -> bool:
+    return launch_attempt(job_id, number)
+
+
+@shared_task(name="jobs.tasks.stop_job", acks_late=True)
+def stop_job_task(job_id: int) -> bool:
+    return finish_stop(job_id)

@@ -36,6 +36,7 @@ from core.flags import (
 from .access import masked_envs
 from .inputs import whole_number
 from .models import JobType
+from .serializers import JobSubmitSerializer
 from .submission import ALLOWED_GPU_COUNTS, JOB_TYPE_ROLES, MAX_DISPLAY_NAME
 
 ROLE_ROWS = 4
@@ -244,8 +245,6 @@ class JobForm(forms.Form):
         its errors goes beside its field, except fields in `skip` (those the field
         checks already refused: their value is not in the body, so the serializer's
         word on it would only repeat the refusal)."""
-        from .serializers import JobSubmitSerializer
-
         serializer = JobSubmitSerializer(data=body)
         if not serializer.is_valid():
             self.add_submission_errors(serializer.errors, skip=skip)

@@ -1,15 +1,7 @@
-"""Celery shells around jobs.actions: they translate a message into a call."""
+"""The Celery tasks of jobs, where Celery's autodiscovery looks for them. They are
+defined in jobs.actions beside what they run (thin shells: a message becomes a
+call), so that queueing one there needs no import back into this module."""
 
-from celery import shared_task
+from .actions import launch_attempt_task, stop_job_task
 
-from . import actions
-
-
-@shared_task(name="jobs.tasks.launch_attempt", acks_late=True)
-def launch_attempt_task(job_id: int, number: int) -> bool:
-    return actions.launch_attempt(job_id, number)
-
-
-@shared_task(name="jobs.tasks.stop_job", acks_late=True)
-def stop_job_task(job_id: int) -> bool:
-    return actions.finish_stop(job_id)
+__all__ = ["launch_attempt_task", "stop_job_task"]

@@ -79,6 +79,22 @@ def job_short_link(request, job_id):
     return redirect("pages:job-detail", slug=job.workspace.slug, job_id=job.pk)
 
 
+def first_or_404(rows, message: str):
+    """The first of `rows` (a query already narrowed to the job), or a 404 saying what is missing."""
+    found = rows.first()
+    if found is None:
+        raise Http404(message)
+    return found
+
+
+def instance_attempt_or_404(job, number: int, instance: str):
+    """Attempt `number` of `job`, when it has an instance named `instance`."""
+    attempt = first_or_404(Attempt.objects.filter(job=job, number=number), "No such instance in this attempt.")
+    if not attempt.instances.filter(name=instance).exists():
+        raise Http404("No such instance in this attempt.")
+    return attempt
+
+
 def forbidden(request, workspace, message: str):
     return render(request, "jobs/forbidden.html", {"workspace": workspace, "message": message}, status=403)
 
@@ -403,9 +419,7 @@ def restart_records(request, slug, job_id):
 @login_required
 def restart_record(request, slug, job_id, record_id):
     workspace, job = job_or_404(request, slug, job_id)
-    record = job.restart_records.filter(pk=record_id).first()
-    if record is None:
-        raise Http404("No such restart record for this job.")
+    record = first_or_404(job.restart_records.filter(pk=record_id), "No such restart record for this job.")
     return render(request, "jobs/restart_record.html", {
         "workspace": workspace, "job": job, "record": record,
         "can_admin": workspace.role_of(request.user) in ADMIN_ROLES})
@@ -415,9 +429,7 @@ def restart_record(request, slug, job_id, record_id):
 def diagnosis(request, slug, job_id, diagnosis_id):
     """One diagnosis (a hang's stack snapshot) on its own page: what a restart record links to."""
     workspace, job = job_or_404(request, slug, job_id)
-    found = job.diagnoses.filter(pk=diagnosis_id).first()
-    if found is None:
-        raise Http404("No such diagnosis for this job.")
+    found = first_or_404(job.diagnoses.filter(pk=diagnosis_id), "No such diagnosis for this job.")
     return render(request, "jobs/diagnosis.html", {
         "workspace": workspace, "job": job, "diagnosis": found, "diagnoses": [_diagnosis_view(found)]})
 
@@ -462,9 +474,7 @@ def log_download(request, slug, job_id, number, instance):
     """Stream one instance's whole log from disk (or from the backend in chunks),
     never rendering it."""
     workspace, job = job_or_404(request, slug, job_id)
-    attempt = Attempt.objects.filter(job=job, number=number).first()
-    if attempt is None or not attempt.instances.filter(name=instance).exists():
-        raise Http404("No such instance in this attempt.")
+    attempt = instance_attempt_or_404(job, number, instance)
     filename = f"job{job.pk}-attempt{number}-{instance}.log"
     if not attempt.backend_handle:
         response = HttpResponse(b"", content_type="text/plain; charset=utf-8")
@@ -509,9 +519,7 @@ def log_line_at(request, slug, job_id, number, instance, offset):
     """The permalink of the line holding byte `offset` (a restart record's
     log_offset): counts the newlines before it, streaming, and redirects."""
     workspace, job = job_or_404(request, slug, job_id)
-    attempt = Attempt.objects.filter(job=job, number=number).first()
-    if attempt is None or not attempt.instances.filter(name=instance).exists():
-        raise Http404("No such instance in this attempt.")
+    attempt = instance_attempt_or_404(job, number, instance)
     if not attempt.backend_handle:
         return redirect(line_permalink(workspace, job, number, instance))
     log = InstanceLog(actions.get_backend_for(job), attempt.backend_handle, instance)
@@ -569,9 +577,7 @@ def attempt_logs_archive(request, slug, job_id, number):
     """Every instance log of one attempt as one zip, streamed from disk (or from
     the backend) a chunk at a time."""
     workspace, job = job_or_404(request, slug, job_id)
-    attempt = Attempt.objects.filter(job=job, number=number).first()
-    if attempt is None:
-        raise Http404("No such attempt of this job.")
+    attempt = first_or_404(Attempt.objects.filter(job=job, number=number), "No such attempt of this job.")
     names = list(attempt.instances.order_by("rank", "role", "index").values_list("name", flat=True))
     folder = f"job{job.pk}-attempt{number}"
     members = []

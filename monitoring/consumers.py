@@ -65,6 +65,7 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.conf import settings
 from django.contrib.auth import get_user, get_user_model
+from django.http import HttpRequest
 
 from core.logindex import INITIAL_TAIL_BYTES, complete_lines, parse_target, split_lines, start_offset
 from infra import metrics
@@ -91,30 +92,15 @@ ACCESS_CHECK_SECONDS = 2.0  # how long a socket may outlive its person's access
 
 
 @database_sync_to_async
-def _job_if_member(user, job_id):
+def _if_member(user, find, key):
+    """What `find(user, key)` returns (jobs.actions.job_for or workspace_by_slug), or None
+    when nobody is signed in or the thing is not among theirs."""
     if user is None or not user.is_authenticated:
         return None
     try:
-        return job_for(user, job_id)
+        return find(user, key)
     except NotFound:
         return None
-
-
-@database_sync_to_async
-def _workspace_if_member(user, slug):
-    if user is None or not user.is_authenticated:
-        return None
-    try:
-        return workspace_by_slug(user, slug)
-    except NotFound:
-        return None
-
-
-class _SessionOnly:
-    """What django.contrib.auth.get_user reads from a request: its session."""
-
-    def __init__(self, session):
-        self.session = session
 
 
 @database_sync_to_async
@@ -127,14 +113,16 @@ def _access_lost(session_key: str | None, user_id: int, workspace_id: int) -> tu
         return ACCOUNT_DISABLED, "your account was deactivated"
     if session_key is not None:
         store = import_module(settings.SESSION_ENGINE).SessionStore(session_key)
-        if get_user(_SessionOnly(store)).pk != user_id:
+        request = HttpRequest()  # get_user reads only the request's session
+        request.session = store
+        if get_user(request).pk != user_id:
             return SESSION_ENDED, "you logged out or your session ended"
     if not Membership.objects.filter(workspace_id=workspace_id, user_id=user_id).exists():
         return REFUSED, "you are no longer a member of this workspace"
     return None
 
 
-class BoundedClientJson:
+class BoundedClientJson(AsyncJsonWebsocketConsumer):
     """A client's message is JSON of bounded depth without unstorable text
     (jobs.inputs, as for every JSON endpoint); anything else is ignored like an
     unknown message type, instead of ending the socket with a RecursionError."""
@@ -146,10 +134,10 @@ class BoundedClientJson:
             return
         if content is None or json_problem(content):
             return
-        await self.receive_json(content, **kwargs)  # type: ignore[attr-defined]
+        await self.receive_json(content, **kwargs)
 
 
-class AccessGuard:
+class AccessGuard(AsyncJsonWebsocketConsumer):
     """Checks an open socket's person every ACCESS_CHECK_SECONDS and ends the
     socket when access has ended (mixed into both consumers)."""
 
@@ -243,7 +231,7 @@ class JobConsumer(BoundedClientJson, AccessGuard, AsyncJsonWebsocketConsumer):
         self.log_sub = None
         self.live_task = None
         self.sent = _SentIds()
-        job = await _job_if_member(self.scope.get("user"), self.scope["url_route"]["kwargs"]["job_id"])
+        job = await _if_member(self.scope.get("user"), job_for, self.scope["url_route"]["kwargs"]["job_id"])
         if job is None:
             await self.close(code=REFUSED)
             return
@@ -379,17 +367,20 @@ class JobConsumer(BoundedClientJson, AccessGuard, AsyncJsonWebsocketConsumer):
                     view = await _attempt_view(self.job_id, number) if number else None
                     if view is not None:
                         handle, names, backend_name = view
-                        if handle:
-                            try:
-                                backend = get_backend(backend_name)
-                            except BackendError:
-                                backend = None
-                            for name in names if backend else ():
+                        try:
+                            backend = get_backend(backend_name) if handle else None
+                        except BackendError:
+                            backend = None
+                        if backend is not None:
+                            for name in names:
                                 if (only is None or name in only) and name not in logs:
                                     logs[name] = InstanceLog(backend, handle, name)
                     if current:
                         said_output = await self._send_output(current, view if current == number else None,
                                                               said_output)
+                if number is None:  # no attempt yet: no view and no logs
+                    await asyncio.sleep(TICK)
+                    continue
                 if target is not None and target["instance"] in logs:
                     await self._open_at(number, logs[target["instance"]], target, offsets, lines)
                     target = None
@@ -546,7 +537,8 @@ class WorkspaceConsumer(BoundedClientJson, AccessGuard, AsyncJsonWebsocketConsum
 
     async def connect(self):
         self.group = None
-        workspace = await _workspace_if_member(self.scope.get("user"), self.scope["url_route"]["kwargs"]["slug"])
+        workspace = await _if_member(self.scope.get("user"), workspace_by_slug,
+                                     self.scope["url_route"]["kwargs"]["slug"])
         if workspace is None:
             await self.close(code=REFUSED)
             return

@@ -18,9 +18,12 @@ import logging
 import time
 from dataclasses import dataclass
 from datetime import timedelta
+from functools import partial
 
+from celery import shared_task
 from django.conf import settings
 from django.db import IntegrityError, transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from core.delivery_errors import readable_error
@@ -94,13 +97,11 @@ def event_committed(event_id: int) -> list[int]:
         delivery.matched_rules.add(*rules)
         if not skipped:
             created.append(delivery.pk)
-            transaction.on_commit(lambda pk=delivery.pk: enqueue(pk))
+            transaction.on_commit(partial(enqueue, delivery.pk))
     return created
 
 
 def enqueue(delivery_id: int, countdown: float | None = None) -> None:
-    from .tasks import deliver
-
     if deliver.app.conf.task_always_eager:
         try:
             deliver.apply_async((delivery_id,), countdown=countdown)
@@ -181,7 +182,8 @@ def attempt_delivery(delivery_id: int, *, allow_retry: bool = True) -> AttemptOu
         metrics.delivery_attempted(channel.kind, DeliveryStatus.SKIPPED)
         return AttemptOutcome(delivery_id, DeliveryStatus.SKIPPED, error=error)
 
-    info = test_info(channel, now) if delivery.is_test else event_info(delivery.event)
+    event = None if delivery.is_test else delivery.event  # a test delivery has no event
+    info = test_info(channel, now) if event is None else event_info(event)
     verdict, error, status_code = "ok", "", None
     transport = None
     started = time.monotonic()
@@ -226,7 +228,7 @@ def attempt_delivery(delivery_id: int, *, allow_retry: bool = True) -> AttemptOu
         sent_at=finished if status == DeliveryStatus.SENT else None,
         next_attempt_at=finished + timedelta(seconds=retry_in) if retry_in is not None else None,
     )
-    metrics.delivery_attempted(channel.kind, status, None if delivery.is_test else delivery.event.created_at)
+    metrics.delivery_attempted(channel.kind, status, None if event is None else event.created_at)
     if verdict == "permanent" and not delivery.is_test:
         channel.disable(error)
     return AttemptOutcome(delivery_id, status, retry_in, error)
@@ -275,8 +277,6 @@ def redeliver(delivery: Delivery) -> None:
 
 def stale_deliveries(now, *, pending_after=timedelta(minutes=5), sending_after=timedelta(minutes=10)):
     """Deliveries whose task was lost (broker down at enqueue, worker killed)."""
-    from django.db.models import Q
-
     return Delivery.objects.filter(
         Q(status=DeliveryStatus.PENDING, created_at__lt=now - pending_after)
         | Q(status=DeliveryStatus.RETRYING, next_attempt_at__lt=now - pending_after)
@@ -293,3 +293,27 @@ def requeue_stale(now=None) -> list[int]:
             ids.append(delivery.pk)
             enqueue(delivery.pk)
     return ids
+
+
+# --- the Celery tasks ----------------------------------------------------------------
+# Defined beside what they run, so that enqueue() needs no import of
+# notifications.tasks (the module Celery's autodiscovery reads, which re-exports
+# them under these names).
+
+
+@shared_task(name="notifications.tasks.deliver", acks_late=True, ignore_result=True)
+def deliver(delivery_id: int) -> str:
+    """One attempt. A transient failure enqueues the next attempt after the
+    configured delay (VIGIL_NOTIFY_RETRY_DELAYS, by default 2 s then 8 s); the
+    attempt count lives on the Delivery row, so a re-delivered message cannot
+    add attempts (the row is claimed compare-and-set)."""
+    outcome = attempt_delivery(delivery_id)
+    if outcome.retry_in is not None:
+        enqueue(delivery_id, countdown=outcome.retry_in)
+    return outcome.status
+
+
+@shared_task(name="notifications.tasks.sweep_deliveries", ignore_result=True)
+def sweep_deliveries() -> int:
+    """Re-enqueue deliveries whose task was lost; meant for the beat schedule."""
+    return len(requeue_stale())

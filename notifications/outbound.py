@@ -115,6 +115,19 @@ def parse_allow_list(entries) -> tuple:
     return tuple(networks)
 
 
+# The ipaddress properties that refuse an address, with what the refusal calls it.
+_KINDS_FIRST = (
+    ("is_unspecified", "the unspecified address"),
+    ("is_loopback", "a loopback address"),
+    ("is_link_local", "a link-local address"),
+)
+_KINDS_THEN = (
+    ("is_multicast", "a multicast address"),
+    ("is_reserved", "a reserved address"),
+    ("is_private", "a private address"),
+)
+
+
 def refusal_reason(address, allow=()) -> str | None:
     """Why `address` may not be contacted, or None when it may."""
     ip = ipaddress.ip_address(str(address).split("%", 1)[0])
@@ -129,21 +142,16 @@ def refusal_reason(address, allow=()) -> str | None:
         return f"{ip} is a cloud metadata address"
     if any(ip.version == net.version and ip in net for net in allow):
         return None
-    if ip.is_unspecified:
-        return f"{ip} is the unspecified address"
-    if ip.is_loopback:
-        return f"{ip} is a loopback address"
-    if ip.is_link_local:
-        return f"{ip} is a link-local address"
+    # In this order: the special-purpose blocks name themselves better than "private".
+    for kind, label in _KINDS_FIRST:
+        if getattr(ip, kind):
+            return f"{ip} is {label}"
     for net, label in SPECIAL_PURPOSE:
         if ip.version == net.version and ip in net:
             return f"{ip} is {label}"
-    if ip.is_multicast:
-        return f"{ip} is a multicast address"
-    if ip.is_reserved:
-        return f"{ip} is a reserved address"
-    if ip.is_private:
-        return f"{ip} is a private address"
+    for kind, label in _KINDS_THEN:
+        if getattr(ip, kind):
+            return f"{ip} is {label}"
     if not ip.is_global:
         return f"{ip} is not a public address"
     return None

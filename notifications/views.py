@@ -40,6 +40,39 @@ def _context(workspace, is_admin, **extra):
     return {"workspace": workspace, "is_admin": is_admin, **extra}
 
 
+def _admin_object(request, slug, model, pk):
+    """The workspace and its channel or rule `pk`, for a change only an admin makes."""
+    workspace = _admin_workspace(request, slug)
+    return workspace, get_object_or_404(model, pk=pk, workspace=workspace)
+
+
+def _form_page(request, slug, form_class, pk, *, back, template, name):
+    """A channel's or a rule's add (`pk` None) or edit page: a valid POST saves (a new one
+    records who made it) and goes back to the list; anything else shows the form again."""
+    model = form_class._meta.model
+    workspace = _admin_workspace(request, slug)
+    thing = None if pk is None else get_object_or_404(model, pk=pk, workspace=workspace)
+    form = form_class(request.POST or None, instance=thing, workspace=workspace)
+    if request.method == "POST" and form.is_valid():
+        if form.instance.pk is None:
+            form.instance.created_by = request.user
+        form.save()
+        return redirect(back, slug=workspace.slug)
+    return render(request, template, _context(workspace, True, form=form, **{name: thing}))
+
+
+def _delete_page(request, workspace, thing, *, name, back):
+    """Asks before deleting a channel or a rule; the POST deletes it and goes back to the list."""
+    if request.method == "POST":
+        thing.delete()
+        return redirect(back, slug=workspace.slug)
+    return render(
+        request,
+        "notifications/confirm_delete.html",
+        _context(workspace, True, thing=name, back=back),
+    )
+
+
 @login_required
 def index(request, slug):
     workspace, _ = _workspace(request, slug)
@@ -70,32 +103,15 @@ def channel_list(request, slug):
 
 
 @login_required
-def channel_add(request, slug):
-    workspace = _admin_workspace(request, slug)
-    form = ChannelForm(request.POST or None, workspace=workspace)
-    if request.method == "POST" and form.is_valid():
-        channel = form.save(commit=False)
-        channel.created_by = request.user
-        channel.save()
-        return redirect("notifications:channels", slug=workspace.slug)
-    return render(request, "notifications/channel_form.html", _context(workspace, True, form=form, channel=None))
-
-
-@login_required
-def channel_edit(request, slug, channel_id):
-    workspace = _admin_workspace(request, slug)
-    channel = get_object_or_404(Channel, pk=channel_id, workspace=workspace)
-    form = ChannelForm(request.POST or None, instance=channel, workspace=workspace)
-    if request.method == "POST" and form.is_valid():
-        form.save()
-        return redirect("notifications:channels", slug=workspace.slug)
-    return render(request, "notifications/channel_form.html", _context(workspace, True, form=form, channel=channel))
+def channel_form(request, slug, channel_id=None):
+    """Add a channel, or edit channel `channel_id`."""
+    return _form_page(request, slug, ChannelForm, channel_id, back="notifications:channels",
+                      template="notifications/channel_form.html", name="channel")
 
 
 @login_required
 def channel_test(request, slug, channel_id):
-    workspace = _admin_workspace(request, slug)
-    channel = get_object_or_404(Channel, pk=channel_id, workspace=workspace)
+    workspace, channel = _admin_object(request, slug, Channel, channel_id)
     if request.method != "POST":
         return HttpResponseNotAllowed(["POST"])
     delivery = dispatch.send_test(channel)
@@ -104,16 +120,8 @@ def channel_test(request, slug, channel_id):
 
 @login_required
 def channel_delete(request, slug, channel_id):
-    workspace = _admin_workspace(request, slug)
-    channel = get_object_or_404(Channel, pk=channel_id, workspace=workspace)
-    if request.method == "POST":
-        channel.delete()
-        return redirect("notifications:channels", slug=workspace.slug)
-    return render(
-        request,
-        "notifications/confirm_delete.html",
-        _context(workspace, True, thing=f"channel “{channel.name}”", back="notifications:channels"),
-    )
+    workspace, channel = _admin_object(request, slug, Channel, channel_id)
+    return _delete_page(request, workspace, channel, name=f"channel “{channel.name}”", back="notifications:channels")
 
 
 # --- event rules --------------------------------------------------------------------
@@ -129,33 +137,15 @@ def rule_list(request, slug):
 
 
 @login_required
-def rule_add(request, slug):
-    workspace = _admin_workspace(request, slug)
-    form = EventRuleForm(request.POST or None, workspace=workspace)
-    if request.method == "POST" and form.is_valid():
-        rule = form.save(commit=False)
-        rule.created_by = request.user
-        rule.save()
-        form.save_m2m()
-        return redirect("notifications:rules", slug=workspace.slug)
-    return render(request, "notifications/rule_form.html", _context(workspace, True, form=form, rule=None))
-
-
-@login_required
-def rule_edit(request, slug, rule_id):
-    workspace = _admin_workspace(request, slug)
-    rule = get_object_or_404(EventRule, pk=rule_id, workspace=workspace)
-    form = EventRuleForm(request.POST or None, instance=rule, workspace=workspace)
-    if request.method == "POST" and form.is_valid():
-        form.save()
-        return redirect("notifications:rules", slug=workspace.slug)
-    return render(request, "notifications/rule_form.html", _context(workspace, True, form=form, rule=rule))
+def rule_form(request, slug, rule_id=None):
+    """Add an event rule, or edit rule `rule_id`."""
+    return _form_page(request, slug, EventRuleForm, rule_id, back="notifications:rules",
+                      template="notifications/rule_form.html", name="rule")
 
 
 @login_required
 def rule_toggle(request, slug, rule_id):
-    workspace = _admin_workspace(request, slug)
-    rule = get_object_or_404(EventRule, pk=rule_id, workspace=workspace)
+    workspace, rule = _admin_object(request, slug, EventRule, rule_id)
     if request.method != "POST":
         return HttpResponseNotAllowed(["POST"])
     EventRule.objects.filter(pk=rule.pk).update(enabled=not rule.enabled)
@@ -164,16 +154,8 @@ def rule_toggle(request, slug, rule_id):
 
 @login_required
 def rule_delete(request, slug, rule_id):
-    workspace = _admin_workspace(request, slug)
-    rule = get_object_or_404(EventRule, pk=rule_id, workspace=workspace)
-    if request.method == "POST":
-        rule.delete()
-        return redirect("notifications:rules", slug=workspace.slug)
-    return render(
-        request,
-        "notifications/confirm_delete.html",
-        _context(workspace, True, thing=f"event rule “{rule.name}”", back="notifications:rules"),
-    )
+    workspace, rule = _admin_object(request, slug, EventRule, rule_id)
+    return _delete_page(request, workspace, rule, name=f"event rule “{rule.name}”", back="notifications:rules")
 
 
 @login_required
@@ -188,8 +170,7 @@ def rule_deliveries(request, slug, rule_id):
 def redeliver(request, slug, rule_id, delivery_id):
     """One more try of a finished delivery (dispatch.redeliver, as the API's
     redeliver); the log shows the outcome when the task has run."""
-    workspace = _admin_workspace(request, slug)
-    rule = get_object_or_404(EventRule, pk=rule_id, workspace=workspace)
+    workspace, rule = _admin_object(request, slug, EventRule, rule_id)
     delivery = get_object_or_404(Delivery, pk=delivery_id, matched_rules=rule, channel__workspace=workspace)
     try:
         dispatch.redeliver(delivery)

@@ -5,4 +5,5 @@
 - `testsupport.jobs`: letting real jobs (run as `nobody` under root) reach the test's files.
 - `testsupport.monitor`: ticking the monitor until a job gets somewhere, the test
   database's URL for processes a test starts, and a job that fails once.
+- `testsupport.waiting`: `wait_until`, asking again until a real process got there.
 """

@@ -738,7 +738,7 @@ def test_carriage_return_progress_bars_do_not_hide_an_exception_line():
 
 def test_a_log_tail_of_the_wrong_type_is_rejected_naming_the_field():
     with pytest.raises(TypeError, match="log_tail"):
-        classify_failure(FailureInput(1, None, 42))  # type: ignore[arg-type]
+        classify_failure(FailureInput(1, None, 42))
 
 
 # ---- exit status fallbacks --------------------------------------------------------
@@ -907,7 +907,7 @@ def test_almost_every_log_signature_has_a_required_literal():
 
 
 def _can_match_a_newline(items, flags) -> bool:
-    from re import _constants as c
+    from re import _constants as c  # type: ignore[attr-defined]  # CPython 3.11+ private; typeshed omits it
 
     for op, av in items:
         if op is c.LITERAL and av == 10 or op is c.NOT_LITERAL and av != 10:

@@ -486,7 +486,7 @@ def test_a_flag_string_longer_than_the_limit_is_refused_with_the_limit():
 
 def test_a_flag_string_must_be_text():
     with pytest.raises(FlagError, match="must be text"):
-        parse_flags(None)  # type: ignore[arg-type]
+        parse_flags(None)
 
 
 # --- cross-flag rules --------------------------------------------------------------------

@@ -3,6 +3,8 @@ restart-loop breaker, hang triggers, and properties over random histories."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -41,7 +43,7 @@ def failure(c: Classification | None = None, role="Worker", index=1) -> Instance
 
 
 def history(**kw) -> JobHistory:
-    base = dict(total_worker_instances=4, failed_worker_instances_now=1)
+    base: dict[str, Any] = dict(total_worker_instances=4, failed_worker_instances_now=1)
     base.update(kw)
     return JobHistory(**base)
 
@@ -261,7 +263,7 @@ def test_malformed_history_is_rejected_naming_the_field(field, value):
 
 def test_unknown_trigger_is_rejected():
     with pytest.raises(ValueError, match="trigger"):
-        decide(FaultToleranceConfig(), history(), "worker-1 died")  # type: ignore[arg-type]
+        decide(FaultToleranceConfig(), history(), "worker-1 died")
 
 
 # ---- properties ---------------------------------------------------------------------

@@ -170,6 +170,8 @@ def read_log_file(path: str | None, offset: int = 0, limit: int | None = None) -
         raise BackendError(f"offset: {offset} must be >= 0")
     if limit is not None and limit < 0:
         raise BackendError(f"limit: {limit} must be >= 0 or None")
+    if path is None:  # the backend has no file for this log (yet)
+        return b""
     try:
         with open(path, "rb") as f:
             # Past the end there is nothing to read; seeking there can fail outright
@@ -186,6 +188,8 @@ def tail_log_file(path: str | None, nbytes: int) -> bytes:
     """The last `nbytes` bytes of a log file (b"" when it does not exist yet)."""
     if nbytes < 0:
         raise BackendError(f"nbytes: {nbytes} must be >= 0")
+    if path is None:
+        return b""
     try:
         with open(path, "rb") as f:
             size = f.seek(0, 2)

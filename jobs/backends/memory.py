@@ -53,7 +53,8 @@ class MemoryBackend(Backend):
         self.launch_error: BackendError | None = None
 
     def reset(self) -> None:
-        self.__init__(self.name, nodes=self.nodes, initial_state=self.initial_state.value)
+        # Through the class: a subclass's own __init__ (extra state) runs again too.
+        type(self).__init__(self, self.name, nodes=self.nodes, initial_state=self.initial_state.value)
 
     # -- helpers for tests ----------------------------------------------------
     def _attempt(self, handle) -> _Attempt:

@@ -355,8 +355,8 @@ def run_instance(attempt_dir: str, name: str, run: int) -> int:
             # (the console's backstop) may not reach processes that left the tree.
             kill_at.append(time.monotonic() + stop_grace(attempt_dir, spec, name, run))
 
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2):
-        signal.signal(sig, forward)
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2):
+        signal.signal(signum, forward)
     while True:
         try:
             rc = child.wait(timeout=POLL_INTERVAL)

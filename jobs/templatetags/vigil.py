@@ -13,23 +13,21 @@ from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import mark_safe
 
+from core import delivery_errors, reasons
+
 register = template.Library()
 
 
 @register.filter
 def cause_first(reason) -> str:
     """A decision's reason with its cause in front, for cells that cut it short (core.reasons)."""
-    from core.reasons import cause_first as reorder
-
-    return reorder(str(reason or ""))
+    return reasons.cause_first(str(reason or ""))
 
 
 @register.filter
 def readable_error(text) -> str:
     """A delivery error in a sentence (core.delivery_errors), rows stored before included."""
-    from core.delivery_errors import readable_error as readable
-
-    return readable(str(text or ""))
+    return delivery_errors.readable_error(str(text or ""))
 
 
 @register.filter

@@ -18,6 +18,7 @@ import redis
 
 from jobs import faults
 from testsupport.jobs import job_writable, let_jobs_reach
+from testsupport.waiting import wait_until
 from jobs.backends import get_backend, reset_backends
 from jobs.backends.base import AttemptLaunch, BackendError, InstanceLaunch, InstanceState, LaunchInProgress
 from jobs.backends.frameworks import build_instances
@@ -78,16 +79,6 @@ def attempt(command: str | dict, job_id="job1", number=1, job_type="ElasticBatch
             **kw) -> AttemptLaunch:
     replicas = replicas or {"Worker": 1}
     return AttemptLaunch(job_id, number, job_type, build_instances(job_type, replicas, command), env or {}, **kw)
-
-
-def wait_until(predicate, timeout=5.0, interval=0.01):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(interval)
-    raise AssertionError(f"not true within {timeout} s")
 
 
 def wait_finished(backend, handle, timeout=5.0):

@@ -9,9 +9,9 @@ import os
 import signal
 import subprocess
 import sys
-import time
 import uuid
 from pathlib import Path
+from functools import partial
 from types import SimpleNamespace
 
 import pytest
@@ -22,6 +22,7 @@ from django.conf import settings as django_settings
 from jobs import faults
 from jobs.backends import get_backend, reset_backends
 from testsupport.jobs import job_writable
+from testsupport import waiting
 from testsupport.monitor import subprocess_database_url
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -59,14 +60,8 @@ def submit_script_job(cluster, user, workspace, script: str, envs: dict, display
     return job
 
 
-def wait_until(predicate, timeout: float, what: str, every: float = 0.1):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(every)
-    raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
+# Each ask polls a backend or the database: ten times a second is often enough here.
+wait_until = partial(waiting.wait_until, every=0.1)
 
 
 @pytest.fixture

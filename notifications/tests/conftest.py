@@ -35,6 +35,8 @@ class HttpSink:
     @property
     def url(self) -> str:
         host, port = self.server.server_address[:2]
+        if isinstance(host, bytes):  # typeshed allows it; a server bound to a str host has a str
+            host = host.decode()
         return f"http://{host}:{port}"
 
     @property

@@ -129,6 +129,7 @@ def test_an_admin_adds_tests_and_edits_a_webhook_channel(alice, alice_ws, page_a
     )
     assert response.status_code == 302
     channel = Channel.objects.get(name="receiver")
+    assert channel.created_by == alice
 
     tested = client.post(reverse("notifications:channel-test", kwargs={"slug": "alice-lab", "channel_id": channel.pk}), follow=True)
     html = tested.content.decode()
@@ -188,6 +189,7 @@ def test_an_admin_creates_edits_toggles_and_deletes_a_rule(setup, alice, page_as
     assert created.status_code == 302
     rule = EventRule.objects.get(name="hangs")
     assert rule.event_types == ["hang", "exit_hang"] and rule.job_pattern == "" and list(rule.channels.all()) == [channel]
+    assert rule.created_by == alice
 
     edit = reverse("notifications:rule-edit", kwargs={"slug": "alice-lab", "rule_id": rule.pk})
     client.post(edit, {"name": "hangs", "event_types": ["hang"], "job_scope": "pattern", "job_pattern": "llama-*",

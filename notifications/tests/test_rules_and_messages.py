@@ -4,6 +4,7 @@ how failures are classified and what happens after each attempt."""
 from __future__ import annotations
 
 from datetime import datetime, timezone
+from typing import Any
 
 import pytest
 
@@ -82,7 +83,7 @@ def test_events_reach_only_rules_matching_type_and_job(
 
 
 def _info(**overrides) -> EventInfo:
-    fields = dict(
+    fields: dict[str, Any] = dict(
         event_id=9,
         type="restart",
         type_label="Restart",
