@@ -35,7 +35,7 @@ from .access import permission_name, runnable_backends, sees_secrets
 from .goodput import job_goodput
 from .forms import BOOL_FIELDS, FieldFlagErrors, JobForm, fault_tolerance_from, ft_warnings, initial_from_job
 from .hang_panel import hang_panel
-from .progress_panel import progress_panel
+from .progress_panel import SPARK_H, SPARK_W, list_sparklines, progress_panel
 from .inputs import query_int
 from .logs import InstanceLog
 from .models import (ADMIN_ROLES, WRITE_ROLES, Attempt, EventType, Instance, JobEvent, JobStatus, NodeFault,
@@ -114,6 +114,8 @@ def job_list(request, slug):
     jobs = base.filter(status__in=statuses) if statuses else base
     jobs = jobs.select_related("created_by").annotate(last_restart_reason=_last_reason()).order_by("-created_at", "-id")
     page = Paginator(jobs, LIST_PAGE_SIZE).get_page(request.GET.get("page"))
+    page.object_list = list(page.object_list)
+    _with_sparklines(page.object_list)
     context = {
         "workspace": workspace,
         "page": page,
@@ -128,10 +130,19 @@ def job_list(request, slug):
     return render(request, template, context)
 
 
+def _with_sparklines(jobs) -> None:
+    """Each listed job's loss sparkline (job.sparkline, None without two losses), for the page at once."""
+    lines = list_sparklines(jobs)
+    for job in jobs:
+        job.sparkline = lines.get(job.pk)
+        job.spark_w, job.spark_h = SPARK_W, SPARK_H
+
+
 @login_required
 def job_row(request, slug, job_id):
     workspace, job = job_or_404(request, slug, job_id)
     job.last_restart_reason = job.restart_records.order_by("-id").values_list("reason", flat=True).first() or ""
+    _with_sparklines([job])
     return render(request, "jobs/_job_row.html", {"workspace": workspace, "job": job})
 
 
