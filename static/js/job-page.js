@@ -299,6 +299,9 @@ export function initJob(el) {
         // New output may carry new step lines or follow new report_progress calls: the
         // progress part is fetched again at most every 5 s, not per line.
         refreshPart("part-progress", 5000);
+      } else if (msg.type === "progress") {
+        // A report_progress step (also from a job that prints nothing): at most one fetch in 2 s.
+        refreshPart("part-progress", 2000);
       } else if (msg.type === "log_target") {
         if (!pendingTarget || msg.instance !== pendingTarget.instance) return;
         const asked = pendingTarget;

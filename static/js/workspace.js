@@ -4,9 +4,26 @@
 import { LiveSocket } from "./live-socket.js";
 import { debounce, swap } from "./parts.js";
 
+const rowSwapped = {};
+
+function throttleRow(jobId) {
+  const wait = (rowSwapped[jobId] || 0) + 3000 - Date.now();
+  debounce("progress" + jobId, Math.max(wait, 0), () => {
+    rowSwapped[jobId] = Date.now();
+    const now = document.getElementById("job-" + jobId);
+    if (now) swap(now.getAttribute("data-job-row"), "#job-" + jobId, "outerHTML");
+  });
+}
+
 export function initWorkspace(el) {
   new LiveSocket(el.getAttribute("data-ws"), {
     message: (msg) => {
+      if (msg.type === "progress") {
+        // A job's report_progress: its row (and sparkline) again, at most every 3 s.
+        const row = document.getElementById("job-" + msg.job_id);
+        if (row) throttleRow(msg.job_id);
+        return;
+      }
       if (msg.type !== "status" && msg.type !== "event") return;
       const dash = document.getElementById("dashboard");
       if (dash) {
