@@ -13,6 +13,7 @@ from playwright.sync_api import expect
 
 from jobs import actions
 from jobs.models import JobStatus
+from test_progress import progress_moves
 from testsupport.monitor import tick_until
 
 pytestmark = [pytest.mark.browser, pytest.mark.redis, pytest.mark.django_db(transaction=True)]
@@ -33,12 +34,7 @@ def test_a_job_that_only_reports_progress_moves_the_panel_and_the_list_sparkline
     try:
         tick_until(job, lambda j: j.status == JobStatus.RUNNING)
         page = page_for(alice)
-        page.goto(f"/workspaces/{alice_ws.slug}/jobs/{job.pk}/")
-        step = page.locator("#part-progress #progress-step")
-        expect(step).to_contain_text(" of 400", timeout=20_000)
-        first = int(step.inner_text().split()[0])
-        page.wait_for_function(f"n => ({STEP_OF})('#progress-step') > n", arg=first, timeout=15_000)
-        expect(page.locator("#part-progress polyline.loss")).to_have_count(1)
+        first = progress_moves(page, f"/workspaces/{alice_ws.slug}/jobs/{job.pk}/", 400)
         # nothing was printed: what moved the panel was report_progress, not log output
         assert page.locator("#logview .ln").count() == 0
 
