@@ -78,8 +78,9 @@ SPARK_W, SPARK_H = 64, 16
 LIST_TAIL_BYTES = 16 * 1024  # log fallback: one tail of the current attempt's rank 0, smaller than the panel's
 
 
-def list_sparklines(jobs) -> dict[int, core_progress.Sparkline]:
-    """{job id: sparkline} for the listed jobs, in two queries whatever their number:
+def list_sparklines(jobs) -> dict[int, tuple[core_progress.Sparkline, str]]:
+    """{job id: (sparkline, "report_progress" or "log")} for the listed jobs, in two
+    queries whatever their number:
     the attempts' report_progress samples, and for the jobs that never reported the
     current attempt's rank-0 instance, whose log tail (one per job) gives step lines."""
     jobs = [j for j in jobs if j.status not in (JobStatus.CREATING, JobStatus.QUEUING)]
@@ -114,5 +115,5 @@ def list_sparklines(jobs) -> dict[int, core_progress.Sparkline]:
     for job_id, found in points.items():
         line = core_progress.sparkline(found, SPARK_W, SPARK_H, totals.get(job_id))
         if line is not None:
-            out[job_id] = line
+            out[job_id] = (line, "log" if handles.get(job_id, (None,))[0] in silent else "report_progress")
     return out

@@ -135,7 +135,7 @@ def _with_sparklines(jobs) -> None:
     """Each listed job's loss sparkline (job.sparkline, None without two losses), for the page at once."""
     lines = list_sparklines(jobs)
     for job in jobs:
-        job.sparkline = lines.get(job.pk)
+        job.sparkline, job.spark_source = lines.get(job.pk, (None, ""))
         job.spark_w, job.spark_h = SPARK_W, SPARK_H
 
 

@@ -15,7 +15,23 @@ function throttleRow(jobId) {
   });
 }
 
+// A running job without report_progress draws its sparkline from its log's step
+// lines, which the workspace's socket does not carry: while the list shows such a
+// job, the table is read again every LOG_PROGRESS_MS (one request for all of them),
+// not while the page is hidden or the reader is inside the table.
+const LOG_PROGRESS_MS = 10000;
+
+function followLogProgress() {
+  setInterval(() => {
+    const table = document.getElementById("job-table");
+    if (!table || document.visibilityState !== "visible" || table.contains(document.activeElement)) return;
+    if (!table.querySelector("[data-progress-from-log]")) return;
+    swap(location.pathname + location.search, "#job-table", "outerHTML");
+  }, LOG_PROGRESS_MS);
+}
+
 export function initWorkspace(el) {
+  if (document.getElementById("job-table")) followLogProgress();
   new LiveSocket(el.getAttribute("data-ws"), {
     message: (msg) => {
       if (msg.type === "progress") {

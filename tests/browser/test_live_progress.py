@@ -13,7 +13,7 @@ from playwright.sync_api import expect
 
 from jobs import actions
 from jobs.models import JobStatus
-from test_progress import progress_moves
+from test_progress import STEPPING, progress_moves
 from testsupport.monitor import tick_until
 
 pytestmark = [pytest.mark.browser, pytest.mark.redis, pytest.mark.django_db(transaction=True)]
@@ -55,3 +55,20 @@ def test_a_job_that_only_reports_progress_moves_the_panel_and_the_list_sparkline
     listing.reload()
     page.reload()
     assert listing.evaluate(f"({STEP_OF})('{spark}')") == page.evaluate(f"({STEP_OF})('#progress-step')") > first
+
+
+def test_a_job_that_only_prints_step_lines_moves_its_list_sparkline_live(page_for, alice, alice_ws, job_body):
+    """No SDK, so no progress message: the list reads its table again while such a job runs."""
+    job, _ = actions.submit_job(alice, job_body(alice_ws, display_name="stepping", user_command=STEPPING))
+    try:
+        tick_until(job, lambda j: j.status == JobStatus.RUNNING)
+        page = page_for(alice)
+        page.goto(f"/workspaces/{alice_ws.slug}/jobs/")
+        spark = f"#job-{job.pk} td.spark svg"
+        expect(page.locator(spark)).to_have_attribute("aria-label", re.compile(r"^Loss falling from 0\.999 to .* of 200$"),
+                                                      timeout=25_000)
+        was = page.evaluate(f"({STEP_OF})('{spark}')")
+        page.wait_for_function(f"n => ({STEP_OF})('{spark}') > n", arg=was, timeout=25_000)
+    finally:
+        actions.stop_job(alice, job)
+        actions.finish_stop(job.pk)
