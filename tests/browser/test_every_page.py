@@ -3,7 +3,8 @@ serve to a person (console.urls, jobs.page_urls, notifications.urls) at 1440x900
 and at 390x844, a full-page screenshot of each in
 test-artifacts/screenshots/<page>-<size>.png, axe-core (the pinned copy in
 vendor/, never the network) with no serious or critical violation, and no page
-wider than the phone's screen.
+wider than the phone's screen. Also the refusal a viewer gets from the job form
+and the page of a person in no workspace.
 
 Rows are made with the ORM (no job process runs: this is what the pages show and
 how, not the monitor): a running job with progress, an instance, a restart and a
@@ -58,8 +59,17 @@ def world(alice, alice_ws, notification_pages):  # noqa: F811 - the fixture impo
         data={"stacks": [{"instance": "worker-0", "rank": 1, "suspect": True, "text": "File \"train.py\", line 88\n"
                                                                                    "  dist.all_reduce(t)"}]})
     JobEvent.objects.create(job=running, type="restart", level="warning", message=REASON, attempt=1)
+    failed.job_specs = [{"type": "Master", "pod_count": 1}, {"type": "Worker", "pod_count": 2}]
+    failed.current_attempt, failed.created_by, failed.fault_tolerance = 1, alice, True
+    failed.save()
+    ended = Attempt.objects.create(job=failed, number=1, status="Failed", queued_at=now - timedelta(minutes=30),
+                                   running_at=now - timedelta(minutes=29), ended_at=now - timedelta(minutes=2))
+    for rank, name in enumerate(("master-0", "worker-0", "worker-1")):
+        Instance.objects.create(attempt=ended, role="Master" if rank == 0 else "Worker", index=max(0, rank - 1),
+                                name=name, rank=rank, node=f"node-{'ab'[rank % 2]}",
+                                status="Failed" if name == "worker-1" else "Stopped", exit_code=1 if rank == 2 else None)
     JobEvent.objects.create(job=failed, type="job_failed", level="error", message=FAILED_REASON, attempt=1,
-                            payload={"error_source": "classifier", "family": "nccl", "error_code": "NCCL_ERROR",
+                            payload={"error_source": "Log", "family": "nccl", "error_code": "NCCL_ERROR",
                                      "evidence": "NCCL error: unhandled system error", "instance": "worker-1"})
     return {"running": running, "failed": failed, "record": record, "diagnosis": diagnosis, "channel": channel,
             "rule": rule}
@@ -104,14 +114,17 @@ def settle(page, name: str) -> None:
 
 
 def test_every_page_at_both_sizes_has_a_screenshot_no_serious_axe_violation_and_fits_the_phone(
-        page_for, browser, server, alice, alice_ws, world, shoot):
+        page_for, browser, server, alice, bob, carol, alice_ws, world, shoot):
     pages = every_page(alice_ws.slug, world)
     found: dict[str, list[str]] = {}
     wide: dict[str, int] = {}
     statuses: dict[str, int] = {}
+    # what a viewer who may not submit, and a person in no workspace, are shown
+    others = {"forbidden": (carol, f"/workspaces/{alice_ws.slug}/jobs/new/"), "no-workspace": (bob, "/")}
     for size, viewport in SIZES.items():
-        page = page_for(alice, **viewport)
-        for name, path in pages.items():
+        visits = [(page_for(alice, **viewport), name, path) for name, path in pages.items()]
+        visits += [(page_for(who, **viewport), name, path) for name, (who, path) in others.items()]
+        for page, name, path in visits:
             response = page.goto(path)
             statuses[name] = response.status if response else 0
             settle(page, name)
@@ -132,6 +145,6 @@ def test_every_page_at_both_sizes_has_a_screenshot_no_serious_axe_violation_and_
             anonymous.close()
     # beside the screenshots: what axe found and how wide each phone page was, page by page
     (SCREENSHOTS / "every-page.json").write_text(json.dumps({"axe": found, "phone_overflow_px": wide}, indent=1))
-    assert statuses == {**dict.fromkeys(pages, 200), "not-found": 404}
+    assert statuses == {**dict.fromkeys(pages, 200), "not-found": 404, "forbidden": 403, "no-workspace": 200}
     assert {k: v for k, v in found.items() if v} == {}  # axe-core: no serious or critical violation anywhere
     assert {k: v for k, v in wide.items() if v > 0} == {}  # px wider than the 390 px screen
