@@ -26,6 +26,17 @@ SILENT = ("python3 -c 'import time\nfrom vigil import job_monitor as jm\n"
 STEP_OF = "sel => { const e = document.querySelector(sel); return e ? parseInt(e.getAttribute('data-step') || e.textContent) : -1; }"
 
 
+def sparkline_moves(page, slug: str, job, label: str, timeout: int) -> str:
+    """Open the job list and wait, without a reload, for the job's sparkline to say
+    `label` (a pattern) and then for its step to move on; the sparkline's selector."""
+    page.goto(f"/workspaces/{slug}/jobs/")
+    spark = f"#job-{job.pk} td.spark svg"
+    expect(page.locator(spark)).to_have_attribute("aria-label", re.compile(label), timeout=timeout)
+    was = page.evaluate(f"({STEP_OF})('{spark}')")
+    page.wait_for_function(f"n => ({STEP_OF})('{spark}') > n", arg=was, timeout=timeout)
+    return spark
+
+
 def test_a_job_that_only_reports_progress_moves_the_panel_and_the_list_sparkline_live(
         page_for, alice, alice_ws, job_body, server, settings):
     settings.VIGIL_CONSOLE_URL = server  # the instances' SDK reports to the console the browser reads
@@ -39,12 +50,7 @@ def test_a_job_that_only_reports_progress_moves_the_panel_and_the_list_sparkline
         assert page.locator("#logview .ln").count() == 0
 
         listing = page.context.new_page()
-        listing.goto(f"/workspaces/{alice_ws.slug}/jobs/")
-        spark = f"#job-{job.pk} td.spark svg"
-        expect(listing.locator(spark)).to_have_attribute("aria-label", re.compile(r"^Loss falling from 4 to "),
-                                                         timeout=15_000)
-        was = listing.evaluate(f"({STEP_OF})('{spark}')")
-        listing.wait_for_function(f"n => ({STEP_OF})('{spark}') > n", arg=was, timeout=15_000)
+        spark = sparkline_moves(listing, alice_ws.slug, job, r"^Loss falling from 4 to ", 15_000)
         label = listing.locator(spark).get_attribute("aria-label")
         now = listing.evaluate(f"({STEP_OF})('{spark}')")
         assert label.endswith(f"step {now} of 400")  # the words say what the line draws
@@ -62,13 +68,7 @@ def test_a_job_that_only_prints_step_lines_moves_its_list_sparkline_live(page_fo
     job, _ = actions.submit_job(alice, job_body(alice_ws, display_name="stepping", user_command=STEPPING))
     try:
         tick_until(job, lambda j: j.status == JobStatus.RUNNING)
-        page = page_for(alice)
-        page.goto(f"/workspaces/{alice_ws.slug}/jobs/")
-        spark = f"#job-{job.pk} td.spark svg"
-        expect(page.locator(spark)).to_have_attribute("aria-label", re.compile(r"^Loss falling from 0\.999 to .* of 200$"),
-                                                      timeout=25_000)
-        was = page.evaluate(f"({STEP_OF})('{spark}')")
-        page.wait_for_function(f"n => ({STEP_OF})('{spark}') > n", arg=was, timeout=25_000)
+        sparkline_moves(page_for(alice), alice_ws.slug, job, r"^Loss falling from 0\.999 to .* of 200$", 25_000)
     finally:
         actions.stop_job(alice, job)
         actions.finish_stop(job.pk)
