@@ -144,3 +144,49 @@ def loss_chart(points: Sequence[ProgressPoint], restarts: Sequence[RestartMark],
     markers = tuple(ChartMarker(x(first_of[r.new_attempt]), first_of[r.new_attempt], r.cause, r.failed_at_step)
                     for r in restarts if r.new_attempt in first_of)
     return LossChart(tuple(" ".join(v) for _, v in sorted(by_attempt.items())), markers, lo_l, hi_l, lo_s, hi_s)
+
+
+SPARK_POINTS = 32  # a job-list row draws at most this many points, whatever the job reported
+
+
+@dataclass(frozen=True)
+class Sparkline:
+    points: str            # SVG polyline points, oldest report left
+    first_loss: float
+    last_loss: float
+    step: int              # the newest report's step
+    total: int | None
+    trend: str             # "falling", "rising" or "flat": said in words, not by the line's slope alone
+
+    @property
+    def words(self) -> str:
+        of = f" of {self.total}" if self.total else ""
+        return (f"Loss {self.trend} from {self.first_loss:.3g} to {self.last_loss:.3g}, step {self.step}{of}")
+
+
+def sparkline(points: Sequence[ProgressPoint], width: float, height: float, total: int | None = None,
+              max_points: int = SPARK_POINTS) -> Sparkline | None:
+    """Loss in report order (a restart's rewind is just the next point), thinned to
+    `max_points` evenly spread ones, the newest always kept; the trend compares the
+    first and the last loss (within 2% of the larger is flat)."""
+    with_loss = sorted((p for p in points if p.loss is not None), key=lambda p: (p.at, p.step))
+    if len(with_loss) < 2:
+        return None
+    n = len(with_loss)
+    if n > max_points:
+        with_loss = [with_loss[round(i * (n - 1) / (max_points - 1))] for i in range(max_points)]
+    losses = [p.loss for p in with_loss if p.loss is not None]
+    lo, hi = min(losses), max(losses)
+    last_x = len(losses) - 1
+
+    def y(loss: float) -> float:
+        return round(height * (hi - loss) / (hi - lo), 2) if hi > lo else round(height / 2, 2)
+
+    line = " ".join(f"{round(width * i / last_x, 2)},{y(v)}" for i, v in enumerate(losses))
+    first, last = losses[0], losses[-1]
+    if abs(last - first) <= 0.02 * max(abs(first), abs(last)):
+        trend = "flat"
+    else:
+        trend = "falling" if last < first else "rising"
+    newest = max(points, key=lambda p: (p.at, p.step))
+    return Sparkline(line, first, last, newest.step, total, trend)

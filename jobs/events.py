@@ -53,3 +53,28 @@ def announce(event_id: int) -> None:
         except Exception:  # noqa: BLE001 - one listener's failure must not silence the others
             log.exception("%s.%s could not announce event %s", subscriber.__module__, subscriber.__qualname__,
                           event_id)
+
+
+# Progress reported through the SDK is not an event row (one a second per job would
+# drown the monitor log), but the pages that draw it follow it live: the same
+# after-commit announcement, to its own subscribers, with what a page needs to know.
+ProgressSubscriber = Callable[[int, int, int, int], object]  # (job id, workspace id, attempt, step)
+
+_progress_subscribers: list[ProgressSubscriber] = []
+
+
+def subscribe_progress(subscriber: ProgressSubscriber) -> ProgressSubscriber:
+    if subscriber not in _progress_subscribers:
+        _progress_subscribers.append(subscriber)
+    return subscriber
+
+
+def announce_progress_on_commit(job_id: int, workspace_id: int, attempt: int, step: int) -> None:
+    def announce() -> None:
+        for subscriber in tuple(_progress_subscribers):
+            try:
+                subscriber(job_id, workspace_id, attempt, step)
+            except Exception:  # noqa: BLE001 - a page not told is not a failed report
+                log.exception("%s could not announce progress of job %s", subscriber.__qualname__, job_id)
+
+    transaction.on_commit(announce)

@@ -12,7 +12,7 @@ from core import progress as core_progress
 
 from . import actions
 from .logs import readable_tails
-from .models import Attempt, Job, RestartRecord
+from .models import Attempt, Instance, Job, JobStatus, RestartRecord
 
 TAIL_BYTES = 64 * 1024   # hundreds of step lines
 LOG_ATTEMPTS = 5         # log fallback: the newest attempts only, one tail each
@@ -70,3 +70,50 @@ def progress_panel(job: Job, attempts: list[Attempt], records: list[RestartRecor
     summary = core_progress.summarize(points, now.timestamp(), total)
     return ProgressPanel(summary, core_progress.loss_chart(points, marks, CHART_W, CHART_H), source,
                          last_at=datetime.fromtimestamp(summary.last_at, tz=UTC) if summary else None)
+
+
+# --- the job list's sparklines ----------------------------------------------------------
+
+SPARK_W, SPARK_H = 64, 16
+LIST_TAIL_BYTES = 16 * 1024  # log fallback: one tail of the current attempt's rank 0, smaller than the panel's
+
+
+def list_sparklines(jobs) -> dict[int, tuple[core_progress.Sparkline, str]]:
+    """{job id: (sparkline, "report_progress" or "log")} for the listed jobs, in two
+    queries whatever their number:
+    the attempts' report_progress samples, and for the jobs that never reported the
+    current attempt's rank-0 instance, whose log tail (one per job) gives step lines."""
+    jobs = [j for j in jobs if j.status not in (JobStatus.CREATING, JobStatus.QUEUING)]
+    by_job: dict[int, Job] = {j.pk: j for j in jobs}
+    points: dict[int, list[core_progress.ProgressPoint]] = {}
+    totals: dict[int, int | None] = {}
+    handles: dict[int, tuple[int, dict]] = {}  # job id -> (attempt id, backend handle) of the current attempt
+    rows = Attempt.objects.filter(job_id__in=list(by_job)).order_by("job_id", "number").values_list(
+        "pk", "job_id", "number", "progress_samples", "backend_handle")
+    for attempt_id, job_id, number, samples, handle in rows:
+        for sample in samples or []:
+            point, t = core_progress.point_from_sample(number, sample)
+            points.setdefault(job_id, []).append(point)
+            totals[job_id] = t if t is not None else totals.get(job_id)
+        if number == by_job[job_id].current_attempt and handle:
+            handles[job_id] = (attempt_id, handle)
+    silent = {h[0]: job_id for job_id, h in handles.items() if job_id not in points}
+    first_rank: dict[int, str] = {}
+    for attempt_id, name in Instance.objects.filter(attempt_id__in=list(silent), rank=0).order_by(
+            "attempt_id", "role", "index").values_list("attempt_id", "name"):
+        first_rank.setdefault(attempt_id, name)
+    for attempt_id, name in first_rank.items():
+        job = by_job[silent[attempt_id]]
+        try:
+            backend = actions.get_backend_for(job)
+        except Exception:  # noqa: BLE001 - a backend gone from settings: no sparkline, the list still shows
+            continue
+        for _, tail in readable_tails(backend, handles[job.pk][1], [name], LIST_TAIL_BYTES):
+            found, t = core_progress.points_from_log(job.current_attempt, tail.splitlines())
+            points[job.pk], totals[job.pk] = found, t
+    out = {}
+    for job_id, found in points.items():
+        line = core_progress.sparkline(found, SPARK_W, SPARK_H, totals.get(job_id))
+        if line is not None:
+            out[job_id] = (line, "log" if handles.get(job_id, (None,))[0] in silent else "report_progress")
+    return out

@@ -26,16 +26,17 @@ from rest_framework import serializers as drf_serializers
 
 from core import logtimes
 from core import reliability as reliability_core
-from core.logindex import complete_lines
+from core.logindex import INITIAL_TAIL_BYTES, complete_lines, start_offset
 from core.reputation import NodeFaultSeen
 from core.reputation import standings as reputation_standings
 
 from . import actions
 from .access import permission_name, runnable_backends, sees_secrets
+from .backends.base import BackendError
 from .goodput import job_goodput
 from .forms import BOOL_FIELDS, FieldFlagErrors, JobForm, fault_tolerance_from, ft_warnings, initial_from_job
 from .hang_panel import hang_panel
-from .progress_panel import progress_panel
+from .progress_panel import SPARK_H, SPARK_W, list_sparklines, progress_panel
 from .inputs import query_int
 from .logs import InstanceLog
 from .models import (ADMIN_ROLES, WRITE_ROLES, Attempt, EventType, Instance, JobEvent, JobStatus, NodeFault,
@@ -130,6 +131,8 @@ def job_list(request, slug):
     jobs = base.filter(status__in=statuses) if statuses else base
     jobs = jobs.select_related("created_by").annotate(last_restart_reason=_last_reason()).order_by("-created_at", "-id")
     page = Paginator(jobs, LIST_PAGE_SIZE).get_page(request.GET.get("page"))
+    page.object_list = list(page.object_list)
+    _with_sparklines(page.object_list)
     context = {
         "workspace": workspace,
         "page": page,
@@ -144,10 +147,19 @@ def job_list(request, slug):
     return render(request, template, context)
 
 
+def _with_sparklines(jobs) -> None:
+    """Each listed job's loss sparkline (job.sparkline, None without two losses), for the page at once."""
+    lines = list_sparklines(jobs)
+    for job in jobs:
+        job.sparkline, job.spark_source = lines.get(job.pk, (None, ""))
+        job.spark_w, job.spark_h = SPARK_W, SPARK_H
+
+
 @login_required
 def job_row(request, slug, job_id):
     workspace, job = job_or_404(request, slug, job_id)
     job.last_restart_reason = job.restart_records.order_by("-id").values_list("reason", flat=True).first() or ""
+    _with_sparklines([job])
     return render(request, "jobs/_job_row.html", {"workspace": workspace, "job": job})
 
 
@@ -301,7 +313,45 @@ def job_detail(request, slug, job_id):
     context["log_instance"] = request.GET.get("instance", "")
     context["failures_json"] = json.dumps(job_failures(job))
     context["log_urls"] = log_urls(workspace, job)
+    context["log_earlier"] = earlier_attempt_logs(job, context["attempts"], context["records"])
     return render(request, "jobs/job_detail.html", context)
+
+
+EARLIER_ATTEMPTS = 3    # a reloaded log that follows the job starts this many attempts back
+EARLIER_INSTANCES = 16  # ... with the first window of at most this many instances' logs each
+
+
+def earlier_attempt_logs(job, attempts, records) -> dict:
+    """Where the followed log of a reloaded page starts in the attempts before the
+    current one, {"<attempt>:<instance>": byte offset} (the first window of each log,
+    as the socket starts the current attempt), and why each attempt was started,
+    {attempt: the whole-job restart's reason}: the page sends the offsets with its
+    first subscription, so the earlier attempts' ends come first with their
+    "Attempt N — restarted: <reason>" separators, as a page that watched them live."""
+    reasons = {r.new_attempt: r.reason for r in records if r.kind == "job" and r.new_attempt and r.reason}
+    offsets: dict[str, int] = {}
+    earlier = [a for a in attempts if a.number < job.current_attempt and a.backend_handle][-EARLIER_ATTEMPTS:]
+    if not earlier:
+        return {"offsets": offsets, "reasons": reasons}
+    try:
+        backend = actions.get_backend_for(job)
+    except Exception:  # noqa: BLE001 - a backend gone from settings: the current attempt's log only
+        return {"offsets": offsets, "reasons": reasons}
+    names: dict[int, list[str]] = {}
+    for attempt_id, name in Instance.objects.filter(attempt__in=earlier).values_list("attempt_id", "name"):
+        names.setdefault(attempt_id, []).append(name)
+    for a in earlier:
+        for name in names.get(a.pk, [])[:EARLIER_INSTANCES]:
+            log = InstanceLog(backend, a.backend_handle, name)
+            try:
+                size = log.size()
+                head = log.read(max(0, size - INITIAL_TAIL_BYTES), INITIAL_TAIL_BYTES) if size else b""
+            except (OSError, BackendError):
+                continue
+            finally:
+                log.close()
+            offsets[f"{a.number}:{name}"] = start_offset(size, head) if size else 0
+    return {"offsets": offsets, "reasons": reasons}
 
 
 def log_urls(workspace, job) -> dict[str, dict]:

@@ -13,3 +13,4 @@ class MonitoringConfig(AppConfig):
         # Every committed job event goes to the pages watching the job (before
         # notifications: this app comes first in INSTALLED_APPS).
         events.subscribe(publish.event_committed)
+        events.subscribe_progress(publish.progress_reported)

@@ -14,6 +14,7 @@
              "lines": [...], "times": [capture time per line, epoch seconds] or null, "sub"}
             {"type": "log_target", "attempt", "instance", "line" or null, "why", "sub"}
             {"type": "output", "attempt", "instances": {name: epoch seconds}}
+            {"type": "progress", "job_id", "attempt", "step"}  a report_progress step kept
 
 `line` is the 1-based number, counted from the start of the file, of the first
 line of a batch, so the page can number every line and link to it. A client may
@@ -36,8 +37,8 @@ newline and sends them as one batch per instance. The client keeps
 the stream resumes exactly where it stopped: no gap, no duplicate. Events and
 statuses come from monitoring.publish through the channel layer.
 
-`WorkspaceConsumer` at ws/workspaces/<slug>/ forwards the statuses and events of
-every job in a workspace (job list, dashboard).
+`WorkspaceConsumer` at ws/workspaces/<slug>/ forwards the statuses, events and
+progress messages of every job in a workspace (job list, dashboard).
 
 Who may connect: asgi.py refuses foreign Origins (AllowedHostsOriginValidator)
 and resolves the session; these consumers refuse anyone who is not a member of

@@ -125,6 +125,14 @@ def event_committed(event_id: int) -> None:
     _send([job_group(job.pk), workspace_group(job.workspace_id)], messages)
 
 
+def progress_reported(job_id: int, workspace_id: int, attempt: int, step: int) -> None:
+    """After commit of a new report_progress step: the job page's progress panel and
+    the job list's sparkline fetch their part again (they throttle), also for a job
+    that prints nothing, whose log would never tell them."""
+    message = {"type": "progress", "job_id": int(job_id), "attempt": int(attempt), "step": int(step)}
+    _send([job_group(job_id), workspace_group(workspace_id)], [message])
+
+
 def diagnosis_committed(diagnosis_id: int) -> None:
     """Send a diagnosis (stack snapshot, C4D verdict) to the job's watchers."""
     diagnosis = Diagnosis.objects.select_related("job").filter(pk=diagnosis_id).first()

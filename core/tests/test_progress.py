@@ -1,7 +1,8 @@
 """Progress on the job page: points from report_progress samples or step lines,
 step N of M, steps/s, time since the last progress, the loss chart's geometry."""
 
-from core.progress import (ProgressPoint, RestartMark, loss_chart, point_from_sample, points_from_log, summarize)
+from core.progress import (ProgressPoint, RestartMark, loss_chart, point_from_sample, points_from_log, sparkline,
+                           summarize)
 
 LOG = """\
 2026-11-29T10:00:00Z step=10 rank=0 loss=2.5 step_time=0.5
@@ -49,3 +50,21 @@ def test_the_chart_spans_the_steps_and_losses_and_marks_each_restart_where_it_re
 
 def test_no_chart_without_two_losses():
     assert loss_chart([ProgressPoint(1, 0, 0, 1.0), ProgressPoint(1, 1, 1)], [], 10, 10) is None
+
+
+def test_the_sparkline_is_thinned_to_its_bound_and_says_the_trend_in_words():
+    pts = [ProgressPoint(1 if i < 60 else 2, 1000.0 + i, i * 10, 3.0 - i / 50) for i in range(100)]
+    s = sparkline(pts, 60, 16, total=2000, max_points=20)
+    coords = [tuple(map(float, xy.split(","))) for xy in s.points.split()]
+    assert len(coords) == 20
+    assert coords[0] == (0.0, 0.0) and coords[-1] == (60.0, 16.0)  # the largest loss on top, the newest at the right
+    assert (s.step, s.trend) == (990, "falling")
+    assert s.words == "Loss falling from 3 to 1.02, step 990 of 2000"
+
+
+def test_a_sparkline_rising_or_flat_says_so_and_needs_two_losses():
+    rising = [ProgressPoint(1, 10.0 + i, i, 1.0 + i) for i in range(3)]
+    assert sparkline(rising, 60, 16).trend == "rising"
+    flat = [ProgressPoint(1, 10.0 + i, i, 2.0 + i * 0.001) for i in range(3)]
+    assert sparkline(flat, 60, 16).words == "Loss flat from 2 to 2, step 2"
+    assert sparkline([ProgressPoint(1, 1.0, 1, 1.0), ProgressPoint(1, 2.0, 2, None)], 60, 16) is None

@@ -27,7 +27,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from .. import actions
+from .. import actions, events
 from ..exceptions import BodyTooLarge, Conflict
 from ..inputs import BoundedJSONParser
 from ..models import PROGRESS_SAMPLES, Attempt, C4DReport, EventLevel, EventType, Job, JobStatus
@@ -210,6 +210,7 @@ class ProgressView(SdkView):
                 samples.append(sample)
                 attempt.progress_samples = samples[-PROGRESS_SAMPLES:]
                 attempt.save(update_fields=["progress_samples"])
+                events.announce_progress_on_commit(job.pk, job.workspace_id, number, body["step"])
         if number == job.current_attempt:
             Job.objects.filter(pk=job.pk).update(last_progress_at=now, last_progress_step=body["step"])
         return Response({"step": body["step"], "attempt": number}, status=status.HTTP_202_ACCEPTED)

@@ -382,3 +382,36 @@ def test_a_live_log_stream_counts_as_a_viewer_and_its_lines_as_streamed(app, ali
         await until(lambda: scraped("vigil_log_viewers") == viewers)
 
     async_to_sync(scenario)()
+
+
+def test_a_kept_report_progress_step_reaches_the_workspace_and_job_sockets_once(app, alice, alice_ws, running_job):
+    """One 'progress' message per step the SDK view keeps: a second rank reporting the
+    same step (not kept) sends nothing, so pages refetch once per step, not per rank."""
+    from rest_framework.test import APIClient
+
+    job, _ = running_job
+    sdk = APIClient()
+    sdk.credentials(HTTP_AUTHORIZATION=f"Bearer {job.reset_token()}")
+    cookie = session_cookie(alice)
+
+    def report(step, rank):
+        r = sdk.post(f"/api/v1/sdk/jobs/{job.pk}/progress/", {"step": step, "rank": rank, "metrics": {"loss": 1.5}},
+                     format="json")
+        assert r.status_code == 202, r.content
+
+    async def scenario():
+        listing = workspace_communicator(app, alice_ws.slug, cookie)
+        page = communicator(app, job.pk, cookie)
+        assert (await listing.connect())[0] and (await page.connect())[0]
+        for step, rank in ((7, 0), (7, 1), (8, 0)):
+            await sync_to_async(report)(step, rank)
+        seen = {}
+        for name, comm in (("list", listing), ("page", page)):
+            # in order: a message for the repeated step 7 would stand between 7 and 8
+            got = await collect(comm, lambda ms: any(m["type"] == "progress" and m["step"] == 8 for m in ms))
+            seen[name] = [(m["job_id"], m["attempt"], m["step"]) for m in got if m["type"] == "progress"]
+            await comm.disconnect()
+        return seen
+
+    seen = async_to_sync(scenario)()
+    assert seen == {"list": [(job.pk, 1, 7), (job.pk, 1, 8)], "page": [(job.pk, 1, 7), (job.pk, 1, 8)]}

@@ -143,6 +143,15 @@ export function initJob(el) {
     offsets[attemptSel.value + ":" + instanceSel.value] = from;
     view.highlightNext = true;
   }
+  // A reload while following: the ends of the attempts before the current one come
+  // first, with their separators and reasons, as a page that watched them live had them.
+  const earlier = readJson("log-earlier", { offsets: {}, reasons: {} });
+  Object.keys(earlier.reasons || {}).forEach((n) => view.setAttemptReason(parseInt(n, 10), earlier.reasons[n]));
+  if (!attemptSel.value && !pendingTarget && !lineHash) {
+    Object.keys(earlier.offsets || {}).forEach((key) => {
+      if (!instanceSel.value || key.split(":").slice(1).join(":") === instanceSel.value) offsets[key] = earlier.offsets[key];
+    });
+  }
   window.addEventListener("hashchange", () => {
     const m = /^#L(\d+)$/.exec(location.hash);
     if (m && instanceSel.value) openAt(attemptSel.value || currentAttempt, instanceSel.value, { line: parseInt(m[1], 10) }, "Linked line");
@@ -299,6 +308,9 @@ export function initJob(el) {
         // New output may carry new step lines or follow new report_progress calls: the
         // progress part is fetched again at most every 5 s, not per line.
         refreshPart("part-progress", 5000);
+      } else if (msg.type === "progress") {
+        // A report_progress step (also from a job that prints nothing): at most one fetch in 2 s.
+        refreshPart("part-progress", 2000);
       } else if (msg.type === "log_target") {
         if (!pendingTarget || msg.instance !== pendingTarget.instance) return;
         const asked = pendingTarget;

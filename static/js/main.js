@@ -17,7 +17,31 @@ document.addEventListener("click", (e) => {
   btn.setAttribute("aria-expanded", open ? "true" : "false");
   if (row) row.hidden = !open;
 });
-document.addEventListener("htmx:afterSwap", (e) => localize(e.target));
+// A table wider than the screen scrolls in its .scroll-x box; one without a link or
+// button inside could not be scrolled from the keyboard: such a box becomes a tab
+// stop, named by its table's caption or the heading before it (WCAG 2.1.1).
+function keyboardScroll(root) {
+  root.querySelectorAll(".scroll-x").forEach((box) => {
+    const need = box.scrollWidth > box.clientWidth + 1 &&
+      !box.querySelector("a[href], button, input, select, textarea, [tabindex]");
+    if (need === box.hasAttribute("data-scroll-stop")) return;
+    if (!need) {
+      ["tabindex", "role", "aria-label", "data-scroll-stop"].forEach((a) => box.removeAttribute(a));
+      return;
+    }
+    const caption = box.querySelector("caption");
+    let heading = box.previousElementSibling;
+    while (heading && !/^H[1-6]$/.test(heading.tagName)) heading = heading.previousElementSibling;
+    const name = (caption || heading || { textContent: "Table" }).textContent.trim();
+    box.setAttribute("tabindex", "0");
+    box.setAttribute("role", "region");
+    box.setAttribute("aria-label", name + " (scrolls sideways)");
+    box.setAttribute("data-scroll-stop", "");
+  });
+}
+document.addEventListener("htmx:afterSwap", (e) => { localize(e.target); keyboardScroll(document); });
+window.addEventListener("resize", () => keyboardScroll(document));
+keyboardScroll(document);
 initKeysDialog();
 followTimelines();
 

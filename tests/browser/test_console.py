@@ -85,9 +85,9 @@ def test_submit_with_fault_tolerance_watch_live_logs_pause_and_stop(page_for, al
 
     page.goto(f"/workspaces/{alice_ws.slug}/jobs/")
     expect(page.locator(f"#job-{job.pk}")).to_contain_text("2/2" if job.restart_count == 2 else "0/2")
-    shoot(page, "job-list")
+    shoot(page, "job-list-stopped")
     page.set_viewport_size({"width": 390, "height": 844})
-    shoot(page, "job-list-phone")
+    shoot(page, "job-list-stopped-phone")
 
 
 FLAKY_ONCE = ('if [ "$VIGIL_ATTEMPT" = "1" ] && [ "$VIGIL_INSTANCE" = "worker-0" ]; then '

@@ -52,6 +52,20 @@ def test_the_progress_panel_agrees_with_the_restart_records(page_for, alice, ali
     assert serious_violations(page) == []
 
 
+def progress_moves(page, path: str, total: int) -> int:
+    """Open a running job's page and wait, without a reload, for the Progress panel's
+    step (of `total`, with a loss line) to move past the first one shown; that step."""
+    page.goto(path)
+    step = page.locator("#part-progress #progress-step")
+    expect(step).to_contain_text(f" of {total}", timeout=20_000)
+    first = int(step.inner_text().split()[0])
+    expect(page.locator("#part-progress polyline.loss")).to_have_count(1)
+    page.wait_for_function(
+        "n => { const e = document.querySelector('#progress-step'); return e && parseInt(e.textContent) > n; }",
+        arg=first, timeout=15_000)
+    return first
+
+
 # Timestamped step lines with a loss and a total, as a training loop without the SDK prints them.
 STEPPING = ('i=0; while [ $i -lt 200 ]; do echo "$(date -u +%Y-%m-%dT%H:%M:%S.%NZ) Step $i/200 loss 0.$((999 - i))"; '
             'i=$((i+1)); sleep 0.3; done')
@@ -65,14 +79,7 @@ def test_the_progress_panel_follows_a_running_job_without_a_reload(page_for, ali
     job, _ = actions.submit_job(alice, job_body(alice_ws, display_name="stepping", user_command=STEPPING))
     tick_until(job, lambda j: j.status == JobStatus.RUNNING)
     page = page_for(alice)
-    page.goto(f"/workspaces/{alice_ws.slug}/jobs/{job.pk}/")
-    step = page.locator("#part-progress #progress-step")
-    expect(step).to_contain_text(" of 200", timeout=10_000)
-    first = int(step.inner_text().split()[0])
-    expect(page.locator("#part-progress polyline.loss")).to_have_count(1)
-    page.wait_for_function(
-        "n => { const e = document.querySelector('#progress-step'); return e && parseInt(e.textContent) > n; }",
-        arg=first, timeout=15_000)
+    progress_moves(page, f"/workspaces/{alice_ws.slug}/jobs/{job.pk}/", 200)
     try:
         assert page.locator("#part-progress #progress-rate").inner_text().endswith("steps/s")
     finally:
