@@ -33,7 +33,9 @@ collective_seq_id, op = profiling_name without its backend prefix, enter =
 time_created_ns, exit = time_discovered_completed_ns where the backend measured it,
 else the creation time for a retired entry (finished, time unknown) and None for one
 not retired (still inside). Without completion times slowness cannot be judged, so
-`analyze_flight_recorder` judges hangs only then. A rank the default group's records call
+`analyze_flight_recorder` judges hangs only then; the slowness verdicts come from the
+SDK's instrumentation, which the start-up hook injects where the job does not import
+it, and `judge_sources` (below) says which source answers which question. A rank the default group's records call
 hung outside communication while it waits inside a collective of another group (which
 the recorder also holds) is hung in communication there: RankCommHang, naming the group.
 """

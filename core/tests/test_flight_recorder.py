@@ -19,8 +19,8 @@ import pytest
 
 from core.c4d import C4DKind, C4DState, CollectiveRecord
 from core.flags import C4DEnvs, C4DLogLevel
-from core.flight_recorder import (FLIGHT_RECORDER, SDK, Sources, analyze_flight_recorder, judge_sources, load_dump,
-                                  records_from_dump)
+from core.flight_recorder import (FLIGHT_RECORDER, SDK, RankTrace, Sources, analyze_flight_recorder, choose_sources,
+                                  judge_sources, load_dump, records_from_dump)
 from core.tests.test_c4d import free_port, kill_all, received, serving_receiver
 
 REPO = Path(__file__).resolve().parents[2]
@@ -206,25 +206,31 @@ def judged(sdk: dict, dumps: dict, world: int):
     return [(v.rank, v.kind, v.evidence["source"]) for v in result.verdicts], sources
 
 
-@pytest.mark.parametrize("job_sdk", [False, True], ids=["backends-sdk-copy", "jobs-own-sdk"])
+@pytest.mark.parametrize("job_sdk, imports", [(False, False), (True, False), (True, True)],
+                         ids=["backends-sdk-copy", "jobs-own-sdk", "jobs-own-sdk-imported-too"])
 def test_a_rank_slow_in_compute_is_non_comm_slow_without_code_changes_as_with_the_sdk_imported(
-        tmp_path, posts, job_sdk):
-    fault = dict(PLAIN_FAULT="slow_compute", PLAIN_FAULT_RANK="2", PLAIN_STEPS="16")
+        tmp_path, posts, job_sdk, imports):
+    fault = dict(PLAIN_FAULT="slow_compute", PLAIN_FAULT_RANK="2", PLAIN_STEPS="16",
+                 PLAIN_IMPORT_SDK="1" if imports else "0")
     sdk, dumps, logs = run_plain(tmp_path, posts, 3, job_sdk=job_sdk, **fault)
-    # The backend's copy instruments the job and leaves the job's modules as they were.
+    # The backend's copy instruments the job and leaves the job's modules as they were;
+    # the job's own SDK is the one module, whether the job imports it too or not.
     assert all(f"vigil-in-job={job_sdk}" in log for log in logs), logs
     # Gloo's recorder saw every collective (DDP's too) but timed none: alone it cannot say.
     assert all(not records_from_dump(d).timed and len(records_from_dump(d).records) > 16 for d in dumps.values())
     assert judged({}, dumps, 3) == ([], Sources(FLIGHT_RECORDER, None))
     # The injected SDK timed the loop's calls: 16 all_reduce and the last barrier per rank,
-    # each once, each with its exit.
+    # each once (also when the job instruments itself too: nothing counted twice), each
+    # with its exit.
     assert {r: [(x["seq"], x["op"], x["exit"] is not None) for x in sorted(recs, key=lambda x: x["seq"])]
             for r, recs in sdk.items()} == {
         r: [(s, "all_reduce", True) for s in range(1, 17)] + [(17, "barrier", True)] for r in range(3)}
     assert judged(sdk, dumps, 3) == ([(2, C4DKind.NON_COMM_SLOW, SDK)], Sources(FLIGHT_RECORDER, SDK))
+    if imports:
+        return
     # The same job importing the SDK itself, no hook: the same verdict.
     posts.records.clear()
-    imported, _, _ = run_plain(tmp_path / "imported", posts, 3, hook=False, PLAIN_IMPORT_SDK="1", **fault)
+    imported, _, _ = run_plain(tmp_path / "imported", posts, 3, hook=False, **{**fault, "PLAIN_IMPORT_SDK": "1"})
     assert judged(imported, {}, 3) == ([(2, C4DKind.NON_COMM_SLOW, SDK)], Sources(SDK, SDK))
 
 
@@ -233,3 +239,66 @@ def test_a_rank_slow_inside_a_collective_is_comm_slow_without_code_changes(tmp_p
                               PLAIN_STEPS="16", PLAIN_SLOW_SECONDS="0.08", PLAIN_DDP="0")
     verdicts, sources = judged(sdk, dumps, 3)
     assert (verdicts, sources) == ([(1, C4DKind.COMM_SLOW, SDK)], Sources(FLIGHT_RECORDER, SDK)), verdicts
+
+
+# --- which source answers which question (pure) ----------------------------------------
+
+
+def rec(seq: int, enter: float, exit_: float | None) -> CollectiveRecord:
+    return CollectiveRecord(seq=seq, op="all_reduce", enter=enter, exit=exit_)
+
+
+def steps(n: int, late: dict[int, float], ranks: int = 3, timed: bool = True) -> dict[int, list[CollectiveRecord]]:
+    """n collectives per rank, 10 ms of compute between them, `late` ranks that much slower."""
+    out: dict[int, list[CollectiveRecord]] = {r: [] for r in range(ranks)}
+    t = 1000.0
+    for seq in range(1, n + 1):
+        enters = {r: t + 0.01 + late.get(r, 0.0) for r in range(ranks)}
+        done = max(enters.values()) + 0.001
+        for r in range(ranks):
+            out[r].append(rec(seq, enters[r], done if timed else enters[r]))
+        t = done
+    return out
+
+
+def trace(records: list[CollectiveRecord], timed: bool) -> RankTrace:
+    return RankTrace(tuple(records), timed, "nccl" if timed else "gloo")
+
+
+def test_slowness_comes_from_the_sdk_when_the_recorder_has_no_times_and_hangs_from_the_recorder():
+    sdk = steps(12, {1: 0.05})
+    fr = {r: trace(recs, timed=False) for r, recs in steps(30, {}).items()}
+    assert choose_sources(sdk, fr) == Sources(FLIGHT_RECORDER, SDK)
+    result, _ = judge_sources(sdk, fr, ENVS, now=2000.0, world_size=3)
+    assert [(v.rank, v.kind, v.evidence["source"]) for v in result.verdicts] == [(1, C4DKind.NON_COMM_SLOW, SDK)]
+
+
+def test_a_recorder_with_completion_times_answers_both_and_the_sdk_goes_unused():
+    sdk = steps(12, {2: 0.05})          # the SDK would blame rank 2...
+    timed = {r: trace(recs, timed=True) for r, recs in steps(12, {1: 0.05}).items()}
+    assert choose_sources(sdk, timed) == Sources(FLIGHT_RECORDER, FLIGHT_RECORDER)
+    result, _ = judge_sources(sdk, timed, ENVS, now=2000.0, world_size=3)
+    # ...the recorder, which saw every collective with its times, blames rank 1.
+    assert [(v.rank, v.kind, v.evidence["source"]) for v in result.verdicts] == [
+        (1, C4DKind.NON_COMM_SLOW, FLIGHT_RECORDER)]
+
+
+def test_without_dumps_the_sdk_answers_both_and_without_either_nothing_is_judged():
+    sdk = steps(4, {})
+    sdk[0].append(rec(5, 1500.0, None))
+    sdk[1].append(rec(5, 1500.0, None))   # rank 2 never entered #5: hung in compute
+    assert choose_sources(sdk, {}) == Sources(SDK, SDK)
+    result, _ = judge_sources(sdk, {}, ENVS, now=1600.0, world_size=3)
+    assert [(v.rank, v.kind, v.evidence["source"]) for v in result.verdicts] == [(2, C4DKind.NON_COMM_HANG, SDK)]
+    assert choose_sources({}, {0: trace([], timed=False)}) == Sources(None, None)
+    assert judge_sources({}, {}, ENVS, now=1600.0)[0].verdicts == ()
+
+
+def test_a_rank_the_recorder_finds_hung_is_not_also_called_slow_by_the_sdk():
+    sdk = steps(12, {1: 0.05})
+    fr = {r: trace(recs, timed=False) for r, recs in steps(8, {}).items()}
+    fr = {0: trace([*fr[0].records, rec(9, 1500.0, None)], False), 1: fr[1],
+          2: trace([*fr[2].records, rec(9, 1500.0, None)], False)}
+    result, _ = judge_sources(sdk, fr, ENVS, now=1600.0, world_size=3)
+    assert [(v.rank, v.kind, v.evidence["source"]) for v in result.verdicts] == [
+        (1, C4DKind.NON_COMM_HANG, FLIGHT_RECORDER)]
