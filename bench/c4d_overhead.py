@@ -1,29 +1,36 @@
-"""C4D instrumentation overhead: step time of examples/ddp_train.py without C4D, with
-the SDK's torch.distributed instrumentation (VIGIL_C4D=1), and with the no-code-change
-path (PyTorch's Flight Recorder, TORCH_FR_BUFFER_SIZE, plus Vigil's start-up hook that
-dumps its trace when it changed: jobs/backends/fr_boot.py as sitecustomize, as the
-local backend sets it up).
+"""C4D instrumentation overhead: the step time of a DDP job that never imports vigil
+(examples/plain_ddp.py, 2 gloo ranks on CPU by default) in three arms:
 
-Both arms run the same job with the SDK active (VIGIL_JOB_ID set, progress
-reports on) against a loopback HTTP server that accepts every SDK call, so the
-only difference is the instrumentation: every collective appends a record and a
-background thread ships them (SDK), or torch records it and a thread writes its
-dump every second when it changed (Flight Recorder). Arms alternate (A B C A B C ...)
-so that drift in the machine's load hits all. The figure is the wall-clock time per step on rank 0
-from step `--skip` to the last step, median over runs.
+  baseline        C4D off: no hook, no recorder, no SDK
+  SDK imported    the job imports vigil.c4d and instruments torch.distributed itself
+                  (PLAIN_IMPORT_SDK=1), C4D on: each collective appends a record, a
+                  background thread posts them every second
+  no code change  what the local backend sets up with C4D on, the script untouched:
+                  PyTorch's Flight Recorder (TORCH_FR_BUFFER_SIZE), Vigil's start-up hook
+                  (jobs/backends/fr_boot.py as sitecustomize) that writes the recorder's
+                  dump every second when it changed and injects the SDK's instrumentation
+                  (its copy under VIGIL_C4D_SDK, as the backend gives it)
 
-    .venv/bin/python bench/c4d_overhead.py --runs 5 --steps 300 --ranks 2
+Every arm posts to a loopback HTTP server that accepts every SDK call. Arms alternate
+(A B C A B C ...) so that drift in the machine's load hits all three; the figure is rank
+0's wall-clock time per step from step `--skip` to the last, and the overhead of an arm is
+the median over rounds of its time against the baseline of the same round (paired), with
+the interquartile range of those paired figures and the baseline's own run-to-run spread
+(max - min over median, and IQR over median): an overhead inside the spread is not
+measured. The load average is printed before every round and at the end.
+
+    .venv/bin/python bench/c4d_overhead.py --runs 12 --steps 400 --ranks 2
 Target: each instrumented arm at most 2 % slower.
 """
 
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import os
 import platform
 import re
 import shutil
+import signal
 import socket
 import statistics
 import subprocess
@@ -34,8 +41,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-EXAMPLE = ROOT / "examples" / "ddp_train.py"
-STEP = re.compile(r"^(\S+Z) step=(\d+) rank=0 ")
+SCRIPT = ROOT / "examples" / "plain_ddp.py"
+TIMING = re.compile(r"^timing rank=0 steps=\d+ skip=\d+ seconds_per_step=([0-9.]+)$", re.M)
+ARMS = ("baseline", "SDK imported", "no code change")
 
 
 class Accept(BaseHTTPRequestHandler):
@@ -63,23 +71,30 @@ def free_port() -> int:
 
 
 def run_once(console: str, ranks: int, steps: int, skip: int, arm: str, sleep: float, scratch: str) -> float:
-    """One run; arm: "plain", "sdk" (VIGIL_C4D=1) or "fr" (the Flight Recorder path)."""
+    """One run of `arm` (one of ARMS): rank 0's seconds per step."""
     port = free_port()
+    boot, fr = os.path.join(scratch, "boot"), os.path.join(scratch, "fr")
+    if not os.path.isdir(boot):
+        os.makedirs(fr)
+        os.makedirs(os.path.join(boot, "sdk"))
+        shutil.copy(ROOT / "jobs" / "backends" / "fr_boot.py", os.path.join(boot, "sitecustomize.py"))
+        shutil.copytree(ROOT / "sdk" / "src" / "vigil", os.path.join(boot, "sdk", "vigil"),
+                        ignore=shutil.ignore_patterns("__pycache__", "cli.py"))
+    arm_env = {
+        "baseline": {"VIGIL_C4D": "0"},
+        "SDK imported": {"VIGIL_C4D": "1", "PLAIN_IMPORT_SDK": "1"},
+        "no code change": {"VIGIL_C4D": "1", "VIGIL_FR_DIR": fr, "TORCH_FR_BUFFER_SIZE": "200",
+                           "VIGIL_C4D_SDK": os.path.join(boot, "sdk")},
+    }[arm]
+    path = ([boot] if arm == "no code change" else []) + [str(ROOT / "sdk" / "src")]
     procs = []
-    boot = os.path.join(scratch, "boot")
-    os.makedirs(boot, exist_ok=True)
-    shutil.copy(ROOT / "jobs" / "backends" / "fr_boot.py", os.path.join(boot, "sitecustomize.py"))
-    fr_env = {"VIGIL_FR_DIR": scratch, "TORCH_FR_BUFFER_SIZE": "200"} if arm == "fr" else {}
     for rank in range(ranks):
-        env = {
-            **os.environ, **fr_env,
-            "PYTHONPATH": os.pathsep.join(([boot] if arm == "fr" else []) + [str(ROOT / "sdk" / "src")]),
-            "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "WORLD_SIZE": str(ranks), "RANK": str(rank),
-            "LOCAL_RANK": str(rank), "VIGIL_EXAMPLE_STEPS": str(steps), "VIGIL_EXAMPLE_SLEEP": str(sleep),
-            "VIGIL_CONSOLE_URL": console, "VIGIL_JOB_ID": "1", "VIGIL_JOB_TOKEN": "vjt_bench", "VIGIL_ATTEMPT": "1",
-            "VIGIL_RANK": str(rank), "VIGIL_INSTANCE": f"worker-{rank}", "VIGIL_C4D": "1" if arm == "sdk" else "0",
-        }
-        procs.append(subprocess.Popen([sys.executable, str(EXAMPLE)], env=env, stdout=subprocess.PIPE,
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("VIGIL_", "TORCH_", "PLAIN_"))}
+        env.update(arm_env, PYTHONPATH=os.pathsep.join(path), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
+                   WORLD_SIZE=str(ranks), RANK=str(rank), PLAIN_STEPS=str(steps), PLAIN_SKIP=str(skip),
+                   PLAIN_SLEEP=str(sleep), VIGIL_CONSOLE_URL=console, VIGIL_JOB_ID="1", VIGIL_JOB_TOKEN="vjt_bench",
+                   VIGIL_ATTEMPT="1", VIGIL_RANK=str(rank), VIGIL_INSTANCE=f"worker-{rank}")
+        procs.append(subprocess.Popen([sys.executable, str(SCRIPT)], env=env, stdout=subprocess.PIPE,
                                       stderr=subprocess.DEVNULL, text=True, start_new_session=True))
     try:
         out = procs[0].communicate(timeout=600)[0]
@@ -88,58 +103,77 @@ def run_once(console: str, ranks: int, steps: int, skip: int, arm: str, sleep: f
     finally:
         for p in procs:
             if p.poll() is None:
-                p.kill()
+                os.killpg(p.pid, signal.SIGKILL)
                 p.wait()
     if any(p.returncode != 0 for p in procs):
-        raise RuntimeError(f"a rank failed: exit codes {[p.returncode for p in procs]}")
-    stamps = {}
-    for line in out.splitlines():
-        m = STEP.match(line)
-        if m:
-            stamps[int(m.group(2))] = dt.datetime.fromisoformat(m.group(1).replace("Z", "+00:00")).timestamp()
-    last = max(stamps)
-    return (stamps[last] - stamps[skip]) / (last - skip)
+        raise RuntimeError(f"{arm}: a rank failed: exit codes {[p.returncode for p in procs]}")
+    m = TIMING.search(out)
+    if m is None:
+        raise RuntimeError(f"{arm}: rank 0 printed no timing line")
+    return float(m.group(1))
+
+
+def quartiles(values: list[float]) -> tuple[float, float]:
+    q = statistics.quantiles(values, n=4, method="inclusive")
+    return q[0], q[2]
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--runs", type=int, default=5)
-    parser.add_argument("--steps", type=int, default=300)
+    parser.add_argument("--runs", type=int, default=12, help="rounds (one run of each arm per round)")
+    parser.add_argument("--steps", type=int, default=400)
     parser.add_argument("--skip", type=int, default=20, help="warm-up steps left out")
     parser.add_argument("--ranks", type=int, default=2)
     parser.add_argument("--sleep", type=float, default=0.0,
-                        help="extra seconds of compute per step (the example's tiny model steps in ~3 ms; "
+                        help="extra seconds of compute per step (the tiny model steps in a few ms; "
                              "real steps take tens of ms or more)")
     args = parser.parse_args()
+    if args.runs < 4:
+        parser.error("--runs: at least 4 rounds, or the spread says nothing")
     import torch
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Accept)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     console = f"http://127.0.0.1:{server.server_address[1]}"
-    print(f"c4d_overhead: examples/ddp_train.py, {args.ranks} gloo ranks on CPU, {args.steps} steps "
-          f"(first {args.skip} left out), {args.sleep:g} s extra compute per step, {args.runs} runs per arm, alternating")
-    print(f"machine: {platform.platform()}, {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.2f}; "
+    print(f"c4d_overhead: examples/plain_ddp.py (never imports vigil), {args.ranks} gloo ranks on CPU, "
+          f"{args.steps} steps (first {args.skip} left out), {args.sleep:g} s extra compute per step, "
+          f"{args.runs} rounds of {len(ARMS)} arms, alternating")
+    print(f"machine: {platform.platform()}, {os.cpu_count()} CPUs, load average {_load()}; "
           f"python {platform.python_version()}, torch {torch.__version__}; SDK console: loopback {console}")
-    plain, instrumented, recorder = [], [], []
+    times: dict[str, list[float]] = {arm: [] for arm in ARMS}
     with tempfile.TemporaryDirectory(prefix="vigil-c4d-bench-") as scratch:
         for i in range(args.runs):
-            plain.append(run_once(console, args.ranks, args.steps, args.skip, "plain", args.sleep, scratch))
-            instrumented.append(run_once(console, args.ranks, args.steps, args.skip, "sdk", args.sleep, scratch))
-            recorder.append(run_once(console, args.ranks, args.steps, args.skip, "fr", args.sleep, scratch))
-            print(f"  run {i + 1}: without {plain[-1] * 1000:.2f} ms/step, SDK {instrumented[-1] * 1000:.2f} ms/step, "
-                  f"Flight Recorder {recorder[-1] * 1000:.2f} ms/step")
-        dumps = sorted(n for n in os.listdir(scratch) if n.startswith("fr_"))
-    a, b, c = statistics.median(plain), statistics.median(instrumented), statistics.median(recorder)
-    overhead, fr_overhead = (b - a) / a * 100, (c - a) / a * 100
-    print(f"median step time: without instrumentation {a * 1000:.2f} ms, SDK {b * 1000:.2f} ms "
-          f"({overhead:+.2f} %), Flight Recorder {c * 1000:.2f} ms ({fr_overhead:+.2f} %); "
-          f"SDK calls received by endpoint: {Accept.calls}; Flight Recorder dumps written: {dumps}")
-    spread = (max(plain) - min(plain)) / a * 100
-    print(f"run-to-run spread without instrumentation: {spread:.1f} % of the median")
-    print(f"target each path at most 2 % slower: SDK {'met' if overhead <= 2 else 'MISSED'}, "
-          f"Flight Recorder {'met' if fr_overhead <= 2 else 'MISSED'}")
+            load = _load()
+            for arm in ARMS:
+                times[arm].append(run_once(console, args.ranks, args.steps, args.skip, arm, args.sleep, scratch))
+            print(f"  round {i + 1:2d} (load {load}): " + ", ".join(
+                f"{arm} {times[arm][-1] * 1000:.3f} ms/step" for arm in ARMS), flush=True)
+        dumps = sorted(os.listdir(os.path.join(scratch, "fr")))
+    base = times["baseline"]
+    b_med = statistics.median(base)
+    b_q1, b_q3 = quartiles(base)
+    print(f"baseline: median {b_med * 1000:.3f} ms/step; run-to-run spread {(max(base) - min(base)) / b_med * 100:.1f} % "
+          f"(max - min), IQR {(b_q3 - b_q1) / b_med * 100:.1f} % of the median")
+    verdicts = []
+    for arm in ARMS[1:]:
+        paired = [(t - b) / b * 100 for t, b in zip(times[arm], base)]
+        q1, q3 = quartiles(paired)
+        med = statistics.median(paired)
+        extra = statistics.median((t - b) * 1e6 for t, b in zip(times[arm], base))
+        print(f"{arm}: median {statistics.median(times[arm]) * 1000:.3f} ms/step; overhead against the same "
+              f"round's baseline: median {med:+.2f} % ({extra:+.0f} us/step), IQR [{q1:+.2f} %, {q3:+.2f} %], "
+              f"range [{min(paired):+.2f} %, {max(paired):+.2f} %]")
+        # Met or missed only when the middle half of the paired figures is on one side of 2 %.
+        verdicts.append(f"{arm} " + ("met" if q3 < 2 else "MISSED" if q1 > 2 else
+                                     "not resolved (2 % is inside the IQR of the paired overheads)"))
+    print(f"SDK calls received by endpoint: {Accept.calls}; Flight Recorder dumps written: {dumps}")
+    print(f"target each path at most 2 % slower: {'; '.join(verdicts)}; load average at the end {_load()}")
     server.shutdown()
     return 0
+
+
+def _load() -> str:
+    return "/".join(f"{x:.2f}" for x in os.getloadavg())
 
 
 if __name__ == "__main__":

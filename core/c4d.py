@@ -207,8 +207,12 @@ def analyze_collectives(
                        min_samples):
         if v.rank not in hung and None not in hung:
             verdicts.append(v)
-    verdicts.sort(key=lambda v: (-_LEVEL_ORDER[v.severity], v.rank if v.rank is not None else -1))
-    return C4DResult(tuple(verdicts), C4DState(counts))
+    return C4DResult(tuple(ordered(verdicts)), C4DState(counts))
+
+
+def ordered(verdicts: Iterable[C4DVerdict]) -> list[C4DVerdict]:
+    """Most severe first, then by rank (the collective as a whole, rank None, first)."""
+    return sorted(verdicts, key=lambda v: (-_LEVEL_ORDER[v.severity], v.rank if v.rank is not None else -1))
 
 
 def _hangs(by_rank: dict[int, dict[int, CollectiveRecord]], timeout_s: float, now: float):

@@ -33,7 +33,9 @@ collective_seq_id, op = profiling_name without its backend prefix, enter =
 time_created_ns, exit = time_discovered_completed_ns where the backend measured it,
 else the creation time for a retired entry (finished, time unknown) and None for one
 not retired (still inside). Without completion times slowness cannot be judged, so
-`analyze_flight_recorder` judges hangs only then. A rank the default group's records call
+`analyze_flight_recorder` judges hangs only then; the slowness verdicts come from the
+SDK's instrumentation, which the start-up hook injects where the job does not import
+it, and `judge_sources` (below) says which source answers which question. A rank the default group's records call
 hung outside communication while it waits inside a collective of another group (which
 the recorder also holds) is hung in communication there: RankCommHang, naming the group.
 """
@@ -46,7 +48,8 @@ import pickle
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from core.c4d import C4DKind, C4DResult, C4DState, C4DVerdict, CollectiveRecord, analyze_collectives
+from core.c4d import (C4DKind, C4DResult, C4DState, C4DVerdict, CollectiveRecord, analyze_collectives,
+                      ordered)
 from core.flags import C4DEnvs
 
 MAX_DUMP_BYTES = 32 * 1024 * 1024
@@ -168,3 +171,65 @@ def _inside_a_subgroup(verdict: C4DVerdict, traces: Mapping[int, RankTrace], now
     return C4DVerdict(verdict.rank, C4DKind.COMM_HANG, verdict.severity, message,
                       {**ev, "group": group, "group_seq": seq, "group_op": op,
                        "inside_s": round(now - enter, 3)})
+
+
+SDK, FLIGHT_RECORDER = "sdk", "flight_recorder"
+
+
+@dataclass(frozen=True)
+class Sources:
+    """Which source answers which question; None where nothing can."""
+
+    hangs: str | None
+    slowness: str | None
+
+
+def choose_sources(sdk: Mapping[int, object], traces: Mapping[int, RankTrace]) -> Sources:
+    """The rule when both the SDK's reports (imported by the job, or injected by the
+    start-up hook) and the Flight Recorder's dumps exist. Their records are never merged:
+    the recorder counts every collective of the group, DDP's own C++ ones included, the
+    SDK only the calls into torch.distributed, so the same seq names different calls.
+      * Hangs: the recorder where it holds any collective -- it sees the collectives
+        the SDK cannot (DDP's gradient all-reduce, other process groups), so a rank
+        waiting there is seen waiting; else the SDK's reports (code that reports
+        collectives torch does not run, through vigil.c4d.collective).
+      * Slowness needs measured exit times: the recorder where every rank's dump has
+        them (NCCL), else the SDK's reports (gloo records no completion time)."""
+    recorded = any(t.records or t.open_elsewhere for t in traces.values())
+    timed = recorded and all(t.timed for t in traces.values())
+    reported = any(sdk.values())
+    return Sources(FLIGHT_RECORDER if recorded else SDK if reported else None,
+                   FLIGHT_RECORDER if timed else SDK if reported else None)
+
+
+def judge_sources(
+    sdk: Mapping[int, list[CollectiveRecord]],
+    traces: Mapping[int, RankTrace],
+    envs: C4DEnvs,
+    now: float,
+    state: C4DState | None = None,
+    world_size: int | None = None,
+) -> tuple[C4DResult, Sources]:
+    """core.c4d's verdicts, each question from its source (choose_sources); every
+    verdict's evidence names its "source". The hang counts (the state) are the hang
+    source's; a rank found hung is not also called slow."""
+    sources = choose_sources(sdk, traces)
+    reported = {r: recs for r, recs in sdk.items() if recs}
+    if sources.hangs == FLIGHT_RECORDER:
+        hang = analyze_traces(traces, envs, now, state, world_size)
+    else:
+        hang = analyze_collectives(reported, envs, now, state, world_size=world_size,
+                                   judge_slowness=sources.slowness == SDK)
+    verdicts = [_sourced(v, sources.hangs or SDK) for v in hang.verdicts]
+    if sources.slowness is not None and sources.slowness != sources.hangs:
+        hung = {v.rank for v in hang.verdicts if v.kind in (C4DKind.COMM_HANG, C4DKind.NON_COMM_HANG)}
+        slow = analyze_collectives(reported, envs, now, world_size=world_size).verdicts
+        verdicts += [_sourced(v, sources.slowness) for v in slow
+                     if v.kind in (C4DKind.COMM_SLOW, C4DKind.NON_COMM_SLOW) and v.rank not in hung
+                     and None not in hung]
+    return C4DResult(tuple(ordered(verdicts)), hang.state), sources
+
+
+def _sourced(verdict: C4DVerdict, source: str) -> C4DVerdict:
+    return C4DVerdict(verdict.rank, verdict.kind, verdict.severity, verdict.message,
+                      {**verdict.evidence, "source": source})

@@ -71,8 +71,7 @@ def first_progress_of(job: Job, config: FaultToleranceConfig, attempt: Attempt, 
     # Recorder dumps: every rank took part, so every rank is past its start-up. (One
     # entered is not enough: the first rank up waits in DDP's first broadcast while the
     # others still import torch, silent, and that is start-up, not a stall.)
-    if config.enable_c4d_hang_detection and any(
-            r.exit is not None for records in diagnose.c4d_input(job, attempt).records.values() for r in records):
+    if config.enable_c4d_hang_detection and diagnose.c4d_input(job, attempt).any_finished():
         found = now
     state = MonitorState.load(job)
     looked = state.progress_scan_at if state.progress_scan_attempt == attempt.number else None

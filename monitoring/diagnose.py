@@ -9,17 +9,18 @@ from __future__ import annotations
 import json
 import logging
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from django.db import transaction
 from django.utils import timezone
 
-from core.c4d import C4DResult, C4DState, C4DVerdict, CollectiveRecord, analyze_collectives
+from core.c4d import C4DResult, C4DState, C4DVerdict, CollectiveRecord
 from core.classify import Classification
 from core.flags import C4DLogLevel, FaultToleranceConfig
-from core.flight_recorder import RankTrace, analyze_traces, load_dump, records_from_dump
+from core.flight_recorder import (FLIGHT_RECORDER, RankTrace, Sources, choose_sources, judge_sources, load_dump,
+                                  records_from_dump)
 from core.stacks import (
     DUMP_FAILED,
     NOT_PYTHON,
@@ -156,28 +157,39 @@ def c4d_records(job: Job, attempt: Attempt) -> dict[int, list[dict]]:
 
 @dataclass(frozen=True)
 class C4DInput:
-    """What C4D judges, and from where: "sdk" (the ranks' reports) or "flight_recorder"
-    (PyTorch's dumps, for a job whose code never calls the SDK). timed: exit times are
-    measured, so slowness can be judged (gloo's Flight Recorder has none)."""
+    """What C4D judges: the SDK's reports (the job imported the SDK, or the start-up hook
+    injected it) and PyTorch's Flight Recorder dumps, kept apart; core.flight_recorder's
+    choose_sources says which answers which question."""
 
-    records: dict[int, list[CollectiveRecord]]
-    source: str
-    timed: bool
-    traces: dict[int, RankTrace] = field(default_factory=dict)   # the Flight Recorder's, per rank
+    sdk: dict[int, list[CollectiveRecord]]
+    traces: dict[int, RankTrace]   # the Flight Recorder's, per rank
+
+    @property
+    def sources(self) -> Sources:
+        return choose_sources(self.sdk, self.traces)
+
+    @property
+    def records(self) -> dict[int, list[CollectiveRecord]]:
+        """The records hangs are judged from: who is inside which collective."""
+        if self.sources.hangs == FLIGHT_RECORDER:
+            return {rank: list(t.records) for rank, t in self.traces.items()}
+        return self.sdk
+
+    def any_finished(self) -> bool:
+        """A collective finished, by either source: every rank took part in it."""
+        return any(r.exit is not None for recs in (*self.sdk.values(), *(t.records for t in self.traces.values()))
+                   for r in recs)
 
 
 def c4d_input(job: Job, attempt: Attempt) -> C4DInput:
-    """The SDK's reports where any rank sent some (its exit times are measured), else the
-    Flight Recorder dumps the backend collected; a dump that cannot be read is skipped."""
-    reported = {rank: recs for rank, recs in c4d_records(job, attempt).items() if recs}
-    if reported:
-        parsed = {}
-        for rank, recs in reported.items():
-            try:
-                parsed[rank] = [CollectiveRecord.from_dict(r) for r in recs]
-            except ValueError:
-                continue
-        return C4DInput(parsed, "sdk", True)
+    """The ranks' SDK reports and the Flight Recorder dumps the backend collected; a report
+    or a dump that cannot be read is skipped."""
+    parsed = {}
+    for rank, recs in c4d_records(job, attempt).items():
+        try:
+            parsed[rank] = [CollectiveRecord.from_dict(r) for r in recs]
+        except ValueError:
+            continue
     try:
         dumps = actions.get_backend_for(job).flight_recorder_dumps(attempt.backend_handle or {})
     except (BackendError, OSError) as exc:
@@ -189,8 +201,7 @@ def c4d_input(job: Job, attempt: Attempt) -> C4DInput:
             traces[rank] = records_from_dump(load_dump(data))
         except ValueError as exc:
             log.warning("job %s rank %s: %s", job.pk, rank, exc)
-    return C4DInput({rank: list(t.records) for rank, t in traces.items()}, "flight_recorder",
-                    bool(traces) and all(t.timed for t in traces.values()), traces)
+    return C4DInput({rank: recs for rank, recs in parsed.items() if recs}, traces)
 
 
 def run_c4d(job: Job, attempt: Attempt, config: FaultToleranceConfig, now: datetime | None = None, *,
@@ -202,12 +213,8 @@ def run_c4d(job: Job, attempt: Attempt, config: FaultToleranceConfig, now: datet
     c4d_state = C4DState.from_dict(state.c4d if state.c4d_attempt == attempt.number else None)
     instances = list(attempt.instances.all())
     found = c4d_input(job, attempt)
-    if found.source == "flight_recorder":  # also sees other process groups' collectives
-        result = analyze_traces(found.traces, config.c4d_common_envs, _now_ts(now), c4d_state,
-                                world_size=len(instances))
-    else:
-        result = analyze_collectives(found.records, config.c4d_common_envs, _now_ts(now), c4d_state,
-                                     world_size=len(instances), judge_slowness=found.timed)
+    result, sources = judge_sources(found.sdk, found.traces, config.c4d_common_envs, _now_ts(now), c4d_state,
+                                    world_size=len(instances))
     state.c4d, state.c4d_attempt = result.state.to_dict(), attempt.number
     if not state.save(job):
         return None
@@ -219,7 +226,9 @@ def run_c4d(job: Job, attempt: Attempt, config: FaultToleranceConfig, now: datet
         summary = "\n".join(f"[{v.severity}] {v.kind}: {v.message}" for v in shown)
         with transaction.atomic():
             diagnosis = record_diagnosis(job, attempt, DiagnosisKind.C4D, summary,
-                                         {"verdicts": verdicts, "source": found.source}, DiagnosisTrigger.PERIODIC)
+                                         {"verdicts": verdicts,
+                                          "source": "+".join(sorted({v["evidence"]["source"] for v in verdicts})),
+                                          "sources": {"hangs": sources.hangs, "slowness": sources.slowness}}, DiagnosisTrigger.PERIODIC)
             for v, d in zip(shown, verdicts):
                 level = {C4DLogLevel.ERROR: EventLevel.ERROR, C4DLogLevel.WARNING: EventLevel.WARNING}.get(
                     v.severity, EventLevel.INFO)

@@ -11,6 +11,7 @@ import subprocess
 import sys
 import threading
 import time
+from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -231,15 +232,24 @@ class C4DReceiver(BaseHTTPRequestHandler):
         pass
 
 
-@pytest.fixture
-def receiver():
+@contextmanager
+def serving_receiver():
+    """A C4DReceiver on a loopback port, in a thread, for as long as the block runs."""
     server = ThreadingHTTPServer(("127.0.0.1", 0), C4DReceiver)
     server.records = {}
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
-    yield server
-    server.shutdown()
-    server.server_close()
+    try:
+        yield server
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.fixture
+def receiver():
+    with serving_receiver() as server:
+        yield server
 
 
 def free_port() -> int:

@@ -14,6 +14,20 @@ collective or in compute keeps its last dump, which is what the console judges.
 The main thread lets go of the GIL while it waits inside a collective, so the dump
 is taken then too.
 
+Where the recorder falls short -- gloo (torch 2.13, CPU) records whether a collective
+finished, never when, so slowness cannot be judged from it -- the hook also injects the
+SDK's own C4D instrumentation, the same `vigil.c4d.instrument_torch_distributed()` a job
+that imports the SDK calls: once `torch.distributed` has been imported (an import hook
+runs it right after that module's body, before the user's code can bind a collective
+with `from torch.distributed import all_reduce`), its collectives are wrapped and each
+call's enter and exit are posted to the console with the job's own token, which the job
+already has. One vigil per process: the job's own SDK where it has one (so a job that
+also imports vigil.c4d shares the one recorder and its one seq counter: nothing is
+counted twice); else the backend's copy under $VIGIL_C4D_SDK, loaded for the hook only
+and taken out of sys.modules again, so the job's own `import vigil` sees what it always
+did. The console decides which source answers which question (core/flight_recorder.py,
+`judge_sources`).
+
 Standard library only, and every failure is swallowed: this must never stop a job.
 Then it runs the sitecustomize it shadows, if the interpreter has one.
 """
@@ -87,6 +101,93 @@ def _start():
     threading.Thread(target=_dump_loop, args=(directory, _period()), name="vigil-fr", daemon=True).start()
 
 
+def _vigil_c4d():
+    """vigil.c4d: the job's own where it has one, else the backend's copy, privately."""
+
+    def ours():
+        return [name for name in sys.modules if name == "vigil" or name.startswith("vigil.")]
+
+    before = set(ours())
+    try:
+        import vigil.c4d as c4d
+
+        if callable(getattr(c4d, "instrument_torch_distributed", None)):
+            return c4d
+    except Exception:
+        pass
+    for name in set(ours()) - before:  # another package named vigil: as if never tried
+        del sys.modules[name]
+    sdk = os.environ.get("VIGIL_C4D_SDK", "")
+    if not sdk or not os.path.isdir(sdk):
+        return None
+    saved = {name: sys.modules.pop(name) for name in ours()}
+    sys.path.insert(0, sdk)
+    try:
+        import vigil.c4d as c4d
+    finally:
+        sys.path.remove(sdk)
+        for name in ours():
+            del sys.modules[name]
+        sys.modules.update(saved)
+    return c4d
+
+
+def _instrument(_module):
+    try:
+        c4d = _vigil_c4d()
+        if c4d is not None:
+            c4d.instrument_torch_distributed(True)
+    except Exception:
+        pass
+
+
+class _AfterImport:
+    """A one-shot meta path finder: lets the other finders find `name`, then runs `then`
+    on the module right after its body ran (the job imports it; nothing is imported here)."""
+
+    def __init__(self, name, then):
+        self.name, self.then, self.busy = name, then, False
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname != self.name or self.busy:
+            return None
+        self.busy = True
+        try:
+            spec = None
+            for finder in sys.meta_path:
+                if finder is self or not hasattr(finder, "find_spec"):
+                    continue
+                spec = finder.find_spec(fullname, path, target)
+                if spec is not None:
+                    break
+        finally:
+            self.busy = False
+        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+            return spec
+        try:
+            sys.meta_path.remove(self)
+        except ValueError:
+            pass
+        run, then = spec.loader.exec_module, self.then
+
+        def exec_module(module):
+            run(module)
+            then(module)
+
+        spec.loader.exec_module = exec_module  # this module's own loader instance
+        return spec
+
+
+def _inject_sdk():
+    if os.environ.get("VIGIL_C4D", "").strip() != "1":
+        return
+    module = sys.modules.get("torch.distributed")
+    if module is not None:  # imported already (by another sitecustomize or .pth)
+        _instrument(module)
+    else:
+        sys.meta_path.insert(0, _AfterImport("torch.distributed", _instrument))
+
+
 def _chain():
     """Run the sitecustomize that this one shadows (Debian's Python has one)."""
     import importlib.machinery
@@ -102,6 +203,10 @@ def _chain():
 
 try:
     _start()
+except Exception:
+    pass
+try:
+    _inject_sdk()
 except Exception:
     pass
 try:

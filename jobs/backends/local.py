@@ -92,6 +92,10 @@ NODES = "nodes.json"
 # a dump is written whenever it changes, so it stays small), the most read of one.
 FR_DIR = "c4d"
 FR_BOOT_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fr_boot.py")
+# The SDK modules the hook injects where the job has no vigil of its own (fr_boot._vigil_c4d):
+# this checkout's, so the job reports in the console's own protocol.
+SDK_PACKAGE = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, os.pardir, "sdk", "src", "vigil")
+SDK_C4D_MODULES = ("__init__.py", "_client.py", "c4d.py", "job_monitor.py")
 NCCL_DUMP_PREFIX = "nccl_trace_rank_"
 FR_DUMP_NAME = re.compile(r"^(?:fr_([0-9]{1,7})\.json|nccl_trace_rank_([0-9]{1,7}))$")
 FR_BUFFER_SIZE = 200
@@ -484,14 +488,11 @@ class LocalBackend(Backend):
         boot = os.path.join(idir, "boot")
         os.mkdir(boot, 0o755)
         os.chmod(boot, 0o755)
-        with open(FR_BOOT_PATH, "rb") as src:
-            code = src.read()
-        fd = os.open(os.path.join(boot, "sitecustomize.py"), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-        with os.fdopen(fd, "wb") as f:
-            f.write(code)
+        _install_readable(FR_BOOT_PATH, os.path.join(boot, "sitecustomize.py"))
         prefix = os.path.join(fr_dir, NCCL_DUMP_PREFIX)
         out = {"VIGIL_FR_DIR": fr_dir,
                "PYTHONPATH": os.pathsep.join(filter(None, [boot, env.get("PYTHONPATH", "")]))}
+        out.update(self._sdk_copy(boot))
         for name, value in (("TORCH_FR_BUFFER_SIZE", str(FR_BUFFER_SIZE)),
                             ("TORCH_NCCL_TRACE_BUFFER_SIZE", str(FR_BUFFER_SIZE)),
                             ("TORCH_NCCL_DUMP_ON_TIMEOUT", "1"),
@@ -500,6 +501,20 @@ class LocalBackend(Backend):
             if not env.get(name):
                 out[name] = value
         return out
+
+    def _sdk_copy(self, boot: str) -> dict:
+        """The SDK's C4D modules under boot/sdk/vigil (the backend's, 0755/0644 like the hook)
+        for the hook to inject where the recorder has no completion times; {} (the recorder
+        alone) when this checkout has no SDK."""
+        if not all(os.path.isfile(os.path.join(SDK_PACKAGE, m)) for m in SDK_C4D_MODULES):
+            return {}
+        sdk = os.path.join(boot, "sdk")
+        for d in (sdk, os.path.join(sdk, "vigil")):
+            os.mkdir(d, 0o755)
+            os.chmod(d, 0o755)
+        for module in SDK_C4D_MODULES:
+            _install_readable(os.path.join(SDK_PACKAGE, module), os.path.join(sdk, "vigil", module))
+        return {"VIGIL_C4D_SDK": sdk}
 
     def _write_spec(self, idir, spec, name, command, env, workdir, run, who: osuser.RunAs, start=None):
         data = {
@@ -1180,6 +1195,14 @@ def _path0(entry, cwd: str) -> str:
     if entry.kind is EntryKind.MODULE:
         return os.path.abspath(cwd)
     return os.path.dirname(os.path.realpath(os.path.join(cwd, entry.target)))
+
+
+def _install_readable(src: str, dst: str) -> None:
+    """A copy of the backend's file src at dst (new, 0644): the job reads it, cannot change it."""
+    with open(src, "rb") as f:
+        code = f.read()
+    with os.fdopen(os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644), "wb") as f:
+        f.write(code)
 
 
 def _dir_mode(who: osuser.RunAs) -> int:

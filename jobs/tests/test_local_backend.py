@@ -6,6 +6,7 @@ import json
 import os
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import time
@@ -632,6 +633,7 @@ FR_PROBE = (
     "print(os.environ.get('PYTHONPATH', '-'))\n"
     "print(os.environ.get('TORCH_FR_DUMP_TEMP_FILE', '-'), os.environ.get('VIGIL_FR_DIR', '-'))\n"
     "print('hook' if 'sitecustomize' in sys.modules and sys.modules['sitecustomize'].__file__.endswith('/boot/sitecustomize.py') else 'no hook')\n"
+    "print(os.environ.get('VIGIL_C4D_SDK', '-'))\n"
     "d = os.environ.get('VIGIL_FR_DIR')\n"
     "if d:\n"
     "    open(os.path.join(d, 'fr_3.json'), 'wb').write(b'written by the job')\n"
@@ -656,10 +658,19 @@ def test_c4d_on_gives_every_rank_the_flight_recorder_and_the_hook_and_the_dumps_
     assert lines[1] == f"{idir / 'boot'}:/opt/mine"
     assert lines[2] == f"{idir / 'c4d' / 'nccl_trace_rank_'} {idir / 'c4d'}"
     assert lines[3] == "hook"
+    # The SDK's C4D modules, which the hook injects where the job has no vigil: this
+    # checkout's, the backend's files (0644 in a 0755 directory).
+    sdk = idir / "boot" / "sdk" / "vigil"
+    assert lines[4] == str(sdk.parent)
+    repo_sdk = Path(__file__).resolve().parents[2] / "sdk" / "src" / "vigil"
+    assert sorted(p.name for p in sdk.iterdir()) == ["__init__.py", "_client.py", "c4d.py", "job_monitor.py"]
+    assert all(p.read_bytes() == (repo_sdk / p.name).read_bytes() and stat.S_IMODE(p.stat().st_mode) == 0o644
+               for p in sdk.iterdir())
+    assert stat.S_IMODE(sdk.stat().st_mode) == 0o755
     assert backend.flight_recorder_dumps(handle) == {3: b"written by the job"}
 
     plain = backend.launch(attempt(cmd, job_id="job2", job_type="PyTorchJob", replicas={"Master": 1},
                                    env={"PROBE": FR_PROBE}))
     wait_finished(backend, plain)
-    assert backend.read_log(plain, "master-0").decode().splitlines() == ["- - -", "-", "- -", "no hook"]
+    assert backend.read_log(plain, "master-0").decode().splitlines() == ["- - -", "-", "- -", "no hook", "-"]
     assert backend.flight_recorder_dumps(plain) == {}

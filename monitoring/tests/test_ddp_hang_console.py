@@ -54,6 +54,19 @@ def test_a_hung_ddp_rank_is_the_stack_suspect_and_the_c4d_verdict_on_the_job_pag
     assert "compute_forever" in page and "RankNonCommHang" in page
 
 
+def unrelated_vigil(tmp_path: Path) -> Path:
+    """A directory holding somebody else's package named vigil, for a job's PYTHONPATH: it
+    shadows the venv's SDK, so the start-up hook injects the backend's copy of this tree's
+    SDK, privately (the job's own `import vigil` would still find this one)."""
+    other = tmp_path / "other"
+    (other / "vigil").mkdir(parents=True)
+    (other / "vigil" / "__init__.py").write_text('"""Somebody else\'s package named vigil."""\n')
+    for path in (tmp_path, other, other / "vigil"):
+        path.chmod(0o755)
+    (other / "vigil" / "__init__.py").chmod(0o644)
+    return other
+
+
 # A DDP script that knows nothing of Vigil: no import, no SDK call, no switch of its own.
 PLAIN_DDP = '''
 import os, sys, time
@@ -87,13 +100,16 @@ def test_a_ddp_script_that_never_imports_vigil_gets_its_hung_rank_named_from_pyt
     script.chmod(0o644)
     r = api_as(alice).post("/api/v1/jobs/", job_body(
         alice_ws, display_name="plain-ddp-hang", user_command=f"{sys.executable} {script}",
+        envs={"PYTHONPATH": str(unrelated_vigil(tmp_path))},
         job_specs=[{"type": "Master", "pod_count": 1}, {"type": "Worker", "pod_count": 2}],
         settings={"enable_error_monitoring_in_aimaster": True, "error_monitoring_args": ARGS}), format="json")
     assert r.status_code == 201, r.content
     job = tick_until(Job.objects.get(pk=r.json()["id"]), finished, seconds=90, backend=local_backend, what="hang")
     assert job.status == JobStatus.FAILED and "hung" in job.reason
 
-    assert not C4DReport.objects.filter(job=job).exists()  # nothing came from an SDK
+    # The hook injected the SDK too, but DDP's collectives run in C++ where its wrappers see
+    # none: nothing was reported, and the hang is the recorder's.
+    assert not C4DReport.objects.filter(job=job).exists()
     c4d = list(Diagnosis.objects.filter(job=job, kind="c4d"))
     assert c4d, ([(e.type, e.message) for e in JobEvent.objects.filter(job=job).order_by("pk")],
                  {r: len(b) for r, b in local_backend.flight_recorder_dumps(job.attempts.get().backend_handle).items()})
@@ -104,3 +120,30 @@ def test_a_ddp_script_that_never_imports_vigil_gets_its_hung_rank_named_from_pyt
     stacks = Diagnosis.objects.get(job=job, kind="stacks")
     suspects = [s for s in stacks.data["stacks"] if s["suspect"] and not s.get("idle")]
     assert [t["instance"] for s in suspects for t in s["threads"]] == ["worker-0"], stacks.summary
+
+
+PLAIN_WORKER = ROOT / "examples" / "plain_ddp.py"
+
+
+def test_a_rank_slow_in_compute_of_a_job_that_never_imports_vigil_is_non_comm_slow_from_the_injected_sdk(
+    alice, alice_ws, api_as, job_body, local_backend, live_server, settings, tmp_path,
+):
+    # gloo's recorder has no completion times, so slowness comes from the SDK's own
+    # instrumentation, which the backend's start-up hook injects (the backend's copy).
+    settings.VIGIL_CONSOLE_URL = live_server.url
+    r = api_as(alice).post("/api/v1/jobs/", job_body(
+        alice_ws, display_name="plain-slow", user_command=f"{sys.executable} {PLAIN_WORKER}",
+        envs={"PYTHONPATH": str(unrelated_vigil(tmp_path)), "PLAIN_FAULT": "slow_compute", "PLAIN_FAULT_RANK": "1",
+              "PLAIN_STEPS": "80", "PLAIN_SLOW_SECONDS": "0.15"},
+        job_specs=[{"type": "Master", "pod_count": 1}, {"type": "Worker", "pod_count": 2}],
+        settings={"enable_error_monitoring_in_aimaster": True, "error_monitoring_args": ARGS}), format="json")
+    assert r.status_code == 201, r.content
+    job = tick_until(Job.objects.get(pk=r.json()["id"]), finished, seconds=150, backend=local_backend, what="end")
+    assert job.status == JobStatus.SUCCEEDED, job.reason
+
+    assert sorted(C4DReport.objects.filter(job=job).values_list("rank", flat=True)) == [0, 1, 2]
+    c4d = list(Diagnosis.objects.filter(job=job, kind="c4d"))
+    verdicts = {(v["rank"], v["kind"], v["instance"], v["evidence"]["source"]) for d in c4d for v in d.data["verdicts"]}
+    assert verdicts == {(1, "RankNonCommSlow", "worker-0", "sdk")}, verdicts
+    assert {d.data["source"] for d in c4d} == {"sdk"}
+    assert {(d.data["sources"]["hangs"], d.data["sources"]["slowness"]) for d in c4d} == {("flight_recorder", "sdk")}
