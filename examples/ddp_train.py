@@ -387,6 +387,16 @@ def main() -> int:
         say(f"final rank={rank} step={steps} params_sha256={params_digest(model)}")
 
     say(f"done rank={rank} steps={steps}")
+    # The DDP wrapper goes first, while the default group still holds the process group:
+    # were its Reducer the last holder, the group would be destroyed when main() returns,
+    # on this thread with the GIL held, joining gloo's worker threads - and a worker that
+    # is still dropping a finished work with Python references in it (a tensor, autograd's
+    # stashed contextvars.Context) waits for that GIL forever (pybind11 does not release
+    # it for the Reducer; pytorch/pytorch#56297). destroy_process_group then drops the last
+    # reference through the ProcessGroup binding, which releases the GIL. Which object holds
+    # the group last depends on import order: with torch._dynamo imported before
+    # init_process_group (a warm restart's parked interpreter), it is the Reducer.
+    del ddp
     # Tear down together: a rank that destroys its process group while a peer is
     # still using its connections can make gloo abort that peer at exit.
     dist.barrier()

@@ -63,9 +63,11 @@ import time
 
 try:  # imported as jobs.backends.shim (local.py)
     from .noderedis import publish
+    from .warm_boot import HEADER, recv_message
 except ImportError:  # run by path with -I, which leaves the script's folder off sys.path
     sys.path.append(os.path.dirname(os.path.abspath(__file__)))
     from noderedis import publish  # type: ignore[no-redef]
+    from warm_boot import HEADER, recv_message  # type: ignore[no-redef]
 
 STATE = "state.json"
 EXIT = "exit.json"
@@ -77,7 +79,6 @@ PARK_SPEC = "park.json"    # what a parked shim starts (written by the backend)
 PARK_STATE = "park-state.json"  # its PIDs and what became of it (written by the parked shim)
 CTL = "ctl.sock"
 BOOT_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "warm_boot.py")
-HEADER = struct.Struct("<Q")  # warm_boot.HEADER: the length before each JSON message
 PARK_TICK = 0.2  # seconds between a parked shim's looks at its interpreter and the watched attempt
 
 
@@ -430,21 +431,8 @@ def _recv_message(sock, timeout):
     """A launcher's message and its fds, or (None, []) if it did not arrive in time."""
     sock.settimeout(timeout)
     try:
-        head, fds, _, _ = socket.recv_fds(sock, HEADER.size, 4)
-        while len(head) < HEADER.size:
-            more = sock.recv(HEADER.size - len(head))
-            if not more:
-                return None, fds
-            head += more
-        (size,) = HEADER.unpack(head)
-        body = b""
-        while len(body) < size:
-            chunk = sock.recv(min(size - len(body), 1 << 20))
-            if not chunk:
-                return None, fds
-            body += chunk
-        return json.loads(body), fds
-    except (OSError, ValueError):
+        return recv_message(sock)
+    except (OSError, ValueError, EOFError):
         return None, []
 
 
@@ -557,8 +545,15 @@ def park(park_dir, ready_fd):
         theirs.close()
     standby = _Standby(park_dir, spec, child, ours)
     # Low priority only where this shim can raise it back at launch (setpriority needs root).
-    nice = int(spec.get("nice", 0)) if os.geteuid() == 0 else 0
-    send_message(ours, {"nice": nice, "path0": spec["path0"], "modules": spec.get("modules") or []})
+    # Lowered here rather than by the interpreter itself: a launch that came before the
+    # interpreter got to it would have restored the priority first and left the rank niced.
+    if os.geteuid() == 0 and int(spec.get("nice", 0)):
+        try:
+            low = min(19, os.getpriority(os.PRIO_PROCESS, 0) + int(spec["nice"]))
+            os.setpriority(os.PRIO_PROCESS, child.pid, low)  # one thread yet: Python has only started
+        except OSError:
+            pass  # it is gone: the loop below sees it
+    send_message(ours, {"path0": spec["path0"], "modules": spec.get("modules") or []})
     ctl_path = os.path.join(park_dir, CTL)
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     with short_socket_path(park_dir, CTL) as short:

@@ -6,12 +6,15 @@ library only, and nothing of the console. It
 
 1. asks to die with its shim (PR_SET_PDEATHSIG) while parked, so a standby never
    outlives the shim that owns it, then reads the park message
-   ({"nice", "path0", "modules"}), lowers its priority, puts the entry point's
+   ({"path0", "modules"}; the shim lowered its priority), puts the entry point's
    directory first on sys.path (so the user's own modules import as they will in
    the rank) and imports the modules; says "parked" (or why it could not) on the
-   socket;
+   socket, if the shim still listens;
 2. waits for the launch message: the attempt's environment, working directory,
-   entry point and argv, with the attempt's log as a passed file descriptor;
+   entry point and argv, with the attempt's log as a passed file descriptor. A
+   restart soon after the attempt started may hand it over before the imports are
+   done: the shim has sent it and closed its end by then, and the rank starts once
+   they are (if one failed, the rank's log says so and it ends with 127);
 3. becomes the rank: log on stdout and stderr, environment replaced (with PWD, which
    the shell sets), cwd, sys.path[0], sys.argv; then forks. The child runs the entry
    point as `python` would run it; the parent stands where /bin/sh stands in a cold
@@ -42,22 +45,29 @@ HEADER = struct.Struct("<Q")
 _BOOT_FILE = os.path.abspath(__file__)
 
 
-def _recv_message(sock):
-    """One length-prefixed JSON message and the file descriptors sent with it."""
+def recv_message(sock):
+    """One length-prefixed JSON message and the file descriptors sent with it (EOFError
+    if the peer closed the socket first). shim.py reads its launcher's message with it
+    too; a message that does not arrive whole leaves no received descriptor open."""
     head, fds, _, _ = socket.recv_fds(sock, HEADER.size, 4)
-    while len(head) < HEADER.size:
-        more = sock.recv(HEADER.size - len(head))
-        if not more:
-            raise EOFError("the shim closed the control socket")
-        head += more
-    (size,) = HEADER.unpack(head)
-    body = b""
-    while len(body) < size:
-        chunk = sock.recv(min(size - len(body), 1 << 20))
-        if not chunk:
-            raise EOFError("the shim closed the control socket")
-        body += chunk
-    return json.loads(body), fds
+    try:
+        while len(head) < HEADER.size:
+            more = sock.recv(HEADER.size - len(head))
+            if not more:
+                raise EOFError("the peer closed the control socket")
+            head += more
+        (size,) = HEADER.unpack(head)
+        body = b""
+        while len(body) < size:
+            chunk = sock.recv(min(size - len(body), 1 << 20))
+            if not chunk:
+                raise EOFError("the peer closed the control socket")
+            body += chunk
+        return json.loads(body), fds
+    except BaseException:
+        for fd in fds:
+            os.close(fd)
+        raise
 
 
 def _die_with_parent():
@@ -78,18 +88,33 @@ def _live_with_parent():
         pass
 
 
+def _say(sock, text):
+    """Tell the shim how parking went. A restart that came before the imports were done
+    has already been handed over: the shim sent the launch, closed its end and no longer
+    listens, so there is nobody to tell (and the launch is waiting in the socket)."""
+    try:
+        sock.sendall(text.encode())
+    except OSError:  # BrokenPipeError, ConnectionResetError: the shim's end is closed
+        pass
+
+
 def _park(sock):
-    park, _ = _recv_message(sock)
-    if park.get("nice"):
-        os.nice(int(park["nice"]))
+    """Import the heavy modules; "" when parked, else why not (also said on the socket)."""
+    park, _ = recv_message(sock)
     sys.path[0] = park["path0"]
     for name in park.get("modules") or ():
         try:
             __import__(name)
         except BaseException as exc:  # noqa: BLE001 - any failure means no standby
-            sock.sendall(f"failed import {name}: {type(exc).__name__}: {exc}\n".encode())
-            raise SystemExit(3)
-    sock.sendall(b"parked\n")
+            failed = f"failed import {name}: {type(exc).__name__}: {exc}"
+            _say(sock, failed + "\n")
+            return failed
+    _say(sock, "parked\n")
+    return ""
+
+
+class _NotParked(Exception):
+    """The imports failed, and the launch came before the shim could see it."""
 
 
 def _trimmed(tb):
@@ -178,19 +203,25 @@ def main():
     if len(sys.argv) > 2 and os.getppid() != int(sys.argv[2]):
         os._exit(0)  # the shim died before PDEATHSIG was set: nobody would ever end this standby
     sock = socket.socket(fileno=int(sys.argv[1]))
-    _park(sock)
+    failed = _park(sock)
     try:
-        launch, fds = _recv_message(sock)
+        # Waits for the launch even when the imports failed: a shim that saw "failed"
+        # discards this standby (kills it), but one whose launch crossed the message
+        # gets the reason in the rank's log instead of a rank that ends without a word.
+        launch, fds = recv_message(sock)
         _live_with_parent()
         sock.close()
         _become_rank(launch, fds)
+        if failed:
+            raise _NotParked(failed)
         for f in (sys.stdout, sys.stderr):
             f.flush()
         rank = os.fork()
     except BaseException as exc:  # noqa: BLE001 - the rank never ran: say so where its log is
         # Exit 127, as /bin/sh does for a command it cannot start, with the reason on
         # stderr (the attempt's log once _become_rank has put it there).
-        sys.stderr.write(f"vigil: the parked interpreter could not start the rank: {type(exc).__name__}: {exc}\n")
+        why = str(exc) if isinstance(exc, _NotParked) else f"{type(exc).__name__}: {exc}"
+        sys.stderr.write(f"vigil: the parked interpreter could not start the rank: {why}\n")
         sys.stderr.flush()
         os._exit(127)
     if rank:

@@ -76,8 +76,9 @@ def work(tmp_path):
 def launch(backend, command, work, number, job_id="warmjob", **kw):
     kw.setdefault("job_type", "PyTorchJob")
     kw.setdefault("replicas", {"Master": 1, "Worker": 1} if kw["job_type"] == "PyTorchJob" else {"Worker": 1})
+    kw.setdefault("warm_modules", WARM_MODULES)
     return backend.launch(attempt(command, job_id=job_id, number=number, workdir=work, warm=True,
-                                  warm_modules=WARM_MODULES, env={"EPOCHS": "3"}, **kw))
+                                  env={"EPOCHS": "3"}, **kw))
 
 
 def park_states(backend, job_id, number):
@@ -204,6 +205,53 @@ def test_a_warm_rank_ends_with_the_exit_code_or_signal_of_a_cold_one(backends, w
         tb = log[log.index("Traceback"):]
         cold_log = backend.read_log(first, "worker-0").decode()
         assert tb == cold_log[cold_log.index("Traceback"):]
+
+
+# A warm module whose import lasts until the test opens its gate: "open" lets it finish,
+# "fail" makes it raise.
+GATED = textwrap.dedent('''
+    import os, time
+    gate = os.path.join(os.path.dirname(os.path.abspath(__file__)), "gate")
+    while not os.path.exists(gate):
+        time.sleep(0.02)
+    with open(gate) as f:
+        if f.read() == "fail":
+            raise RuntimeError("the gate said fail")
+''')
+
+
+@pytest.mark.parametrize("gate", ["open", "fail"])
+def test_a_restart_handed_over_while_the_interpreter_still_imports_runs_the_rank_in_its_log(backends, work, gate):
+    # A restart soon after the attempt started (or a slow machine) finds its standby still
+    # importing: the shim sends the launch and closes its end of the socket at once. The
+    # interpreter once reported "parked" on that closed socket and died of the broken pipe:
+    # exit 1, nothing in the rank's log, the reason only in the standby's park.log.
+    with open(os.path.join(work, "gated.py"), "w") as f:
+        f.write(GATED)
+    os.chmod(os.path.join(work, "gated.py"), 0o644)
+    backend = backends()
+    command = f"{sys.executable} probe.py"
+    first = launch(backend, command, work, 1, job_type="ElasticBatchJob", warm_modules=("gated",))
+    wait_finished(backend, first, timeout=30)
+    standby = wait_until(lambda: park_states(backend, "warmjob", 2).get("worker-0"), timeout=30)
+    second = launch(backend, command, work, 2, job_type="ElasticBatchJob", warm_modules=("gated",))
+    assert not park_states(backend, "warmjob", 2)["worker-0"]["parked_at"]  # handed over mid-import
+    assert instance_state(backend, second, "worker-0")["start"] == "warm"
+    with open(os.path.join(work, "gate.tmp"), "w") as f:
+        f.write(gate)
+    os.chmod(os.path.join(work, "gate.tmp"), 0o644)
+    os.replace(os.path.join(work, "gate.tmp"), os.path.join(work, "gate"))
+    [status] = wait_finished(backend, second, timeout=30)
+    assert status.start == "warm" and instance_state(backend, second, "worker-0")["child_pid"] == standby["child_pid"]
+    log = backend.read_log(second, "worker-0").decode()
+    if gate == "open":
+        assert status.exit_code == 0, log
+        warm, cold = reports(backend, second)["worker-0"], reports(backend, first)["worker-0"]
+        assert normalised(warm, second) == normalised(cold, first)  # at normal priority, too
+    else:  # the launch crossed the failure: the rank says why, as a command /bin/sh cannot start
+        assert status.exit_code == 127
+        assert log == ("vigil: the parked interpreter could not start the rank: failed import gated: "
+                       "RuntimeError: the gate said fail\n")
 
 
 def test_a_command_that_is_not_a_python_entry_point_starts_cold_and_parks_nothing(backends, work):
