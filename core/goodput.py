@@ -13,6 +13,13 @@ Per attempt:
                  progress; an attempt without progress produced nothing.
 Per job: ETTR, the effective training time ratio = productive / wall-clock time
 from the first attempt's queueing to the job's end (or now).
+
+Each second of the wall window is productive at most once, so ETTR stays in [0, 1]
+whatever the stamps say: productive time is clipped to the window (a node's clock
+may be behind or ahead of the console's), and time two attempts both claim (an
+attempt whose end was stamped late or never, a warm restart's next attempt
+training before the old one's stop) is the later attempt's, the restart that
+superseded the other.
 """
 
 from __future__ import annotations
@@ -69,18 +76,40 @@ def _span(start: float | None, end: float | None) -> float | None:
     return max(0.0, end - start) if start is not None and end is not None else None
 
 
+def _first(*stamps: float | None) -> float | None:
+    """The first stamp given; 0.0 is a stamp, not a missing one."""
+    return next((s for s in stamps if s is not None), None)
+
+
+def _covered(intervals: list[tuple[float, float]]) -> float:
+    """The time covered by the union of the intervals: overlaps count once."""
+    total, reach = 0.0, float("-inf")
+    for start, end in sorted(intervals):
+        start = max(start, reach)
+        if end > start:  # an interval that ends before it starts (stamps out of order) covers nothing
+            total += end - start
+            reach = end
+    return total
+
+
 def ledger(attempts: list[AttemptTimes], job_ended_at: float | None, now: float) -> JobGoodput:
     attempts = sorted(attempts, key=lambda a: a.number)
+    start = attempts[0].queued_at if attempts else now
+    stop = now if job_ended_at is None else job_ended_at
+    wall = max(0.0, stop - start)
     rows = []
-    productive_total = 0.0
-    for i, a in enumerate(attempts):
-        previous = attempts[i - 1] if i else None
-        progress_at = a.first_progress_at or a.running_at
-        end = a.stopping_at or a.ended_at or job_ended_at or now
-        productive = _span(progress_at, end) or 0.0
-        if not (a.made_progress or a.first_progress_at or a.succeeded or (a.ended_at is None and a.running_at)):
-            productive = 0.0
-        productive_total += productive
+    claimed: list[tuple[float, float]] = []  # productive time of later attempts, within the wall window
+    for i in reversed(range(len(attempts))):  # later attempts first: they own the time they share
+        a, previous = attempts[i], attempts[i - 1] if i else None
+        progress_at = _first(a.first_progress_at, a.running_at)
+        trained = (a.made_progress or a.first_progress_at is not None or a.succeeded
+                   or (a.ended_at is None and a.running_at is not None))
+        productive = 0.0
+        if trained and progress_at is not None:
+            ended = _first(a.stopping_at, a.ended_at)
+            before = _covered(claimed)
+            claimed.append((max(progress_at, start), stop if ended is None else min(ended, stop)))
+            productive = max(0.0, _covered(claimed) - before)
         rows.append(AttemptGoodput(
             number=a.number,
             detection=_span(a.failed_at, a.decided_at),
@@ -90,6 +119,6 @@ def ledger(attempts: list[AttemptTimes], job_ended_at: float | None, now: float)
             first_progress=_span(a.starting_at, progress_at),
             productive=productive,
         ))
-    start = attempts[0].queued_at if attempts else now
-    wall = max(0.0, (job_ended_at or now) - start)
-    return JobGoodput(tuple(rows), wall, productive_total)
+    rows.reverse()
+    # min: the union's pieces, each rounded, may sum an ulp past the window they lie in
+    return JobGoodput(tuple(rows), wall, min(wall, _covered(claimed)))

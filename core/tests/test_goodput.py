@@ -1,6 +1,9 @@
-"""The goodput ledger: where a job's time went, per attempt and as ETTR."""
+"""The goodput ledger: where a job's time went, per attempt and as ETTR, which
+never passes 100 % whatever the attempts' timings (overlaps, skew, lost stamps)."""
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from core.goodput import AttemptTimes, ledger
 
@@ -40,3 +43,58 @@ def test_a_running_attempt_counts_up_to_now():
 
 def test_no_attempts_has_no_ratio():
     assert ledger([], job_ended_at=None, now=5).ettr is None
+
+
+def test_overlapping_attempts_count_their_shared_time_once_for_the_later_attempt():
+    # what the Reliability page showed as 183 %: attempt 1's end was stamped when the job
+    # ended, while attempt 2 had been training since 15
+    attempts = [
+        AttemptTimes(1, queued_at=0, starting_at=1, running_at=1, first_progress_at=2, ended_at=100,
+                     made_progress=True),
+        AttemptTimes(2, queued_at=10, starting_at=11, running_at=12, first_progress_at=15, ended_at=100,
+                     succeeded=True),
+    ]
+    g = ledger(attempts, job_ended_at=100, now=300)
+    assert [a.productive for a in g.attempts] == [13, 85]
+    assert g.productive == 98 and g.wall_clock == 100 and g.ettr == 0.98
+
+
+def test_an_attempt_never_stamped_as_ended_stops_counting_where_its_restart_took_over():
+    attempts = [AttemptTimes(1, queued_at=0, starting_at=1, running_at=2),  # its end was never recorded
+                AttemptTimes(2, queued_at=18, starting_at=19, running_at=20, made_progress=True)]
+    g = ledger(attempts, job_ended_at=None, now=100)
+    assert [a.productive for a in g.attempts] == [18, 80] and g.ettr == 0.98
+
+
+def test_stamps_from_a_skewed_node_clock_are_clipped_to_the_jobs_wall_window():
+    # first progress stamped by a node 10 s behind the console, before the attempt was queued;
+    # the attempt's end after the job's
+    g = ledger([AttemptTimes(1, queued_at=10, starting_at=11, running_at=12, first_progress_at=0, ended_at=130,
+                             succeeded=True)], job_ended_at=100, now=300)
+    assert g.attempts[0].productive == 90 and g.wall_clock == 90 and g.ettr == 1.0
+
+
+def test_stamps_at_the_epoch_are_stamps_not_missing():
+    g = ledger([AttemptTimes(1, queued_at=0, running_at=0, first_progress_at=0, stopping_at=0, ended_at=50,
+                             made_progress=True)], job_ended_at=50, now=60)
+    assert g.attempts[0].productive == 0 and g.wall_clock == 50
+
+
+# a narrow range, so that stamps often tie, overlap and come in every order
+moment = st.floats(min_value=0, max_value=100, allow_nan=False)
+stamp = st.one_of(st.none(), moment)
+attempt_times = st.builds(AttemptTimes, number=st.integers(1, 8), queued_at=moment,
+                          starting_at=stamp, running_at=stamp, first_progress_at=stamp, stopping_at=stamp,
+                          ended_at=stamp, made_progress=st.booleans(), succeeded=st.booleans(), failed_at=stamp,
+                          decided_at=stamp)
+
+
+@given(st.lists(attempt_times, max_size=6), stamp, moment)
+def test_ettr_stays_within_0_and_1_whatever_the_attempts_timings(attempts, job_ended_at, now):
+    g = ledger(attempts, job_ended_at, now)
+    assert 0 <= g.productive <= g.wall_clock
+    assert g.ettr is None or 0 <= g.ettr <= 1
+    assert sum(a.productive for a in g.attempts) == pytest.approx(g.productive, abs=1e-6)
+    for a in g.attempts:
+        assert a.productive >= 0
+        assert all(v is None or v >= 0 for v in (a.detection, a.teardown, a.scheduling, a.startup, a.first_progress))
