@@ -119,16 +119,39 @@ def check_c4d(job: Job, config: FaultToleranceConfig, attempt: Attempt, instance
     return on_problem(job, attempt, instances, ErrorSource.C4D, EventType.C4D, message, now)
 
 
-def scan_logs_for_hints(job: Job, attempt: Attempt, instances: list[Instance], backend: Backend,
-                        now: datetime) -> None:
-    """Every LOG_SCAN_EVERY: a watchdog timeout in a log suggests a hang interval."""
+def claim_periodic(job: Job, now: datetime, *, log_scan: bool) -> tuple[bool, bool]:
+    """Claim this period's log scan (if asked) and straggler check in one compare-and-set
+    save, so a tick that runs both writes once: (log scan claimed, stragglers claimed).
+    Lost to another worker, neither is claimed (it runs them this period)."""
     state = MonitorState.load(job)
-    last = state.log_scan_at
-    if last and now.timestamp() - last < LOG_SCAN_EVERY.total_seconds():
-        return
-    state.log_scan_at = now.timestamp()
+    ts = now.timestamp()
+    scan = log_scan and not (state.log_scan_at and ts - state.log_scan_at < LOG_SCAN_EVERY.total_seconds())
+    stragglers = ts - state.stragglers_at >= STRAGGLER_EVERY
+    if not (scan or stragglers):
+        return False, False
+    if scan:
+        state.log_scan_at = ts
+    if stragglers:
+        state.stragglers_at = ts
     if not state.save(job):
-        return  # another worker scans this period
+        return False, False
+    return scan, stragglers
+
+
+def scan_logs_for_hints(job: Job, attempt: Attempt, instances: list[Instance], backend: Backend,
+                        now: datetime, claimed: bool | None = None) -> None:
+    """Every LOG_SCAN_EVERY: a watchdog timeout in a log suggests a hang interval.
+    `claimed` says whether claim_periodic claimed this period's scan; None: claim here."""
+    state = MonitorState.load(job)
+    if claimed is None:
+        last = state.log_scan_at
+        if last and now.timestamp() - last < LOG_SCAN_EVERY.total_seconds():
+            return
+        state.log_scan_at = now.timestamp()
+        if not state.save(job):
+            return  # another worker scans this period
+    elif not claimed:
+        return
     for inst in instances:
         if state.watchdog_suggested:
             break
@@ -149,15 +172,19 @@ def scan_logs_for_hints(job: Job, attempt: Attempt, instances: list[Instance], b
 
 
 def check_stragglers(job: Job, attempt: Attempt, instances: list[Instance], backend: Backend,
-                     now: datetime) -> list[StragglerVerdict]:
-    """Slow ranks from their log timestamps, no SDK needed; at most every STRAGGLER_EVERY s."""
-    state = MonitorState.load(job)
-    ts = now.timestamp()
-    if ts - state.stragglers_at < STRAGGLER_EVERY:
+                     now: datetime, claimed: bool | None = None) -> list[StragglerVerdict]:
+    """Slow ranks from their log timestamps, no SDK needed; at most every STRAGGLER_EVERY s.
+    `claimed` says whether claim_periodic claimed this period's check; None: claim here."""
+    if claimed is None:
+        state = MonitorState.load(job)
+        ts = now.timestamp()
+        if ts - state.stragglers_at < STRAGGLER_EVERY:
+            return []
+        state.stragglers_at = ts
+        if not state.save(job):
+            return []  # another worker checks this period
+    elif not claimed:
         return []
-    state.stragglers_at = ts
-    if not state.save(job):
-        return []  # another worker checks this period
     logs: dict[Hashable, list[str]] = {}
     for inst in instances:
         if inst.status != InstanceStatus.RUNNING:

@@ -18,10 +18,13 @@ sweep's poll), and only while the exit listener is alive
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import random
 from datetime import datetime, timezone as dt_timezone
 
 from django.conf import settings
+from django.db.models import Case, DateTimeField, Q, Value, When
 
 from core import hang
 from core.flags import ExecutionMode
@@ -83,3 +86,18 @@ def store(job: Job, at: datetime | None) -> None:
     if rows.update(monitor_next_check_at=at):
         job.monitor_next_check_at = at
 
+
+
+def store_many(plans: Iterable[tuple[Job, datetime]]) -> int:
+    """Schedule many steady jobs' next ticks in one statement (a sweep's chunk), each
+    row under store's compare-and-set: a job an event woke, or another worker restarted,
+    since its tick read it keeps its row as it is. A sweep pays one write per chunk
+    instead of one per job (on PostgreSQL each is a commit). Returns the rows written."""
+    plans = [(job, at) for job, at in plans if at != job.monitor_next_check_at]
+    if not plans:
+        return 0
+    claims = Q()
+    for job, _ in plans:
+        claims |= Q(pk=job.pk, monitor_state_version=job.monitor_state_version, current_attempt=job.current_attempt)
+    return Job.objects.filter(claims, status=JobStatus.RUNNING).update(monitor_next_check_at=Case(
+        *(When(pk=job.pk, then=Value(at)) for job, at in plans), output_field=DateTimeField()))
