@@ -14,8 +14,8 @@ time (all shards done) is the sweep time.
 
 Exits take production's path. The real exit listener runs in its own process
 (monitoring/management/commands/listen_exits.py, its heartbeat and all); an injected
-exit (SIGKILL of one instance of a random running job, about 20 per round at random
-moments) is first made visible to every worker process's copy of the in-memory cluster
+exit (SIGKILL of one instance of a random running job, at random moments, --exit-rate
+a second on average: 2, a heavy day for 10,000 jobs, about 1 % restarting a minute) is first made visible to every worker process's copy of the in-memory cluster
 through shared memory (the exit is on disk before it is announced, and every process
 sees it at once: no per-process lag), then announced as the shim announces it
 (jobs.backends.noderedis.publish of the shim's JSON on VIGIL_EXIT_CHANNEL). The
@@ -407,7 +407,7 @@ def measure(size: int, processes: int, args, cadence: float, shards: int) -> dic
         candidates = list(Job.objects.filter(status=JobStatus.RUNNING, current_attempt=1).values_list("pk", flat=True))
         rng.shuffle(candidates)
         injected: dict[int, float] = {}
-        gap = max(sweep, cadence) / 20  # about 20 per round: the run stays a few rounds long at any size
+        gap = 1 / args.exit_rate  # the mean time between two exits (uniform in 0..2 gaps)
         next_at = [time.time() + rng.uniform(0, gap)]
 
         def maybe_inject() -> None:
@@ -420,7 +420,7 @@ def measure(size: int, processes: int, args, cadence: float, shards: int) -> dic
                     print(f"    (the announcement of job {job_id}'s exit failed)", flush=True)
                 next_at[0] = time.time() + rng.uniform(0, 2 * gap)
 
-        deadline = time.time() + 60 + 10 * max(sweep, cadence) * args.exits / 20
+        deadline = time.time() + 60 + 2 * gap * args.exits
         decided: dict[int, float] = {}
         while len(decided) < args.exits and time.time() < deadline:
             started = time.perf_counter()
@@ -537,6 +537,7 @@ def main():
                         help="VIGIL_MONITOR_QUIET_SECONDS (default: the production default; 0 ticks every job every sweep)")
     parser.add_argument("--steady-seconds", type=float, default=None,
                         help="how long the steady phase runs (default: the quiet period plus 2 s)")
+    parser.add_argument("--exit-rate", type=float, default=2.0, help="injected exits per second, on average")
     parser.add_argument("--exit-path", choices=("listener", "sweep"), default="listener",
                         help="listener: production's (wake_monitor and a run_job task); sweep: the wake only")
     parser.add_argument("--profile", action="store_true",
@@ -582,7 +583,7 @@ def main():
     print(f"  jobs: Sync PyTorchJob, 1 Master + {WORKERS} Workers, flags {SEED_SYNC!r}; in-memory backend")
     print(f"  {shards} shards, rounds at most every {cadence} s; worker processes {counts}; "
           f"first round, then steady rounds for {args.steady_seconds:g} s (at least {args.sweeps}), "
-          f"then {args.exits} injected exits (SIGKILL)")
+          f"then {args.exits} injected exits (SIGKILL), {args.exit_rate:g} a second on average")
     print(f"  quiet period {settings.MONITOR_QUIET_SECONDS:g} s: a steady job is ticked at its scheduled check or "
           f"when woken; exit path {args.exit_path!r}: "
           + ("the exit listener wakes the job and enqueues run_job on the workers' queue"
