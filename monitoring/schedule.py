@@ -24,7 +24,7 @@ import random
 from datetime import datetime, timezone as dt_timezone
 
 from django.conf import settings
-from django.db.models import Case, DateTimeField, Q, Value, When
+from django.db import connection
 
 from core import hang
 from core.flags import ExecutionMode
@@ -92,12 +92,24 @@ def store_many(plans: Iterable[tuple[Job, datetime]]) -> int:
     """Schedule many steady jobs' next ticks in one statement (a sweep's chunk), each
     row under store's compare-and-set: a job an event woke, or another worker restarted,
     since its tick read it keeps its row as it is. A sweep pays one write per chunk
-    instead of one per job (on PostgreSQL each is a commit). Returns the rows written."""
+    instead of one per job (on PostgreSQL each is a commit). Returns the rows written.
+    Plain SQL (a CASE and a row-value IN, both in SQLite and PostgreSQL): the ORM's
+    Case/When and OR of Q objects cost more CPU to build than a tick (profiled)."""
     plans = [(job, at) for job, at in plans if at != job.monitor_next_check_at]
     if not plans:
         return 0
-    claims = Q()
+    ops, q = connection.ops, connection.ops.quote_name
+    when = " ".join(["WHEN %s THEN %s"] * len(plans))
+    rows = ", ".join(["(%s, %s, %s)"] * len(plans))
+    sql = (f"UPDATE {q(Job._meta.db_table)} SET {q('monitor_next_check_at')} = CASE {q('id')} {when} END "
+           f"WHERE {q('status')} = %s AND ({q('id')}, {q('monitor_state_version')}, {q('current_attempt')}) "
+           f"IN (VALUES {rows})")
+    params: list = []
+    for job, at in plans:
+        params += [job.pk, ops.adapt_datetimefield_value(at)]
+    params.append(str(JobStatus.RUNNING))
     for job, _ in plans:
-        claims |= Q(pk=job.pk, monitor_state_version=job.monitor_state_version, current_attempt=job.current_attempt)
-    return Job.objects.filter(claims, status=JobStatus.RUNNING).update(monitor_next_check_at=Case(
-        *(When(pk=job.pk, then=Value(at)) for job, at in plans), output_field=DateTimeField()))
+        params += [job.pk, job.monitor_state_version, job.current_attempt]
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return cursor.rowcount
