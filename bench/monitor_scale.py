@@ -384,6 +384,11 @@ class Pool:
         self.listener.join(10)
 
 
+def pick(values: list[float], p: float) -> float:
+    """The p-quantile of sorted values (nan if none)."""
+    return values[min(len(values) - 1, int(p * len(values)))] if values else float("nan")
+
+
 def measure(size: int, processes: int, args, cadence: float, shards: int) -> dict:
     from jobs.models import Job, JobStatus, RestartRecord
 
@@ -437,10 +442,12 @@ def measure(size: int, processes: int, args, cadence: float, shards: int) -> dic
         latencies = sorted(decided[j] - injected[j] for j in decided)
         failed = Job.objects.filter(pk__in=list(injected), status=JobStatus.FAILED).count()
         by_run_job = {j for j, action, *_ in pool.run_jobs if j in injected and action not in (None, "none")}
+        # ... and until its run_job task was done (the restart launched, the events written).
+        done = sorted(r[5] - injected[r[0]] for r in pool.run_jobs if r[0] in injected and r[1] not in (None, "none"))
         run_job_seconds = sorted(r[2] for r in pool.run_jobs)
     finally:
         pool.close()
-    pct = lambda p: latencies[min(len(latencies) - 1, int(p * len(latencies)))] if latencies else float("nan")  # noqa: E731
+    pct = lambda p: pick(latencies, p)  # noqa: E731
     rounds = len(steady)
     return {"short": short, "first": first[0], "sweep": sweep, "sweep_max": max(s[0] for s in steady),
             "rounds": rounds, "ticks": sum(s[1] for s in steady) / rounds / size,
@@ -448,6 +455,7 @@ def measure(size: int, processes: int, args, cadence: float, shards: int) -> dic
             "first_sql": first[2] / size,
             "injected": len(injected), "decided": len(decided), "failed": failed,
             "p50": pct(0.50), "p99": pct(0.99), "max": latencies[-1] if latencies else float("nan"),
+            "done_p50": pick(done, 0.50), "done_p99": pick(done, 0.99),
             "run_jobs": len(run_job_seconds), "by_run_job": len(by_run_job & set(decided)),
             "run_job_median": statistics.median(run_job_seconds) if run_job_seconds else float("nan")}
 
@@ -617,7 +625,8 @@ def main():
                       f"({r['sweep'] / size * 1000:.4f} ms/job); per job per round: {r['ticks']:.3f} ticks, "
                       f"{r['sql']:.3f} queries, {r['redis']:.4f} Redis round trips; decision latency p50 {r['p50']:.3f} s, "
                       f"p99 {r['p99']:.3f} s, max {r['max']:.3f} s ({r['decided']}/{r['injected']} exits decided, "
-                      f"{r['by_run_job']} by run_job, {r['failed']} failed the job; {r['run_jobs']} run_job tasks, "
+                      f"{r['by_run_job']} by run_job, {r['failed']} failed the job; those run_job tasks done "
+                      f"p50 {r['done_p50']:.3f} s, p99 {r['done_p99']:.3f} s after the exit; {r['run_jobs']} run_job tasks, "
                       f"median {r['run_job_median'] * 1000:.1f} ms; {r['short']} job ticks left by lost leases)  "
                       f"[setup {setup:.0f} s, load {' '.join(f'{x:.2f}' for x in os.getloadavg())}]",
                       flush=True)
