@@ -312,7 +312,7 @@ def worker(tasks_q, results_q) -> None:
 
 
 class Pool:
-    def __init__(self, processes: int, exit_path: str) -> None:
+    def __init__(self, processes: int, exit_path: str, exits_queue: bool = False) -> None:
         from django.db import connections
 
         from jobs.models import Job
@@ -326,7 +326,13 @@ class Pool:
         self.tasks, self.results = ctx.Queue(), ctx.Queue()
         self.procs = [ctx.Process(target=worker, args=(self.tasks, self.results), daemon=True)
                       for _ in range(processes)]
-        self.listener = ctx.Process(target=listener, args=(self.tasks, exit_path == "listener"), daemon=True)
+        # --run-job-queue: run_job on a queue of its own, served by one more process that
+        # does not sweep (CELERY_TASK_ROUTES and a `-Q` worker would do it in production).
+        run_jobs_q = ctx.Queue() if exits_queue else self.tasks
+        if exits_queue:
+            self.procs.append(ctx.Process(target=worker, args=(run_jobs_q, self.results), daemon=True))
+        self.queues = [self.tasks] * processes + ([run_jobs_q] if exits_queue else [])
+        self.listener = ctx.Process(target=listener, args=(run_jobs_q, exit_path == "listener"), daemon=True)
         for p in [self.listener, *self.procs]:
             p.start()
         self.run_jobs: list[tuple] = []  # (job_id, action, seconds, sql, redis, done_at)
@@ -374,8 +380,8 @@ class Pool:
         return time.perf_counter() - t0, ticked, sql, red
 
     def close(self) -> None:
-        for _ in self.procs:
-            self.tasks.put(None)
+        for q in self.queues:
+            q.put(None)
         for p in self.procs:
             p.join(30)
             if p.is_alive():
@@ -392,7 +398,7 @@ def pick(values: list[float], p: float) -> float:
 def measure(size: int, processes: int, args, cadence: float, shards: int) -> dict:
     from jobs.models import Job, JobStatus, RestartRecord
 
-    pool = Pool(processes, args.exit_path)
+    pool = Pool(processes, args.exit_path, args.run_job_queue)
     try:
         first = pool.round(shards)
         steady = []
@@ -546,6 +552,8 @@ def main():
     parser.add_argument("--steady-seconds", type=float, default=None,
                         help="how long the steady phase runs (default: the quiet period plus 2 s)")
     parser.add_argument("--exit-rate", type=float, default=2.0, help="injected exits per second, on average")
+    parser.add_argument("--run-job-queue", action="store_true",
+                        help="run_job on its own queue and one more worker process that does not sweep")
     parser.add_argument("--exit-path", choices=("listener", "sweep"), default="listener",
                         help="listener: production's (wake_monitor and a run_job task); sweep: the wake only")
     parser.add_argument("--profile", action="store_true",
@@ -595,6 +603,7 @@ def main():
     print(f"  quiet period {settings.MONITOR_QUIET_SECONDS:g} s: a steady job is ticked at its scheduled check or "
           f"when woken; exit path {args.exit_path!r}: "
           + ("the exit listener wakes the job and enqueues run_job on the workers' queue"
+             + (" (its own queue and process)" if args.run_job_queue else "")
              if args.exit_path == "listener" else "the exit listener wakes the job, no run_job task "
              "(the latency is the sweep's)"))
     backend = use_memory_backend()
