@@ -602,8 +602,9 @@ def main():
           f"then {args.exits} injected exits (SIGKILL), {args.exit_rate:g} a second on average")
     print(f"  quiet period {settings.MONITOR_QUIET_SECONDS:g} s: a steady job is ticked at its scheduled check or "
           f"when woken; exit path {args.exit_path!r}: "
-          + ("the exit listener wakes the job and enqueues run_job on the workers' queue"
-             + (" (its own queue and process)" if args.run_job_queue else "")
+          + ("the exit listener wakes the job and enqueues run_job "
+             + ("on its own queue, served by one more process that does not sweep" if args.run_job_queue
+                else "on the workers' queue")
              if args.exit_path == "listener" else "the exit listener wakes the job, no run_job task "
              "(the latency is the sweep's)"))
     backend = use_memory_backend()
