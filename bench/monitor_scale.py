@@ -25,7 +25,9 @@ Celery would (monitoring.tasks.run_job: the per-job Redis lock, then the tick). 
 decision latency is the RestartRecord's restart_time (the deciding tick's clock) minus
 the moment of injection, p50 and p99, over --exits decisions. --exit-path sweep drops
 the run_job task (the listener still wakes the job): the latency of the sweep alone,
-what a person waits for when the run_job task is lost or late.
+what a person waits for when the run_job task is lost or late. --run-job-queue puts run_job on a
+queue of its own, served by one more worker process that never sweeps (what routing it
+with CELERY_TASK_ROUTES to a `-Q` worker would do).
 
 Phases per size and worker count: a first round (every job is new, so every job is
 ticked: it also scans logs for watchdog hints and checks stragglers, both every 30 s
