@@ -7,33 +7,45 @@ fault-tolerance flags, running on the in-memory backend, every instance alive an
 recently printing. What runs is what production runs: `monitoring.tasks.sweep(shard)`,
 one call per shard (VIGIL_MONITOR_SHARDS, the production default unless --shards),
 each under the shard's Redis lease, in 1, 2 or 4 forked worker processes that take
-shard tasks from one queue as Celery workers do. A "beat" here enqueues every shard
-each round, at most every VIGIL_MONITOR_SWEEP_SECONDS; the round's wall time (all
-shards done) is the sweep time. Every worker process holds a copy of the in-memory
-cluster; an exit is injected into every copy (the cluster is one), and an attempt
-one worker launched is running in the others too (ClusterView).
+tasks from one FIFO queue as Celery workers take them from the broker's one default
+queue (console.settings routes no task elsewhere, prefetch 1). A "beat" here enqueues
+every shard each round, at most every VIGIL_MONITOR_SWEEP_SECONDS; the round's wall
+time (all shards done) is the sweep time.
 
-Every run (size, worker processes) starts from a fresh set of running jobs.
+Exits take production's path. The real exit listener runs in its own process
+(monitoring/management/commands/listen_exits.py, its heartbeat and all); an injected
+exit (SIGKILL of one instance of a random running job, at random moments, --exit-rate
+a second on average: 2, a heavy day for 10,000 jobs, about 1 % restarting a minute) is first made visible to every worker process's copy of the in-memory cluster
+through shared memory (the exit is on disk before it is announced, and every process
+sees it at once: no per-process lag), then announced as the shim announces it
+(jobs.backends.noderedis.publish of the shim's JSON on VIGIL_EXIT_CHANNEL). The
+listener wakes the job (jobs.actions.wake_monitor) and enqueues the run_job task, which
+the same worker processes take from the same queue as the shard tasks and run as
+Celery would (monitoring.tasks.run_job: the per-job Redis lock, then the tick). The
+decision latency is the RestartRecord's restart_time (the deciding tick's clock) minus
+the moment of injection, p50 and p99, over --exits decisions. --exit-path sweep drops
+the run_job task (the listener still wakes the job): the latency of the sweep alone,
+what a person waits for when the run_job task is lost or late. --run-job-queue puts run_job on a
+queue of its own, served by one more worker process that never sweeps (what routing it
+with CELERY_TASK_ROUTES to a `-Q` worker would do).
+
 Phases per size and worker count: a first round (every job is new, so every job is
 ticked: it also scans logs for watchdog hints and checks stragglers, both every 30 s
 per job, and schedules each job's next tick, monitoring.schedule), steady rounds for
 longer than the quiet period (VIGIL_MONITOR_QUIET_SECONDS; median and max round time,
 and per job per round the ticks, SQL queries and Redis round trips, averaged over the
-phase, so the scheduled ticks are paid for), then rounds with exits injected (SIGKILL
-of one instance of a random running job, about 20 per round at random moments) until
---exits decisions: the decision latency is the RestartRecord's restart_time (the
-deciding tick's clock) minus the moment of injection, p50 and p99. The bench stands in
-for the exit listener: its heartbeat is kept fresh, and each worker process wakes the
-job of an exit it learns of (jobs.actions.wake_monitor) as the listener does on the
-shim's announcement; there is no run_job task, so the latency is the sweep's (in
-production the listener's run_job usually decides first).
+phase, so the scheduled ticks are paid for), then the rounds with exits injected.
+Every run (size, worker processes) starts from a fresh set of running jobs.
 
 The data is bulk-created in a throwaway SQLite database in a temporary VIGIL_DATA_DIR,
 or with --postgres in a throwaway PostgreSQL database (vigil_bench_scale_<pid>,
-dropped after); Redis is REDIS_URL or a private one (console.devredis).
+dropped after); Redis is REDIS_URL or a private one (console.devredis). --profile
+instead runs one steady sweep of every shard in this process under cProfile and prints
+where the time and the SQL statements go.
 
 Run:  .venv/bin/python bench/monitor_scale.py [--sizes 1000,10000] [--workers 1,2,4] [--postgres]
-Targets (issue 17): 10,000 jobs with 2 workers on PostgreSQL: steady sweep < 0.5 s, p99 < 1 s.
+Targets (issue 17): 10,000 jobs with 2 workers on PostgreSQL: steady sweep < 0.5 s, p99 < 1 s;
+30,000 jobs: p99 < 2 s.
 """
 
 from __future__ import annotations
@@ -46,6 +58,7 @@ import platform
 import queue
 import random
 import shutil
+import signal
 import statistics
 import sys
 import tempfile
@@ -147,7 +160,8 @@ def create_running_jobs(count: int, backend, owner, workspace) -> None:
 
 def cluster_view():
     """The in-memory backend as one cluster seen from several worker processes: an
-    attempt another process launched after the fork is running here too."""
+    attempt another process launched after the fork is running here too, and an exit
+    injected anywhere is seen here by the next poll (Exits: shared memory)."""
     from jobs import actions
     from jobs.backends.memory import MemoryBackend
     from jobs.models import Attempt
@@ -157,10 +171,11 @@ def cluster_view():
         def exit_channel(self) -> str | None:
             from django.conf import settings
 
-            return settings.VIGIL_EXIT_CHANNEL  # its exits are announced (drain_exits)
+            return settings.VIGIL_EXIT_CHANNEL  # its exits are announced (Exits.inject)
 
         def poll(self, handle):
-            drain_exits(self)  # an exit is on disk before it is announced
+            if EXITS is not None:
+                EXITS.see(self, handle)  # an exit is on disk before it is announced
             return super().poll(handle)
 
         def _attempt(self, handle):
@@ -172,11 +187,77 @@ def cluster_view():
     return ClusterView
 
 
+class Exits:
+    """The injected exits, in shared memory mapped before the worker processes fork: the
+    injecting process writes an exit before it announces it, and every process's copy of
+    the cluster sees it at its next poll of the job, as every worker sees an exit record
+    on a shared disk. (Queues per process, as before, let a tick in a process whose copy
+    was behind schedule the job past its exit: a lag production does not have.)"""
+
+    def __init__(self, ctx, first_job: int, last_job: int) -> None:
+        self.base = first_job
+        self.at = ctx.Array("d", last_job - first_job + 1, lock=False)  # exit time; 0: none
+        self.worker = ctx.Array("i", last_job - first_job + 1, lock=False)  # which Worker exited
+
+    def inject(self, job_id: int, worker: int, at: float) -> None:
+        self.worker[job_id - self.base] = worker
+        self.at[job_id - self.base] = at  # last: a reader that sees the time sees the worker
+
+    def see(self, backend, handle) -> None:
+        job_id = int(handle["job_id"])
+        i = job_id - self.base
+        if int(handle["attempt"]) != 1 or not 0 <= i < len(self.at) or not self.at[i]:
+            return  # exits are injected into attempt 1 only
+        name = f"worker-{self.worker[i]}"
+        att = backend.attempts.get((handle["job_id"], handle["attempt"]))
+        if att is not None and name in att.statuses and not att.statuses[name].state.finished:
+            backend.finish(handle, name, exit_code=None, signal=9, now=self.at[i])
+
+
+EXITS: Exits | None = None  # set before the fork
+
+
+def announce(job_id: int, name: str, at: float) -> bool:
+    """PUBLISH the exit as the shim announces it (jobs.backends.shim._announce)."""
+    import json
+
+    from django.conf import settings
+
+    from jobs.backends.noderedis import publish, redis_target
+
+    payload = json.dumps({"job_id": job_id, "attempt": 1, "instance": name, "exit_code": None, "signal": 9,
+                          "exited_at": at, "run": 1})
+    return publish(redis_target(settings.REDIS_URL, settings.VIGIL_EXIT_CHANNEL), payload, 2.0)
+
+
+def listener(tasks_q, run_jobs: bool) -> None:
+    """The exit listener, the production command: its heartbeat, wake_monitor on each
+    announcement, and run_job.delay, which here puts the task on the workers' queue
+    (Celery puts it on the broker's default queue, behind the shard tasks already there)."""
+    from django.db import connection
+
+    from monitoring.management.commands import listen_exits
+
+    class Broker:
+        @staticmethod
+        def delay(job_id: int) -> None:
+            if run_jobs:
+                tasks_q.put(("run_job", job_id, time.time()))
+
+    connection.close()  # never share the parent's socket
+    listen_exits.run_job = Broker  # type: ignore[assignment]
+    logging.getLogger("monitoring.management.commands.listen_exits").setLevel(logging.WARNING)
+    from django.conf import settings
+
+    listen_exits.Command().handle(channel=settings.VIGIL_EXIT_CHANNEL)
+
+
 class Counts:
     """SQL queries and Redis round trips made in this process."""
 
     sql = 0
     redis = 0
+    statements: dict[str, int] | None = None  # by verb and table, when profiling
 
     @classmethod
     def install(cls) -> None:
@@ -185,6 +266,13 @@ class Counts:
 
         def counting(execute, sql, params, many, context):
             cls.sql += 1
+            if cls.statements is not None:
+                import re
+
+                verb = sql.split(None, 1)[0].upper()
+                table = re.search(r'(?:FROM|UPDATE|INTO)\s+"?(\w+)"?', sql)
+                key = f"{verb} {table.group(1) if table else ''}"
+                cls.statements[key] = cls.statements.get(key, 0) + 1
             return execute(sql, params, many, context)
 
         connection.execute_wrappers.append(counting)
@@ -202,98 +290,117 @@ class Counts:
         redis.client.Pipeline.execute = execute
 
 
-EXITS_Q = None  # this worker process's queue of injected exits
-
-
-def drain_exits(backend) -> None:
-    """Exits injected meanwhile: this copy of the cluster sees them, and the job is woken
-    as the exit listener wakes it on the shim's announcement (jobs.actions.wake_monitor).
-    Every worker wakes the job once it knows of the exit, so a tick in a worker whose
-    copy was behind cannot leave it scheduled past the exit."""
-    from jobs import actions
-
-    while EXITS_Q is not None:
-        try:
-            job_id, handle, name = EXITS_Q.get_nowait()
-        except queue.Empty:
-            return
-        try:
-            backend.finish(handle, name, exit_code=None, signal=9)
-        except Exception:  # noqa: BLE001 - an attempt already replaced here
-            pass
-        actions.wake_monitor(job_id)
-
-
-def worker(tasks_q, results_q, exits_q) -> None:
-    """One worker process: take a shard, sweep it (the production task), report."""
+def worker(tasks_q, results_q) -> None:
+    """One worker process: take a task (a shard's sweep or a job's run_job, the production
+    tasks), run it, report."""
     from django.db import connection
 
-    from jobs.backends import get_backend
     from monitoring import tasks
 
-    global EXITS_Q
     connection.close()  # never share the parent's socket
     Counts.install()
-    backend = get_backend("local")
-    EXITS_Q = exits_q
     while True:
-        shard = tasks_q.get()
-        if shard is None:
+        task = tasks_q.get()
+        if task is None:
             return
-        drain_exits(backend)
+        kind, arg, _ = task
         sql, red, t0 = Counts.sql, Counts.redis, time.perf_counter()
-        ticked = tasks.sweep(shard)
-        results_q.put((shard, ticked, time.perf_counter() - t0, Counts.sql - sql, Counts.redis - red))
+        try:
+            out = tasks.sweep(arg) if kind == "sweep" else tasks.run_job(arg)
+        except Exception:  # noqa: BLE001 - a failed task, as Celery logs it; the worker goes on
+            logging.getLogger("bench").exception("task %s(%s) failed", kind, arg)
+            out = None
+        results_q.put((kind, arg, out, time.perf_counter() - t0, Counts.sql - sql, Counts.redis - red, time.time()))
 
 
 class Pool:
-    def __init__(self, processes: int) -> None:
+    def __init__(self, processes: int, exit_path: str, exits_queue: bool = False) -> None:
         from django.db import connections
 
-        connections.close_all()
-        ctx = multiprocessing.get_context("fork")
-        self.tasks, self.results = ctx.Queue(), ctx.Queue()
-        self.exits = [ctx.Queue() for _ in range(processes)]
-        self.procs = [ctx.Process(target=worker, args=(self.tasks, self.results, q), daemon=True) for q in self.exits]
-        for p in self.procs:
-            p.start()
+        from jobs.models import Job
+        from monitoring.tasks import exits_announced
 
-    def inject(self, job_id: int, handle: dict, name: str) -> None:
-        for q in self.exits:
-            q.put((job_id, handle, name))
+        global EXITS
+        ids = Job.objects.order_by("pk").values_list("pk", flat=True)
+        ctx = multiprocessing.get_context("fork")
+        EXITS = Exits(ctx, ids.first(), ids.last())
+        connections.close_all()  # the children open their own
+        self.tasks, self.results = ctx.Queue(), ctx.Queue()
+        self.procs = [ctx.Process(target=worker, args=(self.tasks, self.results), daemon=True)
+                      for _ in range(processes)]
+        # --run-job-queue: run_job on a queue of its own, served by one more process that
+        # does not sweep (CELERY_TASK_ROUTES and a `-Q` worker would do it in production).
+        run_jobs_q = ctx.Queue() if exits_queue else self.tasks
+        if exits_queue:
+            self.procs.append(ctx.Process(target=worker, args=(run_jobs_q, self.results), daemon=True))
+        self.queues = [self.tasks] * processes + ([run_jobs_q] if exits_queue else [])
+        self.listener = ctx.Process(target=listener, args=(run_jobs_q, exit_path == "listener"), daemon=True)
+        for p in [self.listener, *self.procs]:
+            p.start()
+        self.run_jobs: list[tuple] = []  # (job_id, action, seconds, sql, redis, done_at)
+        deadline = time.time() + 30
+        while not exits_announced():  # the listener's first heartbeat
+            if time.time() > deadline:
+                raise RuntimeError("the exit listener did not start")
+            time.sleep(0.05)
+
+    def _take(self, timeout: float):
+        """One result: a shard's (returned) or a run_job's (kept in self.run_jobs)."""
+        kind, arg, out, dt, q, r, done_at = self.results.get(timeout=timeout)
+        if kind == "sweep":
+            return arg, out, dt, q, r
+        self.run_jobs.append((arg, out, dt, q, r, done_at))
+        return None
+
+    def drain(self) -> None:
+        """run_job results that came between rounds."""
+        while True:
+            try:
+                self._take(0)
+            except queue.Empty:
+                return
 
     def round(self, shards: int, during=None) -> tuple[float, int, int, int]:
         """Every shard swept once; wall time, jobs ticked, queries, Redis round trips."""
-        from infra import health
-
-        health.record(health.EXITS)  # the exit listener's heartbeat: its announcements are emulated
         t0 = time.perf_counter()
         for shard in range(shards):
-            self.tasks.put(shard)
+            self.tasks.put(("sweep", shard, time.time()))
         done, ticked, sql, red = 0, 0, 0, 0
         while done < shards:
             try:
-                _, n, _, q, r = self.results.get(timeout=0.01)
+                got = self._take(0.01)
             except queue.Empty:
-                if during is not None:
-                    during()
+                got = None
+                if not all(p.is_alive() for p in [self.listener, *self.procs]):
+                    raise RuntimeError("a worker process or the exit listener died")
+            if during is not None:
+                during()
+            if got is None:
                 continue
+            _, n, _, q, r = got
             done, ticked, sql, red = done + 1, ticked + (n or 0), sql + q, red + r
         return time.perf_counter() - t0, ticked, sql, red
 
     def close(self) -> None:
-        for _ in self.procs:
-            self.tasks.put(None)
+        for q in self.queues:
+            q.put(None)
         for p in self.procs:
             p.join(30)
             if p.is_alive():
                 p.kill()
+        self.listener.kill()  # its loop never ends; stopped by its own PID
+        self.listener.join(10)
+
+
+def pick(values: list[float], p: float) -> float:
+    """The p-quantile of sorted values (nan if none)."""
+    return values[min(len(values) - 1, int(p * len(values)))] if values else float("nan")
 
 
 def measure(size: int, processes: int, args, cadence: float, shards: int) -> dict:
-    from jobs.models import Attempt, Job, JobStatus, RestartRecord
+    from jobs.models import Job, JobStatus, RestartRecord
 
-    pool = Pool(processes)
+    pool = Pool(processes, args.exit_path, args.run_job_queue)
     try:
         first = pool.round(shards)
         steady = []
@@ -312,20 +419,21 @@ def measure(size: int, processes: int, args, cadence: float, shards: int) -> dic
         rng = random.Random(size * 10 + processes)
         candidates = list(Job.objects.filter(status=JobStatus.RUNNING, current_attempt=1).values_list("pk", flat=True))
         rng.shuffle(candidates)
-        handles = dict(Attempt.objects.filter(job_id__in=candidates[:args.exits * 2], number=1)
-                       .values_list("job_id", "backend_handle"))
         injected: dict[int, float] = {}
-        gap = max(sweep, cadence) / 20  # about 20 per round: the run stays a few rounds long at any size
+        gap = 1 / args.exit_rate  # the mean time between two exits (uniform in 0..2 gaps)
         next_at = [time.time() + rng.uniform(0, gap)]
 
         def maybe_inject() -> None:
             if len(injected) < args.exits and time.time() >= next_at[0]:
-                job_id = candidates[len(injected)]
-                injected[job_id] = time.time()
-                pool.inject(job_id, handles[job_id], f"worker-{rng.randrange(WORKERS)}")
+                job_id, which = candidates[len(injected)], rng.randrange(WORKERS)
+                at = injected[job_id] = time.time()
+                assert EXITS is not None
+                EXITS.inject(job_id, which, at)  # on disk first, then announced
+                if not announce(job_id, f"worker-{which}", at):
+                    print(f"    (the announcement of job {job_id}'s exit failed)", flush=True)
                 next_at[0] = time.time() + rng.uniform(0, 2 * gap)
 
-        deadline = time.time() + 60 + 10 * max(sweep, cadence) * args.exits / 20
+        deadline = time.time() + 60 + 2 * gap * args.exits
         decided: dict[int, float] = {}
         while len(decided) < args.exits and time.time() < deadline:
             started = time.perf_counter()
@@ -335,19 +443,102 @@ def measure(size: int, processes: int, args, cadence: float, shards: int) -> dic
                 decided.setdefault(job_id, at.timestamp())
             while time.perf_counter() - started < cadence:
                 maybe_inject()
+                pool.drain()
                 time.sleep(0.005)
+        time.sleep(0.2)
+        pool.drain()
         latencies = sorted(decided[j] - injected[j] for j in decided)
         failed = Job.objects.filter(pk__in=list(injected), status=JobStatus.FAILED).count()
+        by_run_job = {j for j, action, *_ in pool.run_jobs if j in injected and action not in (None, "none")}
+        # ... and until its run_job task was done (the restart launched, the events written).
+        done = sorted(r[5] - injected[r[0]] for r in pool.run_jobs if r[0] in injected and r[1] not in (None, "none"))
+        run_job_seconds = sorted(r[2] for r in pool.run_jobs)
     finally:
         pool.close()
-    pct = lambda p: latencies[min(len(latencies) - 1, int(p * len(latencies)))] if latencies else float("nan")  # noqa: E731
+    pct = lambda p: pick(latencies, p)  # noqa: E731
     rounds = len(steady)
     return {"short": short, "first": first[0], "sweep": sweep, "sweep_max": max(s[0] for s in steady),
             "rounds": rounds, "ticks": sum(s[1] for s in steady) / rounds / size,
             "sql": sum(s[2] for s in steady) / rounds / size, "redis": sum(s[3] for s in steady) / rounds / size,
             "first_sql": first[2] / size,
             "injected": len(injected), "decided": len(decided), "failed": failed,
-            "p50": pct(0.50), "p99": pct(0.99), "max": latencies[-1] if latencies else float("nan")}
+            "p50": pct(0.50), "p99": pct(0.99), "max": latencies[-1] if latencies else float("nan"),
+            "done_p50": pick(done, 0.50), "done_p99": pick(done, 0.99),
+            "run_jobs": len(run_job_seconds), "by_run_job": len(by_run_job & set(decided)),
+            "run_job_median": statistics.median(run_job_seconds) if run_job_seconds else float("nan")}
+
+
+def profile(size: int, shards: int) -> None:
+    """Where a sweep's time and statements go, in this process: the first round (every
+    job new), a round where every steady job is due (its scheduled tick), and a round
+    with none due (the list queries only)."""
+    import cProfile
+    import io
+    import pstats
+
+    from infra import health
+    from jobs.models import Job
+    from monitoring import tasks
+
+    Counts.install()
+    Counts.statements = {}
+
+    def one(title: str) -> None:
+        health.record(health.EXITS)  # the listener's heartbeat: the schedule is trusted
+        Counts.statements, sql, red = {}, Counts.sql, Counts.redis
+        prof = cProfile.Profile()
+        t0 = time.perf_counter()
+        prof.enable()
+        ticked = sum(tasks.sweep(shard) or 0 for shard in range(shards))
+        prof.disable()
+        took = time.perf_counter() - t0
+        print(f"\n  {title}: {ticked} ticks in {took:.3f} s under cProfile ({took / max(ticked, 1) * 1000:.2f} ms/tick), "
+              f"{Counts.sql - sql} queries, {Counts.redis - red} Redis round trips; load "
+              f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+        report(prof)
+
+    def report(prof) -> None:
+        print("    statements: " + ", ".join(f"{k} {v}" for k, v in sorted(Counts.statements.items(), key=lambda kv: -kv[1])))
+        for order in ("tottime", "cumulative"):
+            out = io.StringIO()
+            pstats.Stats(prof, stream=out).sort_stats(order).print_stats(18)
+            text = out.getvalue()
+            print("    by " + order + ":\n" + "\n".join("      " + line for line in
+                                                   text[text.index("ncalls"):].rstrip().splitlines()))
+
+    one(f"first round, {size} new jobs")
+    Job.objects.update(monitor_next_check_at=None)  # every steady job due: its scheduled tick
+    one(f"steady round, all {size} jobs due")
+    one("steady round, none due")
+
+    # The exit path: run_job of jobs with an instance just killed (the listener's task).
+    from jobs.backends import get_backend
+    from jobs.models import Attempt
+
+    backend = get_backend("local")
+    handles = dict(Attempt.objects.filter(number=1).order_by("job_id").values_list("job_id", "backend_handle")[:20])
+    Counts.statements, sql, red = {}, Counts.sql, Counts.redis
+    prof = cProfile.Profile()
+    t0 = time.perf_counter()
+    for job_id, handle in handles.items():
+        backend.finish(handle, "worker-1", exit_code=None, signal=9)
+        prof.enable()
+        tasks.run_job(job_id)
+        prof.disable()
+    took = time.perf_counter() - t0
+    print(f"\n  run_job of {len(handles)} jobs with an instance killed: {took / len(handles) * 1000:.1f} ms each, "
+          f"{(Counts.sql - sql) / len(handles):.1f} queries and {(Counts.redis - red) / len(handles):.1f} Redis "
+          f"round trips each")
+    report(prof)
+
+
+def fit(points: list[tuple[int, float]]) -> str:
+    """The least-squares line through (jobs, seconds): its slope per job and its intercept."""
+    n = len(points)
+    mx, my = sum(x for x, _ in points) / n, sum(y for _, y in points) / n
+    sxx = sum((x - mx) ** 2 for x, _ in points)
+    slope = sum((x - mx) * (y - my) for x, y in points) / sxx if sxx else float("nan")
+    return f"{slope * 1e6:.1f} us/job + {my - slope * mx:.3f} s"
 
 
 def main():
@@ -362,9 +553,17 @@ def main():
                         help="VIGIL_MONITOR_QUIET_SECONDS (default: the production default; 0 ticks every job every sweep)")
     parser.add_argument("--steady-seconds", type=float, default=None,
                         help="how long the steady phase runs (default: the quiet period plus 2 s)")
+    parser.add_argument("--exit-rate", type=float, default=2.0, help="injected exits per second, on average")
+    parser.add_argument("--run-job-queue", action="store_true",
+                        help="run_job on its own queue and one more worker process that does not sweep")
+    parser.add_argument("--exit-path", choices=("listener", "sweep"), default="listener",
+                        help="listener: production's (wake_monitor and a run_job task); sweep: the wake only")
+    parser.add_argument("--profile", action="store_true",
+                        help="profile one first and one steady sweep of the first size in this process instead")
     parser.add_argument("--postgres", nargs="?", const="postgres://postgres@127.0.0.1:5432", default=None,
                         help="PostgreSQL server URL (without database) instead of SQLite")
     args = parser.parse_args()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # a timeout still drops the database and stops Redis
     if args.instances < 2:
         parser.error("--instances: at least 2 (a Master and a Worker)")
     globals()["WORKERS"] = args.instances - 1
@@ -402,10 +601,14 @@ def main():
     print(f"  jobs: Sync PyTorchJob, 1 Master + {WORKERS} Workers, flags {SEED_SYNC!r}; in-memory backend")
     print(f"  {shards} shards, rounds at most every {cadence} s; worker processes {counts}; "
           f"first round, then steady rounds for {args.steady_seconds:g} s (at least {args.sweeps}), "
-          f"then {args.exits} injected exits (SIGKILL)")
+          f"then {args.exits} injected exits (SIGKILL), {args.exit_rate:g} a second on average")
     print(f"  quiet period {settings.MONITOR_QUIET_SECONDS:g} s: a steady job is ticked at its scheduled check or "
-          f"when woken; an injected exit wakes its job as the exit listener would (no run_job task: "
-          f"the latency is the sweep's)")
+          f"when woken; exit path {args.exit_path!r}: "
+          + ("the exit listener wakes the job and enqueues run_job "
+             + ("on its own queue, served by one more process that does not sweep" if args.run_job_queue
+                else "on the workers' queue")
+             if args.exit_path == "listener" else "the exit listener wakes the job, no run_job task "
+             "(the latency is the sweep's)"))
     backend = use_memory_backend()
     owner = get_user_model().objects.create_user("bench", "bench@example.com", "bench-password-123")
     ws = Workspace.objects.create(name="Bench", slug="bench")
@@ -414,6 +617,10 @@ def main():
     logging.getLogger("vigil.decisions").setLevel(logging.ERROR)  # one line per injected exit otherwise
     rows = []
     try:
+        if args.profile:
+            create_running_jobs(sizes[0], backend, owner, ws)
+            profile(sizes[0], shards)
+            return
         for size in sorted(sizes):
             for processes in counts:
                 # A fresh set per run: the restarts one run decides must not burden the next.
@@ -428,17 +635,21 @@ def main():
                       f"({r['first_sql']:.2f} queries/job), steady sweep median {r['sweep']:6.3f} s, "
                       f"max {r['sweep_max']:.3f} s over {r['rounds']} rounds "
                       f"({r['sweep'] / size * 1000:.4f} ms/job); per job per round: {r['ticks']:.3f} ticks, "
-                      f"{r['sql']:.3f} queries, {r['redis']:.4f} Redis round trips; decision latency p50 {r['p50']:.2f} s, "
-                      f"p99 {r['p99']:.2f} s, max {r['max']:.2f} s ({r['decided']}/{r['injected']} exits decided, "
-                      f"{r['failed']} failed the job; {r['short']} job ticks left by lost leases)  [setup {setup:.0f} s, load {os.getloadavg()[0]:.2f}]",
+                      f"{r['sql']:.3f} queries, {r['redis']:.4f} Redis round trips; decision latency p50 {r['p50']:.3f} s, "
+                      f"p99 {r['p99']:.3f} s, max {r['max']:.3f} s ({r['decided']}/{r['injected']} exits decided, "
+                      f"{r['by_run_job']} by run_job, {r['failed']} failed the job; those run_job tasks done "
+                      f"p50 {r['done_p50']:.3f} s, p99 {r['done_p99']:.3f} s after the exit; {r['run_jobs']} run_job tasks, "
+                      f"median {r['run_job_median'] * 1000:.1f} ms; {r['short']} job ticks left by lost leases)  "
+                      f"[setup {setup:.0f} s, load {' '.join(f'{x:.2f}' for x in os.getloadavg())}]",
                       flush=True)
-        print("\n  fitted cost per job (steady sweep / jobs, by worker processes):")
+        print("\n  fitted cost per job (least squares over the sizes, by worker processes):")
         for processes in counts:
-            pts = [(size, r["sweep"]) for size, p, r in rows if p == processes]
+            pts = [(size, r) for size, p, r in rows if p == processes]
             if len(pts) >= 2:
-                (x0, y0), (x1, y1) = pts[0], pts[-1]
-                print(f"    {processes} worker(s): {(y1 - y0) / (x1 - x0) * 1000:.3f} ms/job marginal "
-                      f"({x0} -> {x1} jobs)")
+                line = ", ".join(f"{name} {fit([(x, r[key]) for x, r in pts])}"
+                                 for name, key in (("steady sweep", "sweep"), ("first round", "first"),
+                                                   ("decision p99", "p99")))
+                print(f"    {processes} worker(s), {', '.join(str(x) for x, _ in pts)} jobs: {line}")
         print(f"  load average at end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -118,16 +118,34 @@ def check_c4d(job: Job, config: FaultToleranceConfig, attempt: Attempt, instance
     return on_problem(job, attempt, instances, ErrorSource.C4D, EventType.C4D, message, now)
 
 
-def scan_logs_for_hints(job: Job, attempt: Attempt, instances: list[Instance], backend: Backend,
-                        now: datetime) -> None:
-    """Every LOG_SCAN_EVERY: a watchdog timeout in a log suggests a hang interval."""
+def claim_periodic(job: Job, now: datetime, *, log_scan: bool, stragglers: bool = True) -> tuple[bool, bool]:
+    """Claim this period's log scan and straggler check (those asked for and due) in one
+    compare-and-set save, so a tick that runs both writes once: (log scan claimed,
+    stragglers claimed). Lost to another worker, neither is (it runs them this period)."""
     state = MonitorState.load(job)
-    last = state.log_scan_at
-    if last and now.timestamp() - last < LOG_SCAN_EVERY.total_seconds():
-        return
-    state.log_scan_at = now.timestamp()
+    ts = now.timestamp()
+    scan = log_scan and not (state.log_scan_at and ts - state.log_scan_at < LOG_SCAN_EVERY.total_seconds())
+    stragglers = stragglers and ts - state.stragglers_at >= STRAGGLER_EVERY
+    if not (scan or stragglers):
+        return False, False
+    if scan:
+        state.log_scan_at = ts
+    if stragglers:
+        state.stragglers_at = ts
     if not state.save(job):
-        return  # another worker scans this period
+        return False, False
+    return scan, stragglers
+
+
+def scan_logs_for_hints(job: Job, attempt: Attempt, instances: list[Instance], backend: Backend,
+                        now: datetime, claimed: bool | None = None) -> None:
+    """Every LOG_SCAN_EVERY: a watchdog timeout in a log suggests a hang interval.
+    `claimed` says whether claim_periodic claimed this period's scan; None: claim here."""
+    if claimed is None:
+        claimed = claim_periodic(job, now, log_scan=True, stragglers=False)[0]
+    if not claimed:
+        return  # not due, or another worker scans this period
+    state = MonitorState.load(job)
     for inst in instances:
         if state.watchdog_suggested:
             break
@@ -148,15 +166,13 @@ def scan_logs_for_hints(job: Job, attempt: Attempt, instances: list[Instance], b
 
 
 def check_stragglers(job: Job, attempt: Attempt, instances: list[Instance], backend: Backend,
-                     now: datetime) -> list[StragglerVerdict]:
-    """Slow ranks from their log timestamps, no SDK needed; at most every STRAGGLER_EVERY s."""
-    state = MonitorState.load(job)
-    ts = now.timestamp()
-    if ts - state.stragglers_at < STRAGGLER_EVERY:
-        return []
-    state.stragglers_at = ts
-    if not state.save(job):
-        return []  # another worker checks this period
+                     now: datetime, claimed: bool | None = None) -> list[StragglerVerdict]:
+    """Slow ranks from their log timestamps, no SDK needed; at most every STRAGGLER_EVERY s.
+    `claimed` says whether claim_periodic claimed this period's check; None: claim here."""
+    if claimed is None:
+        claimed = claim_periodic(job, now, log_scan=False)[1]
+    if not claimed:
+        return []  # not due, or another worker checks this period
     logs: dict[Hashable, list[str]] = {}
     for inst in instances:
         if inst.status != InstanceStatus.RUNNING:

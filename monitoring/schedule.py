@@ -18,10 +18,13 @@ sweep's poll), and only while the exit listener is alive
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import random
 from datetime import datetime, timezone as dt_timezone
 
 from django.conf import settings
+from django.db import connection
 
 from core import hang
 from core.flags import ExecutionMode
@@ -83,3 +86,30 @@ def store(job: Job, at: datetime | None) -> None:
     if rows.update(monitor_next_check_at=at):
         job.monitor_next_check_at = at
 
+
+
+def store_many(plans: Iterable[tuple[Job, datetime]]) -> int:
+    """Schedule many steady jobs' next ticks in one statement (a sweep's chunk), each
+    row under store's compare-and-set: a job an event woke, or another worker restarted,
+    since its tick read it keeps its row as it is. A sweep pays one write per chunk
+    instead of one per job (on PostgreSQL each is a commit). Returns the rows written.
+    Plain SQL (a CASE and a row-value IN, both in SQLite and PostgreSQL): the ORM's
+    Case/When and OR of Q objects cost more CPU to build than a tick (profiled)."""
+    plans = [(job, at) for job, at in plans if at != job.monitor_next_check_at]
+    if not plans:
+        return 0
+    ops, q = connection.ops, connection.ops.quote_name
+    when = " ".join(["WHEN %s THEN %s"] * len(plans))
+    rows = ", ".join(["(%s, %s, %s)"] * len(plans))
+    sql = (f"UPDATE {q(Job._meta.db_table)} SET {q('monitor_next_check_at')} = CASE {q('id')} {when} END "
+           f"WHERE {q('status')} = %s AND ({q('id')}, {q('monitor_state_version')}, {q('current_attempt')}) "
+           f"IN (VALUES {rows})")
+    params: list = []
+    for job, at in plans:
+        params += [job.pk, ops.adapt_datetimefield_value(at)]
+    params.append(str(JobStatus.RUNNING))
+    for job, _ in plans:
+        params += [job.pk, job.monitor_state_version, job.current_attempt]
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return cursor.rowcount

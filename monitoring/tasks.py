@@ -16,12 +16,13 @@ from datetime import datetime
 import redis
 from celery import shared_task
 from django.conf import settings
+from django.db import DatabaseError
 from django.utils import timezone
 
 from infra import health, metrics
 from infra.client import redis_client
 
-from . import leases, tick
+from . import leases, schedule, tick
 
 log = logging.getLogger(__name__)
 # run_job's per-job lock. Short, so that a killed worker's job is ticked by another
@@ -124,8 +125,9 @@ def exits_announced() -> bool:
 
 
 def _sweep_jobs(ids: list[int], now: datetime | None, lease: leases.Lease | None) -> int:
-    """Tick the jobs, reading them in bulk chunks; stop if the lease was lost (another
-    worker has the shard now and ticks the rest)."""
+    """Tick the jobs, reading them in bulk chunks and scheduling a chunk's steady jobs
+    in one write; stop if the lease was lost (another worker has the shard now and
+    ticks the rest)."""
     count = 0
     for start in range(0, len(ids), tick.SNAPSHOT_CHUNK):
         if lease is not None and lease.lost.is_set():
@@ -133,12 +135,17 @@ def _sweep_jobs(ids: list[int], now: datetime | None, lease: leases.Lease | None
             break
         chunk = ids[start:start + tick.SNAPSHOT_CHUNK]
         snaps = tick.load_snapshots(chunk)
+        plans: list = []
         for job_id in chunk:
             try:
-                tick.run_job(job_id, now, snapshot=snaps.get(job_id))
+                tick.run_job(job_id, now, snapshot=snaps.get(job_id), plans=plans)
             except Exception:  # noqa: BLE001 - one broken job must not stop the others
                 log.exception("monitor tick of job %s failed", job_id)
             count += 1
+        try:
+            schedule.store_many(plans)
+        except DatabaseError:  # unscheduled, the jobs are due at the next sweep: a wasted tick
+            log.exception("could not schedule the next ticks of %s jobs", len(plans))
     return count
 
 

@@ -108,17 +108,23 @@ def load_snapshots(job_ids: list[int]) -> dict[int, JobSnapshot]:
     return snaps
 
 
-def run_job(job_id: int, now: datetime | None = None, *, snapshot: JobSnapshot | None = None) -> TickResult:
+def run_job(job_id: int, now: datetime | None = None, *, snapshot: JobSnapshot | None = None,
+            plans: list[tuple[Job, datetime]] | None = None) -> TickResult:
     """One tick over one job. Safe to run concurrently and repeatedly. Given the
     sweep's snapshot it skips the per-job reads and recovers only when needed, and
     schedules the job's next tick when it found the job steady (monitoring.schedule);
-    any other tick leaves the job due at every sweep."""
+    any other tick leaves the job due at every sweep. Given `plans`, a steady job's
+    next tick is added there for the sweep to store with its chunk's
+    (schedule.store_many); a job found not steady is made due at once either way."""
     now = now or timezone.now()
     job = snapshot.job if snapshot is not None else Job.objects.filter(pk=job_id).select_related("workspace").first()
     plan: list[datetime] = []
     result = _run_job(job_id, job, now, snapshot, plan)
     if job is not None and job.status not in FINISHED_JOB_STATUSES:
-        schedule.store(job, plan[0] if plan else None)
+        if plan and plans is not None:
+            plans.append((job, plan[0]))
+        else:
+            schedule.store(job, plan[0] if plan else None)
     return result
 
 
@@ -181,8 +187,12 @@ def _run_job(job_id: int, job: Job | None, now: datetime, snapshot: JobSnapshot 
         if problem:
             result.action, result.reason = problem
             return result
-        checks.scan_logs_for_hints(job, attempt, instances, backend, now)
-    checks.check_stragglers(job, attempt, instances, backend, now)
+    # Both periodic checks claimed in one write (each claim was its own).
+    scan, stragglers = checks.claim_periodic(job, now, log_scan=job.fault_tolerance)
+    if scan:
+        checks.scan_logs_for_hints(job, attempt, instances, backend, now, claimed=True)
+    if stragglers:
+        checks.check_stragglers(job, attempt, instances, backend, now, claimed=True)
     if snapshot is not None and schedule.steady(job, attempt, instances, snapshot.live_attempts,
                                                 snapshot.pending_instance_restarts, backend):
         plan.append(schedule.next_tick_at(job, attempt, instances, now))

@@ -82,9 +82,9 @@ def test_a_steady_job_costs_no_query_of_its_own_until_its_check_is_due(
     with django_assert_max_num_queries(settings.MONITOR_SHARDS):
         assert tasks.sweep(now=later(2)) == 0
     # Due again: each shard reads its jobs' state in five bulk queries (jobs, live attempts,
-    # instances, pending restarts, the list); a job's own are its three writes (the log scan's
-    # and the straggler check's claims, its next check), none per instance.
-    with django_assert_max_num_queries(5 * settings.MONITOR_SHARDS + 3 * len(jobs)) as counted:
+    # instances, pending restarts, the list) and writes its jobs' next checks in one; a job's
+    # own is one write (the log scan's and the straggler check's claims together), none per instance.
+    with django_assert_max_num_queries(6 * settings.MONITOR_SHARDS + len(jobs)) as counted:
         assert tasks.sweep(now=later(31)) == 6
     print(f"{len(counted.captured_queries)} queries for a sweep of {len(jobs)} due steady jobs")
 
@@ -134,6 +134,21 @@ def test_an_event_after_the_tick_read_the_job_is_never_scheduled_past(alice, ali
     Job.objects.filter(pk=job.pk).update(current_attempt=1)
     schedule.store(fresh, later(30))
     assert Job.objects.get(pk=job.pk).monitor_next_check_at is not None
+
+
+def test_a_chunk_is_scheduled_in_one_write_that_skips_the_jobs_an_event_woke(
+        alice, alice_ws, backend, django_assert_num_queries):
+    jobs = steady_jobs(alice, alice_ws, backend, 3)
+    read = list(Job.objects.filter(pk__in=[j.pk for j in jobs]).order_by("pk"))  # a chunk's snapshot
+    woken, restarted, steady = read
+    actions.wake_monitor(woken.pk)  # an exit announced after the chunk was read
+    Job.objects.filter(pk=restarted.pk).update(current_attempt=2)  # another worker restarted it meanwhile
+    at = {job.pk: later(10 + n) for n, job in enumerate(read)}
+    with django_assert_num_queries(1):
+        assert schedule.store_many([(job, at[job.pk]) for job in read]) == 1
+    stored = dict(Job.objects.filter(pk__in=at).values_list("pk", "monitor_next_check_at"))
+    assert stored == {woken.pk: None, restarted.pk: None, steady.pk: at[steady.pk]}
+    assert schedule.store_many([]) == 0
 
 
 def test_without_the_exit_listener_every_job_is_ticked_every_sweep(alice, alice_ws, backend):

@@ -36,7 +36,7 @@ def stub_ticks(monkeypatch):
     inside, ticked = [0], []
     guard = threading.Lock()
 
-    def run_job(job_id, now=None, *, snapshot=None):
+    def run_job(job_id, now=None, *, snapshot=None, plans=None):
         with guard:
             inside[0] += 1
             ticked.append((job_id, inside[0]))
