@@ -1,6 +1,6 @@
 """Hang and exit-hang detection, and the suggested hang interval (SPEC section 5).
 
-Pure: the caller passes what it knows about each instance and `now`; nothing here reads
+Pure: the caller passes what it knows about the attempt (`WatchedAttempt`) and `now`; nothing here reads
 a clock or sleeps. `plan_hang_check` also says when the next check can find something
 (`next_check_at`), so a scheduler sleeps exactly that long instead of polling.
 """
@@ -18,7 +18,7 @@ from core.flags import MAX_INTERVAL_SECONDS, ExecutionMode, FaultToleranceConfig
 from core.policy import DetectedProblem
 
 __all__ = [
-    "SUSPENDED", "InstanceActivity", "HangVerdict", "ExitHangVerdict", "Suggestion", "HangCheck",
+    "SUSPENDED", "InstanceActivity", "WatchedAttempt", "HangVerdict", "ExitHangVerdict", "Suggestion", "HangCheck",
     "effective_hang_interval", "check_hang", "check_exit_hang", "next_check_at", "next_look_at", "plan_hang_check",
     "suggest_hang_interval", "IntervalInForce", "interval_in_force", "HangStatus", "hang_status",
     "CadenceSuggestion", "step_times_from_log", "suggest_from_cadence", "suggestion_set",
@@ -124,14 +124,29 @@ def _optional_time(name: str, value: object) -> float | None:
     return None if value is None else _check_now(name, value)
 
 
-def interval_in_force(
-    config: FaultToleranceConfig,
-    interval_override: int | None,
-    *,
-    attempt_started_at: float,
-    first_progress_at: float | None,
-    override_set_at: float | None = None,
-) -> IntervalInForce | None:
+@dataclass(frozen=True)
+class WatchedAttempt:
+    """What the hang checks look at in the current attempt, apart from the moment they
+    look (`now`, a parameter of each check): the job's flags and runtime interval, the
+    attempt's start and first progress, and its instances. Checked when built, so a bad
+    value is refused by its name before any check runs."""
+
+    config: FaultToleranceConfig
+    interval_override: int | None        # the runtime hang interval (SDK or a person); -1 suspends
+    instances: Sequence[InstanceActivity]
+    attempt_started_at: float
+    first_progress_at: float | None      # None: the attempt is still starting up
+    override_set_at: float | None = None  # when the runtime interval was set
+
+    def __post_init__(self) -> None:
+        effective_hang_interval(self.config, self.interval_override)
+        object.__setattr__(self, "instances", tuple(self.instances))
+        object.__setattr__(self, "attempt_started_at", _check_now("attempt_started_at", self.attempt_started_at))
+        object.__setattr__(self, "first_progress_at", _optional_time("first_progress_at", self.first_progress_at))
+        object.__setattr__(self, "override_set_at", _optional_time("override_set_at", self.override_set_at))
+
+
+def interval_in_force(watched: WatchedAttempt) -> IntervalInForce | None:
     """The silence that makes a hang now, and from when it is counted; None when hang
     detection does not apply (see `effective_hang_interval`).
 
@@ -142,10 +157,9 @@ def interval_in_force(
     the flag's own value, which is what the SDK's `hang_detect` restores when its scope
     ends. A runtime interval from an earlier attempt does not: every attempt starts up.
     """
+    config, interval_override = watched.config, watched.interval_override
     interval = effective_hang_interval(config, interval_override)
-    start = _check_now("attempt_started_at", attempt_started_at)
-    progress = _optional_time("first_progress_at", first_progress_at)
-    set_at = _optional_time("override_set_at", override_set_at)
+    start, progress, set_at = watched.attempt_started_at, watched.first_progress_at, watched.override_set_at
     if interval is None:
         return None
     # A changed interval counts silence from the change, not from before it.
@@ -170,22 +184,12 @@ def _running(instances: Sequence[InstanceActivity]) -> list[InstanceActivity]:
     return [i for i in instances if i.running]
 
 
-def check_hang(
-    config: FaultToleranceConfig,
-    interval_override: int | None,
-    instances: Sequence[InstanceActivity],
-    attempt_started_at: float,
-    now: float,
-    *,
-    first_progress_at: float | None,
-    override_set_at: float | None = None,
-) -> HangVerdict | None:
+def check_hang(watched: WatchedAttempt, now: float) -> HangVerdict | None:
     """A hang when every running instance has been silent for at least the interval in
     force (`interval_in_force`: the start-up interval until the first progress)."""
-    force = interval_in_force(config, interval_override, attempt_started_at=attempt_started_at,
-                              first_progress_at=first_progress_at, override_set_at=override_set_at)
+    force = interval_in_force(watched)
     now = _check_now("now", now)
-    running = _running(instances)
+    running = _running(watched.instances)
     if force is None or not running:
         return None
     interval = force.seconds
@@ -205,7 +209,7 @@ def check_hang(
     return HangVerdict(
         silent_seconds=silent, interval=interval, last_writer=writer, last_output_at=latest,
         silent_instances=tuple(i.name for i in running),
-        run_c4d=config.enable_c4d_hang_detection, startup=force.startup,
+        run_c4d=watched.config.enable_c4d_hang_detection, startup=force.startup,
         message=_sentence(f"{everyone} been silent for {silent:.0f} s, at least the {which} "
                           f"of {interval} s; {last}."),
     )
@@ -249,54 +253,35 @@ def check_exit_hang(
     )
 
 
-def next_check_at(
-    config: FaultToleranceConfig,
-    interval_override: int | None,
-    instances: Sequence[InstanceActivity],
-    attempt_started_at: float,
-    *,
-    first_progress_at: float | None,
-    override_set_at: float | None = None,
-) -> float | None:
+def next_check_at(watched: WatchedAttempt) -> float | None:
     """The earliest moment a hang or an exit hang could be found if nothing else happens;
     None when neither check has anything to watch. New output, exits or the first
     progress (which ends the start-up interval) move it."""
     due: list[float] = []
-    running = _running(instances)
-    force = interval_in_force(config, interval_override, attempt_started_at=attempt_started_at,
-                              first_progress_at=first_progress_at, override_set_at=override_set_at)
+    config = watched.config
+    running = _running(watched.instances)
+    force = interval_in_force(watched)
     if force is not None and running:
         due.append(_latest_activity(running, force.counted_from)[0] + force.seconds)
     if config.job_execution_mode == ExecutionMode.SYNC and config.enable_job_exit_hang_detection and running:
-        first = _first_success(instances)
+        first = _first_success(watched.instances)
         if first is not None:
             due.append(first[0] + config.job_exit_hang_interval)
     return min(due, default=None)
 
 
-def next_look_at(
-    config: FaultToleranceConfig,
-    interval_override: int | None,
-    instances: Sequence[InstanceActivity],
-    attempt_started_at: float,
-    now: float,
-    *,
-    first_progress_at: float | None,
-    override_set_at: float | None = None,
-) -> float | None:
+def next_look_at(watched: WatchedAttempt, now: float) -> float | None:
     """When a monitor that sees nothing new in between must look again: `next_check_at`,
     and during start-up also the end of the hang interval (if still ahead). Progress
     can show up in a log without anyone telling the monitor (a step line); from then the
     shorter hang interval applies, so a monitor that slept until the start-up deadline
     would flag that hang late."""
     now = _check_now("now", now)
-    due = next_check_at(config, interval_override, instances, attempt_started_at,
-                        first_progress_at=first_progress_at, override_set_at=override_set_at)
-    interval = effective_hang_interval(config, interval_override)
-    running = _running(instances)
-    if first_progress_at is None and interval is not None and running:
-        force = interval_in_force(config, interval_override, attempt_started_at=attempt_started_at,
-                                  first_progress_at=None, override_set_at=override_set_at)
+    due = next_check_at(watched)
+    interval = effective_hang_interval(watched.config, watched.interval_override)
+    running = _running(watched.instances)
+    if watched.first_progress_at is None and interval is not None and running:
+        force = interval_in_force(watched)
         if force is not None and force.startup:
             at = _latest_activity(running, force.counted_from)[0] + interval
             if at > now:
@@ -304,22 +289,12 @@ def next_look_at(
     return due
 
 
-def plan_hang_check(
-    config: FaultToleranceConfig,
-    interval_override: int | None,
-    instances: Sequence[InstanceActivity],
-    attempt_started_at: float,
-    now: float,
-    *,
-    first_progress_at: float | None,
-    override_set_at: float | None = None,
-) -> HangCheck:
+def plan_hang_check(watched: WatchedAttempt, now: float) -> HangCheck:
     """Both checks at `now`, and when to check next."""
-    when = dict(first_progress_at=first_progress_at, override_set_at=override_set_at)
     return HangCheck(
-        hang=check_hang(config, interval_override, instances, attempt_started_at, now, **when),
-        exit_hang=check_exit_hang(config, instances, now),
-        next_check_at=next_check_at(config, interval_override, instances, attempt_started_at, **when),
+        hang=check_hang(watched, now),
+        exit_hang=check_exit_hang(watched.config, watched.instances, now),
+        next_check_at=next_check_at(watched),
     )
 
 
@@ -339,23 +314,13 @@ def _duration(seconds: float, unit: str, *, whole: bool) -> str:
     return f"{math.floor(value):d}" if whole else f"{round(value, 1):g}"
 
 
-def hang_status(
-    config: FaultToleranceConfig,
-    interval_override: int | None,
-    instances: Sequence[InstanceActivity],
-    attempt_started_at: float,
-    now: float,
-    *,
-    first_progress_at: float | None,
-    override_set_at: float | None = None,
-) -> HangStatus | None:
+def hang_status(watched: WatchedAttempt, now: float) -> HangStatus | None:
     """The interval in force and how much of it the current silence has used, in the
     same terms `check_hang` decides on; None when hang detection does not apply or
     nothing runs."""
-    force = interval_in_force(config, interval_override, attempt_started_at=attempt_started_at,
-                              first_progress_at=first_progress_at, override_set_at=override_set_at)
+    force = interval_in_force(watched)
     now = _check_now("now", now)
-    running = _running(instances)
+    running = _running(watched.instances)
     if force is None or not running:
         return None
     silent = max(0.0, now - _latest_activity(running, force.counted_from)[0])

@@ -100,9 +100,10 @@ def hang_panel(job: Job, attempt: Attempt | None, instances: list[Instance], now
         activity = [hang.InstanceActivity(i.name, i.status == InstanceStatus.RUNNING, outputs[i.name])
                     for i in instances]
         started = _epoch(attempt.starting_at) or _epoch(attempt.queued_at) or now.timestamp()
-        status = hang.hang_status(config, override, activity, started, now.timestamp(),
-                                  first_progress_at=_epoch(attempt.first_progress_at),
-                                  override_set_at=_epoch(job.hang_interval_set_at))
+        watched = hang.WatchedAttempt(config, override, activity, started,
+                                      first_progress_at=_epoch(attempt.first_progress_at),
+                                      override_set_at=_epoch(job.hang_interval_set_at))
+        status = hang.hang_status(watched, now.timestamp())
     cadence, cadence_instance = _cadence(job, attempt, instances)
     watchdog = next(((p, m) for p, m in job.events.filter(type=EventType.SUGGESTION).order_by("-id")
                      .values_list("payload", "message")[:20]

@@ -47,8 +47,9 @@ def check_problems(job: Job, config: FaultToleranceConfig, attempt: Attempt, ins
     started = epoch(attempt.starting_at) or epoch(attempt.queued_at) or now.timestamp()
     progress = (first_progress_of(job, config, attempt, instances, backend, now)
                 if hang.effective_hang_interval(config, job.hang_interval_override) is not None else None)
-    verdict = hang.check_hang(config, job.hang_interval_override, activity, started, now.timestamp(),
-                              first_progress_at=progress, override_set_at=epoch(job.hang_interval_set_at))
+    watched = hang.WatchedAttempt(config, job.hang_interval_override, activity, started,
+                                  first_progress_at=progress, override_set_at=epoch(job.hang_interval_set_at))
+    verdict = hang.check_hang(watched, now.timestamp())
     if verdict is not None:
         return on_problem(job, attempt, instances, ErrorSource.HANG, EventType.HANG, verdict.message, now)
     exit_verdict = hang.check_exit_hang(config, activity, now.timestamp())

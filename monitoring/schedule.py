@@ -65,9 +65,10 @@ def next_tick_at(job: Job, attempt: Attempt, instances: list[Instance], now: dat
             activity = [hang.InstanceActivity(name=i.name, running=True, last_output_at=epoch(i.last_output_at))
                         for i in instances]
             started = epoch(attempt.starting_at) or epoch(attempt.queued_at) or ts
-            at = hang.next_look_at(config, job.hang_interval_override, activity, started, ts,
-                                   first_progress_at=epoch(attempt.first_progress_at),
-                                   override_set_at=epoch(job.hang_interval_set_at))
+            watched = hang.WatchedAttempt(config, job.hang_interval_override, activity, started,
+                                          first_progress_at=epoch(attempt.first_progress_at),
+                                          override_set_at=epoch(job.hang_interval_set_at))
+            at = hang.next_look_at(watched, ts)
             if at is not None:
                 due.append(at)
     return datetime.fromtimestamp(max(ts, min(due)), tz=dt_timezone.utc)

@@ -10,6 +10,7 @@ from core.classify import ErrorSource
 from core.flags import ExecutionMode, FaultToleranceConfig, parse_flags
 from core.hang import (
     InstanceActivity,
+    WatchedAttempt,
     check_exit_hang,
     check_hang,
     effective_hang_interval,
@@ -44,7 +45,7 @@ WORKERS = [running("worker-0", START + 10), running("worker-1", START + 25)]
 # ---- job hang -----------------------------------------------------------------------
 
 def test_all_running_instances_silent_for_the_interval_is_a_hang():
-    v = check_hang(HANG_ON, None, WORKERS, START, now=START + 25 + 60, first_progress_at=START)
+    v = check_hang(WatchedAttempt(HANG_ON, None, WORKERS, START, first_progress_at=START), now=START + 25 + 60)
     assert v is not None
     assert (v.silent_seconds, v.interval, v.last_writer, v.source) == (60.0, 60, "worker-1", ErrorSource.HANG)
     assert v.silent_instances == ("worker-0", "worker-1")
@@ -54,71 +55,73 @@ def test_all_running_instances_silent_for_the_interval_is_a_hang():
 
 
 def test_one_instance_still_writing_means_no_hang():
-    assert check_hang(HANG_ON, None, WORKERS, START, now=START + 25 + 59.9, first_progress_at=START) is None
+    assert check_hang(WatchedAttempt(HANG_ON, None, WORKERS, START, first_progress_at=START), now=START + 25 + 59.9) is None
 
 
 def test_an_instance_that_never_wrote_counts_from_the_attempt_start():
     quiet = [running("worker-0", None), running("worker-1", None)]
-    assert check_hang(HANG_ON, None, quiet, START, now=START + 59, first_progress_at=START) is None
-    v = check_hang(HANG_ON, None, quiet, START, now=START + 61, first_progress_at=START)
+    assert check_hang(WatchedAttempt(HANG_ON, None, quiet, START, first_progress_at=START), now=START + 59) is None
+    v = check_hang(WatchedAttempt(HANG_ON, None, quiet, START, first_progress_at=START), now=START + 61)
     assert v is not None and v.last_writer is None
     assert "since the attempt started 61 s ago" in v.message
 
 
 def test_output_from_an_earlier_attempt_does_not_count():
     stale = [running("worker-0", START - 500)]
-    assert check_hang(HANG_ON, None, stale, START, now=START + 30, first_progress_at=START) is None
+    assert check_hang(WatchedAttempt(HANG_ON, None, stale, START, first_progress_at=START), now=START + 30) is None
 
 
 def test_exited_instances_do_not_keep_a_job_alive_or_hang_it():
     inst = [exited("worker-0", 0, START + 100), running("worker-1", START + 5)]
-    v = check_hang(HANG_ON, None, inst, START, now=START + 70, first_progress_at=START)
+    v = check_hang(WatchedAttempt(HANG_ON, None, inst, START, first_progress_at=START), now=START + 70)
     assert v is not None and v.silent_instances == ("worker-1",)
-    assert check_hang(HANG_ON, None, [exited("worker-0", 1, START + 1)], START, now=START + 999, first_progress_at=START) is None
+    assert check_hang(WatchedAttempt(HANG_ON, None, [exited("worker-0", 1, START + 1)], START, first_progress_at=START),
+                      now=START + 999) is None
 
 
 def test_hang_detection_off_never_reports_a_hang():
-    assert check_hang(FaultToleranceConfig(), None, WORKERS, START, now=START + 99_999, first_progress_at=START) is None
+    assert check_hang(WatchedAttempt(FaultToleranceConfig(), None, WORKERS, START, first_progress_at=START),
+                      now=START + 99_999) is None
 
 
 def test_job_hang_interval_flag_sets_the_interval():
     cfg = parse_flags("--enable-job-hang-detection=True --job-hang-interval=1800")
-    assert check_hang(cfg, None, WORKERS, START, now=START + 25 + 1799, first_progress_at=START) is None
-    assert check_hang(cfg, None, WORKERS, START, now=START + 25 + 1800, first_progress_at=START).interval == 1800
+    assert check_hang(WatchedAttempt(cfg, None, WORKERS, START, first_progress_at=START), now=START + 25 + 1799) is None
+    assert check_hang(WatchedAttempt(cfg, None, WORKERS, START, first_progress_at=START), now=START + 25 + 1800).interval == 1800
 
 
 def test_hang_detection_applies_to_sync_jobs_only():
     # Async configs refuse hang detection when built; one stored before that check is still ignored.
     async_cfg = copy.copy(HANG_ON)
     object.__setattr__(async_cfg, "job_execution_mode", ExecutionMode.ASYNC)
-    assert check_hang(async_cfg, None, WORKERS, START, now=START + 99_999, first_progress_at=START) is None
+    assert check_hang(WatchedAttempt(async_cfg, None, WORKERS, START, first_progress_at=START), now=START + 99_999) is None
 
 
 def test_runtime_interval_override_replaces_the_configured_one():
-    assert check_hang(HANG_ON, 10, WORKERS, START, now=START + 35, first_progress_at=START).interval == 10
-    assert check_hang(HANG_ON, 600, WORKERS, START, now=START + 25 + 100, first_progress_at=START) is None
+    assert check_hang(WatchedAttempt(HANG_ON, 10, WORKERS, START, first_progress_at=START), now=START + 35).interval == 10
+    assert check_hang(WatchedAttempt(HANG_ON, 600, WORKERS, START, first_progress_at=START), now=START + 25 + 100) is None
 
 
 def test_runtime_interval_minus_one_suspends_hang_detection():
-    assert check_hang(HANG_ON, -1, WORKERS, START, now=START + 99_999, first_progress_at=START) is None
+    assert check_hang(WatchedAttempt(HANG_ON, -1, WORKERS, START, first_progress_at=START), now=START + 99_999) is None
     assert effective_hang_interval(HANG_ON, -1) is None
 
 
 @pytest.mark.parametrize("bad", [0, -2, 1.5, "60", True])
 def test_bad_runtime_interval_is_rejected_naming_the_field(bad):
     with pytest.raises(ValueError, match="job_hang_interval"):
-        check_hang(HANG_ON, bad, WORKERS, START, now=START, first_progress_at=START)
+        check_hang(WatchedAttempt(HANG_ON, bad, WORKERS, START, first_progress_at=START), now=START)
 
 
 def test_c4d_flag_asks_the_hang_verdict_to_run_c4d():
     cfg = parse_flags("--enable-job-hang-detection=True --job-hang-interval=60 --enable-c4d-hang-detection=True")
-    assert check_hang(cfg, None, WORKERS, START, now=START + 200, first_progress_at=START).run_c4d is True
-    assert check_hang(HANG_ON, None, WORKERS, START, now=START + 200, first_progress_at=START).run_c4d is False
+    assert check_hang(WatchedAttempt(cfg, None, WORKERS, START, first_progress_at=START), now=START + 200).run_c4d is True
+    assert check_hang(WatchedAttempt(HANG_ON, None, WORKERS, START, first_progress_at=START), now=START + 200).run_c4d is False
 
 
 def test_hang_verdict_feeds_the_restart_decision():
     cfg = parse_flags("--enable-job-hang-detection=True --job-hang-interval=60 --enable-job-restart=True")
-    v = check_hang(cfg, None, WORKERS, START, now=START + 200, first_progress_at=START)
+    v = check_hang(WatchedAttempt(cfg, None, WORKERS, START, first_progress_at=START), now=START + 200)
     d = decide(cfg, JobHistory(), v.to_trigger())
     assert d.action is Action.RESTART_JOB and "the job hung" in d.reason
 
@@ -130,32 +133,32 @@ SHORT = parse_flags("--enable-job-hang-detection=True --job-hang-interval=4")  #
 
 def test_before_the_first_progress_the_startup_interval_applies_not_the_hang_interval():
     quiet = [running("worker-0", START + 1), running("worker-1", None)]
-    assert check_hang(SHORT, None, quiet, START, now=START + 11, first_progress_at=None) is None
-    assert check_hang(SHORT, None, quiet, START, now=START + 1 + 599.9, first_progress_at=None) is None
-    v = check_hang(SHORT, None, quiet, START, now=START + 1 + 600, first_progress_at=None)
+    assert check_hang(WatchedAttempt(SHORT, None, quiet, START, first_progress_at=None), now=START + 11) is None
+    assert check_hang(WatchedAttempt(SHORT, None, quiet, START, first_progress_at=None), now=START + 1 + 599.9) is None
+    v = check_hang(WatchedAttempt(SHORT, None, quiet, START, first_progress_at=None), now=START + 1 + 600)
     assert v is not None and v.startup and v.interval == 600
     assert "start-up interval (the attempt has made no progress yet) of 600 s" in v.message
 
 
 def test_after_the_first_progress_the_hang_interval_applies():
     quiet = [running("worker-0", START + 30)]
-    assert check_hang(SHORT, None, quiet, START, now=START + 33.9, first_progress_at=START + 30) is None
-    v = check_hang(SHORT, None, quiet, START, now=START + 34, first_progress_at=START + 30)
+    assert check_hang(WatchedAttempt(SHORT, None, quiet, START, first_progress_at=START + 30), now=START + 33.9) is None
+    v = check_hang(WatchedAttempt(SHORT, None, quiet, START, first_progress_at=START + 30), now=START + 34)
     assert v is not None and not v.startup and v.interval == 4
     assert "at least the hang interval of 4 s" in v.message
 
 
 def test_a_given_startup_interval_is_used_even_shorter_than_the_hang_interval():
     cfg = parse_flags("--enable-job-hang-detection=True --job-hang-interval=1800 --job-hang-startup-interval=10")
-    assert check_hang(cfg, None, [running("worker-0", None)], START, now=START + 10,
-                      first_progress_at=None).interval == 10
+    assert check_hang(WatchedAttempt(cfg, None, [running("worker-0", None)], START, first_progress_at=None),
+                      now=START + 10).interval == 10
 
 
 def test_the_next_check_waits_for_the_startup_interval_until_progress():
     quiet = [running("worker-0", START + 2)]
-    assert next_check_at(SHORT, None, quiet, START, first_progress_at=None) == START + 2 + 600
-    assert next_check_at(SHORT, None, quiet, START, first_progress_at=START + 2) == START + 2 + 4
-    plan = plan_hang_check(SHORT, None, quiet, START, now=START + 7, first_progress_at=None)
+    assert next_check_at(WatchedAttempt(SHORT, None, quiet, START, first_progress_at=None)) == START + 2 + 600
+    assert next_check_at(WatchedAttempt(SHORT, None, quiet, START, first_progress_at=START + 2)) == START + 2 + 4
+    plan = plan_hang_check(WatchedAttempt(SHORT, None, quiet, START, first_progress_at=None), now=START + 7)
     assert plan.hang is None and plan.next_check_at == START + 602
 
 
@@ -163,67 +166,79 @@ def test_a_monitor_asleep_through_startup_looks_again_when_the_hang_interval_wou
     # A step line written unseen at START + 2 ends the start-up interval: the hang is due at
     # START + 6, not at the start-up deadline of START + 602.
     quiet = [running("worker-0", START + 2)]
-    assert next_look_at(SHORT, None, quiet, START, START + 3, first_progress_at=None) == START + 2 + 4
+    assert next_look_at(WatchedAttempt(SHORT, None, quiet, START, first_progress_at=None), START + 3) == START + 2 + 4
     # Past it with no progress seen, only the start-up deadline is left (new output moves both).
-    assert next_look_at(SHORT, None, quiet, START, START + 7, first_progress_at=None) == START + 602
+    assert next_look_at(WatchedAttempt(SHORT, None, quiet, START, first_progress_at=None), START + 7) == START + 602
     # After the first progress, as next_check_at; nothing running or hang detection off: None.
-    assert next_look_at(SHORT, None, quiet, START, START + 3, first_progress_at=START + 2) == START + 6
-    assert next_look_at(SHORT, None, [exited("worker-0", 1, START + 2)], START, START + 3,
-                        first_progress_at=None) is None
-    assert next_look_at(SHORT, -1, quiet, START, START + 3, first_progress_at=None) is None
+    assert next_look_at(WatchedAttempt(SHORT, None, quiet, START, first_progress_at=START + 2), START + 3) == START + 6
+    assert next_look_at(WatchedAttempt(SHORT, None, [exited("worker-0", 1, START + 2)], START, first_progress_at=None),
+                        START + 3) is None
+    assert next_look_at(WatchedAttempt(SHORT, -1, quiet, START, first_progress_at=None), START + 3) is None
     with pytest.raises(ValueError, match="now"):
-        next_look_at(SHORT, None, quiet, START, "soon", first_progress_at=None)
+        next_look_at(WatchedAttempt(SHORT, None, quiet, START, first_progress_at=None), "soon")
 
 
 def test_a_runtime_interval_chosen_during_the_attempt_replaces_the_startup_interval():
     # reset_config(job_hang_interval=2) in the training code, before any progress
-    force = interval_in_force(SHORT, 2, attempt_started_at=START, first_progress_at=None, override_set_at=START + 5)
+    force = interval_in_force(WatchedAttempt(SHORT, 2, (), START, first_progress_at=None, override_set_at=START + 5))
     assert (force.seconds, force.startup, force.counted_from) == (2, False, START + 5)
-    v = check_hang(SHORT, 2, [running("worker-0", START + 4)], START, now=START + 7,
-                   first_progress_at=None, override_set_at=START + 5)
+    v = check_hang(WatchedAttempt(SHORT, 2, [running("worker-0", START + 4)], START,
+                                  first_progress_at=None, override_set_at=START + 5), now=START + 7)
     assert v is not None and v.interval == 2 and v.silent_seconds == 2.0
 
 
 def test_a_runtime_interval_left_from_an_earlier_attempt_does_not_end_start_up():
-    force = interval_in_force(SHORT, 2, attempt_started_at=START, first_progress_at=None, override_set_at=START - 50)
+    force = interval_in_force(WatchedAttempt(SHORT, 2, (), START, first_progress_at=None, override_set_at=START - 50))
     assert (force.seconds, force.startup, force.counted_from) == (600, True, START)
-    force = interval_in_force(SHORT, 2, attempt_started_at=START, first_progress_at=START + 1,
-                              override_set_at=START - 50)
+    force = interval_in_force(WatchedAttempt(SHORT, 2, (), START,
+                                             first_progress_at=START + 1, override_set_at=START - 50))
     assert (force.seconds, force.startup) == (2, False)
 
 
 def test_the_flag_value_restored_by_hang_detect_keeps_start_up_protected():
     # hang_detect restores VIGIL_JOB_HANG_INTERVAL (the flag's value) when its scope ends
-    force = interval_in_force(SHORT, 4, attempt_started_at=START, first_progress_at=None, override_set_at=START + 9)
+    force = interval_in_force(WatchedAttempt(SHORT, 4, (), START, first_progress_at=None, override_set_at=START + 9))
     assert (force.seconds, force.startup, force.counted_from) == (600, True, START + 9)
 
 
 def test_suspension_holds_during_start_up_too():
-    assert interval_in_force(SHORT, -1, attempt_started_at=START, first_progress_at=None,
-                             override_set_at=START + 1) is None
-    assert check_hang(SHORT, -1, [running("worker-0", None)], START, now=START + 10**6, first_progress_at=None) is None
+    assert interval_in_force(WatchedAttempt(SHORT, -1, (), START,
+                                            first_progress_at=None, override_set_at=START + 1)) is None
+    assert check_hang(WatchedAttempt(SHORT, -1, [running("worker-0", None)], START, first_progress_at=None),
+                      now=START + 10**6) is None
+
+
+def test_a_watched_attempt_is_checked_and_frozen_when_built():
+    with pytest.raises(ValueError, match="attempt_started_at"):
+        WatchedAttempt(SHORT, None, WORKERS, "soon", first_progress_at=None)
+    instances = [running("worker-0", START + 1)]
+    watched = WatchedAttempt(SHORT, None, instances, START, first_progress_at=START)
+    instances.append(running("worker-1", START + 100))  # the caller's list changes later
+    assert watched.instances == (running("worker-0", START + 1),)
+    assert check_hang(watched, now=START + 5).silent_instances == ("worker-0",)
 
 
 @pytest.mark.parametrize("bad", ["soon", float("nan"), True])
 def test_bad_progress_or_change_times_are_refused_by_name(bad):
     with pytest.raises(ValueError, match="first_progress_at"):
-        check_hang(SHORT, None, WORKERS, START, now=START, first_progress_at=bad)
+        check_hang(WatchedAttempt(SHORT, None, WORKERS, START, first_progress_at=bad), now=START)
     with pytest.raises(ValueError, match="override_set_at"):
-        check_hang(SHORT, None, WORKERS, START, now=START, first_progress_at=None, override_set_at=bad)
+        check_hang(WatchedAttempt(SHORT, None, WORKERS, START, first_progress_at=None, override_set_at=bad), now=START)
 
 
 def test_the_status_says_how_much_of_the_interval_in_force_the_silence_has_used():
     quiet = [running("worker-0", START + 10)]
-    status = hang_status(SHORT, None, quiet, START, now=START + 10 + 130, first_progress_at=None)
+    status = hang_status(WatchedAttempt(SHORT, None, quiet, START, first_progress_at=None), now=START + 10 + 130)
     assert (status.interval, status.startup) == (600, True)
     assert status.text == "waiting for first progress: silent 2 of 10 min"
-    status = hang_status(SHORT, None, quiet, START, now=START + 13, first_progress_at=START + 10)
+    status = hang_status(WatchedAttempt(SHORT, None, quiet, START, first_progress_at=START + 10), now=START + 13)
     assert status.text == "making progress: silent 3 of 4 s" and not status.startup
     cfg = parse_flags("--enable-job-hang-detection=True --job-hang-interval=150")
-    assert hang_status(cfg, None, quiet, START, now=START + 70, first_progress_at=START + 1).text == \
+    assert hang_status(WatchedAttempt(cfg, None, quiet, START, first_progress_at=START + 1), now=START + 70).text == \
         "making progress: silent 1 of 2.5 min"
-    assert hang_status(FaultToleranceConfig(), None, quiet, START, now=START, first_progress_at=None) is None
-    assert hang_status(SHORT, None, [], START, now=START, first_progress_at=None) is None
+    assert hang_status(WatchedAttempt(FaultToleranceConfig(), None, quiet, START, first_progress_at=None),
+                       now=START) is None
+    assert hang_status(WatchedAttempt(SHORT, None, [], START, first_progress_at=None), now=START) is None
 
 
 # ---- exit hang ----------------------------------------------------------------------
@@ -263,25 +278,25 @@ def test_job_exit_hang_interval_flag_sets_the_interval():
 # ---- when to check next -------------------------------------------------------------
 
 def test_next_check_is_when_the_latest_writer_reaches_the_interval():
-    assert next_check_at(HANG_ON, None, WORKERS, START, first_progress_at=START) == START + 25 + 60
-    assert next_check_at(HANG_ON, 5, WORKERS, START, first_progress_at=START) == START + 25 + 5
+    assert next_check_at(WatchedAttempt(HANG_ON, None, WORKERS, START, first_progress_at=START)) == START + 25 + 60
+    assert next_check_at(WatchedAttempt(HANG_ON, 5, WORKERS, START, first_progress_at=START)) == START + 25 + 5
 
 
 def test_next_check_is_the_earlier_of_hang_and_exit_hang():
     both = FaultToleranceConfig(enable_job_hang_detection=True, job_hang_interval=60,
                                 enable_job_exit_hang_detection=True, job_exit_hang_interval=30)
     inst = [exited("worker-0", 0, START + 20), running("worker-1", START + 40)]
-    assert next_check_at(both, None, inst, START, first_progress_at=START) == START + 50
-    plan = plan_hang_check(both, None, inst, START, now=START + 45, first_progress_at=START)
+    assert next_check_at(WatchedAttempt(both, None, inst, START, first_progress_at=START)) == START + 50
+    plan = plan_hang_check(WatchedAttempt(both, None, inst, START, first_progress_at=START), now=START + 45)
     assert plan.hang is None and plan.exit_hang is None and plan.next_check_at == START + 50
-    plan = plan_hang_check(both, None, inst, START, now=START + 50, first_progress_at=START)
+    plan = plan_hang_check(WatchedAttempt(both, None, inst, START, first_progress_at=START), now=START + 50)
     assert plan.exit_hang is not None and plan.hang is None
 
 
 def test_nothing_to_watch_has_no_next_check():
-    assert next_check_at(FaultToleranceConfig(), None, WORKERS, START, first_progress_at=START) is None
-    assert next_check_at(HANG_ON, -1, WORKERS, START, first_progress_at=START) is None
-    assert next_check_at(HANG_ON, None, [], START, first_progress_at=START) is None
+    assert next_check_at(WatchedAttempt(FaultToleranceConfig(), None, WORKERS, START, first_progress_at=START)) is None
+    assert next_check_at(WatchedAttempt(HANG_ON, -1, WORKERS, START, first_progress_at=START)) is None
+    assert next_check_at(WatchedAttempt(HANG_ON, None, [], START, first_progress_at=START)) is None
 
 
 # ---- suggested hang interval --------------------------------------------------------
