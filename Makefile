@@ -48,6 +48,7 @@ clean-data:
 # The repo's own checks; `.ci/run` runs `make check` before the tests.
 lint: $(VENV)/.installed-test
 	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 
 typecheck: $(VENV)/.installed-test
 	$(BIN)/mypy core infra console jobs monitoring notifications testsupport

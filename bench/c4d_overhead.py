@@ -78,24 +78,52 @@ def run_once(console: str, ranks: int, steps: int, skip: int, arm: str, sleep: f
         os.makedirs(fr)
         os.makedirs(os.path.join(boot, "sdk"))
         shutil.copy(ROOT / "jobs" / "backends" / "fr_boot.py", os.path.join(boot, "sitecustomize.py"))
-        shutil.copytree(ROOT / "sdk" / "src" / "vigil", os.path.join(boot, "sdk", "vigil"),
-                        ignore=shutil.ignore_patterns("__pycache__", "cli.py"))
+        shutil.copytree(
+            ROOT / "sdk" / "src" / "vigil",
+            os.path.join(boot, "sdk", "vigil"),
+            ignore=shutil.ignore_patterns("__pycache__", "cli.py"),
+        )
     arm_env = {
         "baseline": {"VIGIL_C4D": "0"},
         "SDK imported": {"VIGIL_C4D": "1", "PLAIN_IMPORT_SDK": "1"},
-        "no code change": {"VIGIL_C4D": "1", "VIGIL_FR_DIR": fr, "TORCH_FR_BUFFER_SIZE": "200",
-                           "VIGIL_C4D_SDK": os.path.join(boot, "sdk")},
+        "no code change": {
+            "VIGIL_C4D": "1",
+            "VIGIL_FR_DIR": fr,
+            "TORCH_FR_BUFFER_SIZE": "200",
+            "VIGIL_C4D_SDK": os.path.join(boot, "sdk"),
+        },
     }[arm]
     path = ([boot] if arm == "no code change" else []) + [str(ROOT / "sdk" / "src")]
     procs = []
     for rank in range(ranks):
         env = {k: v for k, v in os.environ.items() if not k.startswith(("VIGIL_", "TORCH_", "PLAIN_"))}
-        env.update(arm_env, PYTHONPATH=os.pathsep.join(path), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
-                   WORLD_SIZE=str(ranks), RANK=str(rank), PLAIN_STEPS=str(steps), PLAIN_SKIP=str(skip),
-                   PLAIN_SLEEP=str(sleep), VIGIL_CONSOLE_URL=console, VIGIL_JOB_ID="1", VIGIL_JOB_TOKEN="vjt_bench",
-                   VIGIL_ATTEMPT="1", VIGIL_RANK=str(rank), VIGIL_INSTANCE=f"worker-{rank}")
-        procs.append(subprocess.Popen([sys.executable, str(SCRIPT)], env=env, stdout=subprocess.PIPE,
-                                      stderr=subprocess.DEVNULL, text=True, start_new_session=True))
+        env.update(
+            arm_env,
+            PYTHONPATH=os.pathsep.join(path),
+            MASTER_ADDR="127.0.0.1",
+            MASTER_PORT=str(port),
+            WORLD_SIZE=str(ranks),
+            RANK=str(rank),
+            PLAIN_STEPS=str(steps),
+            PLAIN_SKIP=str(skip),
+            PLAIN_SLEEP=str(sleep),
+            VIGIL_CONSOLE_URL=console,
+            VIGIL_JOB_ID="1",
+            VIGIL_JOB_TOKEN="vjt_bench",
+            VIGIL_ATTEMPT="1",
+            VIGIL_RANK=str(rank),
+            VIGIL_INSTANCE=f"worker-{rank}",
+        )
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, str(SCRIPT)],
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+                text=True,
+                start_new_session=True,
+            )
+        )
     try:
         out = procs[0].communicate(timeout=600)[0]
         for p in procs[1:]:
@@ -124,9 +152,12 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=400)
     parser.add_argument("--skip", type=int, default=20, help="warm-up steps left out")
     parser.add_argument("--ranks", type=int, default=2)
-    parser.add_argument("--sleep", type=float, default=0.0,
-                        help="extra seconds of compute per step (the tiny model steps in a few ms; "
-                             "real steps take tens of ms or more)")
+    parser.add_argument(
+        "--sleep",
+        type=float,
+        default=0.0,
+        help="extra seconds of compute per step (the tiny model steps in a few ms; real steps take tens of ms or more)",
+    )
     args = parser.parse_args()
     if args.runs < 4:
         parser.error("--runs: at least 4 rounds, or the spread says nothing")
@@ -135,37 +166,56 @@ def main() -> int:
     server = ThreadingHTTPServer(("127.0.0.1", 0), Accept)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     console = f"http://127.0.0.1:{server.server_address[1]}"
-    print(f"c4d_overhead: examples/plain_ddp.py (never imports vigil), {args.ranks} gloo ranks on CPU, "
-          f"{args.steps} steps (first {args.skip} left out), {args.sleep:g} s extra compute per step, "
-          f"{args.runs} rounds of {len(ARMS)} arms, alternating")
-    print(f"machine: {platform.platform()}, {os.cpu_count()} CPUs, load average {_load()}; "
-          f"python {platform.python_version()}, torch {torch.__version__}; SDK console: loopback {console}")
+    print(
+        f"c4d_overhead: examples/plain_ddp.py (never imports vigil), {args.ranks} gloo ranks on CPU, "
+        f"{args.steps} steps (first {args.skip} left out), {args.sleep:g} s extra compute per step, "
+        f"{args.runs} rounds of {len(ARMS)} arms, alternating"
+    )
+    print(
+        f"machine: {platform.platform()}, {os.cpu_count()} CPUs, load average {_load()}; "
+        f"python {platform.python_version()}, torch {torch.__version__}; SDK console: loopback {console}"
+    )
     times: dict[str, list[float]] = {arm: [] for arm in ARMS}
     with tempfile.TemporaryDirectory(prefix="vigil-c4d-bench-") as scratch:
         for i in range(args.runs):
             load = _load()
             for arm in ARMS:
                 times[arm].append(run_once(console, args.ranks, args.steps, args.skip, arm, args.sleep, scratch))
-            print(f"  round {i + 1:2d} (load {load}): " + ", ".join(
-                f"{arm} {times[arm][-1] * 1000:.3f} ms/step" for arm in ARMS), flush=True)
+            print(
+                f"  round {i + 1:2d} (load {load}): "
+                + ", ".join(f"{arm} {times[arm][-1] * 1000:.3f} ms/step" for arm in ARMS),
+                flush=True,
+            )
         dumps = sorted(os.listdir(os.path.join(scratch, "fr")))
     base = times["baseline"]
     b_med = statistics.median(base)
     b_q1, b_q3 = quartiles(base)
-    print(f"baseline: median {b_med * 1000:.3f} ms/step; run-to-run spread {(max(base) - min(base)) / b_med * 100:.1f} % "
-          f"(max - min), IQR {(b_q3 - b_q1) / b_med * 100:.1f} % of the median")
+    print(
+        f"baseline: median {b_med * 1000:.3f} ms/step; run-to-run spread {(max(base) - min(base)) / b_med * 100:.1f} % "
+        f"(max - min), IQR {(b_q3 - b_q1) / b_med * 100:.1f} % of the median"
+    )
     verdicts = []
     for arm in ARMS[1:]:
         paired = [(t - b) / b * 100 for t, b in zip(times[arm], base)]
         q1, q3 = quartiles(paired)
         med = statistics.median(paired)
         extra = statistics.median((t - b) * 1e6 for t, b in zip(times[arm], base))
-        print(f"{arm}: median {statistics.median(times[arm]) * 1000:.3f} ms/step; overhead against the same "
-              f"round's baseline: median {med:+.2f} % ({extra:+.0f} us/step), IQR [{q1:+.2f} %, {q3:+.2f} %], "
-              f"range [{min(paired):+.2f} %, {max(paired):+.2f} %]")
+        print(
+            f"{arm}: median {statistics.median(times[arm]) * 1000:.3f} ms/step; overhead against the same "
+            f"round's baseline: median {med:+.2f} % ({extra:+.0f} us/step), IQR [{q1:+.2f} %, {q3:+.2f} %], "
+            f"range [{min(paired):+.2f} %, {max(paired):+.2f} %]"
+        )
         # Met or missed only when the middle half of the paired figures is on one side of 2 %.
-        verdicts.append(f"{arm} " + ("met" if q3 < 2 else "MISSED" if q1 > 2 else
-                                     "not resolved (2 % is inside the IQR of the paired overheads)"))
+        verdicts.append(
+            f"{arm} "
+            + (
+                "met"
+                if q3 < 2
+                else "MISSED"
+                if q1 > 2
+                else "not resolved (2 % is inside the IQR of the paired overheads)"
+            )
+        )
     print(f"SDK calls received by endpoint: {Accept.calls}; Flight Recorder dumps written: {dumps}")
     print(f"target each path at most 2 % slower: {'; '.join(verdicts)}; load average at the end {_load()}")
     server.shutdown()

@@ -74,8 +74,10 @@ sys.path.insert(0, str(ROOT))
 BIN = ROOT / ".venv" / "bin"
 PYTHON = str(BIN / "python") if (BIN / "python").exists() else sys.executable
 DEFAULT_PG = "postgres://postgres@127.0.0.1:5432/vigil_chaos"
-FLAGS = ("--job-execution-mode=Sync --enable-job-restart=True --max-num-of-job-restart=3 "
-         "--fault-tolerant-policy=ExitCodeAndErrorMsg")
+FLAGS = (
+    "--job-execution-mode=Sync --enable-job-restart=True --max-num-of-job-restart=3 "
+    "--fault-tolerant-policy=ExitCodeAndErrorMsg"
+)
 SUBMIT_TARGET = 2.0  # seconds: a submission must answer within this during a Redis stall
 # Shorter than the defaults so that an abandoned launch is taken over within the bounds here.
 CONSOLE_ENV = {
@@ -142,14 +144,17 @@ def machine_line() -> str:
 
     mem = psutil.virtual_memory().total / 2**30
     load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
-    return (f"{platform.node()} {platform.platform()}, {os.cpu_count()} CPUs, {mem:.1f} GiB, load {load}, "
-            f"python {platform.python_version()}")
+    return (
+        f"{platform.node()} {platform.platform()}, {os.cpu_count()} CPUs, {mem:.1f} GiB, load {load}, "
+        f"python {platform.python_version()}"
+    )
 
 
 def git_line() -> str:
     try:
-        return subprocess.run(["git", "-C", str(ROOT), "log", "-1", "--format=%h %s"], capture_output=True,
-                              text=True, timeout=10).stdout.strip()[:100]
+        return subprocess.run(
+            ["git", "-C", str(ROOT), "log", "-1", "--format=%h %s"], capture_output=True, text=True, timeout=10
+        ).stdout.strip()[:100]
     except (OSError, subprocess.SubprocessError):
         return "?"
 
@@ -184,15 +189,35 @@ class Console:
         database_url = f"sqlite:///{self.data / 'vigil.sqlite3'}" if db == "sqlite" else pg_url
         if db == "postgres":
             self._fresh_pg_database()
-        self.env = dict(os.environ, VIGIL_DATA_DIR=str(self.data), REDIS_URL=self.redis.url,
-                        CELERY_BROKER_URL=self.redis.url, DATABASE_URL=database_url,
-                        DJANGO_SETTINGS_MODULE="console.settings", VIGIL_CONSOLE_URL=self.url,
-                        VIGIL_PORT=str(self.port), VIGIL_BIND="127.0.0.1", **CONSOLE_ENV)
+        self.env = dict(
+            os.environ,
+            VIGIL_DATA_DIR=str(self.data),
+            REDIS_URL=self.redis.url,
+            CELERY_BROKER_URL=self.redis.url,
+            DATABASE_URL=database_url,
+            DJANGO_SETTINGS_MODULE="console.settings",
+            VIGIL_CONSOLE_URL=self.url,
+            VIGIL_PORT=str(self.port),
+            VIGIL_BIND="127.0.0.1",
+            **CONSOLE_ENV,
+        )
         self.env["PATH"] = f"{BIN}:{self.env.get('PATH', '')}"
         for key in ("VIGIL_FAULT_POINT", "VIGIL_FAULT_ONCE"):
             self.env.pop(key, None)
-        os.environ.update({k: self.env[k] for k in ("VIGIL_DATA_DIR", "REDIS_URL", "CELERY_BROKER_URL", "DATABASE_URL",
-                                                    "DJANGO_SETTINGS_MODULE", "VIGIL_CONSOLE_URL", *CONSOLE_ENV)})
+        os.environ.update(
+            {
+                k: self.env[k]
+                for k in (
+                    "VIGIL_DATA_DIR",
+                    "REDIS_URL",
+                    "CELERY_BROKER_URL",
+                    "DATABASE_URL",
+                    "DJANGO_SETTINGS_MODULE",
+                    "VIGIL_CONSOLE_URL",
+                    *CONSOLE_ENV,
+                )
+            }
+        )
         import django
         from django.core.management import call_command
 
@@ -238,8 +263,9 @@ class Console:
         self.session = session.session_key
 
     def manage(self, *args) -> str:
-        out = subprocess.run([PYTHON, "manage.py", *args], cwd=ROOT, env=self.env, capture_output=True, text=True,
-                             timeout=120)
+        out = subprocess.run(
+            [PYTHON, "manage.py", *args], cwd=ROOT, env=self.env, capture_output=True, text=True, timeout=120
+        )
         if out.returncode:
             raise RuntimeError(f"manage.py {' '.join(args)} failed: {out.stderr[-2000:]}")
         return out.stdout
@@ -267,8 +293,14 @@ class Console:
         log.write(f"\n===== chaos: starting {name} at {time.time():.3f} {extra_env or ''} =====\n".encode())
         log.flush()
         mark = log.tell()
-        proc = subprocess.Popen(shlex.split(self.commands[name]), cwd=ROOT, env=env, stdout=log,
-                                stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen(
+            shlex.split(self.commands[name]),
+            cwd=ROOT,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         log.close()
         self.procs[name] = proc
         self.started.append(proc)
@@ -280,8 +312,10 @@ class Console:
     def _wait_ready(self, name, proc, mark):
         def ready():
             if proc.poll() is not None:
-                raise ExperimentFailed(f"{name} exited with {proc.returncode} while starting: "
-                                       + self.log_path(name).read_text(errors="replace")[-1500:])
+                raise ExperimentFailed(
+                    f"{name} exited with {proc.returncode} while starting: "
+                    + self.log_path(name).read_text(errors="replace")[-1500:]
+                )
             if name == "web":
                 try:
                     with socket.create_connection(("127.0.0.1", self.port), timeout=0.5):
@@ -376,8 +410,9 @@ class Console:
     def api(self, method: str, path: str, body=None, timeout: float = 60.0):
         import requests
 
-        return requests.request(method, self.url + path, json=body, timeout=timeout,
-                                headers={"Authorization": f"Bearer {self.token}"})
+        return requests.request(
+            method, self.url + path, json=body, timeout=timeout, headers={"Authorization": f"Bearer {self.token}"}
+        )
 
     def new_job_files(self, fault: bool) -> dict:
         from testsupport.jobs import job_writable
@@ -390,8 +425,9 @@ class Console:
             files.update(once=base / "fault-fired", go=base / "go")
         return files
 
-    def submit(self, name: str, fault: bool, controlled: bool = True, steps: int = 900,
-               timeout: float = 60.0) -> tuple["JobRun", float, int]:
+    def submit(
+        self, name: str, fault: bool, controlled: bool = True, steps: int = 900, timeout: float = 60.0
+    ) -> tuple["JobRun", float, int]:
         """Submit through the API; (the job, seconds the POST took, its HTTP status)."""
         files = self.new_job_files(fault)
         envs = {"CHAOS_STEPS": str(steps), "CHAOS_EVERY": "0.2"}
@@ -402,10 +438,13 @@ class Console:
             if controlled:
                 envs["CHAOS_FAULT_GO"] = str(files["go"])
         body = {
-            "workspace": "chaos", "display_name": name, "job_type": "PyTorchJob",
+            "workspace": "chaos",
+            "display_name": name,
+            "job_type": "PyTorchJob",
             "job_specs": [{"type": "Master", "pod_count": 1}, {"type": "Worker", "pod_count": 1}],
             "user_command": f"exec {shlex.quote(PYTHON)} -u {shlex.quote(str(self.script))}",
-            "envs": envs, "backend": "local",
+            "envs": envs,
+            "backend": "local",
             "settings": {"enable_error_monitoring_in_aimaster": True, "error_monitoring_args": FLAGS},
         }
         t0 = time.monotonic()
@@ -447,8 +486,10 @@ class JobRun:
     def wait_running(self, number: int, timeout: float = 90.0) -> None:
         if not wait_until(lambda: self.running_attempt(number), timeout, 0.3):
             job = self.job()
-            raise ExperimentFailed(f"job {self.id}: attempt {number} not running with both ranks within "
-                                   f"{timeout:g} s (job {job.status}, attempt {job.current_attempt}: {job.reason[:200]})")
+            raise ExperimentFailed(
+                f"job {self.id}: attempt {number} not running with both ranks within "
+                f"{timeout:g} s (job {job.status}, attempt {job.current_attempt}: {job.reason[:200]})"
+            )
 
     def fire(self):
         self.files["go"].touch()
@@ -505,7 +546,7 @@ def live_pids_of(console: Console, job_id: int) -> list[str]:
     for p in psutil.process_iter(["pid", "cwd"]):
         cwd = p.info.get("cwd") or ""
         if (cwd + os.sep).startswith(prefix) and p.pid not in known:
-            alive.append(f"pid {p.pid} in {cwd[len(prefix):] or '.'}")
+            alive.append(f"pid {p.pid} in {cwd[len(prefix) :] or '.'}")
     return alive
 
 
@@ -518,19 +559,40 @@ def check_job(run: JobRun, expect: str = "Succeeded") -> list[tuple[str, bool, s
     detail = c.api("GET", f"/api/v1/jobs/{run.id}/").json()
     restarts = c.api("GET", f"/api/v1/jobs/{run.id}/restarts/").json()
     attempts = c.api("GET", f"/api/v1/jobs/{run.id}/attempts/").json()
-    checks.append(("status", detail["status"] == expect, f"{detail['status']}"
-                   + (f" ({detail['reason'][:120]})" if detail["status"] != expect else "")))
-    checks.append(("restart records", len(restarts) == run.faults,
-                   f"{len(restarts)} for {run.faults} fault(s)"
-                   + "".join(f"; #{r['number']} {r['kind']} {r['error_code']} {r['result']}" for r in restarts)))
-    checks.append(("budget used once", detail["restart_count"] == run.faults,
-                   f"restart_count {detail['restart_count']}"))
-    checks.append(("attempts", len(attempts) == run.faults + 1,
-                   f"{len(attempts)}: " + ", ".join(f"{a['number']} {a['status']}" for a in attempts)))
+    checks.append(
+        (
+            "status",
+            detail["status"] == expect,
+            f"{detail['status']}" + (f" ({detail['reason'][:120]})" if detail["status"] != expect else ""),
+        )
+    )
+    checks.append(
+        (
+            "restart records",
+            len(restarts) == run.faults,
+            f"{len(restarts)} for {run.faults} fault(s)"
+            + "".join(f"; #{r['number']} {r['kind']} {r['error_code']} {r['result']}" for r in restarts),
+        )
+    )
+    checks.append(
+        ("budget used once", detail["restart_count"] == run.faults, f"restart_count {detail['restart_count']}")
+    )
+    checks.append(
+        (
+            "attempts",
+            len(attempts) == run.faults + 1,
+            f"{len(attempts)}: " + ", ".join(f"{a['number']} {a['status']}" for a in attempts),
+        )
+    )
     if run.faults:
         failed = Instance.objects.filter(attempt__job_id=run.id, attempt__number=1, rank=1).first()
-        checks.append(("failed rank's exit recorded", failed is not None and failed.exit_code == 1,
-                       f"attempt 1 rank 1: {failed.status if failed else '-'} exit {failed.exit_code if failed else '-'}"))
+        checks.append(
+            (
+                "failed rank's exit recorded",
+                failed is not None and failed.exit_code == 1,
+                f"attempt 1 rank 1: {failed.status if failed else '-'} exit {failed.exit_code if failed else '-'}",
+            )
+        )
     events = list(JobEvent.objects.filter(job_id=run.id).values_list("type", "attempt", "instance", "message"))
     dup = [k for k, n in Counter(events).items() if n > 1]
     checks.append(("events once", not dup, f"{len(events)} events" + (f"; doubled: {dup[:2]}" if dup else "")))
@@ -567,9 +629,15 @@ class Follower:
         lost_at = None
         while not self.stop.is_set():
             try:
-                ws = await asyncio.wait_for(self.WebSocket.connect(
-                    "127.0.0.1", self.c.port, f"/ws/jobs/{self.job_id}/",
-                    {"Origin": self.c.url, "Cookie": f"sessionid={self.c.session}"}), 5)
+                ws = await asyncio.wait_for(
+                    self.WebSocket.connect(
+                        "127.0.0.1",
+                        self.c.port,
+                        f"/ws/jobs/{self.job_id}/",
+                        {"Origin": self.c.url, "Cookie": f"sessionid={self.c.session}"},
+                    ),
+                    5,
+                )
             except (OSError, ConnectionError, asyncio.TimeoutError, asyncio.IncompleteReadError):
                 lost_at = lost_at or time.monotonic()
                 await asyncio.sleep(0.5)
@@ -578,8 +646,15 @@ class Follower:
             if lost_at is not None and self.connects > 1:
                 self.reconnected_after = time.monotonic() - lost_at
             lost_at = None
-            await ws.send_text(json.dumps({"type": "hello", "after_event": max(self.event_ids, default=None),
-                                           "logs": {"attempt": None, "instances": None, "offsets": self.offsets}}))
+            await ws.send_text(
+                json.dumps(
+                    {
+                        "type": "hello",
+                        "after_event": max(self.event_ids, default=None),
+                        "logs": {"attempt": None, "instances": None, "offsets": self.offsets},
+                    }
+                )
+            )
             try:
                 while not self.stop.is_set():
                     try:
@@ -611,10 +686,17 @@ class Follower:
 
     def handshake(self, timeout: float = 5.0) -> str:
         """A fresh connection's handshake, now: "101" or why it failed."""
+
         async def once():
-            ws = await asyncio.wait_for(self.WebSocket.connect(
-                "127.0.0.1", self.c.port, f"/ws/jobs/{self.job_id}/",
-                {"Origin": self.c.url, "Cookie": f"sessionid={self.c.session}"}), timeout)
+            ws = await asyncio.wait_for(
+                self.WebSocket.connect(
+                    "127.0.0.1",
+                    self.c.port,
+                    f"/ws/jobs/{self.job_id}/",
+                    {"Origin": self.c.url, "Cookie": f"sessionid={self.c.session}"},
+                ),
+                timeout,
+            )
             ws.close()
 
         try:
@@ -634,19 +716,41 @@ class Follower:
         last_words = any("last words of attempt 1" in line for _, line in self.lines)
         attempts = sorted({k.split(":")[0] for k, _ in steps})
         return [
-            ("follower reconnected", self.connects >= 2 or not reconnect,
-             f"{self.connects} connections" + (f", back {self.reconnected_after:.1f} s after it was lost"
-                                               if self.reconnected_after is not None else "")),
-            ("log lines once, no gap", not doubled and not self.gaps,
-             f"{len(steps)} step lines of attempts {','.join(attempts)}"
-             + (f"; doubled {doubled[:2]}" if doubled else "") + (f"; gaps {self.gaps[:2]}" if self.gaps else "")),
-            ("events once, none missed", not missing and not twice,
-             f"{len(self.event_ids)} received of {len(db_events)}"
-             + (f"; missed ids {missing[:5]}" if missing else "") + (f"; twice {twice[:5]}" if twice else "")),
-        ] + ([  # issue 20 item 6: the view shows how the failed attempt ended before it follows the new one
-            ("failed attempt's last line shown", last_words,
-             "seen" if last_words else "the line rank 1 printed before failing never reached the follower"),
-        ] if run.faults else [])
+            (
+                "follower reconnected",
+                self.connects >= 2 or not reconnect,
+                f"{self.connects} connections"
+                + (
+                    f", back {self.reconnected_after:.1f} s after it was lost"
+                    if self.reconnected_after is not None
+                    else ""
+                ),
+            ),
+            (
+                "log lines once, no gap",
+                not doubled and not self.gaps,
+                f"{len(steps)} step lines of attempts {','.join(attempts)}"
+                + (f"; doubled {doubled[:2]}" if doubled else "")
+                + (f"; gaps {self.gaps[:2]}" if self.gaps else ""),
+            ),
+            (
+                "events once, none missed",
+                not missing and not twice,
+                f"{len(self.event_ids)} received of {len(db_events)}"
+                + (f"; missed ids {missing[:5]}" if missing else "")
+                + (f"; twice {twice[:5]}" if twice else ""),
+            ),
+        ] + (
+            [  # issue 20 item 6: the view shows how the failed attempt ended before it follows the new one
+                (
+                    "failed attempt's last line shown",
+                    last_words,
+                    "seen" if last_words else "the line rank 1 printed before failing never reached the follower",
+                ),
+            ]
+            if run.faults
+            else []
+        )
 
 
 # --- experiments -------------------------------------------------------------------------------
@@ -675,8 +779,10 @@ def exp_fault_point(c: Console, point: str) -> tuple[list, str]:
     time.sleep(2.0)
     c.start("worker")
     status = run.complete(150)
-    return check_job(run), (f"worker died at {point} (exit {proc.returncode}), a new one 2 s later; "
-                            f"job {status} {time.monotonic() - died:.1f} s after the death")
+    return check_job(run), (
+        f"worker died at {point} (exit {proc.returncode}), a new one 2 s later; "
+        f"job {status} {time.monotonic() - died:.1f} s after the death"
+    )
 
 
 def exp_race(c: Console, step: str) -> tuple[list, str]:
@@ -701,9 +807,11 @@ def exp_race(c: Console, step: str) -> tuple[list, str]:
     c.start("worker")
     t0 = time.monotonic()
     status = run.complete(90)
-    return check_job(run), (f"worker group SIGKILLed when {watched.name} appeared (in it then: "
-                            f"{', '.join(seen) or 'nothing'}), back 10 s later; job {status} "
-                            f"{time.monotonic() - t0:.1f} s after that")
+    return check_job(run), (
+        f"worker group SIGKILLed when {watched.name} appeared (in it then: "
+        f"{', '.join(seen) or 'nothing'}), back 10 s later; job {status} "
+        f"{time.monotonic() - t0:.1f} s after that"
+    )
 
 
 def fault_while_down(c: Console, name: str, processes: tuple[str, ...], sig=signal.SIGKILL) -> JobRun:
@@ -727,10 +835,15 @@ def exp_worker_kill(c: Console) -> tuple[list, str]:
     status = run.complete(120)
     record = RestartRecord.objects.filter(job_id=run.id).first()
     # Issue 20 item 3: a killed worker's per-job lock kept its jobs unwatched until it expired.
-    decided = (f"restart decided {record.restart_time.timestamp() - back:+.1f} s from when it was seen ready"
-               if record else "no restart decided")
-    return check_job(run), (f"worker group SIGKILLed, rank 1 failed while it was down, worker back after 5 s "
-                            f"({decided}); job {status} {time.monotonic() - t0:.1f} s later")
+    decided = (
+        f"restart decided {record.restart_time.timestamp() - back:+.1f} s from when it was seen ready"
+        if record
+        else "no restart decided"
+    )
+    return check_job(run), (
+        f"worker group SIGKILLed, rank 1 failed while it was down, worker back after 5 s "
+        f"({decided}); job {status} {time.monotonic() - t0:.1f} s later"
+    )
 
 
 def _submit_timed(c: Console, name: str, out: dict):
@@ -748,16 +861,23 @@ def _submission_checks(c: Console, out: dict, what: str, target: float | None) -
     checks = []
     if "error" in out:
         stored = Job.objects.filter(display_name=out["name"]).first()
-        checks.append((f"submission during {what}", False, f"failed after {out['took']:.1f} s: {out['error']}"
-                       + (f"; yet stored as job {stored.pk}, {stored.status}" if stored else "; nothing stored")))
+        checks.append(
+            (
+                f"submission during {what}",
+                False,
+                f"failed after {out['took']:.1f} s: {out['error']}"
+                + (f"; yet stored as job {stored.pk}, {stored.status}" if stored else "; nothing stored"),
+            )
+        )
         if stored:  # is the stored job launched once Redis is back?
             run = JobRun(c, stored.pk, {}, 0)
             run.wait_finished(90)
             checks += [(f"submitted job: {n}", h, e) for n, h, e in check_job(run)]
         return checks
     ok = target is None or out["took"] < target
-    checks.append((f"submission during {what}" + (f" < {target:g} s" if target else ""), ok,
-                   f"201 in {out['took']:.2f} s"))
+    checks.append(
+        (f"submission during {what}" + (f" < {target:g} s" if target else ""), ok, f"201 in {out['took']:.2f} s")
+    )
     out["run"].wait_finished(90)
     return checks + [(f"submitted job: {n}", h, e) for n, h, e in check_job(out["run"])]
 
@@ -810,11 +930,18 @@ def exp_redis_stop_follower(c: Console, stall: float) -> tuple[list, str]:
         follower.close()
     # Two ranks print 5 lines/s each: a live tail delivers dozens over the stall.
     expected = int((stall - 2) * 2 * 5 * 0.5)
-    checks = check_job(run) + follower.check(run, reconnect=False) + [
-        ("log lines during the stall", during >= expected, f"{during} lines in the last {stall - 1:.0f} s "
-                                                           f"(at least {expected} expected)"),
-        ("a new page connects during the stall", handshake == "101", handshake),
-    ]
+    checks = (
+        check_job(run)
+        + follower.check(run, reconnect=False)
+        + [
+            (
+                "log lines during the stall",
+                during >= expected,
+                f"{during} lines in the last {stall - 1:.0f} s (at least {expected} expected)",
+            ),
+            ("a new page connects during the stall", handshake == "101", handshake),
+        ]
+    )
     return checks, f"Redis SIGSTOPped {stalled:.1f} s under a live follower; job {status}"
 
 
@@ -857,8 +984,9 @@ def exp_web_kill(c: Console) -> tuple[list, str]:
         time.sleep(1.0)
     finally:
         follower.close()
-    return check_job(run) + follower.check(run), f"daphne SIGKILLed under a live follower, rank 1 failed " \
-                                                 f"while it was down, daphne back 3 s later; job {status}"
+    return check_job(run) + follower.check(
+        run
+    ), f"daphne SIGKILLed under a live follower, rank 1 failed while it was down, daphne back 3 s later; job {status}"
 
 
 def exp_exits_kill(c: Console) -> tuple[list, str]:
@@ -870,8 +998,11 @@ def exp_exits_kill(c: Console) -> tuple[list, str]:
     time.sleep(max(0.0, 5.0 - (time.time() - fired)))
     c.start("exits")
     status = run.complete(120)
-    took = f"{decided.restart_time.timestamp() - fired:.1f} s after the failure (by the sweep)" if decided else \
-        "not while the listener was down"
+    took = (
+        f"{decided.restart_time.timestamp() - fired:.1f} s after the failure (by the sweep)"
+        if decided
+        else "not while the listener was down"
+    )
     return check_job(run), f"exit listener SIGKILLed, back after 5 s; restart decided {took}; job {status}"
 
 
@@ -906,8 +1037,10 @@ def exp_db_lock(c: Console) -> tuple[list, str]:
             lock.execute("ROLLBACK")
             lock.close()
         reader.join(30)
-        what = (f"another connection held SQLite's write lock {held:.1f} s "
-                f"(an API read meanwhile: {read.get('text', 'no answer')})")
+        what = (
+            f"another connection held SQLite's write lock {held:.1f} s "
+            f"(an API read meanwhile: {read.get('text', 'no answer')})"
+        )
     else:
         import psycopg
 
@@ -919,9 +1052,15 @@ def exp_db_lock(c: Console) -> tuple[list, str]:
             submitter = threading.Thread(target=_submit_timed, args=(c, "during-terminations", out), daemon=True)
             submitter.start()
             for _ in range(10):
-                terminated += sum(1 for (ok,) in conn.execute(
-                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s "
-                    "AND pid <> pg_backend_pid()", (name,)).fetchall() if ok)
+                terminated += sum(
+                    1
+                    for (ok,) in conn.execute(
+                        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s "
+                        "AND pid <> pg_backend_pid()",
+                        (name,),
+                    ).fetchall()
+                    if ok
+                )
                 time.sleep(0.5)
         from django.db import connections
 
@@ -937,8 +1076,7 @@ def exp_burst(c: Console, jobs: int = 40, faulty: int = 10) -> tuple[list, str]:
 
     t0 = time.monotonic()
     with ThreadPoolExecutor(8) as pool:
-        futures = [pool.submit(c.submit, f"burst-{i}", i % (jobs // faulty) == 0, False, 15)
-                   for i in range(jobs)]
+        futures = [pool.submit(c.submit, f"burst-{i}", i % (jobs // faulty) == 0, False, 15) for i in range(jobs)]
         results = [f.result() for f in futures]
     runs = [r for r, _, _ in results]
     slowest = max(t for _, t, _ in results)
@@ -954,11 +1092,19 @@ def exp_burst(c: Console, jobs: int = 40, faulty: int = 10) -> tuple[list, str]:
             held[name] += ok
             if not ok:
                 failures.setdefault(name, []).append(f"job {run.id}: {evidence}")
-    checks = [(name, name not in failures, f"held for {held[name]} of {applied[name]} jobs"
-               + (f"; {len(failures[name])} failed, first: {failures[name][0]}" if name in failures else ""))
-              for name in applied]
-    return checks, (f"{jobs} jobs ({faulty} with a fault) submitted by 8 threads, slowest POST {slowest:.2f} s; "
-                    f"all finished {took:.0f} s after the first POST")
+    checks = [
+        (
+            name,
+            name not in failures,
+            f"held for {held[name]} of {applied[name]} jobs"
+            + (f"; {len(failures[name])} failed, first: {failures[name][0]}" if name in failures else ""),
+        )
+        for name in applied
+    ]
+    return checks, (
+        f"{jobs} jobs ({faulty} with a fault) submitted by 8 threads, slowest POST {slowest:.2f} s; "
+        f"all finished {took:.0f} s after the first POST"
+    )
 
 
 def exp_console_restart(c: Console) -> tuple[list, str]:
@@ -972,8 +1118,11 @@ def exp_console_restart(c: Console) -> tuple[list, str]:
     calm.finish()
     calm_status = calm.wait_finished(90)
     checks = check_job(run) + [(f"calm job: {n}", h, e) for n, h, e in check_job(calm)]
-    return checks, f"web, exits and worker SIGTERMed with 2 jobs running, rank 1 failed while down, all back " \
-                   f"5 s later; jobs {status}, {calm_status}"
+    return (
+        checks,
+        f"web, exits and worker SIGTERMed with 2 jobs running, rank 1 failed while down, all back "
+        f"5 s later; jobs {status}, {calm_status}",
+    )
 
 
 def experiments(args, db: str) -> list[tuple[str, callable]]:
@@ -998,8 +1147,9 @@ def experiments(args, db: str) -> list[tuple[str, callable]]:
     ]
     names = QUICK if args.quick else (args.only.split(",") if args.only else None)
     if names:
-        plan = [(n, f) for n, f in plan if n in names or any(n.startswith(x.rstrip("*")) and x.endswith("*")
-                                                             for x in names)]
+        plan = [
+            (n, f) for n, f in plan if n in names or any(n.startswith(x.rstrip("*")) and x.endswith("*") for x in names)
+        ]
     return plan
 
 
@@ -1023,9 +1173,17 @@ def run_database(args) -> int:
             t0 = time.monotonic()
             print(f"[{args.db}] {name} ...", flush=True)
             if fn is None:
-                results.append({"experiment": name, "held": False, "seconds": 0, "what": "not run",
-                                "checks": [["fault-point hook", False,
-                                            "jobs/faults.py (VIGIL_FAULT_POINT) is not on this checkout"]]})
+                results.append(
+                    {
+                        "experiment": name,
+                        "held": False,
+                        "seconds": 0,
+                        "what": "not run",
+                        "checks": [
+                            ["fault-point hook", False, "jobs/faults.py (VIGIL_FAULT_POINT) is not on this checkout"]
+                        ],
+                    }
+                )
                 continue
             try:
                 for proc_name in ("web", "worker", "exits"):  # every experiment starts from a whole console
@@ -1039,8 +1197,15 @@ def run_database(args) -> int:
                 checks, what = [["carried out", False, f"{type(exc).__name__}: {str(exc)[:300]}"]], "crashed"
             stop_live_jobs(console)
             held = all(h for _, h, _ in checks)
-            results.append({"experiment": name, "held": held, "seconds": round(time.monotonic() - t0, 1),
-                            "what": what, "checks": [list(x) for x in checks]})
+            results.append(
+                {
+                    "experiment": name,
+                    "held": held,
+                    "seconds": round(time.monotonic() - t0, 1),
+                    "what": what,
+                    "checks": [list(x) for x in checks],
+                }
+            )
             print(f"[{args.db}] {name}: {'held' if held else 'FAILED'} in {time.monotonic() - t0:.0f} s", flush=True)
             Path(args.json).write_text(json.dumps(results))
     finally:
@@ -1122,8 +1287,9 @@ def print_table(rows: list[dict], dbs: list[str]) -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--db", default=None, help="sqlite, postgres or both, comma-separated (default both; "
-                                                   "--quick: sqlite)")
+    parser.add_argument(
+        "--db", default=None, help="sqlite, postgres or both, comma-separated (default both; --quick: sqlite)"
+    )
     parser.add_argument("--pg-url", default=os.environ.get("CHAOS_PG_URL", DEFAULT_PG))
     parser.add_argument("--only", default="", help="experiment names, comma-separated ('fault@*' for every step)")
     parser.add_argument("--quick", action="store_true", help=f"the CI subset: {', '.join(QUICK)}")
@@ -1149,6 +1315,7 @@ def main() -> int:
     print(f"  code: {git_line()}; fault-point hook: {'jobs.faults' if fault_points() else 'absent'}")
     print(f"  console: Procfile web + worker + exits, private redis-server, settings {CONSOLE_ENV}")
     print(f"  jobs: 2-rank PyTorchJob via POST /api/v1/jobs/, {FLAGS}")
+
     def interrupted(signum, frame):
         raise KeyboardInterrupt(f"signal {signum}")  # the child is stopped and its groups killed below
 
@@ -1158,8 +1325,20 @@ def main() -> int:
     for db in dbs:
         workdir = Path(tempfile.mkdtemp(prefix=f"vigil-chaos-{db}-"))
         out = workdir / "results.json"
-        cmd = [PYTHON, str(Path(__file__).resolve()), "--db", db, "--pg-url", args.pg_url, "--stall", str(args.stall),
-               "--json", str(out), "--workdir", str(workdir)]
+        cmd = [
+            PYTHON,
+            str(Path(__file__).resolve()),
+            "--db",
+            db,
+            "--pg-url",
+            args.pg_url,
+            "--stall",
+            str(args.stall),
+            "--json",
+            str(out),
+            "--workdir",
+            str(workdir),
+        ]
         if args.quick:
             cmd.append("--quick")
         elif args.only:
@@ -1191,8 +1370,15 @@ def main() -> int:
         except (OSError, ValueError):
             got = []
         if child.returncode != 0 or not got:
-            got.append({"experiment": "suite", "held": False, "seconds": 0, "what": f"exit {child.returncode}",
-                        "checks": [["finished", False, f"the {db} run ended with {child.returncode}"]]})
+            got.append(
+                {
+                    "experiment": "suite",
+                    "held": False,
+                    "seconds": 0,
+                    "what": f"exit {child.returncode}",
+                    "checks": [["finished", False, f"the {db} run ended with {child.returncode}"]],
+                }
+            )
         rows += [dict(r, db=db) for r in got]
         if os.environ.get("CHAOS_KEEP"):
             print(f"  kept {workdir} (CHAOS_KEEP)")

@@ -41,8 +41,10 @@ SPACING = 0.15  # seconds between two exits of a batch
 
 def child_command(delay: float, code: int) -> str:
     # exec: the python process IS the instance, so its exit is the instance's exit.
-    return (f"sleep {delay:.2f}; exec {sys.executable} -I -S -c "
-            f"'import os, time; os.write(1, repr(time.time()).encode()); os._exit({code})'")
+    return (
+        f"sleep {delay:.2f}; exec {sys.executable} -I -S -c "
+        f"'import os, time; os.write(1, repr(time.time()).encode()); os._exit({code})'"
+    )
 
 
 def percentile(values, p):
@@ -56,14 +58,17 @@ def percentile(values, p):
 
 def describe(name, seconds):
     ms = [s * 1000 for s in seconds]
-    return (f"{name:<34} n={len(ms):<4} p50={percentile(ms, 50):7.2f} ms  p99={percentile(ms, 99):7.2f} ms  "
-            f"max={max(ms):7.2f} ms  mean={statistics.mean(ms):7.2f} ms")
+    return (
+        f"{name:<34} n={len(ms):<4} p50={percentile(ms, 50):7.2f} ms  p99={percentile(ms, 99):7.2f} ms  "
+        f"max={max(ms):7.2f} ms  mean={statistics.mean(ms):7.2f} ms"
+    )
 
 
 def run_vigil(exits: int, redis_url: str, data_dir: str):
     prefix = f"vigil-bench-{uuid.uuid4().hex[:8]}"
-    backend = LocalBackend(data_dir=data_dir, redis_url=redis_url, channel_prefix=prefix,
-                           nodes=[{"name": "bench", "slots": BATCH}])
+    backend = LocalBackend(
+        data_dir=data_dir, redis_url=redis_url, channel_prefix=prefix, nodes=[{"name": "bench", "slots": BATCH}]
+    )
     client = redis.Redis.from_url(redis_url)
     pubsub = client.pubsub()
     pubsub.subscribe(backend.exit_channel)
@@ -86,8 +91,8 @@ def run_vigil(exits: int, redis_url: str, data_dir: str):
         for b in range(-(-exits // BATCH)):
             n = min(BATCH, exits - b * BATCH)
             instances = tuple(
-                InstanceLaunch(f"worker-{i}", "Worker", i, i, child_command(0.2 + SPACING * i, i % 2))
-                for i in range(n))
+                InstanceLaunch(f"worker-{i}", "Worker", i, i, child_command(0.2 + SPACING * i, i % 2)) for i in range(n)
+            )
             handle = backend.launch(AttemptLaunch(f"bench{b}", 1, "ElasticBatchJob", instances, {}))
             handles.append(handle)
             deadline = time.monotonic() + 0.2 + SPACING * n + 5
@@ -114,8 +119,10 @@ def run_polling(exits: int, interval: float = 0.1):
     detected = []
     for b in range(-(-exits // BATCH)):
         n = min(BATCH, exits - b * BATCH)
-        procs = [subprocess.Popen(["/bin/sh", "-c", child_command(0.2 + SPACING * i, i % 2)],
-                                  stdout=subprocess.PIPE) for i in range(n)]
+        procs = [
+            subprocess.Popen(["/bin/sh", "-c", child_command(0.2 + SPACING * i, i % 2)], stdout=subprocess.PIPE)
+            for i in range(n)
+        ]
         seen: dict[int, float] = {}
         try:
             while len(seen) < n:
@@ -143,11 +150,15 @@ def main():
         parser.error("--exits: at least 50 so that p99 means something")
 
     print("exit detection benchmark")
-    print(f"  machine: {platform.node()} {platform.platform()}, {os.cpu_count()} CPUs, "
-          f"load avg {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    print(
+        f"  machine: {platform.node()} {platform.platform()}, {os.cpu_count()} CPUs, "
+        f"load avg {' '.join(f'{x:.2f}' for x in os.getloadavg())}"
+    )
     print(f"  python {platform.python_version()} ({sys.executable}), redis {args.redis}")
-    print(f"  workload: {args.exits} exits per method, batches of {BATCH} instances exiting {SPACING * 1000:.0f} ms"
-          " apart; each child writes time.time() then os._exit(0 or 1)")
+    print(
+        f"  workload: {args.exits} exits per method, batches of {BATCH} instances exiting {SPACING * 1000:.0f} ms"
+        " apart; each child writes time.time() then os._exit(0 or 1)"
+    )
     print("  vigil: LocalBackend shim -> exit.json (tmp + rename) -> Redis PUBLISH -> subscriber thread")
     print("  polling: subprocess.Popen + Popen.poll() every 100 ms (how torchrun watches workers)")
     data_dir = tempfile.mkdtemp(prefix="vigil-bench-")

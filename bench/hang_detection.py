@@ -78,8 +78,12 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--intervals", default="2,5,10")
     parser.add_argument("--timeout", type=float, default=180.0)
-    parser.add_argument("--startup", type=float, default=30.0,
-                        help="seconds of silent start-up in the scenario job's attempt 2 (0: skip the scenario)")
+    parser.add_argument(
+        "--startup",
+        type=float,
+        default=30.0,
+        help="seconds of silent start-up in the scenario job's attempt 2 (0: skip the scenario)",
+    )
     args = parser.parse_args()
     intervals = [int(x) for x in args.intervals.split(",")]
 
@@ -89,8 +93,10 @@ def main():
     try:
         from jobs.models import Attempt, EventType, Job, JobEvent, JobStatus
 
-        print(f"  Vigil: Procfile processes {stack.commands}; beat sweep every "
-              f"{os.environ.get('VIGIL_MONITOR_SWEEP_SECONDS', '1')} s; private Redis; throwaway data dir")
+        print(
+            f"  Vigil: Procfile processes {stack.commands}; beat sweep every "
+            f"{os.environ.get('VIGIL_MONITOR_SWEEP_SECONDS', '1')} s; private Redis; throwaway data dir"
+        )
         script = Path(stack.tmp) / "silent_rank.py"
         script.write_text(RANK)
         slow = Path(stack.tmp) / "slow_start_rank.py"
@@ -99,20 +105,34 @@ def main():
         startup_job = None
         if args.startup > 0:
             startup_job = stack.submit(
-                "hang-then-slow-start", "--job-execution-mode=Sync --enable-job-restart=True "
+                "hang-then-slow-start",
+                "--job-execution-mode=Sync --enable-job-restart=True "
                 "--max-num-of-job-restart=3 --enable-job-hang-detection=True --job-hang-interval=6",
-                f"exec {PYTHON} {slow}", {"STARTUP_SECONDS": str(args.startup)}, roles=(("Master", 1), ("Worker", 1)))
+                f"exec {PYTHON} {slow}",
+                {"STARTUP_SECONDS": str(args.startup)},
+                roles=(("Master", 1), ("Worker", 1)),
+            )
         for interval in intervals:
-            flags = ("--job-execution-mode=Sync --enable-job-restart=True --max-num-of-job-restart=3 "
-                     f"--enable-job-hang-detection=True --job-hang-interval={interval}")
-            jobs[interval] = stack.submit(f"hang-{interval}s", flags, f"exec {PYTHON} {script}", {},
-                                          roles=(("Master", 1), ("Worker", 1)))
-        print(f"  jobs: {', '.join(f'{i} s -> job {j.pk}' for i, j in jobs.items())}; 2 ranks each, "
-              "10 lines in 1 s then silence\n")
+            flags = (
+                "--job-execution-mode=Sync --enable-job-restart=True --max-num-of-job-restart=3 "
+                f"--enable-job-hang-detection=True --job-hang-interval={interval}"
+            )
+            jobs[interval] = stack.submit(
+                f"hang-{interval}s", flags, f"exec {PYTHON} {script}", {}, roles=(("Master", 1), ("Worker", 1))
+            )
+        print(
+            f"  jobs: {', '.join(f'{i} s -> job {j.pk}' for i, j in jobs.items())}; 2 ranks each, "
+            "10 lines in 1 s then silence\n"
+        )
         watched = list(jobs.values()) + ([startup_job] if startup_job else [])
-        wait_until(lambda: all(Job.objects.get(pk=j.pk).status in (JobStatus.FAILED, JobStatus.SUCCEEDED,
-                                                                     JobStatus.STOPPED) for j in watched),
-                   args.timeout + args.startup, 0.5)
+        wait_until(
+            lambda: all(
+                Job.objects.get(pk=j.pk).status in (JobStatus.FAILED, JobStatus.SUCCEEDED, JobStatus.STOPPED)
+                for j in watched
+            ),
+            args.timeout + args.startup,
+            0.5,
+        )
         all_late = []
         for interval, job in jobs.items():
             job.refresh_from_db()
@@ -125,25 +145,35 @@ def main():
                     continue
                 late = ev.created_at.timestamp() - (max(outs) + interval)
                 samples.append(late)
-                print(f"  interval {interval:>2} s  attempt {ev.attempt}: hang flagged {late:+.3f} s after the interval")
+                print(
+                    f"  interval {interval:>2} s  attempt {ev.attempt}: hang flagged {late:+.3f} s after the interval"
+                )
             all_late += samples
             if samples:
-                print(f"  interval {interval:>2} s  -> n={len(samples)} median {statistics.median(samples):+.3f} s "
-                      f"max {max(samples):+.3f} s; job {job.status}: {job.reason[:120]}\n")
+                print(
+                    f"  interval {interval:>2} s  -> n={len(samples)} median {statistics.median(samples):+.3f} s "
+                    f"max {max(samples):+.3f} s; job {job.status}: {job.reason[:120]}\n"
+                )
             else:
                 print(f"  interval {interval:>2} s  -> no hang flagged; job {job.status}: {job.reason[:160]}\n")
         if all_late:
             worst = max(all_late)
-            print(f"all: n={len(all_late)} median {statistics.median(all_late):+.3f} s, worst {worst:+.3f} s "
-                  f"(target within 1 s: {'MET' if 0 <= worst <= 1.0 else 'MISSED'})")
+            print(
+                f"all: n={len(all_late)} median {statistics.median(all_late):+.3f} s, worst {worst:+.3f} s "
+                f"(target within 1 s: {'MET' if 0 <= worst <= 1.0 else 'MISSED'})"
+            )
         if startup_job is not None:
             startup_job.refresh_from_db()
-            hangs = list(JobEvent.objects.filter(job=startup_job, type=EventType.HANG).values_list("attempt", flat=True))
-            ok = (startup_job.status == JobStatus.SUCCEEDED and startup_job.current_attempt == 2 and hangs == [1])
-            print(f"\nstart-up scenario (interval 6 s, attempt 2 silent for {args.startup:g} s at start): job "
-                  f"{startup_job.pk} {startup_job.status} on attempt {startup_job.current_attempt}, hangs flagged in "
-                  f"attempts {hangs or 'none'}, restarts {startup_job.restart_count} "
-                  f"(target: one restart, Succeeded on attempt 2: {'MET' if ok else 'MISSED'})")
+            hangs = list(
+                JobEvent.objects.filter(job=startup_job, type=EventType.HANG).values_list("attempt", flat=True)
+            )
+            ok = startup_job.status == JobStatus.SUCCEEDED and startup_job.current_attempt == 2 and hangs == [1]
+            print(
+                f"\nstart-up scenario (interval 6 s, attempt 2 silent for {args.startup:g} s at start): job "
+                f"{startup_job.pk} {startup_job.status} on attempt {startup_job.current_attempt}, hangs flagged in "
+                f"attempts {hangs or 'none'}, restarts {startup_job.restart_count} "
+                f"(target: one restart, Succeeded on attempt 2: {'MET' if ok else 'MISSED'})"
+            )
     finally:
         stack.close()
 

@@ -68,6 +68,7 @@ WRITER = textwrap.dedent("""
 
 # --- a minimal WebSocket client (text frames; enough for this benchmark) --------------
 
+
 class WebSocket:
     def __init__(self, reader, writer):
         self.reader, self.writer = reader, writer
@@ -76,8 +77,14 @@ class WebSocket:
     async def connect(cls, host, port, path, headers):
         reader, writer = await asyncio.open_connection(host, port, limit=2**24)
         key = base64.b64encode(os.urandom(16)).decode()
-        lines = [f"GET {path} HTTP/1.1", f"Host: {host}:{port}", "Upgrade: websocket", "Connection: Upgrade",
-                 f"Sec-WebSocket-Key: {key}", "Sec-WebSocket-Version: 13"] + [f"{k}: {v}" for k, v in headers.items()]
+        lines = [
+            f"GET {path} HTTP/1.1",
+            f"Host: {host}:{port}",
+            "Upgrade: websocket",
+            "Connection: Upgrade",
+            f"Sec-WebSocket-Key: {key}",
+            "Sec-WebSocket-Version: 13",
+        ] + [f"{k}: {v}" for k, v in headers.items()]
         writer.write(("\r\n".join(lines) + "\r\n\r\n").encode())
         await writer.drain()
         status = await reader.readline()
@@ -91,9 +98,13 @@ class WebSocket:
         payload = text.encode()
         mask = os.urandom(4)
         n = len(payload)
-        head = bytes([0x81]) + (bytes([0x80 | n]) if n < 126 else
-                                bytes([0x80 | 126]) + struct.pack(">H", n) if n < 65536 else
-                                bytes([0x80 | 127]) + struct.pack(">Q", n))
+        head = bytes([0x81]) + (
+            bytes([0x80 | n])
+            if n < 126
+            else bytes([0x80 | 126]) + struct.pack(">H", n)
+            if n < 65536
+            else bytes([0x80 | 127]) + struct.pack(">Q", n)
+        )
         masked = bytes(b ^ mask[i % 4] for i, b in enumerate(payload))
         self.writer.write(head + mask + masked)
         await self.writer.drain()
@@ -123,6 +134,7 @@ class WebSocket:
 
 # --- viewers ------------------------------------------------------------------------------
 
+
 class Viewer:
     def __init__(self):
         self.latencies: list[float] = []
@@ -131,11 +143,21 @@ class Viewer:
         self.kinds: dict[str, int] = {}
 
     async def run(self, port, job_id, cookie):
-        ws = await WebSocket.connect("127.0.0.1", port, f"/ws/jobs/{job_id}/",
-                                     {"Origin": f"http://127.0.0.1:{port}", "Cookie": f"sessionid={cookie}"})
-        await ws.send_text(json.dumps({"type": "hello", "after_event": None,
-                                       "logs": {"attempt": 1, "instances": ["worker-0"],
-                                                "offsets": {"1:worker-0": 0}}}))
+        ws = await WebSocket.connect(
+            "127.0.0.1",
+            port,
+            f"/ws/jobs/{job_id}/",
+            {"Origin": f"http://127.0.0.1:{port}", "Cookie": f"sessionid={cookie}"},
+        )
+        await ws.send_text(
+            json.dumps(
+                {
+                    "type": "hello",
+                    "after_event": None,
+                    "logs": {"attempt": 1, "instances": ["worker-0"], "offsets": {"1:worker-0": 0}},
+                }
+            )
+        )
         self.ws = ws
         self.connected = True
         try:
@@ -168,6 +190,7 @@ def pct(values, p):
 
 # --- the world ----------------------------------------------------------------------------
 
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -177,14 +200,16 @@ def free_port():
 def setup_django(data_dir: Path, prefix: str):
     settings_dir = data_dir / "settings"
     settings_dir.mkdir()
-    (settings_dir / "bench_settings.py").write_text(textwrap.dedent(f"""
+    (settings_dir / "bench_settings.py").write_text(
+        textwrap.dedent(f"""
         from console.settings import *  # noqa
         CHANNEL_LAYERS = {{"default": {{"BACKEND": "channels_redis.core.RedisChannelLayer",
             "CONFIG": {{"hosts": [{{"address": REDIS_URL, "socket_timeout": 30}}], "prefix": {prefix!r}}}}}}}
         CELERY_TASK_ALWAYS_EAGER = True
         VIGIL_STOP_GRACE_SECONDS = 1.0
         LOGGING["root"]["level"] = "WARNING"
-    """))
+    """)
+    )
     os.environ["VIGIL_DATA_DIR"] = str(data_dir)
     os.environ["DJANGO_SETTINGS_MODULE"] = "bench_settings"
     sys.path[:0] = [str(ROOT), str(settings_dir)]
@@ -220,7 +245,9 @@ def submit_writer(user, ws, rate, seconds, start_file):
     from jobs import actions
 
     body = {
-        "workspace": ws.slug, "display_name": f"writer-{rate}", "job_type": "ElasticBatchJob",
+        "workspace": ws.slug,
+        "display_name": f"writer-{rate}",
+        "job_type": "ElasticBatchJob",
         "job_specs": [{"type": "Worker", "pod_count": 1, "resource_config": {"cpu": 1, "memory": "", "gpu": 0}}],
         "user_command": f"{shlex.quote(sys.executable)} -u -c {shlex.quote(WRITER)}",
         "envs": {"BENCH_RATE": str(rate), "BENCH_SECONDS": str(seconds), "BENCH_START": start_file},
@@ -234,9 +261,14 @@ def submit_writer(user, ws, rate, seconds, start_file):
 
 def start_daphne(port, log_path):
     env = dict(os.environ)
-    proc = subprocess.Popen([sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port),
-                             "console.asgi:application"], cwd=ROOT, env=env, start_new_session=True,
-                            stdout=open(log_path, "wb"), stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "console.asgi:application"],
+        cwd=ROOT,
+        env=env,
+        start_new_session=True,
+        stdout=open(log_path, "wb"),
+        stderr=subprocess.STDOUT,
+    )
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         try:
@@ -273,8 +305,14 @@ async def run_phase(port, user, ws, cookie, rate, seconds, viewers, data_dir, ta
     results = []
     for v in people:
         got = set(v.seqs)
-        results.append({"lost": total - len(got & set(range(total))), "doubled": len(v.seqs) - len(got),
-                        "latencies": v.latencies, "kinds": v.kinds})
+        results.append(
+            {
+                "lost": total - len(got & set(range(total))),
+                "doubled": len(v.seqs) - len(got),
+                "latencies": v.latencies,
+                "kinds": v.kinds,
+            }
+        )
     return complete, results
 
 
@@ -295,8 +333,10 @@ def machine() -> str:
     except OSError:
         pass
     load = os.getloadavg()
-    return (f"{platform.node()} · {platform.system()} {platform.release()} · {model or platform.processor()} · "
-            f"{os.cpu_count()} CPUs · Python {platform.python_version()} · load {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
+    return (
+        f"{platform.node()} · {platform.system()} {platform.release()} · {model or platform.processor()} · "
+        f"{os.cpu_count()} CPUs · Python {platform.python_version()} · load {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}"
+    )
 
 
 def main():
@@ -321,22 +361,29 @@ def main():
         daphne = start_daphne(port, data_dir / "daphne.log")
         print("Vigil log streaming benchmark")
         print(f"machine: {machine()}")
-        print(f"server:  daphne console.asgi on 127.0.0.1:{port} (pid {daphne.pid}), Redis channel layer, "
-              f"SQLite {data_dir}/vigil.sqlite3, local backend (real processes), consumer tick 100 ms")
+        print(
+            f"server:  daphne console.asgi on 127.0.0.1:{port} (pid {daphne.pid}), Redis channel layer, "
+            f"SQLite {data_dir}/vigil.sqlite3, local backend (real processes), consumer tick 100 ms"
+        )
         print("lines:   ~100 bytes, stamped with time.time() when written; latency = receipt time - stamp")
         print()
 
-        complete, results = asyncio.run(run_phase(port, user, ws, cookie, args.rate, int(args.seconds),
-                                                  args.viewers, data_dir, "p1"))
+        complete, results = asyncio.run(
+            run_phase(port, user, ws, cookie, args.rate, int(args.seconds), args.viewers, data_dir, "p1")
+        )
         lat = [x for r in results for x in r["latencies"]]
         if not lat:
             raise SystemExit(f"no line arrived; messages by type: {results[0].get('kinds')}; see --keep")
         print(f"phase 1: 1 job writing {args.rate:,} lines/s for {args.seconds:g} s, {args.viewers} viewers")
-        print(f"  latency  p50 {pct(lat, 50) * 1000:.0f} ms · p95 {pct(lat, 95) * 1000:.0f} ms · "
-              f"p99 {pct(lat, 99) * 1000:.0f} ms · max {max(lat) * 1000:.0f} ms  (target p95 <= 250 ms)")
-        print(f"  lines lost {sum(r['lost'] for r in results)} · doubled {sum(r['doubled'] for r in results)} "
-              f"(over {args.viewers} viewers x {int(args.rate * args.seconds):,} lines; target 0) · "
-              f"all viewers saw the end: {complete}")
+        print(
+            f"  latency  p50 {pct(lat, 50) * 1000:.0f} ms · p95 {pct(lat, 95) * 1000:.0f} ms · "
+            f"p99 {pct(lat, 99) * 1000:.0f} ms · max {max(lat) * 1000:.0f} ms  (target p95 <= 250 ms)"
+        )
+        print(
+            f"  lines lost {sum(r['lost'] for r in results)} · doubled {sum(r['doubled'] for r in results)} "
+            f"(over {args.viewers} viewers x {int(args.rate * args.seconds):,} lines; target 0) · "
+            f"all viewers saw the end: {complete}"
+        )
         print()
 
         print("phase 2: one viewer, 5 s per rate, highest rate received completely with p95 < 1 s")
@@ -346,8 +393,10 @@ def main():
             complete, (r,) = asyncio.run(run_phase(port, user, ws, cookie, rate, 5, 1, data_dir, f"p2-{rate}"))
             p95 = pct(r["latencies"], 95)
             ok = complete and r["lost"] == 0 and r["doubled"] == 0 and p95 < 1.0
-            print(f"  {rate:>7,} lines/s: lost {r['lost']}, doubled {r['doubled']}, p50 "
-                  f"{pct(r['latencies'], 50) * 1000:.0f} ms, p95 {p95 * 1000:.0f} ms -> {'ok' if ok else 'too much'}")
+            print(
+                f"  {rate:>7,} lines/s: lost {r['lost']}, doubled {r['doubled']}, p50 "
+                f"{pct(r['latencies'], 50) * 1000:.0f} ms, p95 {p95 * 1000:.0f} ms -> {'ok' if ok else 'too much'}"
+            )
             if not ok:
                 break
             best = rate

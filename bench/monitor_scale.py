@@ -69,8 +69,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-SEED_SYNC = ("--job-execution-mode=Sync --enable-job-restart=True --max-num-of-job-restart=3 "
-             "--fault-tolerant-policy=ExitCodeAndErrorMsg")
+SEED_SYNC = (
+    "--job-execution-mode=Sync --enable-job-restart=True --max-num-of-job-restart=3 "
+    "--fault-tolerant-policy=ExitCodeAndErrorMsg"
+)
 WORKERS = 7  # per job, beside its Master (--instances)
 PG_DB = f"vigil_bench_scale_{os.getpid()}"  # two runs at once never share (or drop) one
 
@@ -108,6 +110,8 @@ def drop_postgres(postgres: str) -> None:
     connections.close_all()
     with psycopg.connect(f"{postgres}/postgres", autocommit=True) as conn:
         conn.execute(f"DROP DATABASE IF EXISTS {PG_DB} WITH (FORCE)")
+
+
 def use_memory_backend():
     from django.conf import settings
 
@@ -128,17 +132,40 @@ def create_running_jobs(count: int, backend, owner, workspace) -> None:
     start = Job.objects.count()
     now = datetime.now(timezone.utc)
     specs = [{"type": "Master", "pod_count": 1}, {"type": "Worker", "pod_count": WORKERS}]
-    jobs = Job.objects.bulk_create([
-        Job(workspace=workspace, created_by=owner, display_name=f"scale-{start + i}", job_type="PyTorchJob",
-            job_specs=specs, user_command="python train.py", backend="local", fault_tolerance=True,
-            error_monitoring_args=SEED_SYNC, ft_config=config.to_dict(), current_attempt=1,
-            status=JobStatus.RUNNING, started_at=now)
-        for i in range(count)
-    ], batch_size=500)
+    jobs = Job.objects.bulk_create(
+        [
+            Job(
+                workspace=workspace,
+                created_by=owner,
+                display_name=f"scale-{start + i}",
+                job_type="PyTorchJob",
+                job_specs=specs,
+                user_command="python train.py",
+                backend="local",
+                fault_tolerance=True,
+                error_monitoring_args=SEED_SYNC,
+                ft_config=config.to_dict(),
+                current_attempt=1,
+                status=JobStatus.RUNNING,
+                started_at=now,
+            )
+            for i in range(count)
+        ],
+        batch_size=500,
+    )
     attempts = []
     for job in jobs:
-        attempts.append(Attempt(job=job, number=1, status=AttemptStatus.RUNNING, queued_at=now, preparing_at=now,
-                                starting_at=now, running_at=now))
+        attempts.append(
+            Attempt(
+                job=job,
+                number=1,
+                status=AttemptStatus.RUNNING,
+                queued_at=now,
+                preparing_at=now,
+                starting_at=now,
+                running_at=now,
+            )
+        )
     attempts = Attempt.objects.bulk_create(attempts, batch_size=500)
     instances = []
     t = time.time()
@@ -151,9 +178,19 @@ def create_running_jobs(count: int, backend, owner, workspace) -> None:
         statuses = {s.name: s for s in backend.poll(handle)}
         for inst in spec.instances:
             s = statuses[inst.name]
-            instances.append(Instance(attempt=attempt, role=inst.role, index=inst.index, name=inst.name, rank=inst.rank,
-                                      node=s.node, status=InstanceStatus.RUNNING, started_at=when(s.started_at),
-                                      last_output_at=when(s.last_output_at)))
+            instances.append(
+                Instance(
+                    attempt=attempt,
+                    role=inst.role,
+                    index=inst.index,
+                    name=inst.name,
+                    rank=inst.rank,
+                    node=s.node,
+                    status=InstanceStatus.RUNNING,
+                    started_at=when(s.started_at),
+                    last_output_at=when(s.last_output_at),
+                )
+            )
     Attempt.objects.bulk_update(attempts, ["backend_handle"], batch_size=500)
     Instance.objects.bulk_create(instances, batch_size=1000)
 
@@ -225,8 +262,9 @@ def announce(job_id: int, name: str, at: float) -> bool:
 
     from jobs.backends.noderedis import publish, redis_target
 
-    payload = json.dumps({"job_id": job_id, "attempt": 1, "instance": name, "exit_code": None, "signal": 9,
-                          "exited_at": at, "run": 1})
+    payload = json.dumps(
+        {"job_id": job_id, "attempt": 1, "instance": name, "exit_code": None, "signal": 9, "exited_at": at, "run": 1}
+    )
     return publish(redis_target(settings.REDIS_URL, settings.VIGIL_EXIT_CHANNEL), payload, 2.0)
 
 
@@ -326,8 +364,9 @@ class Pool:
         EXITS = Exits(ctx, ids.first(), ids.last())
         connections.close_all()  # the children open their own
         self.tasks, self.results = ctx.Queue(), ctx.Queue()
-        self.procs = [ctx.Process(target=worker, args=(self.tasks, self.results), daemon=True)
-                      for _ in range(processes)]
+        self.procs = [
+            ctx.Process(target=worker, args=(self.tasks, self.results), daemon=True) for _ in range(processes)
+        ]
         # --run-job-queue: run_job on a queue of its own, served by one more process that
         # does not sweep (CELERY_TASK_ROUTES and a `-Q` worker would do it in production).
         run_jobs_q = ctx.Queue() if exits_queue else self.tasks
@@ -439,7 +478,9 @@ def measure(size: int, processes: int, args, cadence: float, shards: int) -> dic
             started = time.perf_counter()
             pool.round(shards, during=maybe_inject)
             maybe_inject()
-            for job_id, at in RestartRecord.objects.filter(job_id__in=list(injected)).values_list("job_id", "restart_time"):
+            for job_id, at in RestartRecord.objects.filter(job_id__in=list(injected)).values_list(
+                "job_id", "restart_time"
+            ):
                 decided.setdefault(job_id, at.timestamp())
             while time.perf_counter() - started < cadence:
                 maybe_inject()
@@ -457,15 +498,28 @@ def measure(size: int, processes: int, args, cadence: float, shards: int) -> dic
         pool.close()
     pct = lambda p: pick(latencies, p)  # noqa: E731
     rounds = len(steady)
-    return {"short": short, "first": first[0], "sweep": sweep, "sweep_max": max(s[0] for s in steady),
-            "rounds": rounds, "ticks": sum(s[1] for s in steady) / rounds / size,
-            "sql": sum(s[2] for s in steady) / rounds / size, "redis": sum(s[3] for s in steady) / rounds / size,
-            "first_sql": first[2] / size,
-            "injected": len(injected), "decided": len(decided), "failed": failed,
-            "p50": pct(0.50), "p99": pct(0.99), "max": latencies[-1] if latencies else float("nan"),
-            "done_p50": pick(done, 0.50), "done_p99": pick(done, 0.99),
-            "run_jobs": len(run_job_seconds), "by_run_job": len(by_run_job & set(decided)),
-            "run_job_median": statistics.median(run_job_seconds) if run_job_seconds else float("nan")}
+    return {
+        "short": short,
+        "first": first[0],
+        "sweep": sweep,
+        "sweep_max": max(s[0] for s in steady),
+        "rounds": rounds,
+        "ticks": sum(s[1] for s in steady) / rounds / size,
+        "sql": sum(s[2] for s in steady) / rounds / size,
+        "redis": sum(s[3] for s in steady) / rounds / size,
+        "first_sql": first[2] / size,
+        "injected": len(injected),
+        "decided": len(decided),
+        "failed": failed,
+        "p50": pct(0.50),
+        "p99": pct(0.99),
+        "max": latencies[-1] if latencies else float("nan"),
+        "done_p50": pick(done, 0.50),
+        "done_p99": pick(done, 0.99),
+        "run_jobs": len(run_job_seconds),
+        "by_run_job": len(by_run_job & set(decided)),
+        "run_job_median": statistics.median(run_job_seconds) if run_job_seconds else float("nan"),
+    }
 
 
 def profile(size: int, shards: int) -> None:
@@ -492,19 +546,28 @@ def profile(size: int, shards: int) -> None:
         ticked = sum(tasks.sweep(shard) or 0 for shard in range(shards))
         prof.disable()
         took = time.perf_counter() - t0
-        print(f"\n  {title}: {ticked} ticks in {took:.3f} s under cProfile ({took / max(ticked, 1) * 1000:.2f} ms/tick), "
-              f"{Counts.sql - sql} queries, {Counts.redis - red} Redis round trips; load "
-              f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+        print(
+            f"\n  {title}: {ticked} ticks in {took:.3f} s under cProfile ({took / max(ticked, 1) * 1000:.2f} ms/tick), "
+            f"{Counts.sql - sql} queries, {Counts.redis - red} Redis round trips; load "
+            f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}"
+        )
         report(prof)
 
     def report(prof) -> None:
-        print("    statements: " + ", ".join(f"{k} {v}" for k, v in sorted(Counts.statements.items(), key=lambda kv: -kv[1])))
+        print(
+            "    statements: "
+            + ", ".join(f"{k} {v}" for k, v in sorted(Counts.statements.items(), key=lambda kv: -kv[1]))
+        )
         for order in ("tottime", "cumulative"):
             out = io.StringIO()
             pstats.Stats(prof, stream=out).sort_stats(order).print_stats(18)
             text = out.getvalue()
-            print("    by " + order + ":\n" + "\n".join("      " + line for line in
-                                                   text[text.index("ncalls"):].rstrip().splitlines()))
+            print(
+                "    by "
+                + order
+                + ":\n"
+                + "\n".join("      " + line for line in text[text.index("ncalls") :].rstrip().splitlines())
+            )
 
     one(f"first round, {size} new jobs")
     Job.objects.update(monitor_next_check_at=None)  # every steady job due: its scheduled tick
@@ -526,9 +589,11 @@ def profile(size: int, shards: int) -> None:
         tasks.run_job(job_id)
         prof.disable()
     took = time.perf_counter() - t0
-    print(f"\n  run_job of {len(handles)} jobs with an instance killed: {took / len(handles) * 1000:.1f} ms each, "
-          f"{(Counts.sql - sql) / len(handles):.1f} queries and {(Counts.redis - red) / len(handles):.1f} Redis "
-          f"round trips each")
+    print(
+        f"\n  run_job of {len(handles)} jobs with an instance killed: {took / len(handles) * 1000:.1f} ms each, "
+        f"{(Counts.sql - sql) / len(handles):.1f} queries and {(Counts.redis - red) / len(handles):.1f} Redis "
+        f"round trips each"
+    )
     report(prof)
 
 
@@ -547,21 +612,46 @@ def main():
     parser.add_argument("--workers", default="1,2,4", help="worker process counts")
     parser.add_argument("--sweeps", type=int, default=3, help="steady-state rounds per run (median reported)")
     parser.add_argument("--exits", type=int, default=50, help="injected instance exits per run")
-    parser.add_argument("--instances", type=int, default=WORKERS + 1, help="instances per job (1 Master, the rest Workers)")
+    parser.add_argument(
+        "--instances", type=int, default=WORKERS + 1, help="instances per job (1 Master, the rest Workers)"
+    )
     parser.add_argument("--shards", type=int, default=0, help="VIGIL_MONITOR_SHARDS (0: the production default)")
-    parser.add_argument("--quiet", type=float, default=None,
-                        help="VIGIL_MONITOR_QUIET_SECONDS (default: the production default; 0 ticks every job every sweep)")
-    parser.add_argument("--steady-seconds", type=float, default=None,
-                        help="how long the steady phase runs (default: the quiet period plus 2 s)")
+    parser.add_argument(
+        "--quiet",
+        type=float,
+        default=None,
+        help="VIGIL_MONITOR_QUIET_SECONDS (default: the production default; 0 ticks every job every sweep)",
+    )
+    parser.add_argument(
+        "--steady-seconds",
+        type=float,
+        default=None,
+        help="how long the steady phase runs (default: the quiet period plus 2 s)",
+    )
     parser.add_argument("--exit-rate", type=float, default=2.0, help="injected exits per second, on average")
-    parser.add_argument("--run-job-queue", action="store_true",
-                        help="run_job on its own queue and one more worker process that does not sweep")
-    parser.add_argument("--exit-path", choices=("listener", "sweep"), default="listener",
-                        help="listener: production's (wake_monitor and a run_job task); sweep: the wake only")
-    parser.add_argument("--profile", action="store_true",
-                        help="profile one first and one steady sweep of the first size in this process instead")
-    parser.add_argument("--postgres", nargs="?", const="postgres://postgres@127.0.0.1:5432", default=None,
-                        help="PostgreSQL server URL (without database) instead of SQLite")
+    parser.add_argument(
+        "--run-job-queue",
+        action="store_true",
+        help="run_job on its own queue and one more worker process that does not sweep",
+    )
+    parser.add_argument(
+        "--exit-path",
+        choices=("listener", "sweep"),
+        default="listener",
+        help="listener: production's (wake_monitor and a run_job task); sweep: the wake only",
+    )
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="profile one first and one steady sweep of the first size in this process instead",
+    )
+    parser.add_argument(
+        "--postgres",
+        nargs="?",
+        const="postgres://postgres@127.0.0.1:5432",
+        default=None,
+        help="PostgreSQL server URL (without database) instead of SQLite",
+    )
     args = parser.parse_args()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # a timeout still drops the database and stops Redis
     if args.instances < 2:
@@ -593,22 +683,35 @@ def main():
     if args.steady_seconds is None:
         args.steady_seconds = settings.MONITOR_QUIET_SECONDS + 2
     print("monitor sweep scale benchmark (production path: monitoring.tasks.sweep(shard) under shard leases)")
-    print(f"  machine: {platform.node()} {platform.platform()}, {os.cpu_count()} CPUs, load average "
-          f"{' '.join(f'{x:.2f}' for x in os.getloadavg())} at start, python {platform.python_version()}, "
-          f"Django {django.get_version()}")
-    print(f"  database: {connection.vendor} {settings.DATABASES['default']['NAME']} (throwaway); "
-          f"Redis {settings.REDIS_URL}")
+    print(
+        f"  machine: {platform.node()} {platform.platform()}, {os.cpu_count()} CPUs, load average "
+        f"{' '.join(f'{x:.2f}' for x in os.getloadavg())} at start, python {platform.python_version()}, "
+        f"Django {django.get_version()}"
+    )
+    print(
+        f"  database: {connection.vendor} {settings.DATABASES['default']['NAME']} (throwaway); "
+        f"Redis {settings.REDIS_URL}"
+    )
     print(f"  jobs: Sync PyTorchJob, 1 Master + {WORKERS} Workers, flags {SEED_SYNC!r}; in-memory backend")
-    print(f"  {shards} shards, rounds at most every {cadence} s; worker processes {counts}; "
-          f"first round, then steady rounds for {args.steady_seconds:g} s (at least {args.sweeps}), "
-          f"then {args.exits} injected exits (SIGKILL), {args.exit_rate:g} a second on average")
-    print(f"  quiet period {settings.MONITOR_QUIET_SECONDS:g} s: a steady job is ticked at its scheduled check or "
-          f"when woken; exit path {args.exit_path!r}: "
-          + ("the exit listener wakes the job and enqueues run_job "
-             + ("on its own queue, served by one more process that does not sweep" if args.run_job_queue
-                else "on the workers' queue")
-             if args.exit_path == "listener" else "the exit listener wakes the job, no run_job task "
-             "(the latency is the sweep's)"))
+    print(
+        f"  {shards} shards, rounds at most every {cadence} s; worker processes {counts}; "
+        f"first round, then steady rounds for {args.steady_seconds:g} s (at least {args.sweeps}), "
+        f"then {args.exits} injected exits (SIGKILL), {args.exit_rate:g} a second on average"
+    )
+    print(
+        f"  quiet period {settings.MONITOR_QUIET_SECONDS:g} s: a steady job is ticked at its scheduled check or "
+        f"when woken; exit path {args.exit_path!r}: "
+        + (
+            "the exit listener wakes the job and enqueues run_job "
+            + (
+                "on its own queue, served by one more process that does not sweep"
+                if args.run_job_queue
+                else "on the workers' queue"
+            )
+            if args.exit_path == "listener"
+            else "the exit listener wakes the job, no run_job task (the latency is the sweep's)"
+        )
+    )
     backend = use_memory_backend()
     owner = get_user_model().objects.create_user("bench", "bench@example.com", "bench-password-123")
     ws = Workspace.objects.create(name="Bench", slug="bench")
@@ -631,24 +734,27 @@ def main():
                 setup = time.perf_counter() - t0
                 r = measure(size, processes, args, cadence, shards)
                 rows.append((size, processes, r))
-                print(f"  {size:>6} jobs x {WORKERS + 1}, {processes} worker(s): first {r['first']:6.2f} s "
-                      f"({r['first_sql']:.2f} queries/job), steady sweep median {r['sweep']:6.3f} s, "
-                      f"max {r['sweep_max']:.3f} s over {r['rounds']} rounds "
-                      f"({r['sweep'] / size * 1000:.4f} ms/job); per job per round: {r['ticks']:.3f} ticks, "
-                      f"{r['sql']:.3f} queries, {r['redis']:.4f} Redis round trips; decision latency p50 {r['p50']:.3f} s, "
-                      f"p99 {r['p99']:.3f} s, max {r['max']:.3f} s ({r['decided']}/{r['injected']} exits decided, "
-                      f"{r['by_run_job']} by run_job, {r['failed']} failed the job; those run_job tasks done "
-                      f"p50 {r['done_p50']:.3f} s, p99 {r['done_p99']:.3f} s after the exit; {r['run_jobs']} run_job tasks, "
-                      f"median {r['run_job_median'] * 1000:.1f} ms; {r['short']} job ticks left by lost leases)  "
-                      f"[setup {setup:.0f} s, load {' '.join(f'{x:.2f}' for x in os.getloadavg())}]",
-                      flush=True)
+                print(
+                    f"  {size:>6} jobs x {WORKERS + 1}, {processes} worker(s): first {r['first']:6.2f} s "
+                    f"({r['first_sql']:.2f} queries/job), steady sweep median {r['sweep']:6.3f} s, "
+                    f"max {r['sweep_max']:.3f} s over {r['rounds']} rounds "
+                    f"({r['sweep'] / size * 1000:.4f} ms/job); per job per round: {r['ticks']:.3f} ticks, "
+                    f"{r['sql']:.3f} queries, {r['redis']:.4f} Redis round trips; decision latency p50 {r['p50']:.3f} s, "
+                    f"p99 {r['p99']:.3f} s, max {r['max']:.3f} s ({r['decided']}/{r['injected']} exits decided, "
+                    f"{r['by_run_job']} by run_job, {r['failed']} failed the job; those run_job tasks done "
+                    f"p50 {r['done_p50']:.3f} s, p99 {r['done_p99']:.3f} s after the exit; {r['run_jobs']} run_job tasks, "
+                    f"median {r['run_job_median'] * 1000:.1f} ms; {r['short']} job ticks left by lost leases)  "
+                    f"[setup {setup:.0f} s, load {' '.join(f'{x:.2f}' for x in os.getloadavg())}]",
+                    flush=True,
+                )
         print("\n  fitted cost per job (least squares over the sizes, by worker processes):")
         for processes in counts:
             pts = [(size, r) for size, p, r in rows if p == processes]
             if len(pts) >= 2:
-                line = ", ".join(f"{name} {fit([(x, r[key]) for x, r in pts])}"
-                                 for name, key in (("steady sweep", "sweep"), ("first round", "first"),
-                                                   ("decision p99", "p99")))
+                line = ", ".join(
+                    f"{name} {fit([(x, r[key]) for x, r in pts])}"
+                    for name, key in (("steady sweep", "sweep"), ("first round", "first"), ("decision p99", "p99"))
+                )
                 print(f"    {processes} worker(s), {', '.join(str(x) for x, _ in pts)} jobs: {line}")
         print(f"  load average at end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     finally:

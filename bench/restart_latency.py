@@ -69,8 +69,10 @@ TORCHRUN = str(ROOT / ".venv" / "bin" / "torchrun")
 SCRIPT = str(ROOT / "examples" / "ddp_train.py")
 WORLD = 4
 KILL_AT = "step=10 rank=1 "
-FLAGS = ("--job-execution-mode=Sync --enable-job-restart=True --max-num-of-job-restart=3 "
-         "--fault-tolerant-policy=ExitCodeAndErrorMsg")
+FLAGS = (
+    "--job-execution-mode=Sync --enable-job-restart=True --max-num-of-job-restart=3 "
+    "--fault-tolerant-policy=ExitCodeAndErrorMsg"
+)
 TRAIN_ENV = {"VIGIL_EXAMPLE_STEPS": "30", "VIGIL_EXAMPLE_SLEEP": "0.05", "VIGIL_EXAMPLE_PG_TIMEOUT": "60"}
 WARM_FLAGS = FLAGS + " --enable-warm-restart=True --warm-modules=torch,torch.distributed,torch._dynamo"
 WARM_STEPS = "400"  # 20 s of steps: attempt 1 still trains when its standby has imported torch
@@ -91,8 +93,10 @@ def parse(line: str):
 def machine_line() -> str:
     import torch
 
-    return (f"{platform.node()} {platform.platform()}, {os.cpu_count()} CPUs, python {platform.python_version()}, "
-            f"torch {torch.__version__}")
+    return (
+        f"{platform.node()} {platform.platform()}, {os.cpu_count()} CPUs, python {platform.python_version()}, "
+        f"torch {torch.__version__}"
+    )
 
 
 def wait_until(predicate, timeout, every=0.01):
@@ -117,13 +121,29 @@ class VigilStack:
 
         let_jobs_reach(self.tmp)  # run as root, the jobs run as nobody (docs/security.md)
         self.redis = PrivateRedis().start()
-        self.env = dict(os.environ, VIGIL_DATA_DIR=self.tmp, REDIS_URL=self.redis.url,
-                        CELERY_BROKER_URL=self.redis.url, DJANGO_SETTINGS_MODULE="console.settings",
-                        VIGIL_CONSOLE_URL="http://127.0.0.1:9", **(extra_env or {}))
+        self.env = dict(
+            os.environ,
+            VIGIL_DATA_DIR=self.tmp,
+            REDIS_URL=self.redis.url,
+            CELERY_BROKER_URL=self.redis.url,
+            DJANGO_SETTINGS_MODULE="console.settings",
+            VIGIL_CONSOLE_URL="http://127.0.0.1:9",
+            **(extra_env or {}),
+        )
         self.env.pop("DATABASE_URL", None)
         self.env["PATH"] = f"{ROOT / '.venv' / 'bin'}:{self.env.get('PATH', '')}"
-        os.environ.update({k: self.env[k] for k in ("VIGIL_DATA_DIR", "REDIS_URL", "CELERY_BROKER_URL",
-                                                    "DJANGO_SETTINGS_MODULE", "VIGIL_CONSOLE_URL")})
+        os.environ.update(
+            {
+                k: self.env[k]
+                for k in (
+                    "VIGIL_DATA_DIR",
+                    "REDIS_URL",
+                    "CELERY_BROKER_URL",
+                    "DJANGO_SETTINGS_MODULE",
+                    "VIGIL_CONSOLE_URL",
+                )
+            }
+        )
         os.environ.pop("DATABASE_URL", None)
         for k, v in (extra_env or {}).items():
             os.environ[k] = v
@@ -150,16 +170,26 @@ class VigilStack:
                 cmd = re.sub(r"\$\{(\w+):-([^}]*)\}", lambda m: self.env.get(m.group(1), m.group(2)), cmd)
                 self.commands[name.strip()] = cmd
                 log = open(Path(self.tmp) / f"{name.strip()}.log", "ab")
-                self.procs.append(subprocess.Popen(shlex.split(cmd), cwd=ROOT, env=self.env, stdout=log,
-                                                   stderr=subprocess.STDOUT, start_new_session=True))
+                self.procs.append(
+                    subprocess.Popen(
+                        shlex.split(cmd),
+                        cwd=ROOT,
+                        env=self.env,
+                        stdout=log,
+                        stderr=subprocess.STDOUT,
+                        start_new_session=True,
+                    )
+                )
                 log.close()
         from infra import health
 
         # Their heartbeats (what /readyz reads): the worker runs, the exit listener is subscribed.
         ok = wait_until(lambda: all(health.readiness()[part].ok for part in ("worker", "exit_listener")), 60, 0.2)
         if not ok:
-            raise RuntimeError("the Celery worker or the exit listener did not start:\n"
-                               + (Path(self.tmp) / "worker.log").read_text()[-3000:])
+            raise RuntimeError(
+                "the Celery worker or the exit listener did not start:\n"
+                + (Path(self.tmp) / "worker.log").read_text()[-3000:]
+            )
 
     def close(self):
         for p in self.procs:
@@ -189,9 +219,13 @@ class VigilStack:
         from jobs import actions
 
         body = {
-            "workspace": self.workspace.slug, "display_name": name, "job_type": "PyTorchJob",
+            "workspace": self.workspace.slug,
+            "display_name": name,
+            "job_type": "PyTorchJob",
             "job_specs": [{"type": r, "pod_count": n} for r, n in roles],
-            "user_command": command, "envs": env, "backend": "local",
+            "user_command": command,
+            "envs": env,
+            "backend": "local",
             "settings": {"enable_error_monitoring_in_aimaster": True, "error_monitoring_args": flags},
         }
         job, _ = actions.submit_job(self.owner, body)
@@ -201,8 +235,11 @@ class VigilStack:
 def handle_of(job, number, timeout=60):
     from jobs.models import Attempt
 
-    return wait_until(lambda: (Attempt.objects.filter(job=job, number=number).values_list("backend_handle", flat=True)
-                               .first() or None), timeout, 0.02)
+    return wait_until(
+        lambda: Attempt.objects.filter(job=job, number=number).values_list("backend_handle", flat=True).first() or None,
+        timeout,
+        0.02,
+    )
 
 
 class LogFollower:
@@ -256,8 +293,9 @@ def vigil_run(stack: VigilStack, i: int, timeout: float, warm: bool = False) -> 
     from jobs.models import Attempt, Instance, Job, JobStatus, RestartRecord
 
     env = dict(TRAIN_ENV, VIGIL_EXAMPLE_STEPS=WARM_STEPS) if warm else dict(TRAIN_ENV)
-    job = stack.submit(f"restart-latency-{'warm-' if warm else ''}{i}", WARM_FLAGS if warm else FLAGS,
-                       f"exec {PYTHON} {SCRIPT}", env)
+    job = stack.submit(
+        f"restart-latency-{'warm-' if warm else ''}{i}", WARM_FLAGS if warm else FLAGS, f"exec {PYTHON} {SCRIPT}", env
+    )
     h1 = handle_of(job, 1)
     if not h1:
         return {"error": "attempt 1 was not launched"}
@@ -304,10 +342,13 @@ def vigil_run(stack: VigilStack, i: int, timeout: float, warm: bool = False) -> 
     job.refresh_from_db()
     record = RestartRecord.objects.filter(job=job).first()
     a2 = Attempt.objects.get(job=job, number=2)
-    out = {"kill": t_kill, "status": job.status if done else f"{job.status} (timed out)",
-           "attempts": Attempt.objects.filter(job=job).count(),
-           "decision": record.restart_time.timestamp() - t_kill if record else None,
-           "launched": a2.starting_at.timestamp() - t_kill if a2.starting_at else None}
+    out = {
+        "kill": t_kill,
+        "status": job.status if done else f"{job.status} (timed out)",
+        "attempts": Attempt.objects.filter(job=job).count(),
+        "decision": record.restart_time.timestamp() - t_kill if record else None,
+        "launched": a2.starting_at.timestamp() - t_kill if a2.starting_at else None,
+    }
     if warm:
         out["warm_ranks"] = Instance.objects.filter(attempt=a2, start="warm").count()
         out["memory"] = memory
@@ -326,9 +367,16 @@ def torchrun_run(fresh_store: bool, timeout: float) -> dict:
     env.pop("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", None)
     if fresh_store:
         env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] = "1"
-    proc = subprocess.Popen([TORCHRUN, "--standalone", f"--nproc-per-node={WORLD}", "--max-restarts=3", SCRIPT],
-                            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            start_new_session=True, text=True, bufsize=1)
+    proc = subprocess.Popen(
+        [TORCHRUN, "--standalone", f"--nproc-per-node={WORLD}", "--max-restarts=3", SCRIPT],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+        text=True,
+        bufsize=1,
+    )
     lines: list[tuple[float, str]] = []
     seen_pids: set[int] = set()  # every rank of every attempt: torchrun puts each in its own session
     state = {"pid": {}, "kill": None}
@@ -401,17 +449,23 @@ def summary(name, results):
     bad = len(results) - len(ok)
     if not ok:
         return name, None, f"{name:<26} no run resumed ({bad} of {len(results)} never did)"
-    return name, statistics.median(ok), (
-        f"{name:<26} median {statistics.median(ok):6.2f} s  min {min(ok):6.2f}  max {max(ok):6.2f}  "
-        f"n={len(ok)}" + (f"  never resumed: {bad} of {len(results)}" if bad else ""))
+    return (
+        name,
+        statistics.median(ok),
+        (
+            f"{name:<26} median {statistics.median(ok):6.2f} s  min {min(ok):6.2f}  max {max(ok):6.2f}  "
+            f"n={len(ok)}" + (f"  never resumed: {bad} of {len(results)}" if bad else "")
+        ),
+    )
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--timeout", type=float, default=60.0, help="seconds after the kill to give up on a run")
-    parser.add_argument("--only", choices=["vigil", "warm", "torchrun"], default=None,
-                        help="one arm (vigil: Vigil cold only)")
+    parser.add_argument(
+        "--only", choices=["vigil", "warm", "torchrun"], default=None, help="one arm (vigil: Vigil cold only)"
+    )
     args = parser.parse_args()
 
     print("restart latency: SIGKILL of rank 1 at step 10 -> all 4 ranks of the new attempt logged a step")
@@ -423,10 +477,14 @@ def main():
     try:
         if args.only in (None, "vigil", "warm"):
             stack = VigilStack()
-            print(f"  Vigil: Procfile processes {stack.commands}, private Redis {stack.redis.url}, "
-                  f"throwaway data dir {stack.tmp}; flags {FLAGS}")
-        print("  torchrun: --standalone --nproc-per-node=4 --max-restarts=3; 'shared store' = defaults, "
-              "'fresh store' = TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1\n")
+            print(
+                f"  Vigil: Procfile processes {stack.commands}, private Redis {stack.redis.url}, "
+                f"throwaway data dir {stack.tmp}; flags {FLAGS}"
+            )
+        print(
+            "  torchrun: --standalone --nproc-per-node=4 --max-restarts=3; 'shared store' = defaults, "
+            "'fresh store' = TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1\n"
+        )
         for i in range(args.runs):
             runs = []
             if stack and args.only != "warm":
@@ -441,13 +499,17 @@ def main():
                 results[name].append(r)
                 extra = ""
                 if "decision" in r and r["decision"] is not None:
-                    extra = (f"  (decision +{r['decision']:.3f} s, attempt 2 launched +{r['launched']:.3f} s, "
-                             f"job {r['status']})")
+                    extra = (
+                        f"  (decision +{r['decision']:.3f} s, attempt 2 launched +{r['launched']:.3f} s, "
+                        f"job {r['status']})"
+                    )
                     if "warm_ranks" in r:
                         mem = r.get("memory") or {}
-                        extra += (f"  [{r['warm_ranks']} of {WORLD} ranks warm; standby "
-                                  f"{mem.get('n', 0)} interpreters RSS {mem.get('rss', 0) / 2**20:.0f} MiB, "
-                                  f"USS {mem.get('uss', 0) / 2**20:.0f} MiB]")
+                        extra += (
+                            f"  [{r['warm_ranks']} of {WORLD} ranks warm; standby "
+                            f"{mem.get('n', 0)} interpreters RSS {mem.get('rss', 0) / 2**20:.0f} MiB, "
+                            f"USS {mem.get('uss', 0) / 2**20:.0f} MiB]"
+                        )
                 elif "status" in r:
                     extra = f"  ({r['status']})"
                 got = f"{r['resumed']:6.2f} s" if "resumed" in r else f"FAILED: {r.get('error')}"
@@ -465,16 +527,22 @@ def main():
     v = medians.get("Vigil")
     for peer in ("torchrun (shared store)", "torchrun (fresh store)"):
         if v and medians.get(peer):
-            print(f"  Vigil / {peer}: {v / medians[peer]:.2f}x  (target <= 1.0x: "
-                  f"{'MET' if v <= medians[peer] else 'MISSED'})")
+            print(
+                f"  Vigil / {peer}: {v / medians[peer]:.2f}x  (target <= 1.0x: "
+                f"{'MET' if v <= medians[peer] else 'MISSED'})"
+            )
     w, fresh = medians.get("Vigil warm"), medians.get("torchrun (fresh store)")
     if w and fresh:
-        print(f"  Vigil warm / torchrun (fresh store): {w / fresh:.2f}x  (target <= 0.5x: "
-              f"{'MET' if w <= 0.5 * fresh else 'MISSED'})")
+        print(
+            f"  Vigil warm / torchrun (fresh store): {w / fresh:.2f}x  (target <= 0.5x: "
+            f"{'MET' if w <= 0.5 * fresh else 'MISSED'})"
+        )
     worst = {n: max((r["resumed"] for r in rs if "resumed" in r), default=None) for n, rs in results.items()}
     if worst.get("Vigil warm") is not None and worst.get("Vigil") is not None:
-        print(f"  worst run: Vigil warm {worst['Vigil warm']:.2f} s, Vigil cold {worst['Vigil']:.2f} s "
-              f"(target: warm no slower: {'MET' if worst['Vigil warm'] <= worst['Vigil'] else 'MISSED'})")
+        print(
+            f"  worst run: Vigil warm {worst['Vigil warm']:.2f} s, Vigil cold {worst['Vigil']:.2f} s "
+            f"(target: warm no slower: {'MET' if worst['Vigil warm'] <= worst['Vigil'] else 'MISSED'})"
+        )
     print(f"  load average at the end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
 
 

@@ -28,7 +28,12 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from core.stacks import (
-    Frame, ProcessStacks, StackSnapshot, ThreadStack, aggregate_stacks, dump_processes,
+    Frame,
+    ProcessStacks,
+    StackSnapshot,
+    ThreadStack,
+    aggregate_stacks,
+    dump_processes,
     find_py_spy,
 )
 
@@ -62,13 +67,14 @@ def kill(procs):
 
 def bench_dumps(label: str, targets, repeat: int) -> list[ProcessStacks]:
     for parallel in (1, 4):
-        med, worst, dumps = timed(lambda: dump_processes(targets, timeout=15, parallel=parallel),
-                                  repeat)
+        med, worst, dumps = timed(lambda: dump_processes(targets, timeout=15, parallel=parallel), repeat)
         ok = sum(d.ok for d in dumps)
         per = statistics.median(d.duration_s for d in dumps)
-        print(f"  {label}: {len(targets)} processes, parallel={parallel}: "
-              f"median {med * 1000:.0f} ms, worst {worst * 1000:.0f} ms "
-              f"(per process median {per * 1000:.0f} ms; {ok}/{len(dumps)} dumped)")
+        print(
+            f"  {label}: {len(targets)} processes, parallel={parallel}: "
+            f"median {med * 1000:.0f} ms, worst {worst * 1000:.0f} ms "
+            f"(per process median {per * 1000:.0f} ms; {ok}/{len(dumps)} dumped)"
+        )
     return dumps
 
 
@@ -78,15 +84,17 @@ def synthetic_dumps(n: int, template: ProcessStacks | None) -> list[ProcessStack
         frames = base.frames
     else:
         frames = tuple(Frame(f"fn{i}", f"pkg/mod{i % 7}.py", 10 + i) for i in range(40))
-    idle = ThreadStack(2, "pin_memory", (Frame("Condition.wait", "threading.py", 327),
-                                          Frame("Thread.run", "threading.py", 982)))
+    idle = ThreadStack(
+        2, "pin_memory", (Frame("Condition.wait", "threading.py", 327), Frame("Thread.run", "threading.py", 982))
+    )
     watchdog = ThreadStack(3, "watchdog", (Frame("Event.wait", "threading.py", 629),) + frames[-3:])
     odd = (Frame("compute_forever", "ddp_train.py", 106),) + frames[-3:]
     dumps = []
     for rank in range(n):
         main = ThreadStack(1, "MainThread", odd if rank == n // 3 else frames)
-        dumps.append(ProcessStacks(pid=10_000 + rank, instance=f"worker-{rank}", rank=rank,
-                                   threads=(main, idle, watchdog)))
+        dumps.append(
+            ProcessStacks(pid=10_000 + rank, instance=f"worker-{rank}", rank=rank, threads=(main, idle, watchdog))
+        )
     return dumps
 
 
@@ -100,8 +108,10 @@ def main() -> int:
         ver = subprocess.run([py_spy, "--version"], capture_output=True, text=True).stdout.strip()
     except (OSError, TypeError):
         ver = "missing"
-    print(f"bench/stacks.py on {platform.node()}: {os.cpu_count()} CPU(s), "
-          f"Python {platform.python_version()}, {ver}, repeat={args.repeat}")
+    print(
+        f"bench/stacks.py on {platform.node()}: {os.cpu_count()} CPU(s), "
+        f"Python {platform.python_version()}, {ver}, repeat={args.repeat}"
+    )
     load = os.getloadavg()
     print(f"  load average at start: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
 
@@ -112,13 +122,11 @@ def main() -> int:
             script = Path(tmp) / "stuck.py"
             script.write_text(STUCK)
             for _ in range(8):
-                procs.append(subprocess.Popen([sys.executable, str(script)],
-                                              stdout=subprocess.PIPE, text=True))
+                procs.append(subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True))
             for p in procs:
                 p.stdout.readline()
             print("1. py-spy dump of 8 hung plain-Python processes")
-            bench_dumps("plain python", [(f"worker-{i}", i, p.pid) for i, p in enumerate(procs)],
-                        args.repeat)
+            bench_dumps("plain python", [(f"worker-{i}", i, p.pid) for i, p in enumerate(procs)], args.repeat)
         kill(procs)
         procs = []
 
@@ -131,23 +139,35 @@ def main() -> int:
                 port = s.getsockname()[1]
             for rank in range(args.ddp_ranks):
                 env = {k: v for k, v in os.environ.items() if not k.startswith(("FAULT", "VIGIL_"))}
-                env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
-                           WORLD_SIZE=str(args.ddp_ranks),
-                           RANK=str(rank), FAULT="hang_compute", FAULT_STEP="3",
-                           VIGIL_EXAMPLE_PG_TIMEOUT="300")
-                procs.append(subprocess.Popen([sys.executable, str(ROOT / "examples/ddp_train.py")],
-                                              env=env, stdout=subprocess.PIPE,
-                                              stderr=subprocess.DEVNULL, text=True))
+                env.update(
+                    MASTER_ADDR="127.0.0.1",
+                    MASTER_PORT=str(port),
+                    WORLD_SIZE=str(args.ddp_ranks),
+                    RANK=str(rank),
+                    FAULT="hang_compute",
+                    FAULT_STEP="3",
+                    VIGIL_EXAMPLE_PG_TIMEOUT="300",
+                )
+                procs.append(
+                    subprocess.Popen(
+                        [sys.executable, str(ROOT / "examples/ddp_train.py")],
+                        env=env,
+                        stdout=subprocess.PIPE,
+                        stderr=subprocess.DEVNULL,
+                        text=True,
+                    )
+                )
             for p in procs:
                 while "step=2 " not in (line := p.stdout.readline()) and line:
                     pass
             time.sleep(1.0)
             print(f"2. py-spy dump of {args.ddp_ranks} hung DDP ranks (torch, gloo, FAULT=hang_compute)")
-            dumps = bench_dumps("DDP ranks", [(f"worker-{i}", i, p.pid)
-                                              for i, p in enumerate(procs)], args.repeat)
+            dumps = bench_dumps("DDP ranks", [(f"worker-{i}", i, p.pid) for i, p in enumerate(procs)], args.repeat)
             snap = StackSnapshot.of(dumps)
-            print("   suspect: " + "; ".join(f"{s.top} on {[t.rank for t in s.threads]}"
-                                             for s in snap.suspects if not s.idle))
+            print(
+                "   suspect: "
+                + "; ".join(f"{s.top} on {[t.rank for t in s.threads]}" for s in snap.suspects if not s.idle)
+            )
             template = next((d for d in dumps if d.ok and d.rank == 0), None)
         else:
             print("2. skipped: torch is not installed or --ddp-ranks=0")
@@ -158,12 +178,16 @@ def main() -> int:
     dumps = synthetic_dumps(1024, template)
     frames = sum(len(t.frames) for d in dumps for t in d.threads)
     med, worst, stacks = timed(lambda: aggregate_stacks(dumps), max(args.repeat, 10))
-    print(f"  aggregate_stacks: {len(dumps)} dumps, {len(dumps) * 3} threads, {frames} frames: "
-          f"median {med * 1000:.1f} ms, worst {worst * 1000:.1f} ms -> {len(stacks)} stacks, "
-          f"{sum(s.suspect for s in stacks)} suspect(s)")
+    print(
+        f"  aggregate_stacks: {len(dumps)} dumps, {len(dumps) * 3} threads, {frames} frames: "
+        f"median {med * 1000:.1f} ms, worst {worst * 1000:.1f} ms -> {len(stacks)} stacks, "
+        f"{sum(s.suspect for s in stacks)} suspect(s)"
+    )
     med, worst, text = timed(lambda: StackSnapshot.of(dumps).summary_text(), max(args.repeat, 10))
-    print(f"  StackSnapshot.of + summary_text: median {med * 1000:.1f} ms, "
-          f"worst {worst * 1000:.1f} ms ({len(text)} characters)")
+    print(
+        f"  StackSnapshot.of + summary_text: median {med * 1000:.1f} ms, "
+        f"worst {worst * 1000:.1f} ms ({len(text)} characters)"
+    )
     return 0
 
 

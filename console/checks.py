@@ -7,7 +7,6 @@ from django.utils.module_loading import import_string
 from jobs.access import WORKSPACE_CREATION_CHOICES
 
 
-
 @register()
 def vigil_configuration(app_configs, **kwargs):
     problems = []
@@ -30,9 +29,7 @@ def vigil_configuration(app_configs, **kwargs):
         try:
             import_string(path)
         except ImportError as exc:
-            problems.append(
-                Error(f"JOB_BACKENDS[{name!r}]: cannot import {path}: {exc}", id="vigil.E003")
-            )
+            problems.append(Error(f"JOB_BACKENDS[{name!r}]: cannot import {path}: {exc}", id="vigil.E003"))
     roles = set(settings.VIGIL_LOCAL_SUBMIT_ROLES)
     unknown = roles - {"owner", "admin", "member", "viewer"}
     if unknown:
@@ -52,7 +49,5 @@ def vigil_configuration(app_configs, **kwargs):
             )
         )
     if not str(settings.REDIS_URL).startswith(("redis://", "rediss://", "unix://")):
-        problems.append(
-            Error(f"REDIS_URL {settings.REDIS_URL!r} is not a redis:// URL.", id="vigil.E005")
-        )
+        problems.append(Error(f"REDIS_URL {settings.REDIS_URL!r} is not a redis:// URL.", id="vigil.E005"))
     return problems

@@ -61,8 +61,21 @@ class PrivateRedis:
         server = shutil.which("redis-server")
         if server:
             self.process = subprocess.Popen(
-                [server, "--bind", "127.0.0.1", "--port", str(self.port), "--save", "", "--appendonly", "no",
-                 "--dir", self.tmp, "--loglevel", "warning"],
+                [
+                    server,
+                    "--bind",
+                    "127.0.0.1",
+                    "--port",
+                    str(self.port),
+                    "--save",
+                    "",
+                    "--appendonly",
+                    "no",
+                    "--dir",
+                    self.tmp,
+                    "--loglevel",
+                    "warning",
+                ],
                 stdout=subprocess.DEVNULL,
                 start_new_session=True,
             )

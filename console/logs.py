@@ -17,8 +17,18 @@ import logging
 
 # Loggers that talk at INFO about routine work: the sweep and other periodic
 # tasks, server start-up banners, connection chatter.
-CHATTY = ("celery", "kombu", "daphne", "django.channels.server", "asyncio", "twisted", "apprise",
-          "urllib3", "httpx", "axes")  # axes: four INFO lines per login
+CHATTY = (
+    "celery",
+    "kombu",
+    "daphne",
+    "django.channels.server",
+    "asyncio",
+    "twisted",
+    "apprise",
+    "urllib3",
+    "httpx",
+    "axes",
+)  # axes: four INFO lines per login
 # Fields of every LogRecord; anything else on a record came from `extra=`.
 _STANDARD = set(vars(logging.LogRecord("", 0, "", 0, "", (), None))) | {"message", "asctime", "taskName"}
 
@@ -41,7 +51,8 @@ class JsonFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         entry = {
             "time": datetime.datetime.fromtimestamp(record.created, datetime.timezone.utc)
-            .isoformat(timespec="milliseconds").replace("+00:00", "Z"),
+            .isoformat(timespec="milliseconds")
+            .replace("+00:00", "Z"),
             "level": record.levelname,
             "logger": record.name,
             "message": record.getMessage(),
@@ -75,8 +86,7 @@ def logging_config(level: str | None, fmt: str | None) -> dict:
             "json": {"()": "console.logs.JsonFormatter"},
         },
         "filters": {"one_line_warnings": {"()": "console.logs.OneLineWarnings"}},
-        "handlers": {"console": {"class": "logging.StreamHandler", "formatter": fmt,
-                                 "filters": ["one_line_warnings"]}},
+        "handlers": {"console": {"class": "logging.StreamHandler", "formatter": fmt, "filters": ["one_line_warnings"]}},
         "root": {"handlers": ["console"], "level": level},
         "loggers": {
             "django.db.backends": {"level": "WARNING"},

@@ -34,8 +34,11 @@ class RedisCollector:
             elif metric.name == "vigil_monitor_last_sweep_age_seconds":
                 family = GaugeMetricFamily(metric.name, metric.help)
                 # The stalest shard's: one shard nobody sweeps is jobs nobody watches.
-                lasts = [float(v) for v in client.mget([f"{PREFIX}last-sweep:{shard}"
-                                                        for shard in range(settings.MONITOR_SHARDS)]) if v is not None]
+                lasts = [
+                    float(v)
+                    for v in client.mget([f"{PREFIX}last-sweep:{shard}" for shard in range(settings.MONITOR_SHARDS)])
+                    if v is not None
+                ]
                 if lasts:
                     family.add_metric([], max(0.0, time.time() - min(lasts)))
                 yield family
@@ -45,8 +48,11 @@ class RedisCollector:
                     family.add_metric(json.loads(field), float(value))
                 yield family
             elif metric.kind == "histogram":
-                yield self._histogram(metric, client.hgetall(key_of("h", metric.name)),
-                                      HistogramMetricFamily(metric.name, metric.help, labels=metric.labels))
+                yield self._histogram(
+                    metric,
+                    client.hgetall(key_of("h", metric.name)),
+                    HistogramMetricFamily(metric.name, metric.help, labels=metric.labels),
+                )
 
     @staticmethod
     def _jobs(family):

@@ -17,8 +17,9 @@ def refuse_nul_in_url(get_response):
         if "\x00" in request.path:
             field = "path"
         else:
-            field = next((k for k, values in request.GET.lists() if "\x00" in k or any("\x00" in v for v in values)),
-                         None)
+            field = next(
+                (k for k, values in request.GET.lists() if "\x00" in k or any("\x00" in v for v in values)), None
+            )
             field = field.replace("\x00", "\\u0000") if field is not None else None
         if field is None:
             return get_response(request)

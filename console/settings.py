@@ -282,12 +282,15 @@ MONITOR_QUIET_SECONDS = float(os.environ.get("VIGIL_MONITOR_QUIET_SECONDS", "10"
 # How long a shard's lease outlives a worker that died holding it (monitoring.leases).
 MONITOR_LEASE_SECONDS = float(os.environ.get("VIGIL_MONITOR_LEASE_SECONDS", "4"))
 CELERY_BEAT_SCHEDULE = {
-    **{f"monitor-sweep-{shard}": {
-        "task": "monitoring.tasks.sweep",
-        "schedule": MONITOR_SWEEP_SECONDS,
-        "args": (shard,),
-        "options": {"expires": MONITOR_SWEEP_SECONDS * 2},
-    } for shard in range(MONITOR_SHARDS)},
+    **{
+        f"monitor-sweep-{shard}": {
+            "task": "monitoring.tasks.sweep",
+            "schedule": MONITOR_SWEEP_SECONDS,
+            "args": (shard,),
+            "options": {"expires": MONITOR_SWEEP_SECONDS * 2},
+        }
+        for shard in range(MONITOR_SHARDS)
+    },
     # Re-queues notification deliveries whose task was lost.
     "notifications-sweep": {"task": "notifications.tasks.sweep_deliveries", "schedule": 60.0},
 }
@@ -306,7 +309,8 @@ CHANNEL_LAYERS = {
 # By default the address `make run` serves (VIGIL_BIND, VIGIL_PORT as in the Procfile).
 _BIND = os.environ.get("VIGIL_BIND") or "127.0.0.1"
 VIGIL_CONSOLE_URL = os.environ.get("VIGIL_CONSOLE_URL") or (
-    f"http://{'127.0.0.1' if _BIND in ('0.0.0.0', '::') else _BIND}:{os.environ.get('VIGIL_PORT') or '8000'}")
+    f"http://{'127.0.0.1' if _BIND in ('0.0.0.0', '::') else _BIND}:{os.environ.get('VIGIL_PORT') or '8000'}"
+)
 # Workspace roles that may submit jobs to the local backend: local jobs run on the
 # console's machine (as VIGIL_LOCAL_RUN_AS when the console is root, else as its user).
 VIGIL_LOCAL_SUBMIT_ROLES = env_list("VIGIL_LOCAL_SUBMIT_ROLES", "owner,admin")
@@ -342,8 +346,7 @@ JOB_BACKENDS: dict[str, dict[str, Any]] = {
 if os.environ.get("VIGIL_LOCAL_NODES"):
     # "name:slots,name:slots": present this machine as several virtual nodes.
     JOB_BACKENDS["local"]["OPTIONS"]["nodes"] = [
-        {"name": part.split(":")[0], "slots": int(part.split(":")[1])}
-        for part in env_list("VIGIL_LOCAL_NODES")
+        {"name": part.split(":")[0], "slots": int(part.split(":")[1])} for part in env_list("VIGIL_LOCAL_NODES")
     ]
 if os.environ.get("VIGIL_SLURM_PARTITION") is not None or env_bool("VIGIL_SLURM"):
     JOB_BACKENDS["slurm"] = {

@@ -73,8 +73,11 @@ def metrics_refusal(request) -> HttpResponse | None:
         scheme, _, given = header.partition(" ")
         if token and scheme.lower() == "bearer" and hmac.compare_digest(given.strip().encode(), token.encode()):
             return None
-        return HttpResponse("wrong metrics token (Authorization: Bearer <VIGIL_METRICS_TOKEN>).\n", status=403,
-                            content_type="text/plain")
+        return HttpResponse(
+            "wrong metrics token (Authorization: Bearer <VIGIL_METRICS_TOKEN>).\n",
+            status=403,
+            content_type="text/plain",
+        )
     if settings.VIGIL_METRICS_ALLOW and "HTTP_X_FORWARDED_FOR" not in request.META:
         try:
             address = ipaddress.ip_address(request.META.get("REMOTE_ADDR", ""))
@@ -82,9 +85,12 @@ def metrics_refusal(request) -> HttpResponse | None:
                 return None
         except ValueError:
             pass
-    response = HttpResponse("metrics need Authorization: Bearer <VIGIL_METRICS_TOKEN> "
-                            "(or a direct connection from an address in VIGIL_METRICS_ALLOW).\n", status=401,
-                            content_type="text/plain")
+    response = HttpResponse(
+        "metrics need Authorization: Bearer <VIGIL_METRICS_TOKEN> "
+        "(or a direct connection from an address in VIGIL_METRICS_ALLOW).\n",
+        status=401,
+        content_type="text/plain",
+    )
     response["WWW-Authenticate"] = 'Bearer realm="vigil-metrics"'
     return response
 

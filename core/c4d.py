@@ -80,8 +80,7 @@ class CollectiveRecord:
             raise ValueError(f"exit: expected epoch seconds as a number or null, got {exit_!r}")
         if exit_ is not None and exit_ < enter:
             raise ValueError(f"exit: {exit_!r} is before enter {enter!r}")
-        return cls(seq=seq, op=op, enter=float(enter),
-                   exit=None if exit_ is None else float(exit_))
+        return cls(seq=seq, op=op, enter=float(enter), exit=None if exit_ is None else float(exit_))
 
     def to_dict(self) -> dict:
         return {"seq": self.seq, "op": self.op, "enter": self.enter, "exit": self.exit}
@@ -98,8 +97,13 @@ class C4DVerdict:
     evidence: dict = field(default_factory=dict, compare=False)
 
     def to_dict(self) -> dict:
-        return {"rank": self.rank, "kind": str(self.kind), "severity": str(self.severity),
-                "message": self.message, "evidence": self.evidence}
+        return {
+            "rank": self.rank,
+            "kind": str(self.kind),
+            "severity": str(self.severity),
+            "message": self.message,
+            "evidence": self.evidence,
+        }
 
 
 @dataclass(frozen=True)
@@ -198,13 +202,18 @@ def analyze_collectives(
         counts[_state_key(rank)] = n
         severity = C4DLogLevel.ERROR if n >= envs.hang_times else C4DLogLevel.WARNING
         evidence = {**evidence, "consecutive_checks": n, "hang_times": envs.hang_times}
-        message += (f" Found hanging in {n} consecutive check(s)"
-                    f"{'; reached C4D_HANG_TIMES=' + str(envs.hang_times) if n >= envs.hang_times else ''}.")
+        message += (
+            f" Found hanging in {n} consecutive check(s)"
+            f"{'; reached C4D_HANG_TIMES=' + str(envs.hang_times) if n >= envs.hang_times else ''}."
+        )
         verdicts.append(C4DVerdict(rank, kind, severity, message, evidence))
 
     hung = {r for r, *_ in hang}
-    for v in [] if not judge_slowness else _slowness(by_rank, window, slow_ratio, warn_ratio, min_excess_s, consistency,
-                       min_samples):
+    for v in (
+        []
+        if not judge_slowness
+        else _slowness(by_rank, window, slow_ratio, warn_ratio, min_excess_s, consistency, min_samples)
+    ):
         if v.rank not in hung and None not in hung:
             verdicts.append(v)
     return C4DResult(tuple(ordered(verdicts)), C4DState(counts))
@@ -241,34 +250,44 @@ def _hangs(by_rank: dict[int, dict[int, CollectiveRecord]], timeout_s: float, no
         longest = max(now - rec.enter for rec in waiting_for_it.values())
         last = by_rank[rank].get(last_seq[rank])
         since = (now - last.exit) if last and last.exit is not None else None
-        where = (f"its last collective was #{last.seq} ({last.op})" if last
-                 else "it has not entered any collective")
-        found[rank] = (rank, C4DKind.NON_COMM_HANG,
-                       f"Rank {rank} never entered {op} #{seq}, which rank(s) "
-                       f"{_ranks_text(waiting_for_it)} have waited in for {longest:.1f} s; "
-                       f"{where}{f', {since:.1f} s ago' if since is not None else ''}: "
-                       f"it is hung outside communication (in compute, data loading or I/O).",
-                       {"seq": seq, "op": op, "waiting_ranks": sorted(waiting_for_it),
-                        "waited_s": round(longest, 3), "last_seq": last_seq[rank],
-                        "outside_collectives_s": None if since is None else round(since, 3)})
+        where = f"its last collective was #{last.seq} ({last.op})" if last else "it has not entered any collective"
+        found[rank] = (
+            rank,
+            C4DKind.NON_COMM_HANG,
+            f"Rank {rank} never entered {op} #{seq}, which rank(s) "
+            f"{_ranks_text(waiting_for_it)} have waited in for {longest:.1f} s; "
+            f"{where}{f', {since:.1f} s ago' if since is not None else ''}: "
+            f"it is hung outside communication (in compute, data loading or I/O).",
+            {
+                "seq": seq,
+                "op": op,
+                "waiting_ranks": sorted(waiting_for_it),
+                "waited_s": round(longest, 3),
+                "last_seq": last_seq[rank],
+                "outside_collectives_s": None if since is None else round(since, 3),
+            },
+        )
 
     # Communication hangs, grouped by the seq the stuck ranks are in.
     for seq in sorted({rec.seq for rec in stuck.values()}):
         in_seq = {r: rec for r, rec in stuck.items() if rec.seq == seq}
         # Finished S: closed it, or went past it (and is not still inside S).
         finished = sorted(
-            r for r in by_rank
-            if r not in in_seq and (
-                (seq in by_rank[r] and by_rank[r][seq].exit is not None) or last_seq[r] > seq))
+            r
+            for r in by_rank
+            if r not in in_seq and ((seq in by_rank[r] and by_rank[r][seq].exit is not None) or last_seq[r] > seq)
+        )
         not_reached = [r for r in by_rank if r not in in_seq and last_seq[r] < seq]
         if finished:
             for rank, rec in in_seq.items():
-                found[rank] = (rank, C4DKind.COMM_HANG,
-                               f"Rank {rank} has been inside {rec.op} #{seq} for "
-                               f"{now - rec.enter:.1f} s, which rank(s) {_ranks_text(finished)} "
-                               f"already finished: it is hung in communication.",
-                               {"seq": seq, "op": rec.op, "inside_s": round(now - rec.enter, 3),
-                                "finished_ranks": finished})
+                found[rank] = (
+                    rank,
+                    C4DKind.COMM_HANG,
+                    f"Rank {rank} has been inside {rec.op} #{seq} for "
+                    f"{now - rec.enter:.1f} s, which rank(s) {_ranks_text(finished)} "
+                    f"already finished: it is hung in communication.",
+                    {"seq": seq, "op": rec.op, "inside_s": round(now - rec.enter, 3), "finished_ranks": finished},
+                )
             continue
         if not_reached:
             continue  # victims of a compute hang, reported above
@@ -280,27 +299,41 @@ def _hangs(by_rank: dict[int, dict[int, CollectiveRecord]], timeout_s: float, no
                 for rank, rec in in_seq.items():
                     if rec.op == major:
                         continue
-                    found[rank] = (rank, C4DKind.COMM_HANG,
-                                   f"Rank {rank} has been inside {rec.op} #{seq} for "
-                                   f"{now - rec.enter:.1f} s while rank(s) {_ranks_text(majority)} "
-                                   f"wait in {major} #{seq}: it is in a collective nobody else "
-                                   f"joined, hung in communication.",
-                                   {"seq": seq, "op": rec.op, "peers_op": major,
-                                    "inside_s": round(now - rec.enter, 3),
-                                    "waiting_ranks": majority})
+                    found[rank] = (
+                        rank,
+                        C4DKind.COMM_HANG,
+                        f"Rank {rank} has been inside {rec.op} #{seq} for "
+                        f"{now - rec.enter:.1f} s while rank(s) {_ranks_text(majority)} "
+                        f"wait in {major} #{seq}: it is in a collective nobody else "
+                        f"joined, hung in communication.",
+                        {
+                            "seq": seq,
+                            "op": rec.op,
+                            "peers_op": major,
+                            "inside_s": round(now - rec.enter, 3),
+                            "waiting_ranks": majority,
+                        },
+                    )
                 continue
         if len(in_seq) == len(by_rank) and None not in found:
             entered = {r: rec.enter for r, rec in in_seq.items()}
             last_in = max(entered, key=entered.get)
-            found[None] = (None, C4DKind.COMM_HANG,
-                           f"All {len(in_seq)} ranks have been inside {'/'.join(sorted(ops))} "
-                           f"#{seq} for at least {now - max(entered.values()):.1f} s; every rank "
-                           f"arrived (rank {last_in} last), so the collective itself is stuck "
-                           f"and no single rank can be blamed: look at the network and the "
-                           f"stack snapshot.",
-                           {"seq": seq, "ops": sorted(ops), "ranks": sorted(in_seq),
-                            "last_to_enter": last_in,
-                            "inside_s": round(now - max(entered.values()), 3)})
+            found[None] = (
+                None,
+                C4DKind.COMM_HANG,
+                f"All {len(in_seq)} ranks have been inside {'/'.join(sorted(ops))} "
+                f"#{seq} for at least {now - max(entered.values()):.1f} s; every rank "
+                f"arrived (rank {last_in} last), so the collective itself is stuck "
+                f"and no single rank can be blamed: look at the network and the "
+                f"stack snapshot.",
+                {
+                    "seq": seq,
+                    "ops": sorted(ops),
+                    "ranks": sorted(in_seq),
+                    "last_to_enter": last_in,
+                    "inside_s": round(now - max(entered.values()), 3),
+                },
+            )
     return [found[k] for k in sorted(found, key=lambda k: -1 if k is None else k)]
 
 
@@ -308,8 +341,7 @@ def _slowness(by_rank, window, slow_ratio, warn_ratio, min_excess_s, consistency
     ranks = sorted(by_rank)
     if len(ranks) < 2:
         return []
-    common = set.intersection(*({s for s, r in by_rank[k].items() if r.exit is not None}
-                                for k in ranks))
+    common = set.intersection(*({s for s, r in by_rank[k].items() if r.exit is not None} for k in ranks))
     seqs = sorted(common)[-window:]
     comm: dict[int, list[float]] = {r: [] for r in ranks}
     outside: dict[int, list[float]] = {r: [] for r in ranks}
@@ -323,8 +355,10 @@ def _slowness(by_rank, window, slow_ratio, warn_ratio, min_excess_s, consistency
                 outside[r].append(max(0.0, recs[r].enter - by_rank[r][seq - 1].exit))
 
     verdicts = []
-    for kind, samples, what in ((C4DKind.COMM_SLOW, comm, "inside collectives"),
-                                (C4DKind.NON_COMM_SLOW, outside, "outside collectives")):
+    for kind, samples, what in (
+        (C4DKind.COMM_SLOW, comm, "inside collectives"),
+        (C4DKind.NON_COMM_SLOW, outside, "outside collectives"),
+    ):
         n = min(len(v) for v in samples.values())
         if n < min_samples:
             continue
@@ -343,13 +377,22 @@ def _slowness(by_rank, window, slow_ratio, warn_ratio, min_excess_s, consistency
             peers_med = median(median(samples[p][i] for p in ranks if p != rank) for i in range(n))
             ratio = median(ratios)
             severity = C4DLogLevel.WARNING if ratio >= warn_ratio else C4DLogLevel.INFO
-            verdicts.append(C4DVerdict(
-                rank, kind, severity,
-                f"Rank {rank} is consistently slower {what}: {mine_med * 1000:.1f} ms against "
-                f"the peers' {peers_med * 1000:.1f} ms (median over the last {n} collectives, "
-                f"{ratio:.1f}x), slow in {slow_steps} of {n}.",
-                {"samples": n, "slow_samples": slow_steps, "median_s": round(mine_med, 6),
-                 "peers_median_s": round(peers_med, 6), "ratio": round(ratio, 2),
-                 "seqs": [seqs[0], seqs[-1]] if seqs else []},
-            ))
+            verdicts.append(
+                C4DVerdict(
+                    rank,
+                    kind,
+                    severity,
+                    f"Rank {rank} is consistently slower {what}: {mine_med * 1000:.1f} ms against "
+                    f"the peers' {peers_med * 1000:.1f} ms (median over the last {n} collectives, "
+                    f"{ratio:.1f}x), slow in {slow_steps} of {n}.",
+                    {
+                        "samples": n,
+                        "slow_samples": slow_steps,
+                        "median_s": round(mine_med, 6),
+                        "peers_median_s": round(peers_med, 6),
+                        "ratio": round(ratio, 2),
+                        "seqs": [seqs[0], seqs[-1]] if seqs else [],
+                    },
+                )
+            )
     return verdicts

@@ -34,14 +34,14 @@ __all__ = ["Signature", "LOG_SIGNATURES", "BACKEND_SIGNATURES", "SIGNATURES", "s
 
 @dataclass(frozen=True)
 class Signature:
-    rule: str                 # stable id, counted by --max-num-of-same-error and node reputation
-    family: str               # the corpus family it belongs to (monitoring/corpus, issue 13)
+    rule: str  # stable id, counted by --max-num-of-same-error and node reputation
+    family: str  # the corpus family it belongs to (monitoring/corpus, issue 13)
     pattern: re.Pattern[str]  # searched in the log tail (or full-matched against a backend reason)
     retryable: bool
     error_code: str
-    message: str              # one line; may use the pattern's named groups, e.g. {exc}
-    cause: str                # plain language: what happened
-    next_step: str            # plain language: what the user should do
+    message: str  # one line; may use the pattern's named groups, e.g. {exc}
+    cause: str  # plain language: what happened
+    next_step: str  # plain language: what the user should do
     cascade_like: bool = False
     specific: bool = True
     documented: str = ""
@@ -97,14 +97,20 @@ _HARDWARE_NEXT = (
     "The job is retried automatically, preferably on another node. If the same node fails "
     "again, ask an administrator to check or isolate it."
 )
-_TIME_LIMIT_NEXT = ("Ask for a longer time limit (or a queue/QoS that allows one), or checkpoint more "
-                  "often and resume, then submit the job again.")
-_CANCELLED_NEXT = ("Submit the job again if the cancellation was a mistake; stop jobs from the "
-                  "console so the monitor knows the stop was meant.")
-_CONFIG_ERROR_CAUSE = ("The container could not be created because a Secret, ConfigMap or key it refers to "
-              "does not exist.")
-_CONFIG_ERROR_NEXT = ("Create the missing Secret/ConfigMap (or fix its name or key) before the job "
-                  "starts, then submit the job again.")
+_TIME_LIMIT_NEXT = (
+    "Ask for a longer time limit (or a queue/QoS that allows one), or checkpoint more "
+    "often and resume, then submit the job again."
+)
+_CANCELLED_NEXT = (
+    "Submit the job again if the cancellation was a mistake; stop jobs from the "
+    "console so the monitor knows the stop was meant."
+)
+_CONFIG_ERROR_CAUSE = (
+    "The container could not be created because a Secret, ConfigMap or key it refers to does not exist."
+)
+_CONFIG_ERROR_NEXT = (
+    "Create the missing Secret/ConfigMap (or fix its name or key) before the job starts, then submit the job again."
+)
 _COLLECTIVE_TIMEOUT_CAUSE = (
     "A collective operation (e.g. all-reduce) waited longer than the process group's timeout "
     "because some rank never joined it. With no other error in the log this is most often the "
@@ -119,8 +125,10 @@ _COLLECTIVE_TIMEOUT_NEXT = (
     "before the watchdog fires."
 )
 _NAN_CAUSE = "The training diverged: the loss became NaN or infinite."
-_NAN_NEXT = ("Lower the learning rate, check the input data for bad values, or enable gradient "
-             "clipping, then resume from a checkpoint taken before the divergence.")
+_NAN_NEXT = (
+    "Lower the learning rate, check the input data for bad values, or enable gradient "
+    "clipping, then resume from a checkpoint taken before the divergence."
+)
 _FIX_CODE = "Fix the code or its input and submit the job again; a restart would fail the same way."
 
 
@@ -129,38 +137,51 @@ LOG_SIGNATURES: tuple[Signature, ...] = (
     # NCCL src/init.cc ncclGetErrorString(); PyTorch torch/csrc/distributed/c10d/NCCLUtils.hpp
     # getNcclErrorDetailStr() prints "NCCL error in: <file>:<line>, <string>, NCCL version x".
     Signature(
-        rule="nccl-system-error", family="network",
+        rule="nccl-system-error",
+        family="network",
         pattern=_re(r"unhandled system error|ncclSystemError"),
-        retryable=True, error_code="NCCL_SYSTEM_ERROR",
+        retryable=True,
+        error_code="NCCL_SYSTEM_ERROR",
         message="NCCL reported an unhandled system error",
         cause="NCCL, the GPU communication library, had a system call (socket, memory) fail; "
-              "most often a peer instance exited or the network dropped.",
-        next_step=_RETRY_COMM, cascade_like=True,
+        "most often a peer instance exited or the network dropped.",
+        next_step=_RETRY_COMM,
+        cascade_like=True,
         documented="NCCL src/init.cc ncclGetErrorString(ncclSystemError); torch NCCLUtils.hpp getNcclErrorDetailStr",
     ),
     Signature(
-        rule="nccl-remote-error", family="network",
+        rule="nccl-remote-error",
+        family="network",
         pattern=_re(r"remote process exited or there was a network error|ncclRemoteError"),
-        retryable=True, error_code="NCCL_REMOTE_ERROR",
+        retryable=True,
+        error_code="NCCL_REMOTE_ERROR",
         message="NCCL: a remote process exited or there was a network error",
-        cause=_PEER_OR_NETWORK, next_step=_RETRY_COMM, cascade_like=True,
+        cause=_PEER_OR_NETWORK,
+        next_step=_RETRY_COMM,
+        cascade_like=True,
         documented="NCCL src/init.cc ncclGetErrorString(ncclRemoteError), NCCL >= 2.13",
     ),
     Signature(
-        rule="nccl-internal-error", family="network",
-        pattern=_re(r"ncclInternalError|internal error - please report this issue to the NCCL developers"
-                    r"|NCCL error in:[^\n]{0,400}?, internal error"),
-        retryable=True, error_code="NCCL_INTERNAL_ERROR",
+        rule="nccl-internal-error",
+        family="network",
+        pattern=_re(
+            r"ncclInternalError|internal error - please report this issue to the NCCL developers"
+            r"|NCCL error in:[^\n]{0,400}?, internal error"
+        ),
+        retryable=True,
+        error_code="NCCL_INTERNAL_ERROR",
         message="NCCL reported an internal error",
         cause="An internal check of NCCL failed, usually because of a flaky network card or "
-              "an inconsistent state after a peer failed.",
+        "an inconsistent state after a peer failed.",
         next_step=_RETRY_COMM,
         documented="NCCL src/init.cc ncclGetErrorString(ncclInternalError)",
     ),
     Signature(
-        rule="nccl-cuda-error", family="gpu",
+        rule="nccl-cuda-error",
+        family="gpu",
         pattern=_re(r"unhandled cuda error|ncclUnhandledCudaError"),
-        retryable=True, error_code="NCCL_CUDA_ERROR",
+        retryable=True,
+        error_code="NCCL_CUDA_ERROR",
         message="NCCL reported an unhandled CUDA error",
         cause="A CUDA call inside NCCL failed, which usually points at the GPU or its driver.",
         next_step=_HARDWARE_NEXT,
@@ -172,80 +193,96 @@ LOG_SIGNATURES: tuple[Signature, ...] = (
     # the line NCCL gives after "Last error:" of an ncclSystemError, which alone looks like a
     # peer or network failure.
     Signature(
-        rule="nccl-shm-segment-failed", family="network",
+        rule="nccl-shm-segment-failed",
+        family="network",
         pattern=_re(r"Error while (?:creating|attaching to) shared memory segment"),
-        retryable=False, error_code="NCCL_SHM_FAILED",
+        retryable=False,
+        error_code="NCCL_SHM_FAILED",
         message="NCCL could not set up its shared memory (/dev/shm)",
         cause="NCCL could not create or map its buffers in /dev/shm, which is too small in the "
-              "instance (a container's default is 64 MB); every attempt fails the same way.",
+        "instance (a container's default is 64 MB); every attempt fails the same way.",
         next_step="Give the instance more shared memory (docker --ipc=host or --shm-size, a memory-backed "
-                  "emptyDir on /dev/shm in Kubernetes), or set NCCL_SHM_DISABLE=1, then submit the job again.",
-        documented="NCCL src/misc/shmutils.cc ncclShmOpen (\"Error while creating shared memory segment %s "
-                   "(size %ld)\"); NCCL troubleshooting, Docker: \"--shm-size=1g\" or \"--ipc=host\"",
+        "emptyDir on /dev/shm in Kubernetes), or set NCCL_SHM_DISABLE=1, then submit the job again.",
+        documented='NCCL src/misc/shmutils.cc ncclShmOpen ("Error while creating shared memory segment %s '
+        '(size %ld)"); NCCL troubleshooting, Docker: "--shm-size=1g" or "--ipc=host"',
     ),
     Signature(
-        rule="cuda-invalid-device", family="user-error",
+        rule="cuda-invalid-device",
+        family="user-error",
         pattern=_re(r"invalid device ordinal|cudaErrorInvalidDevice\b"),
-        retryable=False, error_code="CUDA_INVALID_DEVICE",
+        retryable=False,
+        error_code="CUDA_INVALID_DEVICE",
         message="CUDA: invalid device ordinal",
         cause="The program asked for a GPU number that the instance does not have, most often more "
-              "processes per node than GPUs (nproc_per_node) or a CUDA_VISIBLE_DEVICES that hides them.",
+        "processes per node than GPUs (nproc_per_node) or a CUDA_VISIBLE_DEVICES that hides them.",
         next_step="Start one process per GPU the instance has (or ask for more GPUs), and set each "
-                  "process's device from LOCAL_RANK, then submit the job again.",
-        documented="CUDA runtime cudaErrorInvalidDevice (\"invalid device ordinal\": \"the device ordinal "
-                   "supplied by the user does not correspond to a valid CUDA device\"); NCCL \"Cuda failure "
-                   "'invalid device ordinal'\"",
+        "process's device from LOCAL_RANK, then submit the job again.",
+        documented='CUDA runtime cudaErrorInvalidDevice ("invalid device ordinal": "the device ordinal '
+        'supplied by the user does not correspond to a valid CUDA device"); NCCL "Cuda failure '
+        "'invalid device ordinal'\"",
     ),
     Signature(
-        rule="nccl-invalid-usage", family="user-error",
+        rule="nccl-invalid-usage",
+        family="user-error",
         pattern=_re(r"ncclInvalidUsage|NCCL error in:[^\n]{0,400}?, invalid usage"),
-        retryable=False, error_code="NCCL_INVALID_USAGE",
+        retryable=False,
+        error_code="NCCL_INVALID_USAGE",
         message="NCCL reported invalid usage",
         cause="The program used NCCL incorrectly, e.g. two ranks on the same GPU or "
-              "mismatched collective calls across ranks.",
+        "mismatched collective calls across ranks.",
         next_step="Check the device each rank uses (LOCAL_RANK) and that every rank calls the "
-                  "same collectives in the same order, then submit the job again.",
+        "same collectives in the same order, then submit the job again.",
         documented="NCCL src/init.cc ncclGetErrorString(ncclInvalidUsage)",
     ),
     Signature(
-        rule="nccl-invalid-argument", family="user-error",
+        rule="nccl-invalid-argument",
+        family="user-error",
         pattern=_re(r"ncclInvalidArgument|NCCL error in:[^\n]{0,400}?, invalid argument"),
-        retryable=False, error_code="NCCL_INVALID_ARGUMENT",
+        retryable=False,
+        error_code="NCCL_INVALID_ARGUMENT",
         message="NCCL reported an invalid argument",
         cause="The program passed an invalid value to NCCL (wrong tensor, device or size).",
         next_step=_FIX_CODE,
         documented="NCCL src/init.cc ncclGetErrorString(ncclInvalidArgument)",
     ),
     Signature(
-        rule="nccl-watchdog-timeout", family="collective-timeout",
+        rule="nccl-watchdog-timeout",
+        family="collective-timeout",
         pattern=_re(r"Watchdog caught collective operation timeout"),
-        retryable=False, error_code="NCCL_COLLECTIVE_TIMEOUT",
+        retryable=False,
+        error_code="NCCL_COLLECTIVE_TIMEOUT",
         message="NCCL watchdog: a collective operation timed out",
-        cause=_COLLECTIVE_TIMEOUT_CAUSE, next_step=_COLLECTIVE_TIMEOUT_NEXT,
+        cause=_COLLECTIVE_TIMEOUT_CAUSE,
+        next_step=_COLLECTIVE_TIMEOUT_NEXT,
         cascade_like=True,
         # Decision from the corpus: of its collective-timeout entries with no other error,
         # the sources blame the program (desyncs, rank-0-only work) far more often than a
         # transient stall, so a bare watchdog timeout is not retried; a peer's real error
         # (killed, network, GPU) is picked as the root cause over it.
         documented="torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp WorkNCCL::checkTimeout; corpus "
-                   "collective-timeout-005, -007, -013 (github.com/pytorch/pytorch/issues/97191)",
+        "collective-timeout-005, -007, -013 (github.com/pytorch/pytorch/issues/97191)",
     ),
     Signature(
-        rule="nccl-communicator-aborted", family="collective-timeout",
+        rule="nccl-communicator-aborted",
+        family="collective-timeout",
         pattern=_re(r"NCCL communicator was aborted"),
-        retryable=True, error_code="NCCL_COMM_ABORTED",
+        retryable=True,
+        error_code="NCCL_COMM_ABORTED",
         message="The NCCL communicator was aborted",
         cause="The process group was torn down after an earlier error on this or another rank.",
-        next_step=_RETRY_COMM, cascade_like=True,
-        documented="torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp (\"NCCL communicator was aborted on rank\")",
+        next_step=_RETRY_COMM,
+        cascade_like=True,
+        documented='torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp ("NCCL communicator was aborted on rank")',
     ),
     Signature(
-        rule="nccl-heartbeat-timeout", family="collective-timeout",
+        rule="nccl-heartbeat-timeout",
+        family="collective-timeout",
         pattern=_re(r"Heartbeat monitor timed out"),
-        retryable=True, error_code="NCCL_HEARTBEAT_TIMEOUT",
+        retryable=True,
+        error_code="NCCL_HEARTBEAT_TIMEOUT",
         message="The NCCL heartbeat monitor timed out",
         cause="The process group's watchdog thread itself stopped making progress, usually "
-              "because the GPU or a collective is stuck.",
+        "because the GPU or a collective is stuck.",
         next_step=_HARDWARE_NEXT,
         documented="torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp HeartbeatMonitor (TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC)",
     ),
@@ -253,55 +290,71 @@ LOG_SIGNATURES: tuple[Signature, ...] = (
     # problem (PCIe ACS blocking GPUDirect RDMA, a missing peer-memory module) that fails
     # every run, unlike a transport retry timeout (12) after a link or peer went away.
     Signature(
-        rule="nccl-ib-local-protection-error", family="network",
+        rule="nccl-ib-local-protection-error",
+        family="network",
         pattern=_re(r"NET/IB ?:[^\n]{0,200}?Got completion[^\n]{0,200}?with error 4,"),
-        retryable=False, error_code="NCCL_IB_LOCAL_PROTECTION",
+        retryable=False,
+        error_code="NCCL_IB_LOCAL_PROTECTION",
         message="NCCL InfiniBand: local protection error (error 4)",
         cause="The InfiniBand adapter refused to access the GPU's memory (a local protection "
-              "error), which points at the node's configuration, e.g. PCIe ACS left on so "
-              "GPUDirect RDMA cannot work.",
+        "error), which points at the node's configuration, e.g. PCIe ACS left on so "
+        "GPUDirect RDMA cannot work.",
         next_step="Ask an administrator to disable PCIe ACS or fix GPUDirect RDMA on the nodes, or "
-                  "set NCCL_NET_GDR_LEVEL to avoid it, then submit the job again.",
+        "set NCCL_NET_GDR_LEVEL to avoid it, then submit the job again.",
         documented="ibv_wc_status IBV_WC_LOC_PROT_ERR = 4 (rdma-core verbs.h); corpus network-009 "
-                   "(NCCL maintainer: error 4 is usually ACS)",
+        "(NCCL maintainer: error 4 is usually ACS)",
     ),
     Signature(
-        rule="nccl-ib-completion-error", family="network",
+        rule="nccl-ib-completion-error",
+        family="network",
         pattern=_re(r"NET/IB ?:[^\n]{0,200}?Got completion[^\n]{0,200}?(?:error|status)"),
-        retryable=True, error_code="NCCL_IB_ERROR",
+        retryable=True,
+        error_code="NCCL_IB_ERROR",
         message="NCCL InfiniBand transport reported a failed completion",
         cause="An InfiniBand/RoCE transfer failed (e.g. retry count exceeded), because a peer "
-              "went away or a link is bad.",
-        next_step=_RETRY_COMM, cascade_like=True,
-        documented="NCCL src/transport/net_ib.cc ncclIbTest (\"NET/IB : Got completion from peer ... with error\")",
+        "went away or a link is bad.",
+        next_step=_RETRY_COMM,
+        cascade_like=True,
+        documented='NCCL src/transport/net_ib.cc ncclIbTest ("NET/IB : Got completion from peer ... with error")',
     ),
     # ---- Gloo ------------------------------------------------------------------------
     Signature(
-        rule="gloo-connect-full-mesh-failed", family="network",
+        rule="gloo-connect-full-mesh-failed",
+        family="network",
         pattern=_re(r"Gloo connectFullMesh failed"),
-        retryable=True, error_code="GLOO_CONNECT_FAILED",
+        retryable=True,
+        error_code="GLOO_CONNECT_FAILED",
         message="Gloo could not connect all ranks to each other",
         cause="While the process group was being created, some rank could not reach the "
-              "others (a peer was not up yet, died, or a stale address was used).",
-        next_step=_RETRY_COMM, cascade_like=True,
-        documented="torch/csrc/distributed/c10d/ProcessGroupGloo.cpp (\"Gloo connectFullMesh failed with\")",
+        "others (a peer was not up yet, died, or a stale address was used).",
+        next_step=_RETRY_COMM,
+        cascade_like=True,
+        documented='torch/csrc/distributed/c10d/ProcessGroupGloo.cpp ("Gloo connectFullMesh failed with")',
     ),
     Signature(
-        rule="gloo-connection-closed", family="network",
+        rule="gloo-connection-closed",
+        family="network",
         pattern=_re(r"Connection closed by (?:remote )?peer"),
-        retryable=True, error_code="CONNECTION_CLOSED",
+        retryable=True,
+        error_code="CONNECTION_CLOSED",
         message="The connection was closed by a peer",
-        cause=_PEER_OR_NETWORK, next_step=_RETRY_COMM, cascade_like=True,
-        documented="third_party/gloo/gloo/transport/tcp/pair.cc; NCCL src/misc/socket.cc (\"Connection closed by remote peer\")",
+        cause=_PEER_OR_NETWORK,
+        next_step=_RETRY_COMM,
+        cascade_like=True,
+        documented='third_party/gloo/gloo/transport/tcp/pair.cc; NCCL src/misc/socket.cc ("Connection closed by remote peer")',
     ),
     Signature(
-        rule="gloo-operation-timeout", family="collective-timeout",
+        rule="gloo-operation-timeout",
+        family="collective-timeout",
         pattern=_re(r"Timed out waiting \d{1,15}ms for (?:recv|send) operation to complete"),
         # Not retried, as the NCCL watchdog timeout (see there): with no other error in the
         # log, a collective that waited out its timeout is most often ranks that disagree.
-        retryable=False, error_code="GLOO_TIMEOUT",
+        retryable=False,
+        error_code="GLOO_TIMEOUT",
         message="Gloo timed out waiting for a peer's data",
-        cause=_COLLECTIVE_TIMEOUT_CAUSE, next_step=_COLLECTIVE_TIMEOUT_NEXT, cascade_like=True,
+        cause=_COLLECTIVE_TIMEOUT_CAUSE,
+        next_step=_COLLECTIVE_TIMEOUT_NEXT,
+        cascade_like=True,
         documented="third_party/gloo/gloo/transport/tcp/unbound_buffer.cc waitRecv/waitSend",
     ),
     # ---- sockets (strerror texts of Linux errno) -----------------------------------
@@ -309,44 +362,59 @@ LOG_SIGNATURES: tuple[Signature, ...] = (
     # print the same errno texts lower-cased ("read: connection reset by peer",
     # "connect: connection refused"), and they are the same failure.
     Signature(
-        rule="connection-reset", family="network",
+        rule="connection-reset",
+        family="network",
         pattern=_re(r"Connection reset by peer", _I),
-        retryable=True, error_code="ECONNRESET",
+        retryable=True,
+        error_code="ECONNRESET",
         message="The connection was reset by a peer",
-        cause=_PEER_OR_NETWORK, next_step=_RETRY_COMM, cascade_like=True,
+        cause=_PEER_OR_NETWORK,
+        next_step=_RETRY_COMM,
+        cascade_like=True,
         documented="Linux errno ECONNRESET (104), strerror text",
     ),
     Signature(
-        rule="connection-refused", family="network",
+        rule="connection-refused",
+        family="network",
         pattern=_re(r"Connection refused", _I),
-        retryable=True, error_code="ECONNREFUSED",
+        retryable=True,
+        error_code="ECONNREFUSED",
         message="A connection was refused",
         cause="Nothing was listening at the address this instance connected to: the master "
-              "or a peer was not started yet or had already exited.",
-        next_step=_RETRY_COMM, cascade_like=True,
+        "or a peer was not started yet or had already exited.",
+        next_step=_RETRY_COMM,
+        cascade_like=True,
         documented="Linux errno ECONNREFUSED (111), strerror text",
     ),
     Signature(
-        rule="broken-pipe", family="network",
+        rule="broken-pipe",
+        family="network",
         pattern=_re(r"Broken pipe", _I),
-        retryable=True, error_code="EPIPE",
+        retryable=True,
+        error_code="EPIPE",
         message="Broken pipe: the other end of a connection went away",
-        cause=_PEER_OR_NETWORK, next_step=_RETRY_COMM, cascade_like=True,
+        cause=_PEER_OR_NETWORK,
+        next_step=_RETRY_COMM,
+        cascade_like=True,
         documented="Linux errno EPIPE (32), strerror text",
     ),
     Signature(
-        rule="no-route-to-host", family="network",
+        rule="no-route-to-host",
+        family="network",
         pattern=_re(r"No route to host|Network is unreachable|Host is down", _I),
-        retryable=True, error_code="EHOSTUNREACH",
+        retryable=True,
+        error_code="EHOSTUNREACH",
         message="No route to host",
         cause="The network could not reach another node of the job.",
         next_step=_HARDWARE_NEXT,
         documented="Linux errno EHOSTUNREACH (113), strerror text",
     ),
     Signature(
-        rule="connection-timed-out", family="network",
+        rule="connection-timed-out",
+        family="network",
         pattern=_re(r"Connection timed out|connect\(\) timed out", _I),
-        retryable=True, error_code="ETIMEDOUT",
+        retryable=True,
+        error_code="ETIMEDOUT",
         message="A network connection timed out",
         cause="Another node did not answer in time; the network or that node is in trouble.",
         next_step=_RETRY_COMM,
@@ -363,36 +431,42 @@ LOG_SIGNATURES: tuple[Signature, ...] = (
     # domain), and a restart waits in vain again. The older TCPStore that failed on the first
     # lookup ("host not found") stays the retryable race below.
     Signature(
-        rule="c10d-name-not-resolved", family="rendezvous",
+        rule="c10d-name-not-resolved",
+        family="rendezvous",
         pattern=_re(r"network addresses of \([^\n]{0,300}?\) cannot be retrieved \(gai error"),
-        retryable=False, error_code="NAME_NOT_RESOLVED_AFTER_RETRIES",
+        retryable=False,
+        error_code="NAME_NOT_RESOLVED_AFTER_RETRIES",
         message="The master's host name did not resolve, even after c10d retried",
         cause="The rendezvous host name did not resolve from this node for as long as PyTorch kept "
-              "looking it up, so this is no start-up race: the name is wrong or unknown here (often "
-              "the machine's own host name, missing from DNS and /etc/hosts).",
+        "looking it up, so this is no start-up race: the name is wrong or unknown here (often "
+        "the machine's own host name, missing from DNS and /etc/hosts).",
         next_step="Set MASTER_ADDR (or rdzv_endpoint) to a name every node resolves, or to the master's "
-                  "IP address, and check /etc/hosts and the pods' DNS settings, then submit the job again.",
-        documented="torch/csrc/distributed/c10d/socket.cpp SocketConnectOp::tryConnect (\"The {IPv4 |IPv6 "
-                   "}network addresses of ({}, {}) cannot be retrieved (gai error: {} - {})\", then a retry "
-                   "until the connect timeout), pytorch/pytorch#74641; corpus rendezvous-004, -013",
+        "IP address, and check /etc/hosts and the pods' DNS settings, then submit the job again.",
+        documented='torch/csrc/distributed/c10d/socket.cpp SocketConnectOp::tryConnect ("The {IPv4 |IPv6 '
+        '}network addresses of ({}, {}) cannot be retrieved (gai error: {} - {})", then a retry '
+        "until the connect timeout), pytorch/pytorch#74641; corpus rendezvous-004, -013",
     ),
     Signature(
-        rule="name-resolution-failed", family="rendezvous",
+        rule="name-resolution-failed",
+        family="rendezvous",
         pattern=_re(r"Temporary failure in name resolution"),
-        retryable=True, error_code="EAI_AGAIN",
+        retryable=True,
+        error_code="EAI_AGAIN",
         message="Temporary failure in name resolution",
         cause="The DNS lookup of another node's name failed for the moment.",
         next_step=_RETRY_COMM,
         documented="glibc gai_strerror(EAI_AGAIN)",
     ),
     Signature(
-        rule="address-in-use", family="rendezvous",
+        rule="address-in-use",
+        family="rendezvous",
         pattern=_re(r"Address already in use|EADDRINUSE"),
-        retryable=True, error_code="EADDRINUSE",
+        retryable=True,
+        error_code="EADDRINUSE",
         message="The port is already in use",
         cause="The rendezvous port was still taken, e.g. by a process of an earlier attempt.",
         next_step="The job is retried with a fresh port. If you hard-code MASTER_PORT, let the "
-                  "console choose it instead.",
+        "console choose it instead.",
         documented="Linux errno EADDRINUSE (98); torch/csrc/distributed/c10d/socket.cpp",
     ),
     # ---- store and rendezvous ------------------------------------------------------
@@ -403,44 +477,55 @@ LOG_SIGNATURES: tuple[Signature, ...] = (
     # left is the desync of a collective timeout: one rank busy alone (corpus
     # collective-timeout-021: rank 0 evaluating while the others wait in a broadcast).
     Signature(
-        rule="store-socket-timeout", family="collective-timeout",
+        rule="store-socket-timeout",
+        family="collective-timeout",
         pattern=_re(r"Socket Timeout"),
-        retryable=False, error_code="STORE_TIMEOUT",
+        retryable=False,
+        error_code="STORE_TIMEOUT",
         message="The distributed key-value store timed out waiting for another rank",
         cause="A rank waited longer than the store's timeout for a key another rank should have set "
-              "(a store-based barrier, or NCCL's id at the first collective): the other rank was busy "
-              "elsewhere or took another path, which a restart repeats.",
-        next_step=_COLLECTIVE_TIMEOUT_NEXT, cascade_like=True,
-        documented="torch/csrc/distributed/c10d/TCPStore.cpp doWait (DistStoreError \"Socket Timeout\"); "
-                   "corpus collective-timeout-021 (rwth-i6/returnn#1621)",
+        "(a store-based barrier, or NCCL's id at the first collective): the other rank was busy "
+        "elsewhere or took another path, which a restart repeats.",
+        next_step=_COLLECTIVE_TIMEOUT_NEXT,
+        cascade_like=True,
+        documented='torch/csrc/distributed/c10d/TCPStore.cpp doWait (DistStoreError "Socket Timeout"); '
+        "corpus collective-timeout-021 (rwth-i6/returnn#1621)",
     ),
     Signature(
-        rule="store-connect-timeout", family="rendezvous",
+        rule="store-connect-timeout",
+        family="rendezvous",
         pattern=_re(r"client socket has timed out after \d{1,15}"),
-        retryable=True, error_code="STORE_CONNECT_TIMEOUT",
+        retryable=True,
+        error_code="STORE_CONNECT_TIMEOUT",
         message="Connecting to the rendezvous store timed out",
         cause="This instance could not reach the master's store in time: the master was not "
-              "up, died, or the network failed.",
-        next_step=_RETRY_COMM, cascade_like=True,
-        documented="torch/csrc/distributed/c10d/socket.cpp (\"The client socket has timed out after\")",
+        "up, died, or the network failed.",
+        next_step=_RETRY_COMM,
+        cascade_like=True,
+        documented='torch/csrc/distributed/c10d/socket.cpp ("The client socket has timed out after")',
     ),
     Signature(
-        rule="store-clients-timeout", family="rendezvous",
+        rule="store-clients-timeout",
+        family="rendezvous",
         pattern=_re(r"Timed out after \d{1,15} seconds waiting for clients"),
-        retryable=True, error_code="STORE_CLIENTS_TIMEOUT",
+        retryable=True,
+        error_code="STORE_CLIENTS_TIMEOUT",
         message="The rendezvous store timed out waiting for the other ranks",
         cause="The master waited for all ranks to join but some never arrived.",
-        next_step=_RETRY_COMM, cascade_like=True,
+        next_step=_RETRY_COMM,
+        cascade_like=True,
         documented="torch/distributed/rendezvous.py _create_c10d_store / TCPStore waitForWorkers",
     ),
     Signature(
-        rule="rendezvous-timeout", family="rendezvous",
+        rule="rendezvous-timeout",
+        family="rendezvous",
         pattern=_re(r"RendezvousTimeoutError"),
-        retryable=True, error_code="RENDEZVOUS_TIMEOUT",
+        retryable=True,
+        error_code="RENDEZVOUS_TIMEOUT",
         message="Rendezvous timed out",
         cause="Not enough instances joined the rendezvous in time.",
         next_step="The job is retried. If it repeats, check that every instance starts and can "
-                  "reach the master; an instance waiting a long time for resources also causes this.",
+        "reach the master; an instance waiting a long time for resources also causes this.",
         documented="torch/distributed/elastic/rendezvous/api.py RendezvousTimeoutError",
     ),
     # Decision: not retryable. torchelastic closes a rendezvous when one agent decides the job
@@ -449,89 +534,106 @@ LOG_SIGNATURES: tuple[Signature, ...] = (
     # a restart under the same run id meets the closed rendezvous again. Cascade-like: when
     # the agent that closed it failed for a retryable reason, its failure is the root cause.
     Signature(
-        rule="rendezvous-closed", family="rendezvous",
+        rule="rendezvous-closed",
+        family="rendezvous",
         pattern=_re(r"RendezvousClosedError"),
-        retryable=False, error_code="RENDEZVOUS_CLOSED",
+        retryable=False,
+        error_code="RENDEZVOUS_CLOSED",
         message="The rendezvous was closed",
         cause="The rendezvous was closed because an agent of the job decided the job had finished "
-              "(it succeeded or spent its restarts); every later attempt to join it under the same "
-              "run id fails the same way.",
+        "(it succeeded or spent its restarts); every later attempt to join it under the same "
+        "run id fails the same way.",
         next_step="Look for the instance whose agent finished or failed first (its error is the root "
-                  "cause); submit the job again with a new rendezvous id (--rdzv-id) or a fresh "
-                  "rendezvous store.",
+        "cause); submit the job again with a new rendezvous id (--rdzv-id) or a fresh "
+        "rendezvous store.",
         cascade_like=True,
         documented="torch/distributed/elastic/rendezvous/api.py RendezvousClosedError; RendezvousHandler.is_closed "
-                   "(\"A closed rendezvous means all future attempts to re-rendezvous within same job will "
-                   "fail\"); corpus rendezvous-017 (kubeflow/trainer#1638: the etcd rendezvous stayed closed "
-                   "across pod restarts)",
+        '("A closed rendezvous means all future attempts to re-rendezvous within same job will '
+        'fail"); corpus rendezvous-017 (kubeflow/trainer#1638: the etcd rendezvous stayed closed '
+        "across pod restarts)",
     ),
     Signature(
-        rule="rendezvous-connection", family="rendezvous",
+        rule="rendezvous-connection",
+        family="rendezvous",
         pattern=_re(r"RendezvousConnectionError"),
-        retryable=True, error_code="RENDEZVOUS_CONNECTION",
+        retryable=True,
+        error_code="RENDEZVOUS_CONNECTION",
         message="The connection to the rendezvous backend failed",
         cause="The instance could not reach the rendezvous store on the master.",
-        next_step=_RETRY_COMM, cascade_like=True,
+        next_step=_RETRY_COMM,
+        cascade_like=True,
         documented="torch/distributed/elastic/rendezvous/api.py RendezvousConnectionError",
     ),
     # ---- GPU hardware and CUDA -----------------------------------------------------
     Signature(
-        rule="cuda-ecc-error", family="gpu",
+        rule="cuda-ecc-error",
+        family="gpu",
         pattern=_re(r"uncorrectable ECC error|cudaErrorECCUncorrectable", _I),
-        retryable=True, error_code="GPU_ECC_ERROR",
+        retryable=True,
+        error_code="GPU_ECC_ERROR",
         message="The GPU reported an uncorrectable ECC memory error",
         cause="The GPU's memory has a hardware fault.",
         next_step=_HARDWARE_NEXT,
-        documented="CUDA runtime cudaErrorECCUncorrectable (\"uncorrectable ECC error encountered\")",
+        documented='CUDA runtime cudaErrorECCUncorrectable ("uncorrectable ECC error encountered")',
     ),
     # Xids by meaning (NVIDIA's Xid catalog): 13, 31 and 43 are raised by what the
     # application ran (an exception in a kernel, a memory page fault, a stopped channel);
     # 119 and 120 are GSP firmware timeouts of known driver branches, fixed by a driver
     # upgrade. Neither goes away on a rerun on the same software.
     Signature(
-        rule="gpu-xid-application", family="gpu",
+        rule="gpu-xid-application",
+        family="gpu",
         pattern=_re(r"NVRM: Xid \([^)\n]{0,60}\): (?P<xid>13|31|43),"),
-        retryable=False, error_code="GPU_XID_APPLICATION",
+        retryable=False,
+        error_code="GPU_XID_APPLICATION",
         message="The NVIDIA driver reported Xid {xid}, raised by the program's GPU work",
         cause="The NVIDIA driver reported an Xid error that the program's own GPU work causes "
-              "(an exception in a kernel or an invalid memory access).",
+        "(an exception in a kernel or an invalid memory access).",
         next_step="Run with CUDA_LAUNCH_BLOCKING=1 to find the failing operation and fix it; if it "
-                  "only ever happens on one node, ask an administrator to check that GPU.",
+        "only ever happens on one node, ask an administrator to check that GPU.",
         documented="NVIDIA Xid catalog (docs.nvidia.com/deploy/xid-errors): 13 Graphics Engine "
-                   "Exception, 31 GPU memory page fault, 43 GPU stopped processing: user application",
+        "Exception, 31 GPU memory page fault, 43 GPU stopped processing: user application",
     ),
     Signature(
-        rule="gpu-xid-gsp", family="gpu",
+        rule="gpu-xid-gsp",
+        family="gpu",
         pattern=_re(r"NVRM: Xid \([^)\n]{0,60}\): (?P<xid>119|120),"),
-        retryable=False, error_code="GPU_XID_GSP",
+        retryable=False,
+        error_code="GPU_XID_GSP",
         message="The NVIDIA driver reported Xid {xid} (GSP firmware timeout)",
         cause="The GPU's system processor (GSP) stopped answering the driver, a known bug of some "
-              "driver versions that repeats until the driver is changed.",
+        "driver versions that repeats until the driver is changed.",
         next_step="Ask an administrator to upgrade the NVIDIA driver on the node (or turn GSP "
-                  "firmware off), then submit the job again.",
+        "firmware off), then submit the job again.",
         documented="NVIDIA Xid catalog: 119/120 GSP RPC timeout / GSP error; corpus gpu-014 "
-                   "(driver 525 release notes: fixed in 525.105.17)",
+        "(driver 525 release notes: fixed in 525.105.17)",
     ),
     Signature(
-        rule="gpu-xid", family="gpu",
+        rule="gpu-xid",
+        family="gpu",
         pattern=_re(r"NVRM: Xid \([^)\n]{0,60}\): (?P<xid>\d{1,4})"),
-        retryable=True, error_code="GPU_XID",
+        retryable=True,
+        error_code="GPU_XID",
         message="The NVIDIA driver reported Xid {xid}",
         cause="The NVIDIA driver reported a GPU fault (an Xid error).",
         next_step=_HARDWARE_NEXT,
-        documented="NVIDIA Xid errors, docs.nvidia.com/deploy/xid-errors (kernel log \"NVRM: Xid\")",
+        documented='NVIDIA Xid errors, docs.nvidia.com/deploy/xid-errors (kernel log "NVRM: Xid")',
     ),
     Signature(
-        rule="gpu-fallen-off-bus", family="gpu",
-        pattern=_re(r"GPU has fallen off the bus|GPU is lost|Unable to determine the device handle for GPU"
-                    r"|RmInitAdapter failed"),
-        retryable=True, error_code="GPU_LOST",
+        rule="gpu-fallen-off-bus",
+        family="gpu",
+        pattern=_re(
+            r"GPU has fallen off the bus|GPU is lost|Unable to determine the device handle for GPU"
+            r"|RmInitAdapter failed"
+        ),
+        retryable=True,
+        error_code="GPU_LOST",
         message="A GPU has fallen off the bus",
         cause="A GPU stopped responding to the host (hardware or power problem; Xid 79).",
         next_step=_HARDWARE_NEXT,
-        documented="NVIDIA Xid 79, docs.nvidia.com/deploy/xid-errors; nvidia-smi \"Unable to determine the "
-                   "device handle for GPU <bus id>: Unknown Error\" and NVRM \"RmInitAdapter failed\" for a GPU the "
-                   "driver can no longer reach",
+        documented='NVIDIA Xid 79, docs.nvidia.com/deploy/xid-errors; nvidia-smi "Unable to determine the '
+        'device handle for GPU <bus id>: Unknown Error" and NVRM "RmInitAdapter failed" for a GPU the '
+        "driver can no longer reach",
     ),
     # Decision: not retryable, as an illegal memory access (below) and the Xids 13/31/43 it
     # comes with (above). CUDA documents cudaErrorLaunchFailure as "an exception occurred on
@@ -541,62 +643,71 @@ LOG_SIGNATURES: tuple[Signature, ...] = (
     # really failing says so in its own lines (Xid 48/79, ECC, fallen off the bus), which win
     # when they come later in the tail.
     Signature(
-        rule="cuda-launch-failure", family="gpu",
+        rule="cuda-launch-failure",
+        family="gpu",
         pattern=_re(r"unspecified launch failure|cudaErrorLaunchFailure"),
-        retryable=False, error_code="CUDA_LAUNCH_FAILURE",
+        retryable=False,
+        error_code="CUDA_LAUNCH_FAILURE",
         message="CUDA: unspecified launch failure",
-        cause="A GPU kernel raised an exception while it ran (CUDA's \"unspecified launch failure\"): "
-              "most often an invalid pointer or an out-of-bounds access in a kernel, or a torch or "
-              "extension build that does not fit this GPU, which a restart repeats.",
+        cause='A GPU kernel raised an exception while it ran (CUDA\'s "unspecified launch failure"): '
+        "most often an invalid pointer or an out-of-bounds access in a kernel, or a torch or "
+        "extension build that does not fit this GPU, which a restart repeats.",
         next_step="Run with CUDA_LAUNCH_BLOCKING=1 to find the failing operation, and check that torch, "
-                  "CUDA and compiled extensions match; if it only ever happens on one node, treat it as "
-                  "hardware and add \"unspecified launch failure\" as a retryable keyword.",
-        documented="CUDA runtime API cudaErrorLaunchFailure (719): \"An exception occurred on the device while "
-                   "executing a kernel. Common causes include dereferencing an invalid device pointer and "
-                   "accessing out of bounds shared memory\"; corpus gpu-010 (pytorch/pytorch#2567: recurred "
-                   "with one torch build, gone with the next)",
+        "CUDA and compiled extensions match; if it only ever happens on one node, treat it as "
+        'hardware and add "unspecified launch failure" as a retryable keyword.',
+        documented='CUDA runtime API cudaErrorLaunchFailure (719): "An exception occurred on the device while '
+        "executing a kernel. Common causes include dereferencing an invalid device pointer and "
+        'accessing out of bounds shared memory"; corpus gpu-010 (pytorch/pytorch#2567: recurred '
+        "with one torch build, gone with the next)",
     ),
     # Decision: an illegal memory access is treated as a bug (not retryable). In training it
     # is most often an index out of range or a faulty custom kernel, which repeats at the
     # same step on every attempt; a user who sees it as a hardware fault can add
     # "illegal memory access" as a retryable keyword.
     Signature(
-        rule="cuda-illegal-memory-access", family="user-error",
+        rule="cuda-illegal-memory-access",
+        family="user-error",
         pattern=_re(r"an illegal memory access was encountered|cudaErrorIllegalAddress"),
-        retryable=False, error_code="CUDA_ILLEGAL_ADDRESS",
+        retryable=False,
+        error_code="CUDA_ILLEGAL_ADDRESS",
         message="CUDA: an illegal memory access was encountered",
         cause="A GPU kernel read or wrote memory outside its buffers, usually an index out of "
-              "range or a bug in a custom kernel.",
+        "range or a bug in a custom kernel.",
         next_step="Run with CUDA_LAUNCH_BLOCKING=1 to find the operation and fix it. If it only "
-                  "ever happens on one node, treat it as hardware and add \"illegal memory access\" "
-                  "as a retryable keyword.",
-        documented="CUDA runtime cudaErrorIllegalAddress (\"an illegal memory access was encountered\")",
+        'ever happens on one node, treat it as hardware and add "illegal memory access" '
+        "as a retryable keyword.",
+        documented='CUDA runtime cudaErrorIllegalAddress ("an illegal memory access was encountered")',
     ),
     Signature(
-        rule="cuda-device-assert", family="user-error",
+        rule="cuda-device-assert",
+        family="user-error",
         pattern=_re(r"device-side assert triggered"),
-        retryable=False, error_code="CUDA_DEVICE_ASSERT",
+        retryable=False,
+        error_code="CUDA_DEVICE_ASSERT",
         message="CUDA: device-side assert triggered",
         cause="A check inside a GPU kernel failed, usually a label or index outside the "
-              "valid range (e.g. a class id >= the number of classes).",
+        "valid range (e.g. a class id >= the number of classes).",
         next_step="Run with CUDA_LAUNCH_BLOCKING=1 (or on CPU) to see which check failed, fix "
-                  "the data or code, and submit the job again.",
-        documented="CUDA runtime cudaErrorAssert (\"device-side assert triggered\")",
+        "the data or code, and submit the job again.",
+        documented='CUDA runtime cudaErrorAssert ("device-side assert triggered")',
     ),
     Signature(
-        rule="cuda-no-device", family="gpu",
+        rule="cuda-no-device",
+        family="gpu",
         pattern=_re(r"no CUDA-capable device is detected|cudaErrorNoDevice"),
-        retryable=True, error_code="CUDA_NO_DEVICE",
+        retryable=True,
+        error_code="CUDA_NO_DEVICE",
         message="No CUDA-capable device was detected",
-        cause="The instance started without a usable GPU: the node's driver or device plugin "
-              "failed to give it one.",
+        cause="The instance started without a usable GPU: the node's driver or device plugin failed to give it one.",
         next_step=_HARDWARE_NEXT,
-        documented="CUDA runtime cudaErrorNoDevice (\"no CUDA-capable device is detected\")",
+        documented='CUDA runtime cudaErrorNoDevice ("no CUDA-capable device is detected")',
     ),
     Signature(
-        rule="cuda-driver-too-old", family="startup",
+        rule="cuda-driver-too-old",
+        family="startup",
         pattern=_re(r"CUDA driver version is insufficient for CUDA runtime version"),
-        retryable=False, error_code="CUDA_DRIVER_INSUFFICIENT",
+        retryable=False,
+        error_code="CUDA_DRIVER_INSUFFICIENT",
         message="The CUDA driver is older than the CUDA runtime in the image",
         cause="The image was built for a newer CUDA than the node's driver supports.",
         next_step="Use an image built for the node's CUDA version, or ask for nodes with a newer driver.",
@@ -604,33 +715,42 @@ LOG_SIGNATURES: tuple[Signature, ...] = (
     ),
     # ---- memory --------------------------------------------------------------------
     Signature(
-        rule="cuda-out-of-memory", family="user-error",
-        pattern=_re(r"CUDA out of memory|CUDA error: out of memory|OutOfMemoryError|CUBLAS_STATUS_ALLOC_FAILED"
-                    # NCCL's CUDACHECK, the "Last error:" of an ncclUnhandledCudaError: its buffers did
-                    # not fit beside the program's tensors
-                    r"|Cuda failure (?:\d{1,4} )?'out of memory'"),
-        retryable=False, error_code="CUDA_OOM",
+        rule="cuda-out-of-memory",
+        family="user-error",
+        pattern=_re(
+            r"CUDA out of memory|CUDA error: out of memory|OutOfMemoryError|CUBLAS_STATUS_ALLOC_FAILED"
+            # NCCL's CUDACHECK, the "Last error:" of an ncclUnhandledCudaError: its buffers did
+            # not fit beside the program's tensors
+            r"|Cuda failure (?:\d{1,4} )?'out of memory'"
+        ),
+        retryable=False,
+        error_code="CUDA_OOM",
         message="CUDA out of memory",
         cause="The program needed more GPU memory than the GPU has.",
         next_step="Lower the batch size or sequence length, or use activation checkpointing or more "
-                  "GPUs, then submit the job again; a restart would run out of memory the same way.",
-        documented="torch/csrc/cuda/ (torch.OutOfMemoryError \"CUDA out of memory. Tried to allocate\"); NCCL "
-                   "CUDACHECK (\"NCCL WARN Cuda failure 'out of memory'\")",
+        "GPUs, then submit the job again; a restart would run out of memory the same way.",
+        documented='torch/csrc/cuda/ (torch.OutOfMemoryError "CUDA out of memory. Tried to allocate"); NCCL '
+        "CUDACHECK (\"NCCL WARN Cuda failure 'out of memory'\")",
     ),
     # Decision: only explicit OOM-killer evidence counts as an out-of-memory kill. A bare
     # "Killed" (what a shell prints for any SIGKILL) does not: preemption and people send
     # SIGKILL too, and those are retryable.
     Signature(
-        rule="oom-killed", family="signals",
-        pattern=_re(r"Memory cgroup out of memory|oom[-_]kill event|OOM Killed|OOMKilled|memory\+swap: usage"
-                    r"|task \d{1,6}: Out Of Memory", _I),
-        retryable=False, error_code="OOM_KILLED",
+        rule="oom-killed",
+        family="signals",
+        pattern=_re(
+            r"Memory cgroup out of memory|oom[-_]kill event|OOM Killed|OOMKilled|memory\+swap: usage"
+            r"|task \d{1,6}: Out Of Memory",
+            _I,
+        ),
+        retryable=False,
+        error_code="OOM_KILLED",
         message="Killed for running out of memory",
         cause="The instance used more memory than its own limit, so the system killed it (the OOM killer).",
         next_step="Raise the memory of the instance (resource_config.memory) and submit the job again.",
         explains_kill=True,
-        documented="Linux mm/memcontrol.c (\"Memory cgroup out of memory\", \"memory+swap: usage ..., limit\"); "
-                   "slurmstepd (\"Detected 1 oom_kill event\"); corpus signals-016",
+        documented='Linux mm/memcontrol.c ("Memory cgroup out of memory", "memory+swap: usage ..., limit"); '
+        'slurmstepd ("Detected 1 oom_kill event"); corpus signals-016',
     ),
     # Decision (issue 13): the node-wide OOM killer picks a victim among every process on
     # the node, so its kill often comes from other tenants' memory, and a rerun (maybe on
@@ -638,88 +758,103 @@ LOG_SIGNATURES: tuple[Signature, ...] = (
     # the repeated-failure guard and --max-num-of-same-error. A kill for exceeding the
     # instance's own memory limit (cgroup, OOMKilled) is the entry above: not retried.
     Signature(
-        rule="oom-killer", family="signals",
+        rule="oom-killer",
+        family="signals",
         # "Free swap  = 0kB" is the kernel's memory report (show_mem) that the OOM killer
         # prints for a node-wide OOM only; a cgroup's OOM prints the cgroup's usage instead.
         pattern=_re(r"Out of memory: Kill(?:ed)? process|invoked oom-killer|Free swap  = 0kB", _I),
-        retryable=True, error_code="NODE_OOM_KILLED",
+        retryable=True,
+        error_code="NODE_OOM_KILLED",
         message="Killed by the node's OOM killer",
         cause="The node ran out of memory and the kernel's OOM killer killed this instance; the "
-              "memory may have been taken by other processes on the node.",
+        "memory may have been taken by other processes on the node.",
         next_step="The job is retried automatically. If it is killed again, raise the memory of the "
-                  "instance (resource_config.memory) or lower the job's memory use.",
+        "instance (resource_config.memory) or lower the job's memory use.",
         explains_kill=True,
-        documented="Linux mm/oom_kill.c (\"Out of memory: Killed process\", \"invoked oom-killer\"); "
-                   "mm/oom_kill.c dump_header: show_mem() only when !is_memcg_oom (\"Free swap  = %lukB\"); "
-                   "corpus signals-002 (system OOM killer on an overcommitted node), signals-023",
+        documented='Linux mm/oom_kill.c ("Out of memory: Killed process", "invoked oom-killer"); '
+        'mm/oom_kill.c dump_header: show_mem() only when !is_memcg_oom ("Free swap  = %lukB"); '
+        "corpus signals-002 (system OOM killer on an overcommitted node), signals-023",
     ),
     Signature(
-        rule="python-memory-error", family="user-error",
+        rule="python-memory-error",
+        family="user-error",
         pattern=_re(r"(?m)^" + _PREFIX + r"MemoryError(?::|[ \t]*$)"),
-        retryable=False, error_code="HOST_OOM",
+        retryable=False,
+        error_code="HOST_OOM",
         message="Python raised MemoryError",
         cause="The program ran out of host memory.",
         next_step="Raise the memory of the instance (resource_config.memory) or load less data at once.",
         documented="Python built-in exception MemoryError",
     ),
     Signature(
-        rule="shared-memory-exhausted", family="signals",
+        rule="shared-memory-exhausted",
+        family="signals",
         pattern=_re(r"insufficient shared memory \(shm\)"),
-        retryable=False, error_code="SHM_EXHAUSTED",
+        retryable=False,
+        error_code="SHM_EXHAUSTED",
         message="A DataLoader worker ran out of shared memory",
         cause="The data-loading workers exchange batches through shared memory (/dev/shm), and it is too small.",
         next_step="Give the instance more shared memory, or use fewer DataLoader workers "
-                  "(num_workers), then submit the job again.",
-        documented="torch/utils/data/_utils/signal_handling.py / worker.py (\"insufficient shared memory (shm)\")",
+        "(num_workers), then submit the job again.",
+        documented='torch/utils/data/_utils/signal_handling.py / worker.py ("insufficient shared memory (shm)")',
     ),
     Signature(
-        rule="dataloader-worker-killed", family="signals",
+        rule="dataloader-worker-killed",
+        family="signals",
         pattern=_re(r"DataLoader worker \(pid[^\n]{0,60}?\) (?:is killed by signal|exited unexpectedly)"),
-        retryable=False, error_code="DATALOADER_WORKER_KILLED",
+        retryable=False,
+        error_code="DATALOADER_WORKER_KILLED",
         message="A DataLoader worker process was killed",
         cause="A data-loading worker process was killed, most often because the machine ran out of memory.",
         next_step="Raise the memory of the instance or use fewer DataLoader workers, then submit the job again.",
         explains_kill=True,
-        documented="torch/utils/data/dataloader.py (\"DataLoader worker (pid(s) ...) exited unexpectedly\")",
+        documented='torch/utils/data/dataloader.py ("DataLoader worker (pid(s) ...) exited unexpectedly")',
     ),
     # ---- node loss and preemption --------------------------------------------------
     Signature(
-        rule="node-failure", family="preemption",
+        rule="node-failure",
+        family="preemption",
         pattern=_re(r"CANCELLED AT [^\n]{0,40}?DUE TO NODE FAIL"),
-        retryable=True, error_code="NODE_LOST",
+        retryable=True,
+        error_code="NODE_LOST",
         message="The node failed",
         cause="The node running the instance failed or lost contact with the scheduler.",
         next_step=_HARDWARE_NEXT,
-        documented="Slurm slurmstepd (\"*** STEP ... CANCELLED AT ... DUE TO NODE FAILURE ***\")",
+        documented='Slurm slurmstepd ("*** STEP ... CANCELLED AT ... DUE TO NODE FAILURE ***")',
     ),
     Signature(
-        rule="preempted", family="preemption",
+        rule="preempted",
+        family="preemption",
         pattern=_re(r"CANCELLED AT [^\n]{0,40}?DUE TO PREEMPTION"),
-        retryable=True, error_code="PREEMPTED",
+        retryable=True,
+        error_code="PREEMPTED",
         message="The instance was preempted",
         cause="The scheduler took the resources back for other work.",
         next_step="The job is retried automatically when resources are free again.",
-        documented="Slurm slurmstepd (\"*** JOB ... CANCELLED AT ... DUE TO PREEMPTION ***\")",
+        documented='Slurm slurmstepd ("*** JOB ... CANCELLED AT ... DUE TO PREEMPTION ***")',
     ),
     Signature(
-        rule="launcher-received-signal", family="signals",
+        rule="launcher-received-signal",
+        family="signals",
         pattern=_re(r"SignalException: Process \d{1,10} got signal: (?P<signum>\d{1,3})"),
-        retryable=True, error_code="LAUNCHER_SIGNAL",
+        retryable=True,
+        error_code="LAUNCHER_SIGNAL",
         message="The launcher received signal {signum} and stopped its workers",
-        cause="Something outside the program (the scheduler, the node, a person) told the "
-              "launcher to stop.",
+        cause="Something outside the program (the scheduler, the node, a person) told the launcher to stop.",
         next_step="The job is retried automatically; if a person stopped it on purpose, stop the job in the console instead.",
         cascade_like=True,
         documented="torch/distributed/elastic/multiprocessing/api.py SignalException",
     ),
     Signature(
-        rule="worker-killed-by-signal", family="signals",
+        rule="worker-killed-by-signal",
+        family="signals",
         pattern=_re(r"Signal (?P<signum>\d{1,3}) \((?P<signame>SIG[A-Z]{2,8})\) received by PID"),
-        retryable=True, error_code="WORKER_SIGNAL",
+        retryable=True,
+        error_code="WORKER_SIGNAL",
         message="A worker process was killed by {signame}",
         cause="A worker process was killed by a signal, without an error of its own in the log.",
         next_step="The job is retried automatically; if it repeats on the same node, check that node.",
-        documented="torch/distributed/elastic/multiprocessing/api.py (\"Signal %s (%s) received by PID %s\")",
+        documented='torch/distributed/elastic/multiprocessing/api.py ("Signal %s (%s) received by PID %s")',
     ),
     # Ray tells a system failure (the actor's or worker's process died: killed, its node
     # gone, a crash) from an application error (the exception is shown, "died because of an
@@ -727,226 +862,278 @@ LOG_SIGNATURES: tuple[Signature, ...] = (
     # does the monitor. A process that crashes the same way every time is stopped by the
     # repeated-failure guard.
     Signature(
-        rule="ray-process-died", family="signals",
+        rule="ray-process-died",
+        family="signals",
         pattern=_re(r"The (?:actor|worker) died unexpectedly (?:before finishing|while executing) this task"),
-        retryable=True, error_code="RAY_PROCESS_DIED",
+        retryable=True,
+        error_code="RAY_PROCESS_DIED",
         message="A Ray actor or worker process died",
         cause="A Ray actor or worker process of the job died without an error of its own (killed, "
-              "its node lost or reclaimed), which Ray counts as a system failure, not the program's.",
+        "its node lost or reclaimed), which Ray counts as a system failure, not the program's.",
         next_step="The job is retried automatically. If it repeats, look at the Ray logs of the node "
-                  "the process ran on (raylet.out, dmesg) for the out-of-memory killer or a lost node.",
+        "the process ran on (raylet.out, dmesg) for the out-of-memory killer or a lost node.",
         cascade_like=True,
-        documented="Ray ray.exceptions.RayActorError/ActorDiedError (\"the actor process is dead\") and "
-                   "WorkerCrashedError (\"The worker died unexpectedly while executing this task\"); Ray fault "
-                   "tolerance docs: system failures are retried by default, application exceptions are not; "
-                   "corpus preemption-027 (ray-project/ray#29982: a reclaimed spot node)",
+        documented='Ray ray.exceptions.RayActorError/ActorDiedError ("the actor process is dead") and '
+        'WorkerCrashedError ("The worker died unexpectedly while executing this task"); Ray fault '
+        "tolerance docs: system failures are retried by default, application exceptions are not; "
+        "corpus preemption-027 (ray-project/ray#29982: a reclaimed spot node)",
     ),
     # ---- from the corpus (issue 13): infrastructure going away under the job ---------
     Signature(
-        rule="cloud-preemption-notice", family="preemption",
-        pattern=_re(r"termination is imminent|spot instance (?:interruption|termination)|lifecycle termination"
-                    r"|preemption notice|(?:was|is|been) preempted|preempted by |imminent node shutdown"
-                    r"|rebalance recommendation|interruption warning|instances\.preempted"
-                    # Kubernetes pod condition DisruptionTarget: the scheduler preempted the pod,
-                    # a NoExecute taint (node unreachable/not ready) or a drain removed it
-                    r"|PreemptionBy(?:Kube)?Scheduler|DeletionByTaintManager|EvictionByEvictionAPI|DeletionByPodGC", _I),
-        retryable=True, error_code="PREEMPTED",
+        rule="cloud-preemption-notice",
+        family="preemption",
+        pattern=_re(
+            r"termination is imminent|spot instance (?:interruption|termination)|lifecycle termination"
+            r"|preemption notice|(?:was|is|been) preempted|preempted by |imminent node shutdown"
+            r"|rebalance recommendation|interruption warning|instances\.preempted"
+            # Kubernetes pod condition DisruptionTarget: the scheduler preempted the pod,
+            # a NoExecute taint (node unreachable/not ready) or a drain removed it
+            r"|PreemptionBy(?:Kube)?Scheduler|DeletionByTaintManager|EvictionByEvictionAPI|DeletionByPodGC",
+            _I,
+        ),
+        retryable=True,
+        error_code="PREEMPTED",
         message="The node was preempted or reclaimed",
         cause="The cloud or the scheduler took the node back (a spot/preemptible reclaim, a "
-              "scale-in or a scheduler preemption); the program itself did not fail.",
+        "scale-in or a scheduler preemption); the program itself did not fail.",
         next_step="The job is retried automatically when resources are free again.",
         explains_kill=True,
-        documented="GCP metadata \"termination is imminent\"; AWS spot interruption / ASG lifecycle "
-                   "termination notices; Kubernetes \"Pod was terminated in response to imminent node "
-                   "shutdown\"; Ray \"the actor's node was preempted\"; GCE operation compute.instances.preempted; "
-                   "Kubernetes DisruptionTarget reasons (kubernetes.io/docs/concepts/workloads/pods/disruptions, "
-                   "\"Pod disruption conditions\"); corpus preemption-011, -019, -024",
+        documented='GCP metadata "termination is imminent"; AWS spot interruption / ASG lifecycle '
+        'termination notices; Kubernetes "Pod was terminated in response to imminent node '
+        'shutdown"; Ray "the actor\'s node was preempted"; GCE operation compute.instances.preempted; '
+        "Kubernetes DisruptionTarget reasons (kubernetes.io/docs/concepts/workloads/pods/disruptions, "
+        '"Pod disruption conditions"); corpus preemption-011, -019, -024',
     ),
     Signature(
-        rule="node-died", family="preemption",
-        pattern=_re(r"node has died|has been marked dead because|Node failure on |\(node failure\)|NODE_FAIL"
-                    r"|[Dd]ue to node failure|NodeDiedError|node\.kubernetes\.io/unreachable"
-                    r"|ORTE has lost communication with a remote daemon"
-                    # a BProc (Beowulf) compute node's daemon that lost its master: the node
-                    # unmounts its file systems and drops every process it ran
-                    r"|Ping timeout after \d{1,6} seconds - lost connection to master"),
-        retryable=True, error_code="NODE_LOST",
+        rule="node-died",
+        family="preemption",
+        pattern=_re(
+            r"node has died|has been marked dead because|Node failure on |\(node failure\)|NODE_FAIL"
+            r"|[Dd]ue to node failure|NodeDiedError|node\.kubernetes\.io/unreachable"
+            r"|ORTE has lost communication with a remote daemon"
+            # a BProc (Beowulf) compute node's daemon that lost its master: the node
+            # unmounts its file systems and drops every process it ran
+            r"|Ping timeout after \d{1,6} seconds - lost connection to master"
+        ),
+        retryable=True,
+        error_code="NODE_LOST",
         message="A node of the job died",
         cause="A node running part of the job died or stopped answering the cluster (a reboot, "
-              "a power-off, a lost heartbeat); the program itself did not fail.",
+        "a power-off, a lost heartbeat); the program itself did not fail.",
         next_step=_HARDWARE_NEXT,
         explains_kill=True,
-        documented="Ray GCS (\"has been marked dead because the detector has missed too many heartbeats\", "
-                   "\"The actor died because its node has died\"); Slurm salloc \"Node failure on\"; "
-                   "BProc bpslave \"Ping timeout after N seconds - lost connection to master?\"; "
-                   "corpus preemption-015, -020, network-022",
+        documented='Ray GCS ("has been marked dead because the detector has missed too many heartbeats", '
+        '"The actor died because its node has died"); Slurm salloc "Node failure on"; '
+        'BProc bpslave "Ping timeout after N seconds - lost connection to master?"; '
+        "corpus preemption-015, -020, network-022",
     ),
     Signature(
-        rule="time-limit", family="preemption",
+        rule="time-limit",
+        family="preemption",
         # Not google.api_core.exceptions.DeadlineExceeded / TF's DeadlineExceededError: an RPC's
         # deadline (service-timeout), not the scheduler's time limit.
-        pattern=_re(r"DUE TO TIME LIMIT|(?<!exceptions\.)DeadlineExceeded(?!Error)|exceeded its active deadline"
-                    r"|active longer than specified deadline"),
-        retryable=False, error_code="TIME_LIMIT",
+        pattern=_re(
+            r"DUE TO TIME LIMIT|(?<!exceptions\.)DeadlineExceeded(?!Error)|exceeded its active deadline"
+            r"|active longer than specified deadline"
+        ),
+        retryable=False,
+        error_code="TIME_LIMIT",
         message="The job ran into its time limit",
         cause="The scheduler stopped the instance because it ran longer than the time it asked "
-              "for (Slurm --time, Kubernetes activeDeadlineSeconds); an unchanged rerun needs "
-              "the same time and is stopped again.",
+        "for (Slurm --time, Kubernetes activeDeadlineSeconds); an unchanged rerun needs "
+        "the same time and is stopped again.",
         next_step=_TIME_LIMIT_NEXT,
-        explains_kill=True, explains_crash=True,
-        documented="Slurm slurmstepd \"*** JOB ... CANCELLED AT ... DUE TO TIME LIMIT ***\"; Kubernetes Job "
-                   "condition DeadlineExceeded; corpus preemption-006, -021, signals-007",
+        explains_kill=True,
+        explains_crash=True,
+        documented='Slurm slurmstepd "*** JOB ... CANCELLED AT ... DUE TO TIME LIMIT ***"; Kubernetes Job '
+        "condition DeadlineExceeded; corpus preemption-006, -021, signals-007",
     ),
     Signature(
-        rule="cancelled", family="preemption",
+        rule="cancelled",
+        family="preemption",
         pattern=_re(r"CANCELLED AT [0-9T:.-]{10,30} \*\*\*"),
-        retryable=False, error_code="CANCELLED",
+        retryable=False,
+        error_code="CANCELLED",
         message="The job was cancelled",
         cause="Someone (or a script) cancelled the job at the scheduler (scancel), with no "
-              "preemption or node failure given as the reason.",
+        "preemption or node failure given as the reason.",
         next_step=_CANCELLED_NEXT,
-        explains_kill=True, explains_crash=True,
-        documented="Slurm slurmstepd \"*** STEP ... CANCELLED AT <time> ***\" (scancel, no DUE TO); corpus preemption-022",
+        explains_kill=True,
+        explains_crash=True,
+        documented='Slurm slurmstepd "*** STEP ... CANCELLED AT <time> ***" (scancel, no DUE TO); corpus preemption-022',
     ),
     Signature(
-        rule="evicted-over-request", family="preemption",
+        rule="evicted-over-request",
+        family="preemption",
         pattern=_re(r"which exceeds its request of"),
-        retryable=False, error_code="EVICTED_OVER_REQUEST",
+        retryable=False,
+        error_code="EVICTED_OVER_REQUEST",
         message="Evicted for using more than it requested",
         cause="The node ran short of memory or disk, and the kubelet evicted this instance first "
-              "because it used more than its resource request; it does the same on any busy node.",
+        "because it used more than its resource request; it does the same on any busy node.",
         next_step="Give the instance a memory/disk request (resource_config) that covers what it "
-                  "uses, or use less, then submit the job again.",
-        explains_kill=True, explains_crash=True,
-        documented="Kubernetes kubelet eviction message \"Container X was using N, which exceeds its "
-                   "request of M\"; corpus preemption-004, -005",
+        "uses, or use less, then submit the job again.",
+        explains_kill=True,
+        explains_crash=True,
+        documented='Kubernetes kubelet eviction message "Container X was using N, which exceeds its '
+        'request of M"; corpus preemption-004, -005',
     ),
     Signature(
-        rule="evicted-over-own-limit", family="preemption",
-        pattern=_re(r"exceeded its local ephemeral storage limit|Pod ephemeral local storage usage exceeds the "
-                    r"total limit|Usage of EmptyDir volume [^\n]{1,300}? exceeds the limit"),
-        retryable=False, error_code="EVICTED_OVER_LIMIT",
+        rule="evicted-over-own-limit",
+        family="preemption",
+        pattern=_re(
+            r"exceeded its local ephemeral storage limit|Pod ephemeral local storage usage exceeds the "
+            r"total limit|Usage of EmptyDir volume [^\n]{1,300}? exceeds the limit"
+        ),
+        retryable=False,
+        error_code="EVICTED_OVER_LIMIT",
         message="Evicted for writing more local disk than its limit",
         cause="The kubelet evicted the instance because it wrote more to its local disk (ephemeral "
-              "storage or an emptyDir volume) than its own limit allows; any node evicts it again.",
+        "storage or an emptyDir volume) than its own limit allows; any node evicts it again.",
         next_step="Raise the instance's ephemeral-storage limit or emptyDir sizeLimit, or write large files "
-                  "(checkpoints, caches) to mounted storage instead, then submit the job again.",
-        explains_kill=True, explains_crash=True,
+        "(checkpoints, caches) to mounted storage instead, then submit the job again.",
+        explains_kill=True,
+        explains_crash=True,
         documented="Kubernetes kubelet pkg/kubelet/eviction/helpers.go (containerEphemeralStorageMessageFmt "
-                   "\"Container %s exceeded its local ephemeral storage limit %q\", podEphemeralStorageMessageFmt, "
-                   "emptyDirMessageFmt)",
+        '"Container %s exceeded its local ephemeral storage limit %q", podEphemeralStorageMessageFmt, '
+        "emptyDirMessageFmt)",
     ),
     # ---- start-up -----------------------------------------------------------------
     Signature(
-        rule="image-not-found", family="startup",
-        pattern=_re(r"manifest unknown|manifest for [^\n]{0,200}? not found|repository does not exist"
-                    r"|pull access denied|requested access to the resource is denied"
-                    r"|unauthorized: authentication required"
-                    # containerd: the registry has no such reference ("failed to resolve reference
-                    # \"x:v9\": x:v9: not found")
-                    r"|failed to resolve reference [^\n]{0,300}?: not found"),
-        retryable=False, error_code="IMAGE_NOT_FOUND",
+        rule="image-not-found",
+        family="startup",
+        pattern=_re(
+            r"manifest unknown|manifest for [^\n]{0,200}? not found|repository does not exist"
+            r"|pull access denied|requested access to the resource is denied"
+            r"|unauthorized: authentication required"
+            # containerd: the registry has no such reference ("failed to resolve reference
+            # \"x:v9\": x:v9: not found")
+            r"|failed to resolve reference [^\n]{0,300}?: not found"
+        ),
+        retryable=False,
+        error_code="IMAGE_NOT_FOUND",
         message="The image or its tag does not exist, or pulling it was denied",
         cause="The registry answered that the image or tag does not exist, or that this node may "
-              "not pull it; a retry gets the same answer.",
+        "not pull it; a retry gets the same answer.",
         next_step="Check the image name and tag, and give registry credentials if the repository is "
-                  "private, then submit the job again.",
-        documented="Docker/containerd registry errors (\"manifest unknown\", \"pull access denied\"); corpus startup-007",
+        "private, then submit the job again.",
+        documented='Docker/containerd registry errors ("manifest unknown", "pull access denied"); corpus startup-007',
     ),
     Signature(
-        rule="container-config-error", family="startup",
-        pattern=_re(r"CreateContainerConfigError|couldn't find key [^\n]{0,200}? in (?:Secret|ConfigMap)"
-                    r"|(?:secret|configmap)s? \"[^\"\n]{1,253}\" not found"),
-        retryable=False, error_code="CONTAINER_CONFIG_ERROR",
+        rule="container-config-error",
+        family="startup",
+        pattern=_re(
+            r"CreateContainerConfigError|couldn't find key [^\n]{0,200}? in (?:Secret|ConfigMap)"
+            r"|(?:secret|configmap)s? \"[^\"\n]{1,253}\" not found"
+        ),
+        retryable=False,
+        error_code="CONTAINER_CONFIG_ERROR",
         message="The container's configuration refers to something that does not exist",
         cause=_CONFIG_ERROR_CAUSE,
         next_step=_CONFIG_ERROR_NEXT,
-        documented="Kubernetes kubelet CreateContainerConfigError (\"secret ... not found\", \"couldn't "
-                   "find key ... in Secret\"); corpus startup-010, -012, -013",
+        documented='Kubernetes kubelet CreateContainerConfigError ("secret ... not found", "couldn\'t '
+        'find key ... in Secret"); corpus startup-010, -012, -013',
     ),
     Signature(
-        rule="nvml-driver-mismatch", family="gpu",
+        rule="nvml-driver-mismatch",
+        family="gpu",
         pattern=_re(r"Driver/library version mismatch"),
-        retryable=False, error_code="NVML_DRIVER_MISMATCH",
+        retryable=False,
+        error_code="NVML_DRIVER_MISMATCH",
         message="NVIDIA driver/library version mismatch",
         cause="The node's NVIDIA user-space library does not match its loaded kernel driver (e.g. "
-              "after an unattended upgrade); every GPU program on the node fails until it is fixed.",
+        "after an unattended upgrade); every GPU program on the node fails until it is fixed.",
         next_step=_HARDWARE_NEXT,
-        documented="NVML \"Failed to initialize NVML: Driver/library version mismatch\"; corpus gpu-006",
+        documented='NVML "Failed to initialize NVML: Driver/library version mismatch"; corpus gpu-006',
     ),
     # ---- external services (model hubs, object stores, registries, package indexes) --
     Signature(
-        rule="service-rate-limited", family="external-services",
-        pattern=_re(r"Too Many Requests|toomanyrequests|pull rate limit|[Rr]ate limit exceeded|SlowDown"
-                    r"|Please reduce your request rate|ThrottlingException|RequestLimitExceeded|Slow Down"
-                    r"|ServerBusy|exceptions\.TooManyRequests|pull QPS exceeded"),
-        retryable=True, error_code="RATE_LIMITED",
+        rule="service-rate-limited",
+        family="external-services",
+        pattern=_re(
+            r"Too Many Requests|toomanyrequests|pull rate limit|[Rr]ate limit exceeded|SlowDown"
+            r"|Please reduce your request rate|ThrottlingException|RequestLimitExceeded|Slow Down"
+            r"|ServerBusy|exceptions\.TooManyRequests|pull QPS exceeded"
+        ),
+        retryable=True,
+        error_code="RATE_LIMITED",
         message="A service rate-limited the job",
         cause="A registry, model hub or object store refused requests for the moment because too "
-              "many were made (HTTP 429, S3 SlowDown); the limit resets over time.",
+        "many were made (HTTP 429, S3 SlowDown); the limit resets over time.",
         next_step="The job is retried automatically. If it keeps happening, authenticate to the "
-                  "service, cache the files, or lower the request rate.",
-        documented="HTTP 429 Too Many Requests (RFC 6585); Docker Hub \"toomanyrequests: You have reached "
-                   "your pull rate limit\"; S3 SlowDown; corpus startup-003, external-services-011",
+        "service, cache the files, or lower the request rate.",
+        documented='HTTP 429 Too Many Requests (RFC 6585); Docker Hub "toomanyrequests: You have reached '
+        'your pull rate limit"; S3 SlowDown; corpus startup-003, external-services-011',
     ),
     Signature(
-        rule="service-unavailable", family="external-services",
-        pattern=_re(r"Internal Server Error|INTERNAL SERVER ERROR|Bad Gateway|Service Unavailable"
-                    r"|Service Temporarily Unavailable|Gateway Time-?out|50[0234] Server Error|HTTP Error 50[0234]"
-                    r"|HTTP 50[0234] "
-                    r"|We encountered an internal error\. Please try again|\(InternalError\) when calling the"
-                    r"|\(ServiceUnavailable\)|HTTP error 50[0234]|Backend Error|exceptions\.ServiceUnavailable"
-                    r"|exceptions\.InternalServerError"
-                    # curl (and git over https, which uses it): CURLE_HTTP_RETURNED_ERROR with the status
-                    r"|The requested URL returned error: 50[0234]"
-                    # botocore ClientError with a bare 5xx code. (Not urllib3's "too many 500 error
-                    # responses": its own retries already ran out on a server that kept failing,
-                    # e.g. a misconfigured tracking server in corpus external-services-026.)
-                    r"|An error occurred \(50[0234]\) when calling"),
-        retryable=True, error_code="SERVICE_UNAVAILABLE",
+        rule="service-unavailable",
+        family="external-services",
+        pattern=_re(
+            r"Internal Server Error|INTERNAL SERVER ERROR|Bad Gateway|Service Unavailable"
+            r"|Service Temporarily Unavailable|Gateway Time-?out|50[0234] Server Error|HTTP Error 50[0234]"
+            r"|HTTP 50[0234] "
+            r"|We encountered an internal error\. Please try again|\(InternalError\) when calling the"
+            r"|\(ServiceUnavailable\)|HTTP error 50[0234]|Backend Error|exceptions\.ServiceUnavailable"
+            r"|exceptions\.InternalServerError"
+            # curl (and git over https, which uses it): CURLE_HTTP_RETURNED_ERROR with the status
+            r"|The requested URL returned error: 50[0234]"
+            # botocore ClientError with a bare 5xx code. (Not urllib3's "too many 500 error
+            # responses": its own retries already ran out on a server that kept failing,
+            # e.g. a misconfigured tracking server in corpus external-services-026.)
+            r"|An error occurred \(50[0234]\) when calling"
+        ),
+        retryable=True,
+        error_code="SERVICE_UNAVAILABLE",
         message="A service answered with a server error",
-        cause="A registry, model hub or object store had a server-side fault (HTTP 5xx); the "
-              "request itself was valid.",
+        cause="A registry, model hub or object store had a server-side fault (HTTP 5xx); the request itself was valid.",
         next_step="The job is retried automatically. If the service stays down, check its status "
-                  "page or use a mirror/cache.",
-        documented="HTTP 500/502/503/504 (RFC 9110); S3 InternalError \"We encountered an internal error. "
-                   "Please try again.\"; curl CURLE_HTTP_RETURNED_ERROR (\"The requested URL returned error: 503\"); "
-                   "botocore ClientError \"An error occurred (503) when calling the X operation\"; corpus external-services-001, -003, -013, -040, "
-                   "startup-019, -042",
+        "page or use a mirror/cache.",
+        documented='HTTP 500/502/503/504 (RFC 9110); S3 InternalError "We encountered an internal error. '
+        'Please try again."; curl CURLE_HTTP_RETURNED_ERROR ("The requested URL returned error: 503"); '
+        'botocore ClientError "An error occurred (503) when calling the X operation"; corpus external-services-001, -003, -013, -040, '
+        "startup-019, -042",
     ),
     Signature(
-        rule="service-timeout", family="external-services",
-        pattern=_re(r"Read timed out|RequestTimeout|TLS handshake timeout|i/o timeout|context deadline exceeded"
-                    r"|ReadTimeoutError|ConnectTimeoutError|operation timeout|Client\.Timeout exceeded"
-                    r"|request canceled while waiting for connection|exceptions\.DeadlineExceeded: 504"
-                    # huggingface_hub/transformers when the Hub cannot be reached and nothing is cached
-                    r"|Connection error, and we cannot find the requested files|We couldn't connect to '"),
-        retryable=True, error_code="SERVICE_TIMEOUT",
+        rule="service-timeout",
+        family="external-services",
+        pattern=_re(
+            r"Read timed out|RequestTimeout|TLS handshake timeout|i/o timeout|context deadline exceeded"
+            r"|ReadTimeoutError|ConnectTimeoutError|operation timeout|Client\.Timeout exceeded"
+            r"|request canceled while waiting for connection|exceptions\.DeadlineExceeded: 504"
+            # huggingface_hub/transformers when the Hub cannot be reached and nothing is cached
+            r"|Connection error, and we cannot find the requested files|We couldn't connect to '"
+        ),
+        retryable=True,
+        error_code="SERVICE_TIMEOUT",
         message="A request to a service timed out",
         cause="A download, upload or registry request timed out: the service or the network to "
-              "it was slow or briefly unreachable.",
+        "it was slow or briefly unreachable.",
         next_step="The job is retried automatically. If it keeps happening, check the network "
-                  "path to the service or use a closer mirror.",
-        documented="urllib3 ReadTimeoutError (\"Read timed out\"); Go net/http \"TLS handshake timeout\", "
-                   "\"i/o timeout\", \"context deadline exceeded\"; S3 RequestTimeout; transformers \"Connection "
-                   "error, and we cannot find the requested files in the cached path\"; corpus startup-024, "
-                   "-027, -038, external-services-019, -030, -037",
+        "path to the service or use a closer mirror.",
+        documented='urllib3 ReadTimeoutError ("Read timed out"); Go net/http "TLS handshake timeout", '
+        '"i/o timeout", "context deadline exceeded"; S3 RequestTimeout; transformers "Connection '
+        'error, and we cannot find the requested files in the cached path"; corpus startup-024, '
+        "-027, -038, external-services-019, -030, -037",
     ),
     Signature(
-        rule="service-denied", family="external-services",
-        pattern=_re(r"40[134] Client Error|401 Unauthorized|403 Forbidden|404 Not Found|RepositoryNotFoundError"
-                    r"|GatedRepoError|EntryNotFoundError|RevisionNotFoundError|AccessDenied|Access Denied"
-                    r"|NoSuchBucket|NoSuchKey|InvalidAccessKeyId|SignatureDoesNotMatch|ExpiredToken"
-                    r"|The requested URL returned error: 40[134]|An error occurred \(40[134]\) when calling"
-                    r"|HTTP Error 40[134]|NoCredentialsError|Unable to locate credentials"),
-        retryable=False, error_code="SERVICE_DENIED",
+        rule="service-denied",
+        family="external-services",
+        pattern=_re(
+            r"40[134] Client Error|401 Unauthorized|403 Forbidden|404 Not Found|RepositoryNotFoundError"
+            r"|GatedRepoError|EntryNotFoundError|RevisionNotFoundError|AccessDenied|Access Denied"
+            r"|NoSuchBucket|NoSuchKey|InvalidAccessKeyId|SignatureDoesNotMatch|ExpiredToken"
+            r"|The requested URL returned error: 40[134]|An error occurred \(40[134]\) when calling"
+            r"|HTTP Error 40[134]|NoCredentialsError|Unable to locate credentials"
+        ),
+        retryable=False,
+        error_code="SERVICE_DENIED",
         message="A service refused the request (not found or not allowed)",
         cause="A model hub, object store or registry answered that the file does not exist or that "
-              "the job may not read it (HTTP 401/403/404); a retry gets the same answer.",
+        "the job may not read it (HTTP 401/403/404); a retry gets the same answer.",
         next_step="Check the name/path and the job's credentials or access token, then submit the job again.",
         documented="HTTP 401/403/404 (RFC 9110); huggingface_hub RepositoryNotFoundError/GatedRepoError; "
-                   "S3 AccessDenied/NoSuchKey; curl \"The requested URL returned error: 404\"; urllib "
-                   "\"HTTP Error 403\"; botocore \"An error occurred (403)\", NoCredentialsError",
+        'S3 AccessDenied/NoSuchKey; curl "The requested URL returned error: 404"; urllib '
+        '"HTTP Error 403"; botocore "An error occurred (403)", NoCredentialsError',
     ),
     # Decision: not retryable. The HTTP client (requests/urllib3) got EAI_NONAME for the host
     # of the URL it was given: the DNS answered that the name does not exist. That is a
@@ -955,487 +1142,578 @@ LOG_SIGNATURES: tuple[Signature, ...] = (
     # ("[Errno -3] Temporary failure in name resolution"), which stays retryable. The job's
     # own peers starting late are the rendezvous entries below, not an HTTP URL.
     Signature(
-        rule="service-host-unknown", family="external-services",
+        rule="service-host-unknown",
+        family="external-services",
         pattern=_re(r"HTTPS?ConnectionPool\(host=[^\n]{0,600}?\[Errno -2\] Name or service not known"),
-        retryable=False, error_code="SERVICE_HOST_UNKNOWN",
+        retryable=False,
+        error_code="SERVICE_HOST_UNKNOWN",
         message="A service's host name does not exist",
         cause="The job called a service (tracking server, model hub, store) at a host name that the "
-              "DNS says does not exist, so the address is wrong or the service is gone.",
+        "DNS says does not exist, so the address is wrong or the service is gone.",
         next_step="Check the service's URL in the job's settings (or turn the integration off if the "
-                  "service was retired), then submit the job again.",
-        documented="urllib3 NewConnectionError \"Failed to establish a new connection: [Errno -2] Name or "
-                   "service not known\" (glibc EAI_NONAME, vs EAI_AGAIN -3 for a resolver failure); corpus "
-                   "external-services-027 (MisterMap/undeepvo#66: the MLflow server no longer existed)",
+        "service was retired), then submit the job again.",
+        documented='urllib3 NewConnectionError "Failed to establish a new connection: [Errno -2] Name or '
+        'service not known" (glibc EAI_NONAME, vs EAI_AGAIN -3 for a resolver failure); corpus '
+        "external-services-027 (MisterMap/undeepvo#66: the MLflow server no longer existed)",
     ),
     # ---- rendezvous and DNS start-up races ----------------------------------------
     Signature(
-        rule="name-not-resolved", family="rendezvous",
-        pattern=_re(r"Name or service not known|Could not resolve hostname|Could not resolve host"
-                    r"|nodename nor servname provided|No address associated with hostname|: no such host"),
-        retryable=True, error_code="NAME_NOT_RESOLVED",
+        rule="name-not-resolved",
+        family="rendezvous",
+        pattern=_re(
+            r"Name or service not known|Could not resolve hostname|Could not resolve host"
+            r"|nodename nor servname provided|No address associated with hostname|: no such host"
+        ),
+        retryable=True,
+        error_code="NAME_NOT_RESOLVED",
         message="A host name did not resolve",
         cause="A host name the job uses did not resolve. Most often the workers started before "
-              "the master's DNS record existed (Kubernetes creates it with or after the pod), which "
-              "clears by itself; a wrong MASTER_ADDR, a name only the node itself knows or a missing "
-              "DNS search domain fails the same way every time.",
+        "the master's DNS record existed (Kubernetes creates it with or after the pod), which "
+        "clears by itself; a wrong MASTER_ADDR, a name only the node itself knows or a missing "
+        "DNS search domain fails the same way every time.",
         next_step="The job is retried; if the name still does not resolve on the next attempt, it is "
-                  "not retried again. Then use a host name every node can resolve (or the IP "
-                  "address) and check the pods' dnsPolicy.",
+        "not retried again. Then use a host name every node can resolve (or the IP "
+        "address) and check the pods' dnsPolicy.",
         # Decision (issue 13: "workers that start before the master's name resolves" clear by
         # themselves): retried, and the repeated-failure guard stops a name that never
         # resolves on its second failure. The corpus's sources split evenly: start-up races
         # (rendezvous-001, -003, -010, -026) and wrong names (rendezvous-004, -006, -018).
-        documented="glibc gai_strerror(EAI_NONAME) \"Name or service not known\"; OpenSSH \"Could not "
-                   "resolve hostname\"; corpus rendezvous-001, -003, -026",
+        documented='glibc gai_strerror(EAI_NONAME) "Name or service not known"; OpenSSH "Could not '
+        'resolve hostname"; corpus rendezvous-001, -003, -026',
     ),
     Signature(
-        rule="port-taken", family="rendezvous",
+        rule="port-taken",
+        family="rendezvous",
         pattern=_re(r"Failed to add port to server"),
-        retryable=True, error_code="PORT_TAKEN",
+        retryable=True,
+        error_code="PORT_TAKEN",
         message="A gRPC server could not bind its port",
         cause="The port the job's coordinator needs was still held by another process on the "
-              "node (often a previous job's leftover).",
+        "node (often a previous job's leftover).",
         next_step="The job is retried automatically, preferably on another node.",
         explains_crash=True,
-        documented="gRPC add_port.cc \"Failed to add port to server\"; corpus signals-011 (orphaned JAX "
-                   "coordinator held the port)",
+        documented='gRPC add_port.cc "Failed to add port to server"; corpus signals-011 (orphaned JAX '
+        "coordinator held the port)",
     ),
     # ---- storage ------------------------------------------------------------------
     Signature(
-        rule="stale-file-handle", family="storage",
+        rule="stale-file-handle",
+        family="storage",
         pattern=_re(r"Stale (?:NFS )?file handle"),
-        retryable=True, error_code="ESTALE",
+        retryable=True,
+        error_code="ESTALE",
         message="Stale file handle on shared storage",
         cause="The network file system lost track of a file or directory the job had open "
-              "(a server restart, failover or race on the storage side).",
+        "(a server restart, failover or race on the storage side).",
         next_step="The job is retried automatically. If it keeps happening, ask an administrator "
-                  "to check the shared storage.",
-        documented="Linux errno ESTALE (116) \"Stale file handle\"; corpus storage-009",
+        "to check the shared storage.",
+        documented='Linux errno ESTALE (116) "Stale file handle"; corpus storage-009',
     ),
     Signature(
-        rule="io-error", family="storage",
+        rule="io-error",
+        family="storage",
         pattern=_re(r"Input/output error"),
-        retryable=True, error_code="EIO",
+        retryable=True,
+        error_code="EIO",
         message="Input/output error from storage",
         cause="Reading or writing a file failed in the storage layer (EIO), not in the program.",
         next_step="The job is retried automatically. If the same file fails every time, check the "
-                  "file and the storage it is on.",
-        documented="Linux errno EIO (5) \"Input/output error\"; corpus storage-014",
+        "file and the storage it is on.",
+        documented='Linux errno EIO (5) "Input/output error"; corpus storage-014',
     ),
     # ---- GPU and accelerator faults ------------------------------------------------
     Signature(
-        rule="cuda-unknown-error", family="gpu",
+        rule="cuda-unknown-error",
+        family="gpu",
         pattern=_re(r"CUDA error: unknown error|cudaErrorUnknown|cuda runtime error \(999\)"),
-        retryable=True, error_code="CUDA_UNKNOWN_ERROR",
+        retryable=True,
+        error_code="CUDA_UNKNOWN_ERROR",
         message="CUDA: unknown error",
         cause="The GPU or its driver failed in a way CUDA could not name, which points at the GPU.",
         next_step=_HARDWARE_NEXT,
         documented="CUDA runtime cudaErrorUnknown (999); corpus gpu-016 (BLOOM-176B: a GPU crashing "
-                   "from a hardware failure)",
+        "from a hardware failure)",
     ),
     Signature(
-        rule="device-busy", family="gpu",
+        rule="device-busy",
+        family="gpu",
         pattern=_re(r"Device or resource busy|busy or unavailable"),
-        retryable=True, error_code="DEVICE_BUSY",
+        retryable=True,
+        error_code="DEVICE_BUSY",
         message="The accelerator is busy or held by another process",
         cause="The GPU/TPU device was still held by another process on the node (often a "
-              "previous job that did not exit cleanly).",
+        "previous job that did not exit cleanly).",
         next_step=_HARDWARE_NEXT,
-        documented="Linux errno EBUSY (16) \"Device or resource busy\"; CUDA cudaErrorDevicesUnavailable "
-                   "(\"busy or unavailable\"); corpus gpu-019",
+        documented='Linux errno EBUSY (16) "Device or resource busy"; CUDA cudaErrorDevicesUnavailable '
+        '("busy or unavailable"); corpus gpu-019',
     ),
     # ---- network configuration ----------------------------------------------------
     Signature(
-        rule="nccl-no-socket-interface", family="network",
+        rule="nccl-no-socket-interface",
+        family="network",
         pattern=_re(r"no socket interface found|No usable listening interface found"),
-        retryable=False, error_code="NCCL_NO_INTERFACE",
+        retryable=False,
+        error_code="NCCL_NO_INTERFACE",
         message="NCCL found no usable network interface",
         cause="NCCL could not find the network interface it was told to use (NCCL_SOCKET_IFNAME) "
-              "or any usable one, a configuration problem of the job or the node.",
+        "or any usable one, a configuration problem of the job or the node.",
         next_step="Fix or remove NCCL_SOCKET_IFNAME (or the node's interface setup), then submit the job again.",
-        documented="NCCL bootstrap \"Bootstrap : no socket interface found\", \"NET/Socket : No usable listening "
-                   "interface found\" (no local interface in NCCL_COMM_ID's subnet); corpus network-004",
+        documented='NCCL bootstrap "Bootstrap : no socket interface found", "NET/Socket : No usable listening '
+        "interface found\" (no local interface in NCCL_COMM_ID's subnet); corpus network-004",
     ),
     # Decision: not retryable. NCCL's troubleshooting guide gives these two for an
     # InfiniBand setup that cannot pin (register) enough memory: the memlock limit of the
     # instance (ulimit -l, a container's default), fixed by the configuration, not by a rerun.
     Signature(
-        rule="nccl-ib-memlock", family="network",
+        rule="nccl-ib-memlock",
+        family="network",
         pattern=_re(r"Call to ibv_(?:reg_mr|reg_mr_iova2|reg_dmabuf_mr|create_qp) failed"),
-        retryable=False, error_code="NCCL_IB_MEMLOCK",
+        retryable=False,
+        error_code="NCCL_IB_MEMLOCK",
         message="NCCL could not register memory with the InfiniBand adapter",
         cause="NCCL could not pin memory for InfiniBand (or create its queue pairs), which NCCL's guide "
-              "traces to the instance's locked-memory limit (ulimit -l) or the node's RDMA setup; every "
-              "attempt fails the same way.",
+        "traces to the instance's locked-memory limit (ulimit -l) or the node's RDMA setup; every "
+        "attempt fails the same way.",
         next_step="Give the instance an unlimited locked-memory limit (memlock, e.g. --ulimit memlock=-1 "
-                  "for docker) or ask an administrator to check GPUDirect RDMA, then submit the job again.",
-        documented="NCCL docs, troubleshooting, InfiniBand: \"NCCL WARN Call to ibv_reg_mr failed\" / \"Call to "
-                   "ibv_create_qp failed\": \"remove the user limits on registering pinned memory\" (memlock unlimited); "
-                   "corpus network-015 (NVIDIA/nccl-tests#206: ulimit -l was 8192)",
+        "for docker) or ask an administrator to check GPUDirect RDMA, then submit the job again.",
+        documented='NCCL docs, troubleshooting, InfiniBand: "NCCL WARN Call to ibv_reg_mr failed" / "Call to '
+        'ibv_create_qp failed": "remove the user limits on registering pinned memory" (memlock unlimited); '
+        "corpus network-015 (NVIDIA/nccl-tests#206: ulimit -l was 8192)",
     ),
     Signature(
-        rule="evicted-node-pressure", family="preemption",
+        rule="evicted-node-pressure",
+        family="preemption",
         pattern=_re(r"The node was low on resource|NodeNotReady|node\(s\) were unschedulable"),
-        retryable=True, error_code="EVICTED",
+        retryable=True,
+        error_code="EVICTED",
         message="Evicted because the node ran short of resources",
         cause="The node ran short of memory or disk (or stopped being ready), so the kubelet "
-              "evicted instances to protect it; this instance used no more than it requested.",
+        "evicted instances to protect it; this instance used no more than it requested.",
         next_step="The job is retried automatically when resources are free again.",
         explains_kill=True,
-        documented="Kubernetes kubelet node-pressure eviction (\"The node was low on resource: memory\"), "
-                   "node condition NodeNotReady",
+        documented='Kubernetes kubelet node-pressure eviction ("The node was low on resource: memory"), '
+        "node condition NodeNotReady",
     ),
     Signature(
-        rule="executable-not-found", family="startup",
+        rule="executable-not-found",
+        family="startup",
         pattern=_re(r"executable file not found in \$PATH|no such file or directory: unknown"),
-        retryable=False, error_code="EXECUTABLE_NOT_FOUND",
+        retryable=False,
+        error_code="EXECUTABLE_NOT_FOUND",
         message="The container's command does not exist in the image",
         cause="The container runtime could not start the command: it is not in the image (or not on PATH).",
         next_step="Check the command and the image (the program must be installed in it), then submit the job again.",
-        documented="runc/containerd \"OCI runtime create failed: ... executable file not found in $PATH\"",
+        documented='runc/containerd "OCI runtime create failed: ... executable file not found in $PATH"',
     ),
     # aws-ofi-nccl (EFA) failing to register a buffer is the same fault as ibv_reg_mr above
     # on another transport: the node's software stack or limits, not a flaky link.
     Signature(
-        rule="nccl-ofi-register-failed", family="network",
+        rule="nccl-ofi-register-failed",
+        family="network",
         pattern=_re(r"NET/OFI Unable to register memory"),
-        retryable=False, error_code="NCCL_OFI_REGISTER",
+        retryable=False,
+        error_code="NCCL_OFI_REGISTER",
         message="NCCL's EFA/libfabric plugin could not register memory",
         cause="The libfabric (EFA) plugin of NCCL could not register a buffer with the adapter, which "
-              "points at the node's software stack (a libfabric/EFA installer that does not match the "
-              "NCCL version) or its locked-memory limit; every attempt fails the same way.",
+        "points at the node's software stack (a libfabric/EFA installer that does not match the "
+        "NCCL version) or its locked-memory limit; every attempt fails the same way.",
         next_step="Upgrade the EFA installer / aws-ofi-nccl to versions that match NCCL (or follow the "
-                  "plugin's known-issue workaround) and give the instance an unlimited memlock, then "
-                  "submit the job again.",
-        documented="aws-ofi-nccl src/nccl_ofi_rdma.cpp register_rail_mr_buffer (\"NET/OFI Unable to register "
-                   "memory\"); corpus network-014 (awslabs/awsome-distributed-ai#203: libfabric bug before EFA "
-                   "installer 1.29.1 with NCCL 2.19+)",
+        "plugin's known-issue workaround) and give the instance an unlimited memlock, then "
+        "submit the job again.",
+        documented='aws-ofi-nccl src/nccl_ofi_rdma.cpp register_rail_mr_buffer ("NET/OFI Unable to register '
+        'memory"); corpus network-014 (awslabs/awsome-distributed-ai#203: libfabric bug before EFA '
+        "installer 1.29.1 with NCCL 2.19+)",
     ),
     # A peer sent more bytes than this rank posted: ranks that call NCCL inconsistently or
     # run with different NCCL settings (protocols, algorithms), per NCCL's maintainers; a
     # restart repeats the mismatch.
     Signature(
-        rule="nccl-message-truncated", family="network",
+        rule="nccl-message-truncated",
+        family="network",
         pattern=_re(r"NCCL WARN[^\n]{0,300}?[Mm]essage truncated"),
-        retryable=False, error_code="NCCL_MESSAGE_TRUNCATED",
+        retryable=False,
+        error_code="NCCL_MESSAGE_TRUNCATED",
         message="NCCL: a peer's message was larger than expected",
         cause="A peer sent NCCL more data than this rank expected: the ranks are calling collectives "
-              "inconsistently (different sizes or order) or run with different NCCL settings.",
+        "inconsistently (different sizes or order) or run with different NCCL settings.",
         next_step="Make every rank call the same collectives with the same sizes and run every rank with "
-                  "the same NCCL_* environment, then submit the job again.",
-        documented="NCCL src/transport/net_socket.cc (\"NET/Socket : peer %s message truncated : receiving "
-                   "%d bytes instead of %d\"); corpus network-017 (NVIDIA/nccl#626)",
+        "the same NCCL_* environment, then submit the job again.",
+        documented='NCCL src/transport/net_socket.cc ("NET/Socket : peer %s message truncated : receiving '
+        '%d bytes instead of %d"); corpus network-017 (NVIDIA/nccl#626)',
     ),
     Signature(
-        rule="tls-certificate-untrusted", family="external-services",
+        rule="tls-certificate-untrusted",
+        family="external-services",
         pattern=_re(r"certificate signed by unknown authority|CERTIFICATE_VERIFY_FAILED"),
-        retryable=False, error_code="TLS_UNTRUSTED",
+        retryable=False,
+        error_code="TLS_UNTRUSTED",
         message="A service's TLS certificate is not trusted",
         cause="The node or image does not trust the certificate of a registry, hub or store "
-              "(a private CA, a proxy), so every connection is refused the same way.",
+        "(a private CA, a proxy), so every connection is refused the same way.",
         next_step="Add the CA certificate to the image or node (or fix the proxy), then submit the job again.",
-        documented="Go crypto/x509 \"certificate signed by unknown authority\"; Python ssl CERTIFICATE_VERIFY_FAILED",
+        documented='Go crypto/x509 "certificate signed by unknown authority"; Python ssl CERTIFICATE_VERIFY_FAILED',
     ),
     Signature(
-        rule="disk-quota-exceeded", family="storage",
+        rule="disk-quota-exceeded",
+        family="storage",
         pattern=_re(r"Disk quota exceeded|EDQUOT"),
-        retryable=False, error_code="EDQUOT",
+        retryable=False,
+        error_code="EDQUOT",
         message="Disk quota exceeded",
         cause="The job's user or project reached its storage quota, which the next attempt hits again.",
         next_step="Free space in the quota (old checkpoints, caches) or ask for a larger one, then submit the job again.",
-        documented="Linux errno EDQUOT (122) \"Disk quota exceeded\"",
+        documented='Linux errno EDQUOT (122) "Disk quota exceeded"',
     ),
     Signature(
-        rule="read-only-file-system", family="storage",
+        rule="read-only-file-system",
+        family="storage",
         pattern=_re(r"Read-only file system"),
-        retryable=False, error_code="EROFS",
+        retryable=False,
+        error_code="EROFS",
         message="A path the job writes is on a read-only file system",
         cause="The job writes to a path that is mounted read-only, or that it may not write.",
         next_step="Write checkpoints and outputs to a writable mount, then submit the job again.",
-        documented="Linux errno EROFS (30) \"Read-only file system\"; corpus storage-005",
+        documented='Linux errno EROFS (30) "Read-only file system"; corpus storage-005',
     ),
     Signature(
-        rule="mount-disconnected", family="storage",
+        rule="mount-disconnected",
+        family="storage",
         pattern=_re(r"Transport endpoint is not connected|Remote I/O error"),
-        retryable=True, error_code="ENOTCONN",
+        retryable=True,
+        error_code="ENOTCONN",
         message="A mounted file system went away",
         cause="A network or FUSE mount the job uses stopped answering (its daemon restarted or the "
-              "storage was unreachable).",
+        "storage was unreachable).",
         next_step="The job is retried automatically. If it keeps happening, ask an administrator to check the mount.",
-        documented="Linux errno ENOTCONN (107) \"Transport endpoint is not connected\" (FUSE), EREMOTEIO (121)",
+        documented='Linux errno ENOTCONN (107) "Transport endpoint is not connected" (FUSE), EREMOTEIO (121)',
     ),
     Signature(
-        rule="shm-write-failed", family="storage",
+        rule="shm-write-failed",
+        family="storage",
         pattern=_re(r"unable to write to file </torch_"),
-        retryable=False, error_code="SHM_WRITE_FAILED",
+        retryable=False,
+        error_code="SHM_WRITE_FAILED",
         message="Writing to shared memory (/dev/shm) failed",
-        cause="Tensors shared between processes live in /dev/shm, and it is too small (Docker's "
-              "default is 64 MB).",
+        cause="Tensors shared between processes live in /dev/shm, and it is too small (Docker's default is 64 MB).",
         next_step="Give the container more shared memory (--ipc=host or --shm-size), or use fewer "
-                  "DataLoader workers, then submit the job again.",
-        documented="torch THAllocator \"unable to write to file </torch_...>\"; corpus storage-003",
+        "DataLoader workers, then submit the job again.",
+        documented='torch THAllocator "unable to write to file </torch_...>"; corpus storage-003',
     ),
     Signature(
-        rule="cuda-no-kernel-image", family="user-error",
+        rule="cuda-no-kernel-image",
+        family="user-error",
         pattern=_re(r"no kernel image is available for execution on the device|cudaErrorNoKernelImageForDevice"),
-        retryable=False, error_code="CUDA_NO_KERNEL_IMAGE",
+        retryable=False,
+        error_code="CUDA_NO_KERNEL_IMAGE",
         message="CUDA: the program was not built for this GPU",
         cause="The installed PyTorch/CUDA build has no code for this GPU's architecture.",
         next_step="Install a build that supports the GPU (or choose other GPUs), then submit the job again.",
-        documented="CUDA runtime cudaErrorNoKernelImageForDevice (\"no kernel image is available for execution on the device\")",
+        documented='CUDA runtime cudaErrorNoKernelImageForDevice ("no kernel image is available for execution on the device")',
     ),
     Signature(
-        rule="cuda-kernel-fault", family="user-error",
+        rule="cuda-kernel-fault",
+        family="user-error",
         pattern=_re(r"an illegal instruction was encountered|misaligned address|cudaErrorMisalignedAddress"),
-        retryable=False, error_code="CUDA_KERNEL_FAULT",
+        retryable=False,
+        error_code="CUDA_KERNEL_FAULT",
         message="CUDA: a GPU kernel faulted",
         cause="A GPU kernel executed an illegal instruction or a misaligned access, a bug in the "
-              "kernel or a mismatch of compiled extensions.",
+        "kernel or a mismatch of compiled extensions.",
         next_step="Run with CUDA_LAUNCH_BLOCKING=1 to find the operation, and rebuild extensions for "
-                  "this torch/CUDA, then submit the job again.",
+        "this torch/CUDA, then submit the job again.",
         documented="CUDA runtime cudaErrorIllegalInstruction, cudaErrorMisalignedAddress",
     ),
     Signature(
-        rule="nvidia-driver-unreachable", family="gpu",
+        rule="nvidia-driver-unreachable",
+        family="gpu",
         pattern=_re(r"couldn't communicate with the NVIDIA driver"),
-        retryable=False, error_code="NVIDIA_DRIVER_UNREACHABLE",
+        retryable=False,
+        error_code="NVIDIA_DRIVER_UNREACHABLE",
         message="The NVIDIA driver is not loaded on the node",
         cause="The node's NVIDIA kernel driver is not loaded or does not match (after a kernel or "
-              "driver upgrade); no GPU program runs there until it is fixed.",
+        "driver upgrade); no GPU program runs there until it is fixed.",
         next_step=_HARDWARE_NEXT,
-        documented="nvidia-smi \"NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver\"",
+        documented='nvidia-smi "NVIDIA-SMI has failed because it couldn\'t communicate with the NVIDIA driver"',
     ),
     Signature(
-        rule="ib-transport-fault", family="network",
-        pattern=_re(r"NET/IB ?: Got async event|[Tt]ransport retry count exceeded|IBV_WC_RETRY_EXC_ERR"
-                    r"|local catastrophic error"),
-        retryable=True, error_code="IB_FAULT",
+        rule="ib-transport-fault",
+        family="network",
+        pattern=_re(
+            r"NET/IB ?: Got async event|[Tt]ransport retry count exceeded|IBV_WC_RETRY_EXC_ERR"
+            r"|local catastrophic error"
+        ),
+        retryable=True,
+        error_code="IB_FAULT",
         message="The InfiniBand fabric reported a fault",
         cause="The InfiniBand adapter or a link reported an error (a port went down, retries were "
-              "exhausted), a fabric fault rather than the program.",
+        "exhausted), a fabric fault rather than the program.",
         next_step=_RETRY_COMM,
-        documented="NCCL net_ib.cc \"NET/IB : Got async event\"; ibv_wc_status IBV_WC_RETRY_EXC_ERR (12) "
-                   "\"transport retry counter exceeded\"",
+        documented='NCCL net_ib.cc "NET/IB : Got async event"; ibv_wc_status IBV_WC_RETRY_EXC_ERR (12) '
+        '"transport retry counter exceeded"',
     ),
     Signature(
-        rule="grpc-unreachable", family="network",
+        rule="grpc-unreachable",
+        family="network",
         pattern=_re(r"failed to connect to all addresses"),
-        retryable=True, error_code="GRPC_UNREACHABLE",
+        retryable=True,
+        error_code="GRPC_UNREACHABLE",
         message="gRPC could not reach its peer",
         cause="A gRPC client (a coordinator, a parameter server) could not connect to any address "
-              "of its peer: it was not up yet, had died, or the network failed.",
+        "of its peer: it was not up yet, had died, or the network failed.",
         next_step=_RETRY_COMM,
-        documented="gRPC status UNAVAILABLE \"failed to connect to all addresses\"",
+        documented='gRPC status UNAVAILABLE "failed to connect to all addresses"',
     ),
     Signature(
-        rule="nan-detected", family="nan",
+        rule="nan-detected",
+        family="nan",
         pattern=_re(r"NaN or Inf found in input tensor|returned nan values in its"),
-        retryable=False, error_code="LOSS_NAN",
+        retryable=False,
+        error_code="LOSS_NAN",
         message="NaN or infinite values appeared in training",
-        cause=_NAN_CAUSE, next_step=_NAN_NEXT,
+        cause=_NAN_CAUSE,
+        next_step=_NAN_NEXT,
         documented="torch.autograd anomaly mode (\"Function 'X' returned nan values in its 0th output\"); "
-                   "torch clip_grad/Megatron \"NaN or Inf found in input tensor\"",
+        'torch clip_grad/Megatron "NaN or Inf found in input tensor"',
     ),
     Signature(
-        rule="pod-sandbox-failed", family="startup",
+        rule="pod-sandbox-failed",
+        family="startup",
         pattern=_re(r"Failed to create pod sandbox|FailedCreatePodSandBox|failed to setup network for sandbox"),
-        retryable=True, error_code="POD_SANDBOX_FAILED",
+        retryable=True,
+        error_code="POD_SANDBOX_FAILED",
         message="The node could not set up the pod's sandbox",
         cause="The node's container runtime or network plugin failed to set up the pod (its sandbox "
-              "or network), a node-side hiccup rather than the job.",
+        "or network), a node-side hiccup rather than the job.",
         next_step=_HARDWARE_NEXT,
-        documented="Kubernetes kubelet event FailedCreatePodSandBox (\"Failed to create pod sandbox\")",
+        documented='Kubernetes kubelet event FailedCreatePodSandBox ("Failed to create pod sandbox")',
     ),
     Signature(
-        rule="connection-dropped", family="external-services",
-        pattern=_re(r"Remote end closed connection without response|Connection aborted\.|IncompleteRead"
-                    r"|ChunkedEncodingError|EOF occurred in violation of protocol|SSLEOFError"
-                    r"|HTTP 000 CONNECTION FAILED|Connection broken: |GnuTLS recv error|RPC failed; curl \d"
-                    r"|Could not connect to the endpoint URL"),
-        retryable=True, error_code="CONNECTION_DROPPED",
+        rule="connection-dropped",
+        family="external-services",
+        pattern=_re(
+            r"Remote end closed connection without response|Connection aborted\.|IncompleteRead"
+            r"|ChunkedEncodingError|EOF occurred in violation of protocol|SSLEOFError"
+            r"|HTTP 000 CONNECTION FAILED|Connection broken: |GnuTLS recv error|RPC failed; curl \d"
+            r"|Could not connect to the endpoint URL"
+        ),
+        retryable=True,
+        error_code="CONNECTION_DROPPED",
         message="A connection to a service dropped mid-request",
         cause="A service (hub, index, store) closed the connection in the middle of a request or "
-              "download, or could not be reached at all for the moment.",
+        "download, or could not be reached at all for the moment.",
         next_step="The job is retried automatically. If it keeps happening, check the network path "
-                  "to the service or use a mirror/cache.",
-        documented="http.client RemoteDisconnected; urllib3 ProtocolError (\"Connection aborted.\"), "
-                   "IncompleteRead, \"Connection broken: ...\"; requests ChunkedEncodingError; ssl SSLEOFError; conda "
-                   "\"HTTP 000 CONNECTION FAILED\"; git/curl \"GnuTLS recv error\", \"RPC failed; curl 56\"; "
-                   "botocore EndpointConnectionError (\"Could not connect to the endpoint URL\")",
+        "to the service or use a mirror/cache.",
+        documented='http.client RemoteDisconnected; urllib3 ProtocolError ("Connection aborted."), '
+        'IncompleteRead, "Connection broken: ..."; requests ChunkedEncodingError; ssl SSLEOFError; conda '
+        '"HTTP 000 CONNECTION FAILED"; git/curl "GnuTLS recv error", "RPC failed; curl 56"; '
+        'botocore EndpointConnectionError ("Could not connect to the endpoint URL")',
     ),
     Signature(
-        rule="service-connection-eof", family="external-services",
+        rule="service-connection-eof",
+        family="external-services",
         pattern=_re(r"(?:Get|Head|Post|Put) \"?https?://[^\s\"]{1,400}\"?: (?:unexpected )?EOF\b"),
-        retryable=True, error_code="CONNECTION_DROPPED",
+        retryable=True,
+        error_code="CONNECTION_DROPPED",
         message="A registry or service closed the connection without answering",
         cause="A registry or service (seen by a Go client: docker, containerd, kubelet) closed the "
-              "connection before it sent a response, a hiccup of the service or a proxy in between.",
+        "connection before it sent a response, a hiccup of the service or a proxy in between.",
         next_step="The job is retried automatically. If it keeps happening, check the service's status "
-                  "page and any proxy between the nodes and it.",
-        documented="Go net/http url.Error wrapping io.EOF (\"Get \\\"https://quay.io/v2/\\\": EOF\": the server "
-                   "closed the connection before responding); corpus startup-044 (a quay.io incident)",
+        "page and any proxy between the nodes and it.",
+        documented='Go net/http url.Error wrapping io.EOF ("Get \\"https://quay.io/v2/\\": EOF": the server '
+        "closed the connection before responding); corpus startup-044 (a quay.io incident)",
     ),
     Signature(
-        rule="store-barrier-timeout", family="rendezvous",
+        rule="store-barrier-timeout",
+        family="rendezvous",
         pattern=_re(r"Timed out initializing process group in store based barrier"),
-        retryable=True, error_code="STORE_BARRIER_TIMEOUT",
+        retryable=True,
+        error_code="STORE_BARRIER_TIMEOUT",
         message="Not every rank joined the process group in time",
         cause="While the process group was being created, some rank did not arrive in time: it "
-              "started late, died or could not reach the master.",
+        "started late, died or could not reach the master.",
         next_step=_RETRY_COMM,
         cascade_like=True,
-        documented="torch/distributed/distributed_c10d.py _store_based_barrier (\"Timed out initializing "
-                   "process group in store based barrier\")",
+        documented='torch/distributed/distributed_c10d.py _store_based_barrier ("Timed out initializing '
+        'process group in store based barrier")',
     ),
     Signature(
-        rule="too-many-open-files", family="storage",
+        rule="too-many-open-files",
+        family="storage",
         pattern=_re(r"Too many open files"),
-        retryable=False, error_code="EMFILE",
+        retryable=False,
+        error_code="EMFILE",
         message="Too many open files",
         cause="The program opened more files than the instance's limit allows (ulimit -n), "
-              "often through many DataLoader workers or file-system sharing.",
+        "often through many DataLoader workers or file-system sharing.",
         next_step="Raise the open-file limit, or use fewer DataLoader workers or "
-                  "torch.multiprocessing.set_sharing_strategy(\"file_system\"), then submit the job again.",
-        documented="Linux errno EMFILE (24) \"Too many open files\"",
+        'torch.multiprocessing.set_sharing_strategy("file_system"), then submit the job again.',
+        documented='Linux errno EMFILE (24) "Too many open files"',
     ),
     Signature(
-        rule="nvlink-error", family="gpu",
+        rule="nvlink-error",
+        family="gpu",
         pattern=_re(r"NVLink error|uncorrectable NVLink|NVLINK error"),
-        retryable=True, error_code="NVLINK_ERROR",
+        retryable=True,
+        error_code="NVLINK_ERROR",
         message="An NVLink error between GPUs",
         cause="An NVLink connection between GPUs reported an error, a hardware fault of the node.",
         next_step=_HARDWARE_NEXT,
-        documented="CUDA cudaErrorNvlinkUncorrectable (\"uncorrectable NVLink error was detected\"); NVIDIA Xid 74",
+        documented='CUDA cudaErrorNvlinkUncorrectable ("uncorrectable NVLink error was detected"); NVIDIA Xid 74',
     ),
     Signature(
-        rule="grpc-connection-lost", family="network",
+        rule="grpc-connection-lost",
+        family="network",
         pattern=_re(r"GOAWAY|keepalive watchdog timeout|Stream removed"),
-        retryable=True, error_code="GRPC_CONNECTION_LOST",
+        retryable=True,
+        error_code="GRPC_CONNECTION_LOST",
         message="A gRPC connection was lost",
         cause="A gRPC connection to a peer or coordinator was closed by the other side or timed "
-              "out (keepalive), because the peer went away or the network failed.",
+        "out (keepalive), because the peer went away or the network failed.",
         next_step=_RETRY_COMM,
-        documented="gRPC HTTP/2 GOAWAY, \"keepalive watchdog timeout\", \"Stream removed\"",
+        documented='gRPC HTTP/2 GOAWAY, "keepalive watchdog timeout", "Stream removed"',
     ),
     # After the specific gRPC lines above (a GOAWAY says more on the same line). Not XLA's
     # coordination service "UNAVAILABLE: Task ... heartbeat timeout", which is a task that
     # stopped answering for any reason (corpus network-006: a too-short heartbeat timeout).
     Signature(
-        rule="grpc-unavailable", family="network",
+        rule="grpc-unavailable",
+        family="network",
         pattern=_re(r"StatusCode\.UNAVAILABLE|errors_impl\.UnavailableError"),
-        retryable=True, error_code="GRPC_UNAVAILABLE",
+        retryable=True,
+        error_code="GRPC_UNAVAILABLE",
         message="gRPC: the peer was unavailable",
         cause="A gRPC call to a peer or coordinator failed with UNAVAILABLE: the peer was not up, had "
-              "gone away, or the network to it failed for the moment.",
+        "gone away, or the network to it failed for the moment.",
         next_step=_RETRY_COMM,
-        documented="gRPC status codes (grpc.io/docs/guides/status-codes: UNAVAILABLE \"is most likely a "
-                   "transient condition, which can be corrected by retrying with a backoff\"); grpc-python "
-                   "StatusCode.UNAVAILABLE; tensorflow errors_impl.UnavailableError",
+        documented='gRPC status codes (grpc.io/docs/guides/status-codes: UNAVAILABLE "is most likely a '
+        'transient condition, which can be corrected by retrying with a backoff"); grpc-python '
+        "StatusCode.UNAVAILABLE; tensorflow errors_impl.UnavailableError",
     ),
     # ---- the program itself: not retryable ----------------------------------------
     Signature(
-        rule="python-import-error", family="user-error",
+        rule="python-import-error",
+        family="user-error",
         pattern=_re(r"(?m)^" + _PREFIX + r"(?P<exc>ModuleNotFoundError|ImportError): (?P<detail>[^\n]{0,200})"),
-        retryable=False, error_code="IMPORT_ERROR",
+        retryable=False,
+        error_code="IMPORT_ERROR",
         message="{exc}: {detail}",
         cause="A Python module or name the program imports is missing from the image or environment.",
         next_step="Install the missing package in the image or environment (or fix the import), "
-                  "then submit the job again.",
+        "then submit the job again.",
         documented="Python built-in exceptions ImportError, ModuleNotFoundError",
     ),
     Signature(
-        rule="python-syntax-error", family="user-error",
+        rule="python-syntax-error",
+        family="user-error",
         pattern=_re(r"(?m)^" + _PREFIX + r"(?P<exc>SyntaxError|IndentationError|TabError): (?P<detail>[^\n]{0,200})"),
-        retryable=False, error_code="SYNTAX_ERROR",
+        retryable=False,
+        error_code="SYNTAX_ERROR",
         message="{exc}: {detail}",
         cause="The program's code has a syntax error, so Python could not run it.",
         next_step=_FIX_CODE,
         documented="Python built-in exceptions SyntaxError, IndentationError, TabError",
     ),
     Signature(
-        rule="file-not-found", family="user-error",
+        rule="file-not-found",
+        family="user-error",
         pattern=_re(r"FileNotFoundError|No such file or directory|can't open file"),
-        retryable=False, error_code="FILE_NOT_FOUND",
+        retryable=False,
+        error_code="FILE_NOT_FOUND",
         message="A file the program needs was not found",
-        cause="A file or directory the program reads (script, data, checkpoint) does not exist "
-              "on the instance.",
+        cause="A file or directory the program reads (script, data, checkpoint) does not exist on the instance.",
         next_step="Check the path in the command and settings and that the storage holding it is "
-                  "mounted, then submit the job again.",
+        "mounted, then submit the job again.",
         documented="Linux errno ENOENT (2), strerror text; Python FileNotFoundError",
     ),
     Signature(
-        rule="command-not-found", family="user-error",
+        rule="command-not-found",
+        family="user-error",
         pattern=_re(r"command not found|sh: (?:line )?\d{1,6}: [^\n]{0,300}?: not found"),
-        retryable=False, error_code="COMMAND_NOT_FOUND",
+        retryable=False,
+        error_code="COMMAND_NOT_FOUND",
         message="The command was not found",
         cause="The command to run does not exist on the instance (exit code 127).",
         next_step="Check the spelling of the command and that the program is installed in the "
-                  "image or on PATH, then submit the job again.",
-        documented="bash/dash (\"command not found\", \"sh: 1: x: not found\"), POSIX exit status 127",
+        "image or on PATH, then submit the job again.",
+        documented='bash/dash ("command not found", "sh: 1: x: not found"), POSIX exit status 127',
     ),
     Signature(
-        rule="exec-format-error", family="startup",
+        rule="exec-format-error",
+        family="startup",
         pattern=_re(r"exec format error", _I),
-        retryable=False, error_code="EXEC_FORMAT_ERROR",
+        retryable=False,
+        error_code="EXEC_FORMAT_ERROR",
         message="exec format error: the program cannot run on this CPU",
-        cause="The program or image was built for another CPU architecture (e.g. arm64 on an "
-              "x86-64 node).",
+        cause="The program or image was built for another CPU architecture (e.g. arm64 on an x86-64 node).",
         next_step="Use an image or binary built for the node's CPU, or choose other resources.",
-        documented="Linux errno ENOEXEC (8) \"Exec format error\"; PAI-EAS FAQ \"fork/exec /bin/sh: exec format error\"",
+        documented='Linux errno ENOEXEC (8) "Exec format error"; PAI-EAS FAQ "fork/exec /bin/sh: exec format error"',
     ),
     Signature(
-        rule="permission-denied", family="user-error",
+        rule="permission-denied",
+        family="user-error",
         pattern=_re(r"Permission denied"),
-        retryable=False, error_code="PERMISSION_DENIED",
+        retryable=False,
+        error_code="PERMISSION_DENIED",
         message="Permission denied",
         cause="The program lacks permission to run a file or to read or write a path (exit code "
-              "126 when the command itself is not executable).",
+        "126 when the command itself is not executable).",
         next_step="Make the script executable (chmod +x) or run it through its interpreter, and "
-                  "check the permissions of the paths it uses.",
+        "check the permissions of the paths it uses.",
         documented="Linux errno EACCES (13), strerror text; POSIX exit status 126",
     ),
     # Decision: a full disk is not retryable: the files that filled it are written again
     # by the next attempt, as in the FAQ's example of model files filling the system disk.
     Signature(
-        rule="disk-full", family="storage",
+        rule="disk-full",
+        family="storage",
         pattern=_re(r"No space left on device|StorageFull"),
-        retryable=False, error_code="ENOSPC",
+        retryable=False,
+        error_code="ENOSPC",
         message="Disk full: No space left on device",
         cause="The instance's disk is full, e.g. too many model files or checkpoints.",
         next_step="Enlarge the disk, clean up old checkpoints, or keep large files on mounted "
-                  "external storage, then submit the job again.",
+        "external storage, then submit the job again.",
         documented="Linux errno ENOSPC (28), strerror text; PAI-EAS FAQ IoError StorageFull",
     ),
     Signature(
-        rule="loss-is-nan", family="nan",
+        rule="loss-is-nan",
+        family="nan",
         pattern=_re(r"Loss became infinite or NaN|Minimum loss scale reached", _I),
-        retryable=False, error_code="LOSS_NAN",
+        retryable=False,
+        error_code="LOSS_NAN",
         message="The training loss became NaN or infinite",
-        cause=_NAN_CAUSE, next_step=_NAN_NEXT,
-        documented="detectron2 FloatingPointError \"Loss became infinite or NaN\"; fairseq \"Minimum loss scale reached\"",
+        cause=_NAN_CAUSE,
+        next_step=_NAN_NEXT,
+        documented='detectron2 FloatingPointError "Loss became infinite or NaN"; fairseq "Minimum loss scale reached"',
     ),
     # "loss" (not the end of a longer word), then up to 40 characters without "=" or ":" (so
     # the value is the loss's own, not a later field's), then "=", ":", "is" or "became" and
     # nan/inf. The lookbehind comes after the literal so the scan can jump from one "loss" to
     # the next instead of trying the pattern at every position of a long progress log.
     Signature(
-        rule="loss-value-nan", family="nan",
+        rule="loss-value-nan",
+        family="nan",
         pattern=_re(r"loss(?<![a-z]loss)[^\n=:]{0,40}(?:[=:]|\bis\b|\bbecame\b)[ \t]*(?:nan|inf)\b", _I),
-        retryable=False, error_code="LOSS_NAN",
+        retryable=False,
+        error_code="LOSS_NAN",
         message="The training loss became NaN or infinite",
-        cause=_NAN_CAUSE, next_step=_NAN_NEXT,
-        documented="training loops' progress lines (\"loss: nan\", \"loss = inf\", \"Loss is nan, stopping training\")",
+        cause=_NAN_CAUSE,
+        next_step=_NAN_NEXT,
+        documented='training loops\' progress lines ("loss: nan", "loss = inf", "Loss is nan, stopping training")',
     ),
     # ---- generic: an uncaught Python exception in user code ------------------------
     # Any specific entry found anywhere in the tail wins over this one.
     Signature(
-        rule="python-exception", family="user-error",
+        rule="python-exception",
+        family="user-error",
         pattern=_re(
-            r"(?m)^" + _PREFIX
+            r"(?m)^"
+            + _PREFIX
             + r"(?P<exc>(?:[A-Za-z_]\w{0,60}\.){0,8}(?!ChildFailedError\b)[A-Z]\w{0,80}?(?:Error|Exception))"
             + r"(?::[ \t]*(?P<detail>[^\n]{0,200})|[ \t]*$)"
         ),
-        retryable=False, error_code="PYTHON_EXCEPTION",
+        retryable=False,
+        error_code="PYTHON_EXCEPTION",
         message="{exc}: {detail}",
         cause="The program raised an exception that it did not handle (a bug or bad input in the training code).",
         next_step=_FIX_CODE + " The instance log shows the traceback.",
@@ -1449,57 +1727,67 @@ LOG_SIGNATURES: tuple[Signature, ...] = (
 # classification on their own. Full-matched, case-insensitive, against the reason.
 BACKEND_SIGNATURES: tuple[Signature, ...] = (
     Signature(
-        rule="oom-killed", family="signals",
+        rule="oom-killed",
+        family="signals",
         pattern=_re(r"OOMKilled|OUT_OF_MEMORY|OutOfMemory", _I),
-        retryable=False, error_code="OOM_KILLED",
+        retryable=False,
+        error_code="OOM_KILLED",
         message="Killed for running out of memory",
         cause="The system killed the instance because it ran out of memory.",
         next_step="Raise the memory of the instance (resource_config.memory) and submit the job again.",
         documented="Kubernetes container state reason OOMKilled; Slurm job state OUT_OF_MEMORY",
     ),
     Signature(
-        rule="image-pull-failed", family="startup",
+        rule="image-pull-failed",
+        family="startup",
         pattern=_re(r"ImagePullBackOff|ErrImagePull|InvalidImageName|ErrImageNeverPull", _I),
-        retryable=False, error_code="IMAGE_PULL_FAILED",
+        retryable=False,
+        error_code="IMAGE_PULL_FAILED",
         message="The image could not be pulled",
         cause="The container image could not be downloaded: a wrong image name or tag, a "
-              "registry that needs a username and password, or one not reachable from the node.",
+        "registry that needs a username and password, or one not reachable from the node.",
         next_step="Check the image address and tag, use a registry address reachable from the "
-                  "cluster (internal address in the same region), and give registry credentials "
-                  "if it does not allow anonymous pulls.",
+        "cluster (internal address in the same region), and give registry credentials "
+        "if it does not allow anonymous pulls.",
         documented="Kubernetes container waiting reasons ImagePullBackOff, ErrImagePull; PAI-EAS FAQ",
         # Rate limits and registry outages behind the reason are retryable, a missing tag
         # or a denied repository is not (corpus startup-001, -002, -007, -022).
         refined_by=("startup", "external-services", "network"),
     ),
     Signature(
-        rule="container-config-error", family="startup",
+        rule="container-config-error",
+        family="startup",
         pattern=_re(r"CreateContainerConfigError|CreateContainerError", _I),
-        retryable=False, error_code="CONTAINER_CONFIG_ERROR",
+        retryable=False,
+        error_code="CONTAINER_CONFIG_ERROR",
         message="The container's configuration refers to something that does not exist",
         cause=_CONFIG_ERROR_CAUSE,
         next_step=_CONFIG_ERROR_NEXT,
         documented="Kubernetes container waiting reason CreateContainerConfigError; corpus startup-010, -012",
     ),
     Signature(
-        rule="preempted", family="preemption",
+        rule="preempted",
+        family="preemption",
         pattern=_re(r"Preempted|Preempting|PREEMPTED|Evicted", _I),
-        retryable=True, error_code="PREEMPTED",
+        retryable=True,
+        error_code="PREEMPTED",
         message="The instance was preempted or evicted",
         cause="The scheduler took the resources back for other work, or evicted the instance "
-              "because the node ran short of resources.",
+        "because the node ran short of resources.",
         next_step="The job is retried automatically when resources are free again.",
         documented="Kubernetes pod reasons Evicted, Preempting; Slurm job state PREEMPTED",
         # An eviction because the instance used more than it requested is not retryable.
         refined_by=("preemption",),
     ),
     Signature(
-        rule="time-limit", family="preemption",
+        rule="time-limit",
+        family="preemption",
         pattern=_re(r"TIMEOUT|DEADLINE|DeadlineExceeded", _I),
-        retryable=False, error_code="TIME_LIMIT",
+        retryable=False,
+        error_code="TIME_LIMIT",
         message="The job ran into its time limit",
         cause="The scheduler stopped the instance because it ran longer than the time it asked "
-              "for; an unchanged rerun needs the same time and is stopped again.",
+        "for; an unchanged rerun needs the same time and is stopped again.",
         next_step=_TIME_LIMIT_NEXT,
         documented="Slurm job states TIMEOUT, DEADLINE; Kubernetes Job condition reason DeadlineExceeded; corpus preemption-021",
     ),
@@ -1507,34 +1795,40 @@ BACKEND_SIGNATURES: tuple[Signature, ...] = (
     # script's), which a restart would undo; the log's "DUE TO PREEMPTION/NODE FAIL/TIME
     # LIMIT" decides instead when it is there.
     Signature(
-        rule="cancelled", family="preemption",
+        rule="cancelled",
+        family="preemption",
         pattern=_re(r"CANCELLED(?: by \d{1,10})?\+?"),
-        retryable=False, error_code="CANCELLED",
+        retryable=False,
+        error_code="CANCELLED",
         message="The job was cancelled",
         cause="Someone (or a script) cancelled the job at the scheduler, with no preemption or node "
-              "failure given as the reason.",
+        "failure given as the reason.",
         next_step=_CANCELLED_NEXT,
-        documented="Slurm job state CANCELLED (sacct \"CANCELLED by <uid>\"); corpus preemption-022, signals-008",
+        documented='Slurm job state CANCELLED (sacct "CANCELLED by <uid>"); corpus preemption-022, signals-008',
         refined_by=("preemption",),
     ),
     Signature(
-        rule="node-lost", family="preemption",
+        rule="node-lost",
+        family="preemption",
         pattern=_re(r"NodeLost|NODE_FAIL|BOOT_FAIL|NodeShutdown|Shutdown|Lost", _I),
-        retryable=True, error_code="NODE_LOST",
+        retryable=True,
+        error_code="NODE_LOST",
         message="The node running the instance was lost",
         cause="The node running the instance failed, shut down or lost contact.",
         next_step=_HARDWARE_NEXT,
         documented="Kubernetes pod reasons NodeLost, NodeShutdown; Slurm job states NODE_FAIL, BOOT_FAIL",
     ),
     Signature(
-        rule="waiting-for-resources", family="startup",
+        rule="waiting-for-resources",
+        family="startup",
         pattern=_re(r"Unschedulable|FailedScheduling|Resources|Insufficient[A-Za-z]{0,20}", _I),
-        retryable=True, error_code="UNSCHEDULABLE",
+        retryable=True,
+        error_code="UNSCHEDULABLE",
         message="The instance waited a long time for resources",
         cause="No node had the resources the instance asks for (GPUs, CPU, memory), so it "
-              "waited a long time and was not started.",
+        "waited a long time and was not started.",
         next_step="Ask for fewer resources per instance, wait for other jobs to finish, or check "
-                  "in the node list that enough nodes are schedulable.",
+        "in the node list that enough nodes are schedulable.",
         documented="Kubernetes pod condition PodScheduled=False reason Unschedulable; Slurm pending reason Resources",
     ),
 )

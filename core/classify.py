@@ -51,9 +51,18 @@ import ahocorasick
 from core.catalog import BACKEND_SIGNATURES, LOG_SIGNATURES, Signature
 
 __all__ = [
-    "TAIL_LIMIT_BYTES", "MAX_USER_KEYWORDS", "MAX_KEYWORD_LENGTH", "ROOT_CAUSE_WINDOW_SECONDS",
-    "ErrorSource", "FailureInput", "Classification", "classify_failure",
-    "FailureObservation", "pick_root_cause", "prepare_tail", "required_literals",
+    "TAIL_LIMIT_BYTES",
+    "MAX_USER_KEYWORDS",
+    "MAX_KEYWORD_LENGTH",
+    "ROOT_CAUSE_WINDOW_SECONDS",
+    "ErrorSource",
+    "FailureInput",
+    "Classification",
+    "classify_failure",
+    "FailureObservation",
+    "pick_root_cause",
+    "prepare_tail",
+    "required_literals",
 ]
 
 TAIL_LIMIT_BYTES = 64 * 1024
@@ -92,7 +101,7 @@ class Classification:
     cause: str
     next_step: str
     cascade_like: bool  # a symptom that peers show when another rank died
-    family: str = ""    # the failure family of the signature that decided (catalog, corpus)
+    family: str = ""  # the failure family of the signature that decided (catalog, corpus)
     evidence: str = ""  # the log line (or backend reason) that decided; "" when only the exit status did
     retry_limit: int | None = None  # retryable this many times per (rule, role, index), then not
 
@@ -141,7 +150,11 @@ def _one_line(text: str) -> str:
 
 
 def _from_signature(
-    sig: Signature, source: ErrorSource, groups: dict[str, str | None], line: str = "", evidence: str = "",
+    sig: Signature,
+    source: ErrorSource,
+    groups: dict[str, str | None],
+    line: str = "",
+    evidence: str = "",
 ) -> Classification:
     message = sig.message
     if "{" in message:
@@ -151,10 +164,17 @@ def _from_signature(
         # The log line itself is the most useful part of a restart record's message.
         message = f"{message}: {line.strip()}"
     return Classification(
-        retryable=sig.retryable, rule=sig.rule, error_code=sig.error_code,
-        message=_one_line(message), source=source, cause=sig.cause,
-        next_step=sig.next_step, cascade_like=sig.cascade_like, family=sig.family,
-        evidence=_one_line(evidence or line), retry_limit=sig.retry_limit,
+        retryable=sig.retryable,
+        rule=sig.rule,
+        error_code=sig.error_code,
+        message=_one_line(message),
+        source=source,
+        cause=sig.cause,
+        next_step=sig.next_step,
+        cascade_like=sig.cascade_like,
+        family=sig.family,
+        evidence=_one_line(evidence or line),
+        retry_limit=sig.retry_limit,
     )
 
 
@@ -181,17 +201,20 @@ def _by_keyword(text: str, folded: str, keywords: Iterable[str]) -> Classificati
     at, kw = best
     line_start = folded.rfind("\n", 0, at) + 1
     line_end = folded.find("\n", at)
-    line = folded[line_start: line_end if line_end >= 0 else len(folded)]
+    line = folded[line_start : line_end if line_end >= 0 else len(folded)]
     if len(text) == len(folded):  # show the line as written, not case-folded
-        line = text[line_start: line_end if line_end >= 0 else len(text)]
+        line = text[line_start : line_end if line_end >= 0 else len(text)]
     return Classification(
-        retryable=True, rule="user-keyword", error_code="USER_KEYWORD",
+        retryable=True,
+        rule="user-keyword",
+        error_code="USER_KEYWORD",
         message=_one_line(f'The log contains the retryable keyword "{kw}"'),
         source=ErrorSource.USER_KEYWORD,
         cause=f'The log holds "{kw}", which this job lists as a retryable error.',
         next_step="The job is retried automatically. Remove the keyword from the job's retryable "
-                  "errors if this failure should not be retried.",
-        cascade_like=False, evidence=_one_line(line),
+        "errors if this failure should not be retried.",
+        cascade_like=False,
+        evidence=_one_line(line),
     )
 
 
@@ -209,7 +232,7 @@ def _exception_block_start(text: str, pos: int) -> int:
         return 0
     while True:
         # "The above exception was the direct cause..." sits just above a chained header.
-        if not any(marker in text[max(0, start - 200):start] for marker in _CHAIN_MARKERS):
+        if not any(marker in text[max(0, start - 200) : start] for marker in _CHAIN_MARKERS):
             break
         earlier = text.rfind(_TRACEBACK_HEADER, 0, start)
         if earlier < 0:
@@ -303,8 +326,15 @@ def _build_prefilter(signatures) -> _Prefilter:
         for i, literal in enumerate(literals):
             automaton.add_word(literal, i)
         automaton.make_automaton()
-    return _Prefilter(automaton, literals, tuple(tuple(by_literal[lit]) for lit in literals), tuple(needed),
-                      tuple(first), frozenset(always), all(lit.isascii() for lit in literals))
+    return _Prefilter(
+        automaton,
+        literals,
+        tuple(tuple(by_literal[lit]) for lit in literals),
+        tuple(needed),
+        tuple(first),
+        frozenset(always),
+        all(lit.isascii() for lit in literals),
+    )
 
 
 _PREFILTER = _build_prefilter(LOG_SIGNATURES)
@@ -339,13 +369,17 @@ def _candidates(folded: str) -> dict[int, dict[str, int] | None]:
     for index, _ in met:
         counts[index] = counts.get(index, 0) + 1
     starts = {_PREFILTER.literals[i]: end - len(_PREFILTER.literals[i]) + 1 for i, end in last_end.items()}
-    found.update((i, {lit: starts[lit] for lit in _PREFILTER.first[i] if lit in starts})
-                 for i, n in counts.items() if n == _PREFILTER.requirements[i])
+    found.update(
+        (i, {lit: starts[lit] for lit in _PREFILTER.first[i] if lit in starts})
+        for i, n in counts.items()
+        if n == _PREFILTER.requirements[i]
+    )
     return found
 
 
-def _last_match(pattern: re.Pattern[str], text: str, folded: str,
-                literals: dict[str, int] | None) -> re.Match[str] | None:
+def _last_match(
+    pattern: re.Pattern[str], text: str, folded: str, literals: dict[str, int] | None
+) -> re.Match[str] | None:
     """The pattern's last match in the text. No catalog pattern matches across a line end
     (a catalog test checks it), so with literals one of which every match holds, only
     the lines that hold one are searched, from the last line back (found with rfind)."""
@@ -376,13 +410,14 @@ def _last_match(pattern: re.Pattern[str], text: str, folded: str,
 class _Ending(StrEnum):
     """How the process ended, which decides what evidence in its log can explain it."""
 
-    EXIT = "exit"    # an exit code, or SIGABRT (the program aborted itself)
+    EXIT = "exit"  # an exit code, or SIGABRT (the program aborted itself)
     KILLED = "kill"  # SIGKILL, SIGTERM, SIGINT, SIGHUP: stopped from outside
     CRASHED = "crash"  # SIGSEGV, SIGBUS, SIGILL, SIGFPE: a fault inside the process
 
 
-def _by_catalog(text: str, folded: str, ending: _Ending = _Ending.EXIT,
-                families: tuple[str, ...] | None = None) -> Classification | None:
+def _by_catalog(
+    text: str, folded: str, ending: _Ending = _Ending.EXIT, families: tuple[str, ...] | None = None
+) -> Classification | None:
     """The latest specific signature, or the generic exception when it is more relevant.
 
     A specific signature inside or after the final traceback beats the generic exception
@@ -419,7 +454,7 @@ def _by_catalog(text: str, folded: str, ending: _Ending = _Ending.EXIT,
         return None
     _, sig, match, line_start = chosen
     line_end = text.find("\n", match.end())
-    line = text[line_start: line_end if line_end >= 0 else len(text)]
+    line = text[line_start : line_end if line_end >= 0 else len(text)]
     return _from_signature(sig, ErrorSource.LOG, match.groupdict(), line)
 
 
@@ -448,7 +483,7 @@ def _ending(signum: int | None) -> _Ending:
 
 def _effective_signal(exit_code: int | None, signum: int | None) -> int | None:
     if signum is None and exit_code is not None:
-        if exit_code < 0:           # subprocess convention: -N is killed by signal N
+        if exit_code < 0:  # subprocess convention: -N is killed by signal N
             return -exit_code
         if 128 < exit_code <= 128 + 64:  # shell convention: 128+N is killed by signal N
             return exit_code - 128
@@ -457,14 +492,20 @@ def _effective_signal(exit_code: int | None, signum: int | None) -> int | None:
 
 # The shell's exit codes for a command that never ran (POSIX): (rule, message, cause, next step).
 _COMMAND_EXITS: dict[int, tuple[str, str, str, str]] = {
-    127: ("command-not-found", "Exit code 127: the command was not found",
-          "The command to run does not exist on the instance (exit code 127).",
-          "Check the spelling of the command and that the program is installed in the "
-          "image or on PATH, then submit the job again."),
-    126: ("command-not-executable", "Exit code 126: the command could not be executed",
-          "The command exists but could not be run: it is not executable or not a program.",
-          "Make the script executable (chmod +x) or run it through its interpreter "
-          "(python, bash), then submit the job again."),
+    127: (
+        "command-not-found",
+        "Exit code 127: the command was not found",
+        "The command to run does not exist on the instance (exit code 127).",
+        "Check the spelling of the command and that the program is installed in the "
+        "image or on PATH, then submit the job again.",
+    ),
+    126: (
+        "command-not-executable",
+        "Exit code 126: the command could not be executed",
+        "The command exists but could not be run: it is not executable or not a program.",
+        "Make the script executable (chmod +x) or run it through its interpreter "
+        "(python, bash), then submit the job again.",
+    ),
 }
 
 
@@ -477,17 +518,20 @@ def _by_exit_status(exit_code: int | None, signum: int | None) -> Classification
         name = _signal_name(signum)
         shown = f"exit code {exit_code}, " if exit_code not in (None, -signum) else ""
         return Classification(
-            retryable=False, rule="crashed-by-signal", error_code=name,
+            retryable=False,
+            rule="crashed-by-signal",
+            error_code=name,
             message=f"Crashed with {name} ({shown}signal {signum})",
             source=ErrorSource.EXIT_CODE,
             cause=f"The program crashed with {name} and its log names no hardware, driver or "
-                  "scheduler cause: most often a bug or a version mismatch of native libraries"
-                  + (", or too little shared memory (/dev/shm)" if signum == _signal.SIGBUS else "")
-                  + ", which a restart repeats.",
+            "scheduler cause: most often a bug or a version mismatch of native libraries"
+            + (", or too little shared memory (/dev/shm)" if signum == _signal.SIGBUS else "")
+            + ", which a restart repeats.",
             next_step="Read the instance log for the last lines before the crash; check that torch, "
-                      "CUDA and compiled extensions match. If it only ever happens on one node, "
-                      "add its error line as a retryable keyword.",
-            cascade_like=False, family="signals",
+            "CUDA and compiled extensions match. If it only ever happens on one node, "
+            "add its error line as a retryable keyword.",
+            cascade_like=False,
+            family="signals",
         )
     if signum is not None:
         name = _signal_name(signum)
@@ -497,22 +541,29 @@ def _by_exit_status(exit_code: int | None, signum: int | None) -> Classification
         # is not (policy: Classification.retry_limit).
         once = signum == _signal.SIGKILL
         return Classification(
-            retryable=True, rule="killed-by-signal", error_code=name.upper().replace(" ", "_"),
+            retryable=True,
+            rule="killed-by-signal",
+            error_code=name.upper().replace(" ", "_"),
             message=f"Killed by {name} ({shown}signal {signum})",
             source=ErrorSource.EXIT_CODE,
             cause=f"The instance was killed by {name} with no error in its log: usually the node, "
-                  "the scheduler or a person stopped it, not the program.",
-            next_step=("The job is retried once. If it is killed again, check the node's memory "
-                       "(a kill with no log line is often the out-of-memory killer) and its health."
-                       if once else
-                       "The job is retried automatically. If it repeats on the same node, check "
-                       "that node's health and memory."),
+            "the scheduler or a person stopped it, not the program.",
+            next_step=(
+                "The job is retried once. If it is killed again, check the node's memory "
+                "(a kill with no log line is often the out-of-memory killer) and its health."
+                if once
+                else "The job is retried automatically. If it repeats on the same node, check "
+                "that node's health and memory."
+            ),
             cascade_like=signum in (_signal.SIGTERM, _signal.SIGHUP, _signal.SIGINT),
-            family="signals", retry_limit=1 if once else None,
+            family="signals",
+            retry_limit=1 if once else None,
         )
     if exit_code is None:
         return Classification(
-            retryable=True, rule="exit-status-unknown", error_code="EXIT_UNKNOWN",
+            retryable=True,
+            rule="exit-status-unknown",
+            error_code="EXIT_UNKNOWN",
             message="The instance ended without an exit status",
             source=ErrorSource.EXIT_CODE,
             cause="The instance disappeared without an exit status; its process or node was lost.",
@@ -522,11 +573,19 @@ def _by_exit_status(exit_code: int | None, signum: int | None) -> Classification
     if exit_code in _COMMAND_EXITS:
         rule, message, cause, next_step = _COMMAND_EXITS[exit_code]
         return Classification(
-            retryable=False, rule=rule, error_code=f"EXIT_CODE_{exit_code}", message=message,
-            source=ErrorSource.EXIT_CODE, cause=cause, next_step=next_step, cascade_like=False,
+            retryable=False,
+            rule=rule,
+            error_code=f"EXIT_CODE_{exit_code}",
+            message=message,
+            source=ErrorSource.EXIT_CODE,
+            cause=cause,
+            next_step=next_step,
+            cascade_like=False,
         )
     return Classification(
-        retryable=False, rule="crashed-with-exit-code", error_code=f"EXIT_CODE_{exit_code}",
+        retryable=False,
+        rule="crashed-with-exit-code",
+        error_code=f"EXIT_CODE_{exit_code}",
         message=f"Crashed with exit code {exit_code}",
         source=ErrorSource.EXIT_CODE,
         cause=f"The program crashed with exit code {exit_code} and its log names no known error.",
@@ -556,9 +615,10 @@ def classify_failure(f: FailureInput) -> Classification:
 
 # ---- root cause among several failed instances (SPEC 9) -------------------------------
 
+
 @dataclass(frozen=True)
 class FailureObservation:
-    instance: str            # "worker-1"
+    instance: str  # "worker-1"
     role: str
     index: int
     exited_at: float | None  # epoch seconds; None when the backend does not know
@@ -586,10 +646,12 @@ def pick_root_cause(
     ordered = sorted(obs, key=lambda o: (when(o), o.role, o.index, o.instance))
     first = when(ordered[0])
     window = [o for o in ordered if when(o) <= first + ROOT_CAUSE_WINDOW_SECONDS]
-    root = (next((o for o in window if not o.classification.cascade_like), None)
-            # A collective that timed out only waited for someone: a peer's communication
-            # error within the window says more about why.
-            or next((o for o in window if o.classification.family != "collective-timeout"), None)
-            or ordered[0])
+    root = (
+        next((o for o in window if not o.classification.cascade_like), None)
+        # A collective that timed out only waited for someone: a peer's communication
+        # error within the window says more about why.
+        or next((o for o in window if o.classification.family != "collective-timeout"), None)
+        or ordered[0]
+    )
     cascades = tuple(o for o in ordered if o is not root)
     return root, cascades

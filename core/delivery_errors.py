@@ -15,17 +15,26 @@ _POOL = re.compile(r"\bHTTPS?ConnectionPool\(host='(?P<host>[^']*)',\s*port=(?P<
 # (what urllib3/requests/the OS say, the sentence); first match wins, most specific first
 _CAUSES: tuple[tuple[re.Pattern, str], ...] = (
     (re.compile(r"Connection refused", re.I), "connection refused by {where}"),
-    (re.compile(r"Name or service not known|nodename nor servname|Temporary failure in name resolution"
-                r"|No address associated with hostname|getaddrinfo failed|NameResolutionError", re.I),
-     "could not resolve {host}"),
-    (re.compile(r"CERTIFICATE_VERIFY_FAILED|certificate verify failed", re.I),
-     "{where} presented a TLS certificate that is not trusted"),
+    (
+        re.compile(
+            r"Name or service not known|nodename nor servname|Temporary failure in name resolution"
+            r"|No address associated with hostname|getaddrinfo failed|NameResolutionError",
+            re.I,
+        ),
+        "could not resolve {host}",
+    ),
+    (
+        re.compile(r"CERTIFICATE_VERIFY_FAILED|certificate verify failed", re.I),
+        "{where} presented a TLS certificate that is not trusted",
+    ),
     (re.compile(r"SSLError|SSL:|TLS", re.I), "the TLS handshake with {where} failed"),
     (re.compile(r"timed out|ConnectTimeout|ReadTimeout", re.I), "{where} did not answer in time"),
     (re.compile(r"Connection reset", re.I), "connection reset by {where}"),
     (re.compile(r"No route to host|Network is unreachable|Host is unreachable", re.I), "no route to {where}"),
-    (re.compile(r"RemoteDisconnected|Connection aborted|closed connection without response", re.I),
-     "{where} closed the connection without answering"),
+    (
+        re.compile(r"RemoteDisconnected|Connection aborted|closed connection without response", re.I),
+        "{where} closed the connection without answering",
+    ),
     (re.compile(r"too many redirects|ResponseError", re.I), "{where} answered with too many redirects or errors"),
 )
 
@@ -42,13 +51,13 @@ def readable_error(text: str) -> str:
     if match is None:
         return text
     host, port = match.group("host"), match.group("port")
-    rest = text[match.end():]
+    rest = text[match.end() :]
     sentence = f"could not reach {_where(host, port)}"
     for pattern, words in _CAUSES:
         if pattern.search(rest):
             sentence = words.format(where=_where(host, port), host=host)
             break
-    return text[:match.start()] + sentence
+    return text[: match.start()] + sentence
 
 
 def is_failing(recent_statuses: list[str], threshold: int) -> bool:

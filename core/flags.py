@@ -53,6 +53,7 @@ Decisions the SPEC leaves open
 dict or directly in code), so every instance renders, via ``to_flags()``, to a string
 that parses back to an equal instance.
 """
+
 from __future__ import annotations
 
 import difflib
@@ -114,6 +115,7 @@ C4D_RUNTIME_LOG_LEVELS = ("TRACE", "DEBUG", "INFO", "WARN", "WARNING", "ERROR", 
 
 # --- value checks shared by the string parser and the constructors ---------------
 
+
 def _shown(value: Any) -> str:
     text = repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
@@ -146,15 +148,18 @@ class _IntRule:
         return int(value)
 
 
-_INTERVAL = _IntRule(1, MAX_INTERVAL_SECONDS,
-                     f"a positive whole number of seconds, at most {MAX_INTERVAL_SECONDS} (30 days)")
+_INTERVAL = _IntRule(
+    1, MAX_INTERVAL_SECONDS, f"a positive whole number of seconds, at most {MAX_INTERVAL_SECONDS} (30 days)"
+)
 _RESTARTS = _IntRule(0, MAX_COUNT, f"a whole number from 0 to {MAX_COUNT}")
 _SAME_ERRORS = _IntRule(1, MAX_COUNT, f"a whole number from 1 to {MAX_COUNT}")
-_C4D_HANG_TIMEOUT = _IntRule(1, MAX_C4D_HANG_TIMEOUT_US,
-                             f"a positive whole number of microseconds, at most {MAX_C4D_HANG_TIMEOUT_US} (30 days)")
+_C4D_HANG_TIMEOUT = _IntRule(
+    1, MAX_C4D_HANG_TIMEOUT_US, f"a positive whole number of microseconds, at most {MAX_C4D_HANG_TIMEOUT_US} (30 days)"
+)
 _C4D_HANG_TIMES = _IntRule(1, MAX_COUNT, f"a whole number from 1 to {MAX_COUNT}")
-_C4D_BW_PERIOD = _IntRule(1, MAX_INTERVAL_SECONDS,
-                          f"a positive whole number of seconds, at most {MAX_INTERVAL_SECONDS} (30 days)")
+_C4D_BW_PERIOD = _IntRule(
+    1, MAX_INTERVAL_SECONDS, f"a positive whole number of seconds, at most {MAX_INTERVAL_SECONDS} (30 days)"
+)
 
 _BOOL_ACCEPTED = "True or False"
 WARM_MODULES_FLAG = "--warm-modules"
@@ -165,8 +170,10 @@ WARM_MODULES_FLAG = "--warm-modules"
 DEFAULT_WARM_MODULES = ("torch", "torch.distributed", "torch._dynamo")
 MAX_WARM_MODULES = 64
 _MODULE_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*")
-_MODULES_ACCEPTED = (f"module names separated by commas (e.g. torch,torch.distributed,mypkg.models), "
-                     f"each a dotted Python name given once, at most {MAX_WARM_MODULES}")
+_MODULES_ACCEPTED = (
+    f"module names separated by commas (e.g. torch,torch.distributed,mypkg.models), "
+    f"each a dotted Python name given once, at most {MAX_WARM_MODULES}"
+)
 _RATE_ACCEPTED = "a decimal from 0 to 1 (e.g. 0.3), or -1 to turn the limit off"
 
 
@@ -227,8 +234,12 @@ def _check_modules(value: Any, shown: Any = None) -> tuple[str, ...]:
         raise _reject(WARM_MODULES_FLAG, value if shown is None else shown, _MODULES_ACCEPTED)
     for name in names:
         # The parked interpreter runs `import <name>`: a keyword or a path would not import.
-        if not isinstance(name, str) or not _MODULE_RE.fullmatch(name) or len(name) > 200 \
-                or any(keyword.iskeyword(part) for part in name.split(".")):
+        if (
+            not isinstance(name, str)
+            or not _MODULE_RE.fullmatch(name)
+            or len(name) > 200
+            or any(keyword.iskeyword(part) for part in name.split("."))
+        ):
             raise _reject(WARM_MODULES_FLAG, name, _MODULES_ACCEPTED)
     if len(set(names)) != len(names):
         twice = next(n for n in names if names.count(n) > 1)
@@ -257,8 +268,8 @@ C4D_ENVS_FLAG = "--c4d-common-envs"
 
 @dataclass(frozen=True)
 class _EnvKey:
-    name: str      # the C4D environment variable
-    field: str     # the C4DEnvs field
+    name: str  # the C4D environment variable
+    field: str  # the C4DEnvs field
     parse: Callable[[str], Any]
     check: Callable[[Any], Any]
     render: Callable[[Any], str]
@@ -278,21 +289,35 @@ def _check_runtime_level(value: Any) -> str:
 _STATS_ACCEPTED = "TRUE or FALSE"
 
 _ENV_KEYS: tuple[_EnvKey, ...] = (
-    _EnvKey("C4D_HANG_TIMEOUT", "hang_timeout_us",
-            lambda t: _C4D_HANG_TIMEOUT.from_text(C4D_ENVS_FLAG, t, "C4D_HANG_TIMEOUT"),
-            lambda v: _C4D_HANG_TIMEOUT.check(C4D_ENVS_FLAG, v, "C4D_HANG_TIMEOUT"), str),
-    _EnvKey("C4D_HANG_TIMES", "hang_times",
-            lambda t: _C4D_HANG_TIMES.from_text(C4D_ENVS_FLAG, t, "C4D_HANG_TIMES"),
-            lambda v: _C4D_HANG_TIMES.check(C4D_ENVS_FLAG, v, "C4D_HANG_TIMES"), str),
-    _EnvKey("C4D_CONN_BW_CHECK_PERIOD", "conn_bw_check_period",
-            lambda t: _C4D_BW_PERIOD.from_text(C4D_ENVS_FLAG, t, "C4D_CONN_BW_CHECK_PERIOD"),
-            lambda v: _C4D_BW_PERIOD.check(C4D_ENVS_FLAG, v, "C4D_CONN_BW_CHECK_PERIOD"), str),
-    _EnvKey("C4D_RUNTIME_LOG_LEVEL", "runtime_log_level",
-            _runtime_level_from_text, _check_runtime_level, str),
-    _EnvKey("C4D_ENABLE_STATS_OUTPUT", "enable_stats_output",
-            lambda t: _bool_from_text(C4D_ENVS_FLAG, t, "C4D_ENABLE_STATS_OUTPUT", _STATS_ACCEPTED),
-            lambda v: _check_bool(C4D_ENVS_FLAG, v, "C4D_ENABLE_STATS_OUTPUT", _STATS_ACCEPTED),
-            lambda v: "TRUE" if v else "FALSE"),
+    _EnvKey(
+        "C4D_HANG_TIMEOUT",
+        "hang_timeout_us",
+        lambda t: _C4D_HANG_TIMEOUT.from_text(C4D_ENVS_FLAG, t, "C4D_HANG_TIMEOUT"),
+        lambda v: _C4D_HANG_TIMEOUT.check(C4D_ENVS_FLAG, v, "C4D_HANG_TIMEOUT"),
+        str,
+    ),
+    _EnvKey(
+        "C4D_HANG_TIMES",
+        "hang_times",
+        lambda t: _C4D_HANG_TIMES.from_text(C4D_ENVS_FLAG, t, "C4D_HANG_TIMES"),
+        lambda v: _C4D_HANG_TIMES.check(C4D_ENVS_FLAG, v, "C4D_HANG_TIMES"),
+        str,
+    ),
+    _EnvKey(
+        "C4D_CONN_BW_CHECK_PERIOD",
+        "conn_bw_check_period",
+        lambda t: _C4D_BW_PERIOD.from_text(C4D_ENVS_FLAG, t, "C4D_CONN_BW_CHECK_PERIOD"),
+        lambda v: _C4D_BW_PERIOD.check(C4D_ENVS_FLAG, v, "C4D_CONN_BW_CHECK_PERIOD"),
+        str,
+    ),
+    _EnvKey("C4D_RUNTIME_LOG_LEVEL", "runtime_log_level", _runtime_level_from_text, _check_runtime_level, str),
+    _EnvKey(
+        "C4D_ENABLE_STATS_OUTPUT",
+        "enable_stats_output",
+        lambda t: _bool_from_text(C4D_ENVS_FLAG, t, "C4D_ENABLE_STATS_OUTPUT", _STATS_ACCEPTED),
+        lambda v: _check_bool(C4D_ENVS_FLAG, v, "C4D_ENABLE_STATS_OUTPUT", _STATS_ACCEPTED),
+        lambda v: "TRUE" if v else "FALSE",
+    ),
 )
 _ENV_BY_NAME = {k.name: k for k in _ENV_KEYS}
 _ENVS_ACCEPTED = "K=V pairs separated by commas, with K one of " + ", ".join(_ENV_BY_NAME)
@@ -357,8 +382,9 @@ def parse_c4d_common_envs(text: str) -> C4DEnvs:
             raise FlagError(C4D_ENVS_FLAG, f"{_shown(item)} is not K=V; use {_ENVS_ACCEPTED}")
         key = _ENV_BY_NAME.get(name)
         if key is None:
-            raise FlagError(C4D_ENVS_FLAG,
-                            f"{_shown(name)} is not a C4D variable; {_suggest(name, list(_ENV_BY_NAME))}")
+            raise FlagError(
+                C4D_ENVS_FLAG, f"{_shown(name)} is not a C4D variable; {_suggest(name, list(_ENV_BY_NAME))}"
+            )
         if key.field in values:
             raise FlagError(C4D_ENVS_FLAG, f"{name} is given twice; give each variable once")
         values[key.field] = key.parse(raw)
@@ -367,39 +393,56 @@ def parse_c4d_common_envs(text: str) -> C4DEnvs:
 
 # --- the flag table (SPEC section 3 order) --------------------------------------------
 
+
 @dataclass(frozen=True)
 class _Flag:
     flag: str
     field: str
     accepted: str
-    parse: Callable[[str], Any]      # text -> value (raises FlagError)
-    check: Callable[[Any], Any]      # value -> canonical value (raises FlagError)
+    parse: Callable[[str], Any]  # text -> value (raises FlagError)
+    check: Callable[[Any], Any]  # value -> canonical value (raises FlagError)
     render: Callable[[Any], str]
     empty_ok: bool = False
-    optional: bool = False           # None (not given) is a value: the default is derived
+    optional: bool = False  # None (not given) is a value: the default is derived
 
 
 def _bool_flag(flag: str, field_name: str) -> _Flag:
-    return _Flag(flag, field_name, _BOOL_ACCEPTED,
-                 lambda t: _bool_from_text(flag, t), lambda v: _check_bool(flag, v),
-                 lambda v: "True" if v else "False")
+    return _Flag(
+        flag,
+        field_name,
+        _BOOL_ACCEPTED,
+        lambda t: _bool_from_text(flag, t),
+        lambda v: _check_bool(flag, v),
+        lambda v: "True" if v else "False",
+    )
 
 
 def _int_flag(flag: str, field_name: str, rule: _IntRule) -> _Flag:
-    return _Flag(flag, field_name, rule.accepted,
-                 lambda t: rule.from_text(flag, t), lambda v: rule.check(flag, v), str)
+    return _Flag(flag, field_name, rule.accepted, lambda t: rule.from_text(flag, t), lambda v: rule.check(flag, v), str)
 
 
 def _optional_int_flag(flag: str, field_name: str, rule: _IntRule) -> _Flag:
     # None means "not given": the field's default is derived from other flags.
-    return _Flag(flag, field_name, rule.accepted,
-                 lambda t: rule.from_text(flag, t), lambda v: None if v is None else rule.check(flag, v), str,
-                 optional=True)
+    return _Flag(
+        flag,
+        field_name,
+        rule.accepted,
+        lambda t: rule.from_text(flag, t),
+        lambda v: None if v is None else rule.check(flag, v),
+        str,
+        optional=True,
+    )
 
 
 def _enum_flag(flag: str, field_name: str, enum: type[StrEnum]) -> _Flag:
-    return _Flag(flag, field_name, _enum_accepted(enum),
-                 lambda t: _check_enum(flag, enum, t), lambda v: _check_enum(flag, enum, v), str)
+    return _Flag(
+        flag,
+        field_name,
+        _enum_accepted(enum),
+        lambda t: _check_enum(flag, enum, t),
+        lambda v: _check_enum(flag, enum, v),
+        str,
+    )
 
 
 def _check_envs(value: Any) -> C4DEnvs:
@@ -420,14 +463,26 @@ FLAGS: tuple[_Flag, ...] = (
     _int_flag("--job-exit-hang-interval", "job_exit_hang_interval", _INTERVAL),
     _enum_flag("--fault-tolerant-policy", "fault_tolerant_policy", FaultTolerantPolicy),
     _int_flag("--max-num-of-same-error", "max_num_of_same_error", _SAME_ERRORS),
-    _Flag("--max-tolerated-failure-rate", "max_tolerated_failure_rate", _RATE_ACCEPTED,
-          lambda t: _rate_from_text("--max-tolerated-failure-rate", t),
-          lambda v: _check_rate("--max-tolerated-failure-rate", v), _render_rate),
+    _Flag(
+        "--max-tolerated-failure-rate",
+        "max_tolerated_failure_rate",
+        _RATE_ACCEPTED,
+        lambda t: _rate_from_text("--max-tolerated-failure-rate", t),
+        lambda v: _check_rate("--max-tolerated-failure-rate", v),
+        _render_rate,
+    ),
     _bool_flag("--enable-warm-restart", "enable_warm_restart"),
     _Flag(WARM_MODULES_FLAG, "warm_modules", _MODULES_ACCEPTED, _modules_from_text, _check_modules, ",".join),
     _enum_flag("--c4d-log-level", "c4d_log_level", C4DLogLevel),
-    _Flag(C4D_ENVS_FLAG, "c4d_common_envs", _ENVS_ACCEPTED,
-          parse_c4d_common_envs, _check_envs, lambda v: v.to_flag_value(), empty_ok=True),
+    _Flag(
+        C4D_ENVS_FLAG,
+        "c4d_common_envs",
+        _ENVS_ACCEPTED,
+        parse_c4d_common_envs,
+        _check_envs,
+        lambda v: v.to_flag_value(),
+        empty_ok=True,
+    ),
 )
 _FLAG_BY_NAME = {f.flag: f for f in FLAGS}
 _FLAG_BY_FIELD = {f.field: f for f in FLAGS}
@@ -443,7 +498,7 @@ class FaultToleranceConfig:
     max_num_of_job_restart: int = 3
     enable_job_hang_detection: bool = False
     job_hang_interval: int = 1800
-    job_hang_startup_interval: int | None = None   # None: see startup_interval
+    job_hang_startup_interval: int | None = None  # None: see startup_interval
     enable_c4d_hang_detection: bool = False
     enable_job_exit_hang_detection: bool = False
     job_exit_hang_interval: int = 600
@@ -470,16 +525,22 @@ class FaultToleranceConfig:
 
     def _check_combination(self) -> None:
         if self.job_execution_mode == ExecutionMode.ASYNC:
-            for flag, on in (("--enable-job-hang-detection", self.enable_job_hang_detection),
-                             ("--enable-job-exit-hang-detection", self.enable_job_exit_hang_detection)):
+            for flag, on in (
+                ("--enable-job-hang-detection", self.enable_job_hang_detection),
+                ("--enable-job-exit-hang-detection", self.enable_job_exit_hang_detection),
+            ):
                 if on:
-                    raise FlagError(flag, "True is not accepted with --job-execution-mode=Async; "
-                                          f"it works for Sync jobs only (use --job-execution-mode=Sync "
-                                          f"or {flag}=False)")
+                    raise FlagError(
+                        flag,
+                        "True is not accepted with --job-execution-mode=Async; "
+                        f"it works for Sync jobs only (use --job-execution-mode=Sync "
+                        f"or {flag}=False)",
+                    )
         if self.enable_c4d_hang_detection and not self.enable_job_hang_detection:
-            raise FlagError("--enable-c4d-hang-detection",
-                            "True needs --enable-job-hang-detection=True; C4D diagnoses the hangs that "
-                            "hang detection finds")
+            raise FlagError(
+                "--enable-c4d-hang-detection",
+                "True needs --enable-job-hang-detection=True; C4D diagnoses the hangs that hang detection finds",
+            )
 
     def to_flags(self) -> str:
         """The canonical flag string: non-default flags only, SPEC order; "" for defaults."""
@@ -523,6 +584,7 @@ _DEFAULT_CONFIG = FaultToleranceConfig()
 
 # --- the string parser ------------------------------------------------------------------
 
+
 def _unbalanced_quote_flag(text: str) -> str:
     """The flag a dangling quote or backslash most likely belongs to, for the message."""
     cut = max(text.rfind('"'), text.rfind("'"), text.rfind("\\"))
@@ -540,8 +602,10 @@ def _split(text: str) -> list[str]:
         return list(lexer)
     except ValueError as exc:
         flag = _unbalanced_quote_flag(normal)
-        raise FlagError(flag, f"the flag string cannot be split ({str(exc).lower()}); "
-                              "close every quote and do not end with a backslash") from None
+        raise FlagError(
+            flag,
+            f"the flag string cannot be split ({str(exc).lower()}); close every quote and do not end with a backslash",
+        ) from None
 
 
 def flags_given(text: str) -> set[str]:
@@ -578,8 +642,9 @@ def parse_flags(text: str) -> FaultToleranceConfig:
         if not value.strip() and not spec.empty_ok:
             raise FlagError(spec.flag, f"a value is missing; use {spec.accepted}")
         if spec.flag in raw:
-            raise FlagError(spec.flag, f"is given twice (as {_shown(raw[spec.flag])} and {_shown(value)}); "
-                                       "give each flag once")
+            raise FlagError(
+                spec.flag, f"is given twice (as {_shown(raw[spec.flag])} and {_shown(value)}); give each flag once"
+            )
         raw[spec.flag] = value
         values[spec.field] = spec.parse(value)
         previous = f"{spec.flag}={value}" if len(value) <= 40 else spec.flag

@@ -48,8 +48,7 @@ import pickle
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from core.c4d import (C4DKind, C4DResult, C4DState, C4DVerdict, CollectiveRecord, analyze_collectives,
-                      ordered)
+from core.c4d import C4DKind, C4DResult, C4DState, C4DVerdict, CollectiveRecord, analyze_collectives, ordered
 from core.flags import C4DEnvs
 
 MAX_DUMP_BYTES = 32 * 1024 * 1024
@@ -82,8 +81,8 @@ class RankTrace:
     """One rank's collectives from its dump, and whether their durations are known."""
 
     records: tuple[CollectiveRecord, ...]
-    timed: bool           # every finished entry carries its completion time
-    backend: str          # "gloo", "nccl", ... from the profiling names; "" if none
+    timed: bool  # every finished entry carries its completion time
+    backend: str  # "gloo", "nccl", ... from the profiling names; "" if none
     # Collectives of other process groups the rank is still inside: (group, seq, op, enter).
     open_elsewhere: tuple[tuple[str, int, str, float], ...] = ()
 
@@ -136,8 +135,7 @@ def analyze_flight_recorder(
 ) -> C4DResult:
     """core.c4d's verdicts from the ranks' dumps (rank -> loaded dump). A rank with no
     dump counts, with world_size, as one that never entered any collective."""
-    return analyze_traces({int(rank): records_from_dump(d) for rank, d in dumps.items()}, envs, now, state,
-                          world_size)
+    return analyze_traces({int(rank): records_from_dump(d) for rank, d in dumps.items()}, envs, now, state, world_size)
 
 
 def analyze_traces(
@@ -149,8 +147,9 @@ def analyze_traces(
 ) -> C4DResult:
     """analyze_flight_recorder over dumps already read (rank -> records_from_dump's trace)."""
     timed = bool(traces) and all(t.timed for t in traces.values())
-    result = analyze_collectives({r: t.records for r, t in traces.items()}, envs, now, state,
-                                 world_size=world_size, judge_slowness=timed)
+    result = analyze_collectives(
+        {r: t.records for r, t in traces.items()}, envs, now, state, world_size=world_size, judge_slowness=timed
+    )
     return C4DResult(tuple(_inside_a_subgroup(v, traces, now) for v in result.verdicts), result.state)
 
 
@@ -164,13 +163,19 @@ def _inside_a_subgroup(verdict: C4DVerdict, traces: Mapping[int, RankTrace], now
     group, seq, op, enter = min(trace.open_elsewhere, key=lambda e: e[3])
     _, found, tail = verdict.message.partition(" Found hanging")
     ev = verdict.evidence
-    message = (f"Rank {verdict.rank} never entered {ev.get('op')} #{ev.get('seq')}, which rank(s) "
-               f"{', '.join(map(str, ev.get('waiting_ranks') or []))} wait in, because it has been inside "
-               f"{op} #{seq} of process group {group} for {now - enter:.1f} s: it is hung in communication "
-               f"on another process group." + (found + tail if found else ""))
-    return C4DVerdict(verdict.rank, C4DKind.COMM_HANG, verdict.severity, message,
-                      {**ev, "group": group, "group_seq": seq, "group_op": op,
-                       "inside_s": round(now - enter, 3)})
+    message = (
+        f"Rank {verdict.rank} never entered {ev.get('op')} #{ev.get('seq')}, which rank(s) "
+        f"{', '.join(map(str, ev.get('waiting_ranks') or []))} wait in, because it has been inside "
+        f"{op} #{seq} of process group {group} for {now - enter:.1f} s: it is hung in communication "
+        f"on another process group." + (found + tail if found else "")
+    )
+    return C4DVerdict(
+        verdict.rank,
+        C4DKind.COMM_HANG,
+        verdict.severity,
+        message,
+        {**ev, "group": group, "group_seq": seq, "group_op": op, "inside_s": round(now - enter, 3)},
+    )
 
 
 SDK, FLIGHT_RECORDER = "sdk", "flight_recorder"
@@ -198,8 +203,10 @@ def choose_sources(sdk: Mapping[int, object], traces: Mapping[int, RankTrace]) -
     recorded = any(t.records or t.open_elsewhere for t in traces.values())
     timed = recorded and all(t.timed for t in traces.values())
     reported = any(sdk.values())
-    return Sources(FLIGHT_RECORDER if recorded else SDK if reported else None,
-                   FLIGHT_RECORDER if timed else SDK if reported else None)
+    return Sources(
+        FLIGHT_RECORDER if recorded else SDK if reported else None,
+        FLIGHT_RECORDER if timed else SDK if reported else None,
+    )
 
 
 def judge_sources(
@@ -218,18 +225,22 @@ def judge_sources(
     if sources.hangs == FLIGHT_RECORDER:
         hang = analyze_traces(traces, envs, now, state, world_size)
     else:
-        hang = analyze_collectives(reported, envs, now, state, world_size=world_size,
-                                   judge_slowness=sources.slowness == SDK)
+        hang = analyze_collectives(
+            reported, envs, now, state, world_size=world_size, judge_slowness=sources.slowness == SDK
+        )
     verdicts = [_sourced(v, sources.hangs or SDK) for v in hang.verdicts]
     if sources.slowness is not None and sources.slowness != sources.hangs:
         hung = {v.rank for v in hang.verdicts if v.kind in (C4DKind.COMM_HANG, C4DKind.NON_COMM_HANG)}
         slow = analyze_collectives(reported, envs, now, world_size=world_size).verdicts
-        verdicts += [_sourced(v, sources.slowness) for v in slow
-                     if v.kind in (C4DKind.COMM_SLOW, C4DKind.NON_COMM_SLOW) and v.rank not in hung
-                     and None not in hung]
+        verdicts += [
+            _sourced(v, sources.slowness)
+            for v in slow
+            if v.kind in (C4DKind.COMM_SLOW, C4DKind.NON_COMM_SLOW) and v.rank not in hung and None not in hung
+        ]
     return C4DResult(tuple(ordered(verdicts)), hang.state), sources
 
 
 def _sourced(verdict: C4DVerdict, source: str) -> C4DVerdict:
-    return C4DVerdict(verdict.rank, verdict.kind, verdict.severity, verdict.message,
-                      {**verdict.evidence, "source": source})
+    return C4DVerdict(
+        verdict.rank, verdict.kind, verdict.severity, verdict.message, {**verdict.evidence, "source": source}
+    )

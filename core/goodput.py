@@ -68,8 +68,12 @@ class JobGoodput:
         return round(self.productive / self.wall_clock, 4) if self.wall_clock > 0 else None
 
     def to_dict(self) -> dict:
-        return {"wall_clock": round(self.wall_clock, 3), "productive": round(self.productive, 3),
-                "ettr": self.ettr, "attempts": [a.to_dict() for a in self.attempts]}
+        return {
+            "wall_clock": round(self.wall_clock, 3),
+            "productive": round(self.productive, 3),
+            "ettr": self.ettr,
+            "attempts": [a.to_dict() for a in self.attempts],
+        }
 
 
 def _span(start: float | None, end: float | None) -> float | None:
@@ -102,23 +106,29 @@ def ledger(attempts: list[AttemptTimes], job_ended_at: float | None, now: float)
     for i in reversed(range(len(attempts))):  # later attempts first: they own the time they share
         a, previous = attempts[i], attempts[i - 1] if i else None
         progress_at = _first(a.first_progress_at, a.running_at)
-        trained = (a.made_progress or a.first_progress_at is not None or a.succeeded
-                   or (a.ended_at is None and a.running_at is not None))
+        trained = (
+            a.made_progress
+            or a.first_progress_at is not None
+            or a.succeeded
+            or (a.ended_at is None and a.running_at is not None)
+        )
         productive = 0.0
         if trained and progress_at is not None:
             ended = _first(a.stopping_at, a.ended_at)
             before = _covered(claimed)
             claimed.append((max(progress_at, start), stop if ended is None else min(ended, stop)))
             productive = max(0.0, _covered(claimed) - before)
-        rows.append(AttemptGoodput(
-            number=a.number,
-            detection=_span(a.failed_at, a.decided_at),
-            teardown=_span(previous.stopping_at, previous.ended_at) if previous else None,
-            scheduling=_span(a.queued_at, a.starting_at),
-            startup=_span(a.starting_at, a.running_at),
-            first_progress=_span(a.starting_at, progress_at),
-            productive=productive,
-        ))
+        rows.append(
+            AttemptGoodput(
+                number=a.number,
+                detection=_span(a.failed_at, a.decided_at),
+                teardown=_span(previous.stopping_at, previous.ended_at) if previous else None,
+                scheduling=_span(a.queued_at, a.starting_at),
+                startup=_span(a.starting_at, a.running_at),
+                first_progress=_span(a.starting_at, progress_at),
+                productive=productive,
+            )
+        )
     rows.reverse()
     # min: the union's pieces, each rounded, may sum an ulp past the window they lie in
     return JobGoodput(tuple(rows), wall, min(wall, _covered(claimed)))

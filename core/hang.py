@@ -18,10 +18,28 @@ from core.flags import MAX_INTERVAL_SECONDS, ExecutionMode, FaultToleranceConfig
 from core.policy import DetectedProblem
 
 __all__ = [
-    "SUSPENDED", "InstanceActivity", "WatchedAttempt", "HangVerdict", "ExitHangVerdict", "Suggestion", "HangCheck",
-    "effective_hang_interval", "check_hang", "check_exit_hang", "next_check_at", "next_look_at", "plan_hang_check",
-    "suggest_hang_interval", "IntervalInForce", "interval_in_force", "HangStatus", "hang_status",
-    "CadenceSuggestion", "step_times_from_log", "suggest_from_cadence", "suggestion_set",
+    "SUSPENDED",
+    "InstanceActivity",
+    "WatchedAttempt",
+    "HangVerdict",
+    "ExitHangVerdict",
+    "Suggestion",
+    "HangCheck",
+    "effective_hang_interval",
+    "check_hang",
+    "check_exit_hang",
+    "next_check_at",
+    "next_look_at",
+    "plan_hang_check",
+    "suggest_hang_interval",
+    "IntervalInForce",
+    "interval_in_force",
+    "HangStatus",
+    "hang_status",
+    "CadenceSuggestion",
+    "step_times_from_log",
+    "suggest_from_cadence",
+    "suggestion_set",
 ]
 
 SUSPENDED = -1  # a runtime hang interval of -1 suspends hang detection (SPEC 5)
@@ -31,31 +49,31 @@ _MIN_MARGIN_SECONDS = 150
 
 @dataclass(frozen=True)
 class InstanceActivity:
-    name: str                      # "worker-0"
+    name: str  # "worker-0"
     running: bool
-    last_output_at: float | None   # last write to stdout/stderr in this attempt; None if never
-    exit_code: int | None = None   # once exited
+    last_output_at: float | None  # last write to stdout/stderr in this attempt; None if never
+    exit_code: int | None = None  # once exited
     exited_at: float | None = None
 
 
 @dataclass(frozen=True)
 class IntervalInForce:
     seconds: int
-    startup: bool          # the start-up interval: the attempt has not made progress yet
-    counted_from: float    # silence counts from no earlier than this (attempt start or interval change)
+    startup: bool  # the start-up interval: the attempt has not made progress yet
+    counted_from: float  # silence counts from no earlier than this (attempt start or interval change)
 
 
 @dataclass(frozen=True)
 class HangVerdict:
-    silent_seconds: float        # how long the most recent writer has been silent
-    interval: int                # the interval in force
-    last_writer: str | None      # the running instance that wrote last; None if none ever wrote
-    last_output_at: float        # when it wrote (the attempt's start if nobody wrote)
+    silent_seconds: float  # how long the most recent writer has been silent
+    interval: int  # the interval in force
+    last_writer: str | None  # the running instance that wrote last; None if none ever wrote
+    last_output_at: float  # when it wrote (the attempt's start if nobody wrote)
     silent_instances: tuple[str, ...]
-    run_c4d: bool                # --enable-c4d-hang-detection: diagnose the ranks too
+    run_c4d: bool  # --enable-c4d-hang-detection: diagnose the ranks too
     message: str
     source: ErrorSource = ErrorSource.HANG
-    startup: bool = False        # found before the attempt's first progress
+    startup: bool = False  # found before the attempt's first progress
 
     def to_trigger(self) -> DetectedProblem:
         return DetectedProblem(self.source, self.message)
@@ -63,7 +81,7 @@ class HangVerdict:
 
 @dataclass(frozen=True)
 class ExitHangVerdict:
-    first_finished: str           # the first instance that exited 0
+    first_finished: str  # the first instance that exited 0
     finished_at: float
     waited_seconds: float
     interval: int
@@ -77,9 +95,9 @@ class ExitHangVerdict:
 
 @dataclass(frozen=True)
 class Suggestion:
-    timeout_seconds: int   # the collective timeout the watchdog line shows
-    interval: int          # the suggested --job-hang-interval
-    line: str              # the watchdog line it was read from
+    timeout_seconds: int  # the collective timeout the watchdog line shows
+    interval: int  # the suggested --job-hang-interval
+    line: str  # the watchdog line it was read from
     message: str
 
 
@@ -109,11 +127,13 @@ def effective_hang_interval(config: FaultToleranceConfig, interval_override: int
     """
     _check_config(config)
     if interval_override is not None and (
-        isinstance(interval_override, bool) or not isinstance(interval_override, int)
+        isinstance(interval_override, bool)
+        or not isinstance(interval_override, int)
         or (interval_override <= 0 and interval_override != SUSPENDED)
     ):
-        raise ValueError(f"job_hang_interval: expected a positive integer of seconds or -1 to "
-                         f"suspend, got {interval_override!r}")
+        raise ValueError(
+            f"job_hang_interval: expected a positive integer of seconds or -1 to suspend, got {interval_override!r}"
+        )
     if config.job_execution_mode != ExecutionMode.SYNC or not config.enable_job_hang_detection:
         return None
     interval = config.job_hang_interval if interval_override is None else interval_override
@@ -132,10 +152,10 @@ class WatchedAttempt:
     value is refused by its name before any check runs."""
 
     config: FaultToleranceConfig
-    interval_override: int | None        # the runtime hang interval (SDK or a person); -1 suspends
+    interval_override: int | None  # the runtime hang interval (SDK or a person); -1 suspends
     instances: Sequence[InstanceActivity]
     attempt_started_at: float
-    first_progress_at: float | None      # None: the attempt is still starting up
+    first_progress_at: float | None  # None: the attempt is still starting up
     override_set_at: float | None = None  # when the runtime interval was set
 
     def __post_init__(self) -> None:
@@ -164,8 +184,12 @@ def interval_in_force(watched: WatchedAttempt) -> IntervalInForce | None:
         return None
     # A changed interval counts silence from the change, not from before it.
     counted_from = start if set_at is None else max(start, set_at)
-    chosen_now = (interval_override is not None and set_at is not None and set_at >= start
-                  and interval_override != config.job_hang_interval)
+    chosen_now = (
+        interval_override is not None
+        and set_at is not None
+        and set_at >= start
+        and interval_override != config.job_hang_interval
+    )
     if progress is None and not chosen_now:
         return IntervalInForce(config.startup_interval, True, counted_from)
     return IntervalInForce(interval, False, counted_from)
@@ -199,19 +223,22 @@ def check_hang(watched: WatchedAttempt, now: float) -> HangVerdict | None:
         return None
     n = len(running)
     everyone = {1: "the only running instance has", 2: "both running instances have"}.get(
-        n, f"all {n} running instances have")
-    which = ("start-up interval (the attempt has made no progress yet)" if force.startup
-             else "hang interval")
+        n, f"all {n} running instances have"
+    )
+    which = "start-up interval (the attempt has made no progress yet)" if force.startup else "hang interval"
     if writer is None:
         last = f"none has written anything since the attempt started {silent:.0f} s ago"
     else:
         last = f"{writer} wrote last, {silent:.0f} s ago"
     return HangVerdict(
-        silent_seconds=silent, interval=interval, last_writer=writer, last_output_at=latest,
+        silent_seconds=silent,
+        interval=interval,
+        last_writer=writer,
+        last_output_at=latest,
         silent_instances=tuple(i.name for i in running),
-        run_c4d=watched.config.enable_c4d_hang_detection, startup=force.startup,
-        message=_sentence(f"{everyone} been silent for {silent:.0f} s, at least the {which} "
-                          f"of {interval} s; {last}."),
+        run_c4d=watched.config.enable_c4d_hang_detection,
+        startup=force.startup,
+        message=_sentence(f"{everyone} been silent for {silent:.0f} s, at least the {which} of {interval} s; {last}."),
     )
 
 
@@ -226,7 +253,9 @@ def _first_success(instances: Sequence[InstanceActivity]) -> tuple[float, str] |
 
 
 def check_exit_hang(
-    config: FaultToleranceConfig, instances: Sequence[InstanceActivity], now: float,
+    config: FaultToleranceConfig,
+    instances: Sequence[InstanceActivity],
+    now: float,
 ) -> ExitHangVerdict | None:
     """An exit hang when the job has not finished within the interval after the first
     instance exited 0 (Sync jobs with exit-hang detection on)."""
@@ -245,11 +274,14 @@ def check_exit_hang(
         return None
     names = tuple(i.name for i in running)
     return ExitHangVerdict(
-        first_finished=finished, finished_at=finished_at, waited_seconds=waited,
-        interval=interval, still_running=names,
+        first_finished=finished,
+        finished_at=finished_at,
+        waited_seconds=waited,
+        interval=interval,
+        still_running=names,
         message=f"{finished} finished {waited:.0f} s ago but {', '.join(names)} "
-                f"{'is' if len(names) == 1 else 'are'} still running, longer than the exit hang "
-                f"interval of {interval} s.",
+        f"{'is' if len(names) == 1 else 'are'} still running, longer than the exit hang "
+        f"interval of {interval} s.",
     )
 
 
@@ -305,7 +337,7 @@ class HangStatus:
     interval: int
     startup: bool
     silent_seconds: float
-    text: str          # "waiting for first progress: silent 2 of 10 min"
+    text: str  # "waiting for first progress: silent 2 of 10 min"
 
 
 def _duration(seconds: float, unit: str, *, whole: bool) -> str:
@@ -326,10 +358,8 @@ def hang_status(watched: WatchedAttempt, now: float) -> HangStatus | None:
     silent = max(0.0, now - _latest_activity(running, force.counted_from)[0])
     # Minutes once the interval is two minutes or more, so the numbers stay readable.
     unit = "min" if force.seconds >= 120 else "s"
-    used = (f"silent {_duration(silent, unit, whole=True)} of "
-            f"{_duration(force.seconds, unit, whole=False)} {unit}")
-    text = (f"waiting for first progress: {used}" if force.startup
-            else f"making progress: {used}")
+    used = f"silent {_duration(silent, unit, whole=True)} of {_duration(force.seconds, unit, whole=False)} {unit}"
+    text = f"waiting for first progress: {used}" if force.startup else f"making progress: {used}"
     return HangStatus(interval=force.seconds, startup=force.startup, silent_seconds=silent, text=text)
 
 
@@ -363,13 +393,15 @@ def suggest_hang_interval(log_text: str | bytes) -> Suggestion | None:
     seconds, m = best
     start = log_text.rfind("\n", 0, m.start()) + 1
     end = log_text.find("\n", m.end())
-    line = log_text[start: end if end >= 0 else len(log_text)].strip()
+    line = log_text[start : end if end >= 0 else len(log_text)].strip()
     interval = _interval_below(seconds)
     return Suggestion(
-        timeout_seconds=seconds, interval=interval, line=line,
+        timeout_seconds=seconds,
+        interval=interval,
+        line=line,
         message=f"The log shows an NCCL watchdog timeout of {seconds} s. Set "
-                f"--job-hang-interval={interval} so that hangs are detected and stacks are taken "
-                f"before the watchdog ends the processes.",
+        f"--job-hang-interval={interval} so that hangs are detected and stacks are taken "
+        f"before the watchdog ends the processes.",
     )
 
 
@@ -380,9 +412,10 @@ def suggest_hang_interval(log_text: str | bytes) -> Suggestion | None:
 _STAMPED_STEP = re.compile(
     r"(?P<date>\d{4})-(?P<month>\d{2})-(?P<day>\d{2})[T ](?P<h>\d{2}):(?P<m>\d{2}):(?P<s>\d{2})"
     r"(?:[.,](?P<frac>\d{1,9}))?[^\n]{0,200}?\b(?:step|iter(?:ation)?)\b\s{0,3}[=:#]?\s{0,3}(?P<step>\d{1,12})",
-    re.IGNORECASE)
-CADENCE_FACTOR = 10            # suggest 10 x the p99 step time
-CADENCE_MIN_STEPS = 10         # fewer step times say too little about the tail
+    re.IGNORECASE,
+)
+CADENCE_FACTOR = 10  # suggest 10 x the p99 step time
+CADENCE_MIN_STEPS = 10  # fewer step times say too little about the tail
 # Checkpoint saves and evaluations between steps run minutes; a shorter interval would
 # call them hangs. The top is the flag's own limit.
 CADENCE_FLOOR_SECONDS = 120
@@ -390,10 +423,10 @@ CADENCE_FLOOR_SECONDS = 120
 
 @dataclass(frozen=True)
 class CadenceSuggestion:
-    steps: int                 # step times observed
+    steps: int  # step times observed
     p99_step_seconds: float
     median_step_seconds: float
-    interval: int              # the suggested --job-hang-interval
+    interval: int  # the suggested --job-hang-interval
     message: str
 
 
@@ -407,8 +440,15 @@ def step_times_from_log(log_text: str | bytes) -> list[tuple[float, int]]:
     out: list[tuple[float, int]] = []
     for m in _STAMPED_STEP.finditer(log_text):
         try:
-            day = datetime(int(m["date"]), int(m["month"]), int(m["day"]), int(m["h"]), int(m["m"]),
-                           int(m["s"]), tzinfo=timezone.utc)
+            day = datetime(
+                int(m["date"]),
+                int(m["month"]),
+                int(m["day"]),
+                int(m["h"]),
+                int(m["m"]),
+                int(m["s"]),
+                tzinfo=timezone.utc,
+            )
         except ValueError:  # 2026-13-45: not a timestamp
             continue
         frac = float("0." + m["frac"]) if m["frac"] else 0.0
@@ -436,14 +476,21 @@ def suggest_from_cadence(samples: Sequence[tuple[float, int]]) -> CadenceSuggest
     median = _nearest_rank(durations, 0.5)
     raw = math.ceil(CADENCE_FACTOR * p99)
     interval = min(MAX_INTERVAL_SECONDS, max(CADENCE_FLOOR_SECONDS, raw))
-    bound = (f", raised to the floor of {CADENCE_FLOOR_SECONDS} s (checkpoints and evaluations between "
-             f"steps take minutes)" if raw < CADENCE_FLOOR_SECONDS else
-             ", cut to the 30-day limit" if raw > MAX_INTERVAL_SECONDS else "")
+    bound = (
+        f", raised to the floor of {CADENCE_FLOOR_SECONDS} s (checkpoints and evaluations between steps take minutes)"
+        if raw < CADENCE_FLOOR_SECONDS
+        else ", cut to the 30-day limit"
+        if raw > MAX_INTERVAL_SECONDS
+        else ""
+    )
     return CadenceSuggestion(
-        steps=len(durations), p99_step_seconds=p99, median_step_seconds=median, interval=interval,
+        steps=len(durations),
+        p99_step_seconds=p99,
+        median_step_seconds=median,
+        interval=interval,
         message=f"{len(durations)} steps took {median:.3g} s (median) and {p99:.3g} s (p99); "
-                f"{CADENCE_FACTOR} x the p99 step time is {raw} s{bound}: set "
-                f"--job-hang-interval={interval}.",
+        f"{CADENCE_FACTOR} x the p99 step time is {raw} s{bound}: set "
+        f"--job-hang-interval={interval}.",
     )
 
 

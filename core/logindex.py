@@ -148,8 +148,9 @@ def first_match(read: Reader, pattern: re.Pattern[bytes] = ERROR_LINE) -> int | 
         pos += len(whole)
 
 
-def resolve_target(read: Reader, target: dict, marks: LineMarks | None = None,
-                   key: str | None = None) -> tuple[int | None, int, int, str]:
+def resolve_target(
+    read: Reader, target: dict, marks: LineMarks | None = None, key: str | None = None
+) -> tuple[int | None, int, int, str]:
     """(target line or None, byte offset and line number to stream from, why) for a
     target of the log view: {"line": N}, {"offset": byte} or {"first_error": true}."""
     why = ""

@@ -88,6 +88,10 @@ def stamped(chunk: bytes, times: list[float | None]) -> bytes:
     out = []
     for k, line in enumerate(lines):
         t = times[k] if k < len(times) else None
-        stamp = (datetime.fromtimestamp(round(t, 3), UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:23] + "Z") if t is not None else "-"
+        stamp = (
+            (datetime.fromtimestamp(round(t, 3), UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:23] + "Z")
+            if t is not None
+            else "-"
+        )
         out.append(stamp.encode() + b" " + line)
     return b"\n".join(out) + (b"\n" if tail is not None else b"")

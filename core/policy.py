@@ -35,8 +35,18 @@ from core.classify import Classification, ErrorSource
 from core.flags import ExecutionMode, FaultToleranceConfig, FaultTolerantPolicy
 
 __all__ = [
-    "RESTART_LOOP_LIMIT", "WHOLE_JOB_ROLES", "REPEATED_FAILURE_REASON", "Action", "Step", "InstanceFailure",
-    "DetectedProblem", "Trigger", "PreviousFailure", "JobHistory", "Decision", "decide",
+    "RESTART_LOOP_LIMIT",
+    "WHOLE_JOB_ROLES",
+    "REPEATED_FAILURE_REASON",
+    "Action",
+    "Step",
+    "InstanceFailure",
+    "DetectedProblem",
+    "Trigger",
+    "PreviousFailure",
+    "JobHistory",
+    "Decision",
+    "decide",
 ]
 
 # Whole-job restarts in a row without training progress that stop the job (SPEC 9).
@@ -55,24 +65,24 @@ class Action(StrEnum):
 class Step(StrEnum):
     """Which rule decided (SPEC 3's rule number in the comment)."""
 
-    STOPPED_BY_USER = "stopped_by_user"        # 1
-    POLICY_NEVER = "policy_never"              # 2
-    NOT_RETRYABLE = "not_retryable"            # 3
-    RETRIES_SPENT = "retries_spent"            # 3 (a verdict retryable only so many times)
-    REPEATED_FAILURE = "repeated_failure"      # 3 (the repeated-failure guard)
-    SAME_ERROR_LIMIT = "same_error_limit"      # 4
-    FAILURE_RATE = "failure_rate"              # 5
-    INSTANCE_RESTART = "instance_restart"      # 6 (Async)
-    RESTART_DISABLED = "restart_disabled"      # 7
-    RESTART_BUDGET = "restart_budget"          # 7
-    RESTART_LOOP = "restart_loop"              # SPEC 9 breaker
-    JOB_RESTART = "job_restart"                # 6 + 7 passed
+    STOPPED_BY_USER = "stopped_by_user"  # 1
+    POLICY_NEVER = "policy_never"  # 2
+    NOT_RETRYABLE = "not_retryable"  # 3
+    RETRIES_SPENT = "retries_spent"  # 3 (a verdict retryable only so many times)
+    REPEATED_FAILURE = "repeated_failure"  # 3 (the repeated-failure guard)
+    SAME_ERROR_LIMIT = "same_error_limit"  # 4
+    FAILURE_RATE = "failure_rate"  # 5
+    INSTANCE_RESTART = "instance_restart"  # 6 (Async)
+    RESTART_DISABLED = "restart_disabled"  # 7
+    RESTART_BUDGET = "restart_budget"  # 7
+    RESTART_LOOP = "restart_loop"  # SPEC 9 breaker
+    JOB_RESTART = "job_restart"  # 6 + 7 passed
 
 
 @dataclass(frozen=True)
 class InstanceFailure:
     instance: str  # "worker-1"
-    role: str      # "Worker", "PS", "Chief", "Master", ...
+    role: str  # "Worker", "PS", "Chief", "Master", ...
     index: int
     node: str
     classification: Classification
@@ -118,9 +128,9 @@ class PreviousFailure:
     rule: str
     role: str
     index: int
-    step: int | None = None    # the training step the SDK had reported when it failed
+    step: int | None = None  # the training step the SDK had reported when it failed
     progress_since: bool = False  # the attempt that has failed now made training progress
-    step_now: int | None = None   # the step the SDK reports now
+    step_now: int | None = None  # the step the SDK reports now
 
     def repeated_by(self, rule: str, role: str, index: int) -> bool:
         if (rule, role.casefold(), index) != (self.rule, self.role.casefold(), self.index):
@@ -135,7 +145,7 @@ class JobHistory:
     job_restarts_so_far: int = 0
     # (rule, role, index) -> occurrences before this one, across attempts
     same_error_counts: Mapping[tuple[str, str, int], int] = field(default_factory=dict)
-    failed_worker_instances_now: int = 0   # including the one failing now, if a worker
+    failed_worker_instances_now: int = 0  # including the one failing now, if a worker
     total_worker_instances: int = 0
     consecutive_restarts_without_progress: int = 0
     previous_failure: PreviousFailure | None = None
@@ -146,13 +156,18 @@ class JobHistory:
     def __post_init__(self) -> None:
         if not isinstance(self.stopped_by_user, bool):
             raise ValueError(f"stopped_by_user: expected True or False, got {self.stopped_by_user!r}")
-        for name in ("job_restarts_so_far", "failed_worker_instances_now", "total_worker_instances",
-                     "consecutive_restarts_without_progress"):
+        for name in (
+            "job_restarts_so_far",
+            "failed_worker_instances_now",
+            "total_worker_instances",
+            "consecutive_restarts_without_progress",
+        ):
             _non_negative_int(name, getattr(self, name))
         if self.failed_worker_instances_now > self.total_worker_instances:
             raise ValueError(
                 f"failed_worker_instances_now: {self.failed_worker_instances_now} is more than "
-                f"total_worker_instances ({self.total_worker_instances})")
+                f"total_worker_instances ({self.total_worker_instances})"
+            )
         for key, count in self.same_error_counts.items():
             if not (isinstance(key, tuple) and len(key) == 3):
                 raise ValueError(f"same_error_counts: keys are (rule, role, index), got {key!r}")
@@ -160,7 +175,8 @@ class JobHistory:
         if self.previous_failure is not None and not isinstance(self.previous_failure, PreviousFailure):
             raise ValueError(f"previous_failure: expected a PreviousFailure or None, got {self.previous_failure!r}")
         if not isinstance(self.instance_failures, tuple) or not all(
-                isinstance(p, PreviousFailure) for p in self.instance_failures):
+            isinstance(p, PreviousFailure) for p in self.instance_failures
+        ):
             raise ValueError(f"instance_failures: expected a tuple of PreviousFailure, got {self.instance_failures!r}")
         object.__setattr__(self, "same_error_counts", MappingProxyType(dict(self.same_error_counts)))
 
@@ -171,15 +187,16 @@ class JobHistory:
         """The failure before this one on that instance: its own restart alone within this
         attempt when it had one (the later of the two), else the root cause of the whole-job
         restart that started the attempt."""
-        own = next((p for p in self.instance_failures if (p.role.casefold(), p.index) == (role.casefold(), index)),
-                   None)
+        own = next(
+            (p for p in self.instance_failures if (p.role.casefold(), p.index) == (role.casefold(), index)), None
+        )
         return own or self.previous_failure
 
 
 @dataclass(frozen=True)
 class Decision:
     action: Action
-    reason: str   # a full sentence shown to the user
+    reason: str  # a full sentence shown to the user
     step: Step
 
 
@@ -225,16 +242,21 @@ def _whole_job_restart(config: FaultToleranceConfig, history: JobHistory, why: s
 
 
 def _decide_problem(config: FaultToleranceConfig, history: JobHistory, t: DetectedProblem) -> Decision:
-    what = {ErrorSource.HANG: "the job hung", ErrorSource.EXIT_HANG: "the job did not exit",
-            ErrorSource.C4D: "C4D found a faulty rank"}[t.source]
+    what = {
+        ErrorSource.HANG: "the job hung",
+        ErrorSource.EXIT_HANG: "the job did not exit",
+        ErrorSource.C4D: "C4D found a faulty rank",
+    }[t.source]
     message = t.message.strip().rstrip(".")
     if message[:1].isupper() and message[1:2].islower():  # "All 4 ..." reads "all 4 ..." mid-sentence
         message = message[0].lower() + message[1:]
     why = f"{what}: {message}"
     if history.stopped_by_user:
-        return Decision(Action.NOTHING,
-                        f"No action: the job was stopped by a person, and the monitor never restarts "
-                        f"a stopped job ({why}).", Step.STOPPED_BY_USER)
+        return Decision(
+            Action.NOTHING,
+            f"No action: the job was stopped by a person, and the monitor never restarts a stopped job ({why}).",
+            Step.STOPPED_BY_USER,
+        )
     return _whole_job_restart(config, history, why)
 
 
@@ -249,69 +271,87 @@ def _decide_failure(config: FaultToleranceConfig, history: JobHistory, t: Instan
     failed = _what_failed(t)
     # 1
     if history.stopped_by_user:
-        return Decision(Action.NOTHING,
-                        f"No action: the job was stopped by a person, and the monitor never restarts "
-                        f"a stopped job ({failed}).", Step.STOPPED_BY_USER)
+        return Decision(
+            Action.NOTHING,
+            f"No action: the job was stopped by a person, and the monitor never restarts a stopped job ({failed}).",
+            Step.STOPPED_BY_USER,
+        )
     # 2
     if config.fault_tolerant_policy == FaultTolerantPolicy.NEVER:
-        return Decision(Action.FAIL_JOB,
-                        f"Not restarted: the fault-tolerant policy is Never "
-                        f"(--fault-tolerant-policy=Never), so the job fails; {failed}.",
-                        Step.POLICY_NEVER)
+        return Decision(
+            Action.FAIL_JOB,
+            f"Not restarted: the fault-tolerant policy is Never "
+            f"(--fault-tolerant-policy=Never), so the job fails; {failed}.",
+            Step.POLICY_NEVER,
+        )
     # 3
     if config.fault_tolerant_policy == FaultTolerantPolicy.EXIT_CODE_AND_ERROR_MSG and not c.retryable:
-        return Decision(Action.FAIL_JOB,
-                        f"Not restarted: {failed}, which a restart cannot fix "
-                        f"(--fault-tolerant-policy=ExitCodeAndErrorMsg). {c.cause} {c.next_step}",
-                        Step.NOT_RETRYABLE)
+        return Decision(
+            Action.FAIL_JOB,
+            f"Not restarted: {failed}, which a restart cannot fix "
+            f"(--fault-tolerant-policy=ExitCodeAndErrorMsg). {c.cause} {c.next_step}",
+            Step.NOT_RETRYABLE,
+        )
     if config.fault_tolerant_policy == FaultTolerantPolicy.EXIT_CODE_AND_ERROR_MSG and c.retryable:
         before = history.same_error_count(c.rule, t.role, t.index)
         if c.retry_limit is not None and before >= c.retry_limit:
-            return Decision(Action.FAIL_JOB,
-                            f"Not restarted: {failed} again; this is retried only {c.retry_limit} "
-                            f"time{'s' if c.retry_limit != 1 else ''} on one instance, and it already was "
-                            f"(--fault-tolerant-policy=ExitCodeAndErrorMsg). {c.cause} {c.next_step}",
-                            Step.RETRIES_SPENT)
+            return Decision(
+                Action.FAIL_JOB,
+                f"Not restarted: {failed} again; this is retried only {c.retry_limit} "
+                f"time{'s' if c.retry_limit != 1 else ''} on one instance, and it already was "
+                f"(--fault-tolerant-policy=ExitCodeAndErrorMsg). {c.cause} {c.next_step}",
+                Step.RETRIES_SPENT,
+            )
         previous = history.previous_failure_on(t.role, t.index)
         if _ambiguous(c) and previous is not None and previous.repeated_by(c.rule, t.role, t.index):
-            where = (f"at step {previous.step}" if previous.step is not None and previous.step == previous.step_now
-                     else "with no training progress in between")
-            return Decision(Action.FAIL_JOB,
-                            f"Not restarted: {REPEATED_FAILURE_REASON}; {failed}, as it did before the last "
-                            f"restart, {where}. {c.next_step}",
-                            Step.REPEATED_FAILURE)
+            where = (
+                f"at step {previous.step}"
+                if previous.step is not None and previous.step == previous.step_now
+                else "with no training progress in between"
+            )
+            return Decision(
+                Action.FAIL_JOB,
+                f"Not restarted: {REPEATED_FAILURE_REASON}; {failed}, as it did before the last "
+                f"restart, {where}. {c.next_step}",
+                Step.REPEATED_FAILURE,
+            )
     # 4
     occurrences = history.same_error_count(c.rule, t.role, t.index) + 1
     limit = config.max_num_of_same_error
     if occurrences > limit:
-        return Decision(Action.FAIL_JOB,
-                        f"Not restarted: the error {c.rule} has now occurred {occurrences} times on "
-                        f"{t.instance}, more than --max-num-of-same-error={limit}; {failed}.",
-                        Step.SAME_ERROR_LIMIT)
+        return Decision(
+            Action.FAIL_JOB,
+            f"Not restarted: the error {c.rule} has now occurred {occurrences} times on "
+            f"{t.instance}, more than --max-num-of-same-error={limit}; {failed}.",
+            Step.SAME_ERROR_LIMIT,
+        )
     # 5
     threshold = config.max_tolerated_failure_rate
     if threshold >= 0 and history.total_worker_instances > 0:
         rate = history.failed_worker_instances_now / history.total_worker_instances
         if rate > threshold:
-            return Decision(Action.FAIL_JOB,
-                            f"Not restarted: {history.failed_worker_instances_now} of "
-                            f"{history.total_worker_instances} worker instances have failed "
-                            f"({rate:.0%}), more than --max-tolerated-failure-rate={threshold:g}; {failed}.",
-                            Step.FAILURE_RATE)
+            return Decision(
+                Action.FAIL_JOB,
+                f"Not restarted: {history.failed_worker_instances_now} of "
+                f"{history.total_worker_instances} worker instances have failed "
+                f"({rate:.0%}), more than --max-tolerated-failure-rate={threshold:g}; {failed}.",
+                Step.FAILURE_RATE,
+            )
     # 6
     qualifies = "a retryable error" if c.retryable else "an error (every failure qualifies with OnFailure)"
     if config.job_execution_mode == ExecutionMode.ASYNC:
         if t.role.casefold() not in WHOLE_JOB_ROLES:
-            return Decision(Action.RESTART_INSTANCE,
-                            f"Restarting {t.instance} alone: the job runs in Async mode and "
-                            f"{t.instance} failed with {qualifies}: {c.rule} ({c.message}).",
-                            Step.INSTANCE_RESTART)
+            return Decision(
+                Action.RESTART_INSTANCE,
+                f"Restarting {t.instance} alone: the job runs in Async mode and "
+                f"{t.instance} failed with {qualifies}: {c.rule} ({c.message}).",
+                Step.INSTANCE_RESTART,
+            )
         prefix = f"{t.instance} is a {t.role}, whose failure needs a whole-job restart even in Async mode; "
     else:
         prefix = ""
     # 7
-    return _whole_job_restart(config, history, f"{t.instance} failed with {qualifies}: {c.rule} ({c.message})",
-                              prefix)
+    return _whole_job_restart(config, history, f"{t.instance} failed with {qualifies}: {c.rule} ({c.message})", prefix)
 
 
 def decide(config: FaultToleranceConfig, history: JobHistory, trigger: Trigger) -> Decision:

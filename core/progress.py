@@ -23,7 +23,7 @@ RATE_WINDOW = 60.0  # steps/s over the last minute of reports: recent speed, not
 @dataclass(frozen=True)
 class ProgressPoint:
     attempt: int
-    at: float          # epoch seconds
+    at: float  # epoch seconds
     step: int
     loss: float | None = None
 
@@ -33,8 +33,10 @@ def point_from_sample(attempt: int, sample: Sequence) -> tuple[ProgressPoint, in
     [t, step] or [t, step, loss] or [t, step, loss, total]."""
     loss = sample[2] if len(sample) > 2 else None
     total = sample[3] if len(sample) > 3 else None
-    return (ProgressPoint(attempt, float(sample[0]), int(sample[1]), None if loss is None else float(loss)),
-            None if total is None else int(total))
+    return (
+        ProgressPoint(attempt, float(sample[0]), int(sample[1]), None if loss is None else float(loss)),
+        None if total is None else int(total),
+    )
 
 
 def points_from_log(attempt: int, lines: Iterable[str | bytes]) -> tuple[list[ProgressPoint], int | None]:
@@ -69,8 +71,9 @@ class ProgressSummary:
     attempt: int
 
 
-def summarize(points: Sequence[ProgressPoint], now: float, total: int | None = None,
-              window: float = RATE_WINDOW) -> ProgressSummary | None:
+def summarize(
+    points: Sequence[ProgressPoint], now: float, total: int | None = None, window: float = RATE_WINDOW
+) -> ProgressSummary | None:
     """Where training is: the newest point's step, the rate over the last `window`
     seconds of the newest attempt (a restart's rewind is not negative speed), and how
     long ago the newest point was."""
@@ -88,7 +91,7 @@ def summarize(points: Sequence[ProgressPoint], now: float, total: int | None = N
 class RestartMark:
     new_attempt: int
     cause: str
-    failed_at_step: int | None = None   # the step the SDK had reported when it failed
+    failed_at_step: int | None = None  # the step the SDK had reported when it failed
 
 
 @dataclass(frozen=True)
@@ -106,7 +109,7 @@ class ChartMarker:
 
 @dataclass(frozen=True)
 class LossChart:
-    lines: tuple[str, ...]       # SVG polyline points ("x,y x,y ..."), one line per attempt
+    lines: tuple[str, ...]  # SVG polyline points ("x,y x,y ..."), one line per attempt
     markers: tuple[ChartMarker, ...]
     min_loss: float
     max_loss: float
@@ -114,8 +117,9 @@ class LossChart:
     last_step: int
 
 
-def loss_chart(points: Sequence[ProgressPoint], restarts: Sequence[RestartMark], width: float,
-               height: float) -> LossChart | None:
+def loss_chart(
+    points: Sequence[ProgressPoint], restarts: Sequence[RestartMark], width: float, height: float
+) -> LossChart | None:
     """Loss against step, the x axis from the first to the last step seen, the y axis
     from the smallest to the largest loss (top is the largest). A restart is marked at
     the first step its new attempt reported, the step it resumed from."""
@@ -124,7 +128,10 @@ def loss_chart(points: Sequence[ProgressPoint], restarts: Sequence[RestartMark],
         return None
     steps = [p.step for p in points]
     lo_s, hi_s = min(steps), max(steps)
-    lo_l, hi_l = min(p.loss for p in with_loss if p.loss is not None), max(p.loss for p in with_loss if p.loss is not None)
+    lo_l, hi_l = (
+        min(p.loss for p in with_loss if p.loss is not None),
+        max(p.loss for p in with_loss if p.loss is not None),
+    )
 
     def x(step: int) -> float:
         return round(width * (step - lo_s) / (hi_s - lo_s), 2) if hi_s > lo_s else 0.0
@@ -141,8 +148,11 @@ def loss_chart(points: Sequence[ProgressPoint], restarts: Sequence[RestartMark],
     first_of: dict[int, int] = {}
     for p in sorted(points, key=lambda p: p.at):
         first_of.setdefault(p.attempt, p.step)
-    markers = tuple(ChartMarker(x(first_of[r.new_attempt]), first_of[r.new_attempt], r.cause, r.failed_at_step)
-                    for r in restarts if r.new_attempt in first_of)
+    markers = tuple(
+        ChartMarker(x(first_of[r.new_attempt]), first_of[r.new_attempt], r.cause, r.failed_at_step)
+        for r in restarts
+        if r.new_attempt in first_of
+    )
     return LossChart(tuple(" ".join(v) for _, v in sorted(by_attempt.items())), markers, lo_l, hi_l, lo_s, hi_s)
 
 
@@ -151,21 +161,26 @@ SPARK_POINTS = 32  # a job-list row draws at most this many points, whatever the
 
 @dataclass(frozen=True)
 class Sparkline:
-    points: str            # SVG polyline points, oldest report left
+    points: str  # SVG polyline points, oldest report left
     first_loss: float
     last_loss: float
-    step: int              # the newest report's step
+    step: int  # the newest report's step
     total: int | None
-    trend: str             # "falling", "rising" or "flat": said in words, not by the line's slope alone
+    trend: str  # "falling", "rising" or "flat": said in words, not by the line's slope alone
 
     @property
     def words(self) -> str:
         of = f" of {self.total}" if self.total else ""
-        return (f"Loss {self.trend} from {self.first_loss:.3g} to {self.last_loss:.3g}, step {self.step}{of}")
+        return f"Loss {self.trend} from {self.first_loss:.3g} to {self.last_loss:.3g}, step {self.step}{of}"
 
 
-def sparkline(points: Sequence[ProgressPoint], width: float, height: float, total: int | None = None,
-              max_points: int = SPARK_POINTS) -> Sparkline | None:
+def sparkline(
+    points: Sequence[ProgressPoint],
+    width: float,
+    height: float,
+    total: int | None = None,
+    max_points: int = SPARK_POINTS,
+) -> Sparkline | None:
     """Loss in report order (a restart's rewind is just the next point), thinned to
     `max_points` evenly spread ones, the newest always kept; the trend compares the
     first and the last loss (within 2% of the larger is flat)."""

@@ -29,7 +29,7 @@ def _cause(why: str) -> str | None:
     for phrase, label in _PROBLEMS:
         at = why.find(phrase)
         if at >= 0:
-            return f"{label}: {why[at + len(phrase):].rstrip('.').split('; ')[0]}"
+            return f"{label}: {why[at + len(phrase) :].rstrip('.').split('; ')[0]}"
     return None
 
 

@@ -116,11 +116,12 @@ class Segment:
     height: float
     cause: str
     count: int
-    colour: int          # index into the page's palette: the cause's rank, modulo its size
+    colour: int  # index into the page's palette: the cause's rank, modulo its size
 
 
-def stacked_bars(buckets_: list[Bucket], causes: list[str], width: float, height: float,
-                 gap: float = 1.0, palette: int = 8) -> list[list[Segment]]:
+def stacked_bars(
+    buckets_: list[Bucket], causes: list[str], width: float, height: float, gap: float = 1.0, palette: int = 8
+) -> list[list[Segment]]:
     """Per bucket, one segment per cause stacked from the bottom in `causes` order (the
     most frequent at the bottom, where lengths compare best), scaled to the fullest
     bucket; a cause's colour is its rank in `causes` (modulo the palette's size), the same in

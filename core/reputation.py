@@ -43,7 +43,8 @@ def standings(faults: list[NodeFaultSeen], now: float, window: float = WINDOW_SE
         evidence = (
             f"{len(mine)} retryable faults in the last {window / 3600:.0f} h across {len(jobs)} jobs: "
             + ", ".join(f"{c} x{n}" for c, n in sorted(codes.items(), key=lambda kv: -kv[1]))
-            if mine else "no retryable faults in the window"
+            if mine
+            else "no retryable faults in the window"
         )
         out[node] = NodeStanding(node, len(mine), len(jobs), codes, proposed, evidence)
     return out

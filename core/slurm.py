@@ -11,31 +11,86 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 # Slurm job states (squeue / scontrol / sacct spell them the same way).
-ACTIVE_STATES = frozenset({"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED",
-                           "STAGE_OUT", "RESIZING", "REQUEUED", "SIGNALING", "STOPPED"})
-WAITING_STATES = frozenset({"PENDING", "CONFIGURING", "REQUEUED", "RESV_DEL_HOLD", "REQUEUE_HOLD",
-                            "REQUEUE_FED"})
+ACTIVE_STATES = frozenset(
+    {
+        "PENDING",
+        "CONFIGURING",
+        "RUNNING",
+        "COMPLETING",
+        "SUSPENDED",
+        "STAGE_OUT",
+        "RESIZING",
+        "REQUEUED",
+        "SIGNALING",
+        "STOPPED",
+    }
+)
+WAITING_STATES = frozenset({"PENDING", "CONFIGURING", "REQUEUED", "RESV_DEL_HOLD", "REQUEUE_HOLD", "REQUEUE_FED"})
 # Where Slurm ended the job itself, its word is the instance's reason.
-SLURM_FAILURE_STATES = frozenset({"NODE_FAIL", "TIMEOUT", "PREEMPTED", "OUT_OF_MEMORY", "BOOT_FAIL",
-                                  "DEADLINE", "CANCELLED", "FAILED", "REVOKED", "SPECIAL_EXIT"})
+SLURM_FAILURE_STATES = frozenset(
+    {
+        "NODE_FAIL",
+        "TIMEOUT",
+        "PREEMPTED",
+        "OUT_OF_MEMORY",
+        "BOOT_FAIL",
+        "DEADLINE",
+        "CANCELLED",
+        "FAILED",
+        "REVOKED",
+        "SPECIAL_EXIT",
+    }
+)
 
 # Slurm's own verdicts on a job, which say more than an instance's missing exit record.
 SLURM_VERDICTS = frozenset({"NODE_FAIL", "TIMEOUT", "PREEMPTED", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE"})
 
 # Node states in which Slurm places nothing new.
-UNSCHEDULABLE_NODE_STATES = frozenset({"DOWN", "DRAIN", "DRAINED", "DRAINING", "FAIL", "FAILING",
-                                       "MAINT", "NOT_RESPONDING", "NO_RESPOND", "POWERED_DOWN",
-                                       "POWERING_DOWN", "POWER_DOWN", "REBOOT_REQUESTED",
-                                       "REBOOT_ISSUED", "RESERVED", "FUTURE", "UNKNOWN", "INVALID",
-                                       "INVALID_REG"})
+UNSCHEDULABLE_NODE_STATES = frozenset(
+    {
+        "DOWN",
+        "DRAIN",
+        "DRAINED",
+        "DRAINING",
+        "FAIL",
+        "FAILING",
+        "MAINT",
+        "NOT_RESPONDING",
+        "NO_RESPOND",
+        "POWERED_DOWN",
+        "POWERING_DOWN",
+        "POWER_DOWN",
+        "REBOOT_REQUESTED",
+        "REBOOT_ISSUED",
+        "RESERVED",
+        "FUTURE",
+        "UNKNOWN",
+        "INVALID",
+        "INVALID_REG",
+    }
+)
 
 # Slurm's words for "it is not there right now"; anything else a command
 # refuses with is taken as a permanent refusal of this request.
-TRANSIENT_MARKERS = ("unable to contact slurm controller", "socket timed out", "connection refused",
-                     "temporarily unavailable", "try again", "slurm_receive_msg", "communication",
-                     "zero bytes were transmitted", "timed out", "slurmctld", "not responding",
-                     "qosmaxsubmitjob", "assocmaxsubmitjob", "maxsubmitjob", "busy",
-                     "munge", "authentication")
+TRANSIENT_MARKERS = (
+    "unable to contact slurm controller",
+    "socket timed out",
+    "connection refused",
+    "temporarily unavailable",
+    "try again",
+    "slurm_receive_msg",
+    "communication",
+    "zero bytes were transmitted",
+    "timed out",
+    "slurmctld",
+    "not responding",
+    "qosmaxsubmitjob",
+    "assocmaxsubmitjob",
+    "maxsubmitjob",
+    "busy",
+    "munge",
+    "authentication",
+)
 
 
 def is_transient(refusal: str) -> bool:
@@ -91,9 +146,14 @@ def job_from_squeue_json(data: dict, job_id: str) -> SlurmJob | None:
             state = _state_word(j.get("job_state"))
             end = _number(j.get("end_time")) if state not in ACTIVE_STATES else None
             reason = str(j.get("state_reason") or "")
-            return SlurmJob(str(job_id), state, "" if reason == "None" else reason,
-                            str(j.get("nodes") or ""), float(start) if start else None,
-                            float(end) if end else None)
+            return SlurmJob(
+                str(job_id),
+                state,
+                "" if reason == "None" else reason,
+                str(j.get("nodes") or ""),
+                float(start) if start else None,
+                float(end) if end else None,
+            )
     return None
 
 
@@ -106,8 +166,12 @@ def job_from_scontrol(text: str, job_id: str) -> SlurmJob | None:
     if fields.get("JobId") != str(job_id):
         return None
     reason = fields.get("Reason", "")
-    return SlurmJob(str(job_id), fields.get("JobState", "").upper(), "" if reason == "None" else reason,
-                    fields.get("NodeList", "") if fields.get("NodeList") != "(null)" else "")
+    return SlurmJob(
+        str(job_id),
+        fields.get("JobState", "").upper(),
+        "" if reason == "None" else reason,
+        fields.get("NodeList", "") if fields.get("NodeList") != "(null)" else "",
+    )
 
 
 def job_from_sacct(text: str, job_id: str) -> SlurmJob | None:
@@ -126,7 +190,7 @@ def job_from_sacct(text: str, job_id: str) -> SlurmJob | None:
 
 def _node_state_words(state, flags=()) -> set[str]:
     words = set()
-    for item in (state if isinstance(state, list) else [state]):
+    for item in state if isinstance(state, list) else [state]:
         for w in str(item or "").replace("+", " ").split():
             if w.endswith("*"):
                 words.add("NOT_RESPONDING")
@@ -153,9 +217,12 @@ def nodes_from_sinfo_json(data: dict, partition: str = "") -> list[SlurmNode]:
         if not name or name in seen or (partition and partition not in (n.get("partitions") or ())):
             continue
         words = _node_state_words(n.get("state"), n.get("state_flags"))
-        seen[name] = SlurmNode(name=name, slots=int(_number(n.get("cpus")) or 0),
-                          schedulable=not (words & UNSCHEDULABLE_NODE_STATES),
-                          reason=str(n.get("reason") or ""))
+        seen[name] = SlurmNode(
+            name=name,
+            slots=int(_number(n.get("cpus")) or 0),
+            schedulable=not (words & UNSCHEDULABLE_NODE_STATES),
+            reason=str(n.get("reason") or ""),
+        )
     return list(seen.values())
 
 
@@ -168,6 +235,7 @@ def nodes_from_sinfo_text(text: str) -> list[SlurmNode]:
             continue
         words = _node_state_words(parts[2])
         reason = "" if parts[3].strip() == "none" else parts[3].strip()
-        seen[parts[0]] = SlurmNode(parts[0], int(parts[1]) if parts[1].isdigit() else 0,
-                              not (words & UNSCHEDULABLE_NODE_STATES), reason)
+        seen[parts[0]] = SlurmNode(
+            parts[0], int(parts[1]) if parts[1].isdigit() else 0, not (words & UNSCHEDULABLE_NODE_STATES), reason
+        )
     return list(seen.values())

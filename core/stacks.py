@@ -47,25 +47,62 @@ DUMP_FAILED = "dump-failed"
 
 # Top frames that mean "this thread is parked, waiting for work": flagged, never dropped.
 _IDLE_FILES = {
-    "threading.py", "selectors.py", "queue.py", "socketserver.py", "thread.py",
-    "base_events.py", "connection.py", "popen_fork.py",
+    "threading.py",
+    "selectors.py",
+    "queue.py",
+    "socketserver.py",
+    "thread.py",
+    "base_events.py",
+    "connection.py",
+    "popen_fork.py",
 }
-_IDLE_FUNCTIONS = {"wait", "select", "poll", "get", "accept", "_worker", "_recv", "recv",
-                   "_run_once", "serve_forever", "epoll", "join"}
+_IDLE_FUNCTIONS = {
+    "wait",
+    "select",
+    "poll",
+    "get",
+    "accept",
+    "_worker",
+    "_recv",
+    "recv",
+    "_run_once",
+    "serve_forever",
+    "epoll",
+    "join",
+}
 
 
 # torch.distributed functions a rank blocks in while it waits for its peers. Matched on
 # the innermost such frame in a file under torch/distributed/ (py-spy's short name).
-COLLECTIVES = frozenset({
-    "all_reduce", "all_gather", "broadcast", "reduce_scatter", "barrier", "all_to_all", "reduce",
-    "gather", "scatter", "all_gather_into_tensor", "reduce_scatter_tensor", "all_to_all_single",
-    "monitored_barrier", "all_gather_object", "broadcast_object_list", "gather_object",
-    "scatter_object_list", "all_reduce_coalesced", "send", "recv", "batch_isend_irecv",
-    "_store_based_barrier", "wait",
-})
+COLLECTIVES = frozenset(
+    {
+        "all_reduce",
+        "all_gather",
+        "broadcast",
+        "reduce_scatter",
+        "barrier",
+        "all_to_all",
+        "reduce",
+        "gather",
+        "scatter",
+        "all_gather_into_tensor",
+        "reduce_scatter_tensor",
+        "all_to_all_single",
+        "monitored_barrier",
+        "all_gather_object",
+        "broadcast_object_list",
+        "gather_object",
+        "scatter_object_list",
+        "all_reduce_coalesced",
+        "send",
+        "recv",
+        "batch_isend_irecv",
+        "_store_based_barrier",
+        "wait",
+    }
+)
 # Frames of processes that launch ranks rather than train (torchrun's agent): never suspects.
-_LAUNCHER_FILES = ("torch/distributed/elastic/", "torch/distributed/run.py",
-                   "torch/distributed/launch.py")
+_LAUNCHER_FILES = ("torch/distributed/elastic/", "torch/distributed/run.py", "torch/distributed/launch.py")
 
 # The evidence a suspect was found by, strongest first.
 RULE_OUTSIDE_COLLECTIVE = "outside-collective"
@@ -78,9 +115,9 @@ RULES = (RULE_OUTSIDE_COLLECTIVE, RULE_DESYNC, RULE_DIFFERENT_FRAME, RULE_ODD_ON
 @dataclass(frozen=True)
 class Frame:
     function: str
-    file: str          # short name used for identity ("torch/distributed/distributed_c10d.py")
+    file: str  # short name used for identity ("torch/distributed/distributed_c10d.py")
     line: int
-    path: str = ""     # full path on the node that was dumped, for display
+    path: str = ""  # full path on the node that was dumped, for display
 
     @property
     def key(self) -> tuple[str, str, int]:
@@ -94,7 +131,7 @@ class Frame:
 class ThreadStack:
     thread_id: int
     thread_name: str
-    frames: tuple[Frame, ...]      # innermost first, as py-spy prints them
+    frames: tuple[Frame, ...]  # innermost first, as py-spy prints them
     os_thread_id: int | None = None
     active: bool = False
     owns_gil: bool = False
@@ -172,8 +209,7 @@ class ProcessStacks:
         return not self.error_code
 
     def describe(self) -> str:
-        who = f"{self.instance or 'pid'} (pid {self.pid}" + (
-            f", rank {self.rank})" if self.rank is not None else ")")
+        who = f"{self.instance or 'pid'} (pid {self.pid}" + (f", rank {self.rank})" if self.rank is not None else ")")
         if self.ok:
             return f"{who}: {len(self.threads)} thread(s)"
         return f"{who}: no stacks: {self.error}"
@@ -198,14 +234,21 @@ class Suspect:
 
     thread: ThreadRef
     rule: str
-    why: str            # one sentence for the snapshot
-    where: str          # the function it is stuck in ("compute_forever", "barrier")
+    why: str  # one sentence for the snapshot
+    where: str  # the function it is stuck in ("compute_forever", "barrier")
     frame: Frame | None
 
     def to_dict(self) -> dict:
-        return {"instance": self.thread.instance, "rank": self.thread.rank, "pid": self.thread.pid,
-                "thread_id": self.thread.thread_id, "thread_name": self.thread.thread_name,
-                "rule": self.rule, "why": self.why, "where": self.where}
+        return {
+            "instance": self.thread.instance,
+            "rank": self.thread.rank,
+            "pid": self.thread.pid,
+            "thread_id": self.thread.thread_id,
+            "thread_name": self.thread.thread_name,
+            "rule": self.rule,
+            "why": self.why,
+            "where": self.where,
+        }
 
 
 @dataclass(frozen=True)
@@ -222,8 +265,12 @@ class Culprits:
     next_step: str
 
     def to_dict(self) -> dict:
-        return {"suspects": [s.to_dict() for s in self.suspects], "why": self.why,
-                "cause": self.cause, "next_step": self.next_step}
+        return {
+            "suspects": [s.to_dict() for s in self.suspects],
+            "why": self.why,
+            "cause": self.cause,
+            "next_step": self.next_step,
+        }
 
 
 @dataclass(frozen=True)
@@ -233,7 +280,7 @@ class AggregatedStack:
     suspect: bool
     idle: bool
     vigil: bool = False
-    why: str = ""       # why it is a suspect, one sentence ("" when it is not)
+    why: str = ""  # why it is a suspect, one sentence ("" when it is not)
 
     @property
     def count(self) -> int:
@@ -250,13 +297,15 @@ class AggregatedStack:
             "idle": self.idle,
             "vigil": self.vigil,
             "why": self.why,
-            "frames": [
-                {"function": f.function, "file": f.file, "line": f.line, "path": f.path}
-                for f in self.frames
-            ],
+            "frames": [{"function": f.function, "file": f.file, "line": f.line, "path": f.path} for f in self.frames],
             "threads": [
-                {"instance": t.instance, "rank": t.rank, "pid": t.pid,
-                 "thread_id": t.thread_id, "thread_name": t.thread_name}
+                {
+                    "instance": t.instance,
+                    "rank": t.rank,
+                    "pid": t.pid,
+                    "thread_id": t.thread_id,
+                    "thread_name": t.thread_name,
+                }
                 for t in self.threads
             ],
         }
@@ -264,8 +313,10 @@ class AggregatedStack:
 
 # --- pure core -----------------------------------------------------------------
 
-def parse_py_spy_json(text: str, pid: int, instance: str = "", rank: int | None = None,
-                      duration_s: float = 0.0) -> ProcessStacks:
+
+def parse_py_spy_json(
+    text: str, pid: int, instance: str = "", rank: int | None = None, duration_s: float = 0.0
+) -> ProcessStacks:
     """Turn `py-spy dump --json` output into ProcessStacks; bad JSON becomes an error result."""
     try:
         raw = json.loads(text)
@@ -282,24 +333,29 @@ def parse_py_spy_json(text: str, pid: int, instance: str = "", rank: int | None 
                 )
                 for f in t.get("frames") or ()
             )
-            threads.append(ThreadStack(
-                thread_id=int(t.get("thread_id") or 0),
-                thread_name=str(t.get("thread_name") or t.get("os_thread_id") or t.get("thread_id")),
-                frames=frames,
-                os_thread_id=t.get("os_thread_id"),
-                active=bool(t.get("active")),
-                owns_gil=bool(t.get("owns_gil")),
-            ))
+            threads.append(
+                ThreadStack(
+                    thread_id=int(t.get("thread_id") or 0),
+                    thread_name=str(t.get("thread_name") or t.get("os_thread_id") or t.get("thread_id")),
+                    frames=frames,
+                    os_thread_id=t.get("os_thread_id"),
+                    active=bool(t.get("active")),
+                    owns_gil=bool(t.get("owns_gil")),
+                )
+            )
     except (ValueError, TypeError, AttributeError) as exc:
-        return ProcessStacks(pid=pid, instance=instance, rank=rank, error_code=DUMP_FAILED,
-                             error=f"py-spy printed output that is not a stack dump: {exc}",
-                             duration_s=duration_s)
-    return ProcessStacks(pid=pid, instance=instance, rank=rank, threads=tuple(threads),
-                         duration_s=duration_s)
+        return ProcessStacks(
+            pid=pid,
+            instance=instance,
+            rank=rank,
+            error_code=DUMP_FAILED,
+            error=f"py-spy printed output that is not a stack dump: {exc}",
+            duration_s=duration_s,
+        )
+    return ProcessStacks(pid=pid, instance=instance, rank=rank, threads=tuple(threads), duration_s=duration_s)
 
 
-def aggregate_stacks(dumps: Sequence[ProcessStacks],
-                     culprits: Culprits | None = None) -> list[AggregatedStack]:
+def aggregate_stacks(dumps: Sequence[ProcessStacks], culprits: Culprits | None = None) -> list[AggregatedStack]:
     """Group identical stacks across processes and threads.
 
     A stack is a suspect when it holds a suspect's thread (`find_culprits`, computed
@@ -308,8 +364,7 @@ def aggregate_stacks(dumps: Sequence[ProcessStacks],
     """
     if culprits is None:
         culprits = find_culprits(dumps)
-    order = {(s.thread.instance, s.thread.pid, s.thread.thread_id): i
-             for i, s in enumerate(culprits.suspects)}
+    order = {(s.thread.instance, s.thread.pid, s.thread.thread_id): i for i, s in enumerate(culprits.suspects)}
     groups: dict[tuple, list[tuple[ThreadStack, ThreadRef]]] = {}
     for dump in dumps:
         for thread in dump.threads:
@@ -319,27 +374,41 @@ def aggregate_stacks(dumps: Sequence[ProcessStacks],
     out = []
     for members in groups.values():
         first = members[0][0]
-        refs = tuple(sorted((r for _, r in members),
-                            key=lambda r: (r.rank if r.rank is not None else 1 << 30,
-                                           r.instance, r.pid, r.thread_id)))
-        found = sorted(order[(r.instance, r.pid, r.thread_id)] for r in refs
-                       if (r.instance, r.pid, r.thread_id) in order)
+        refs = tuple(
+            sorted(
+                (r for _, r in members),
+                key=lambda r: (r.rank if r.rank is not None else 1 << 30, r.instance, r.pid, r.thread_id),
+            )
+        )
+        found = sorted(
+            order[(r.instance, r.pid, r.thread_id)] for r in refs if (r.instance, r.pid, r.thread_id) in order
+        )
         why = culprits.suspects[found[0]].why if found else ""
         if len(found) > 1:
             why += f" {len(found) - 1} more suspect(s) share this stack."
-        out.append(AggregatedStack(
-            frames=first.frames, threads=refs, suspect=bool(found), idle=first.idle,
-            vigil=all(t.vigil for t, _ in members), why=why,
-        ))
-    first_suspect = {id(s): min(order[(r.instance, r.pid, r.thread_id)] for r in s.threads
-                                if (r.instance, r.pid, r.thread_id) in order)
-                     for s in out if s.suspect}
-    out.sort(key=lambda s: (not s.suspect, first_suspect.get(id(s), 0), s.idle or s.vigil,
-                            s.count, s.top))
+        out.append(
+            AggregatedStack(
+                frames=first.frames,
+                threads=refs,
+                suspect=bool(found),
+                idle=first.idle,
+                vigil=all(t.vigil for t, _ in members),
+                why=why,
+            )
+        )
+    first_suspect = {
+        id(s): min(
+            order[(r.instance, r.pid, r.thread_id)] for r in s.threads if (r.instance, r.pid, r.thread_id) in order
+        )
+        for s in out
+        if s.suspect
+    }
+    out.sort(key=lambda s: (not s.suspect, first_suspect.get(id(s), 0), s.idle or s.vigil, s.count, s.top))
     return out
 
 
 # --- culprits ------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class _Position:
@@ -348,8 +417,8 @@ class _Position:
 
     ref: ThreadRef
     thread: ThreadStack
-    label: str          # "worker-0 (rank 1)"
-    name: str           # "worker-0"
+    label: str  # "worker-0 (rank 1)"
+    name: str  # "worker-0"
 
     @property
     def collective(self) -> Frame | None:
@@ -378,8 +447,11 @@ def _short(function: str) -> str:
 
 
 def _is_launcher(dump: ProcessStacks) -> bool:
-    return any(f.file.startswith(_LAUNCHER_FILES) or any(p in f.file for p in _LAUNCHER_FILES)
-               for t in dump.threads for f in t.frames)
+    return any(
+        f.file.startswith(_LAUNCHER_FILES) or any(p in f.file for p in _LAUNCHER_FILES)
+        for t in dump.threads
+        for f in t.frames
+    )
 
 
 def _positions(dumps: Sequence[ProcessStacks]) -> list[_Position]:
@@ -392,8 +464,7 @@ def _positions(dumps: Sequence[ProcessStacks]) -> list[_Position]:
             name = f"{name} pid {dump.pid}"
         candidates = [t for t in dump.threads if not t.vigil]
         in_collective = [t for t in candidates if t.collective is not None]
-        main = next((t for t in candidates
-                     if t.thread_name == "MainThread" or t.os_thread_id == dump.pid), None)
+        main = next((t for t in candidates if t.thread_name == "MainThread" or t.os_thread_id == dump.pid), None)
         busy = [t for t in candidates if not t.idle]
         thread = in_collective[0] if in_collective else main or (busy[0] if busy else None)
         if thread is None:
@@ -435,8 +506,7 @@ def _most_common(values: Sequence[str]) -> str:
     return max(sorted(set(values)), key=values.count) if values else ""
 
 
-def find_culprits(dumps: Sequence[ProcessStacks],
-                  sequences: Mapping[int, int] | None = None) -> Culprits:
+def find_culprits(dumps: Sequence[ProcessStacks], sequences: Mapping[int, int] | None = None) -> Culprits:
     """Rank the processes of a hung job by evidence, strongest first.
 
     1. outside-collective: not inside any collective while peers wait in one (a hang
@@ -453,8 +523,10 @@ def find_culprits(dumps: Sequence[ProcessStacks],
     """
     positions = _positions(dumps)
     if len(positions) < 2:
-        why = (f"No suspect: {len(positions)} process(es) with stacks to compare; a culprit "
-               "stands out only against its peers.")
+        why = (
+            f"No suspect: {len(positions)} process(es) with stacks to compare; a culprit "
+            "stands out only against its peers."
+        )
         return _no_suspect(why, positions)
 
     waiting = [p for p in positions if p.collective is not None]
@@ -463,30 +535,44 @@ def find_culprits(dumps: Sequence[ProcessStacks],
         op = _most_common([p.op for p in waiting])
         peers = [p.label for p in waiting]
         verb = "waits" if len(peers) == 1 else "wait"
-        suspects = tuple(Suspect(
-            p.ref, RULE_OUTSIDE_COLLECTIVE,
-            f"{p.label} is not inside any collective (it is in {_where(p.innermost)}) while "
-            f"{_names(peers)} {verb} in {op}: the collective waits for it.",
-            _short(p.innermost.function) if p.innermost else "", p.innermost) for p in outside)
+        suspects = tuple(
+            Suspect(
+                p.ref,
+                RULE_OUTSIDE_COLLECTIVE,
+                f"{p.label} is not inside any collective (it is in {_where(p.innermost)}) while "
+                f"{_names(peers)} {verb} in {op}: the collective waits for it.",
+                _short(p.innermost.function) if p.innermost else "",
+                p.innermost,
+            )
+            for p in outside
+        )
         who = _names([p.name for p in outside])
         func = suspects[0].where
         return Culprits(
-            suspects, suspects[0].why,
-            f"{who} stopped making progress in `{func}` while {_names([p.name for p in waiting])} "
-            f"waited in `{op}`",
+            suspects,
+            suspects[0].why,
+            f"{who} stopped making progress in `{func}` while {_names([p.name for p in waiting])} waited in `{op}`",
             f"Look at {who}'s stack in the snapshot: it hangs in its own code at `{func}` "
-            "(compute, I/O or a lock), not in communication; its peers only wait for it.")
+            "(compute, I/O or a lock), not in communication; its peers only wait for it.",
+        )
 
     if len(waiting) >= 2:
-        numbered = {id(p): sequences[p.ref.rank] for p in waiting
-                    if sequences and p.ref.rank is not None and p.ref.rank in sequences}
+        numbered = {
+            id(p): sequences[p.ref.rank]
+            for p in waiting
+            if sequences and p.ref.rank is not None and p.ref.rank in sequences
+        }
         if len(set(numbered.values())) > 1:
             ahead = max(numbered.values())
-            behind = sorted((p for p in waiting if numbered.get(id(p), ahead) < ahead),
-                            key=lambda p: numbered[id(p)])
+            behind = sorted((p for p in waiting if numbered.get(id(p), ahead) < ahead), key=lambda p: numbered[id(p)])
             front = [p for p in waiting if numbered.get(id(p)) == ahead]
-            return _desync(behind, front, lambda p: f"{p.op} #{numbered[id(p)]}",
-                           f"{_most_common([p.op for p in front])} #{ahead}", "behind")
+            return _desync(
+                behind,
+                front,
+                lambda p: f"{p.op} #{numbered[id(p)]}",
+                f"{_most_common([p.op for p in front])} #{ahead}",
+                "behind",
+            )
         front, behind = _majority(waiting, key=lambda p: p.op)
         if behind:
             return _desync(behind, front, lambda p: p.op, front[0].op, "different")
@@ -501,59 +587,84 @@ def find_culprits(dumps: Sequence[ProcessStacks],
         found: list[Suspect] = []
         for p in odd:
             mine = p.innermost_busy if without_waits else p.innermost
-            why = (f"{p.label} is in {_where(mine)} where {their_names} {verb} in {_where(theirs)}: "
-                   + ("its stack differs from theirs outside any wait." if without_waits else
-                      "its stack is the odd one out."))
+            why = f"{p.label} is in {_where(mine)} where {their_names} {verb} in {_where(theirs)}: " + (
+                "its stack differs from theirs outside any wait." if without_waits else "its stack is the odd one out."
+            )
             found.append(Suspect(p.ref, rule, why, _short(mine.function) if mine else "", mine))
         who = _names([p.name for p in odd])
         their_func = _short(theirs.function) if theirs else "?"
         return Culprits(
-            tuple(found), found[0].why,
+            tuple(found),
+            found[0].why,
             f"{who} stopped making progress in `{found[0].where}` while "
             f"{_names([p.name for p in majority])} were in `{their_func}`",
-            f"Compare {who}'s stack with its peers' in the snapshot, from `{found[0].where}` outwards.")
+            f"Compare {who}'s stack with its peers' in the snapshot, from `{found[0].where}` outwards.",
+        )
 
     if waiting and len({p.op for p in waiting}) == 1:
-        why = (f"No suspect: all {len(waiting)} ranks wait in {waiting[0].op}, so the stacks "
-               "cannot say which rank the collective waits for (C4D's records can).")
+        why = (
+            f"No suspect: all {len(waiting)} ranks wait in {waiting[0].op}, so the stacks "
+            "cannot say which rank the collective waits for (C4D's records can)."
+        )
     elif waiting:
-        why = ("No suspect: the ranks wait in different collectives ("
-               + ", ".join(f"{p.name} in {p.op}" for p in waiting[:4])
-               + ") with no majority to tell which is out of step.")
+        why = (
+            "No suspect: the ranks wait in different collectives ("
+            + ", ".join(f"{p.name} in {p.op}" for p in waiting[:4])
+            + ") with no majority to tell which is out of step."
+        )
     else:
-        why = (f"No suspect: the {len(positions)} ranks' stacks differ with no majority, "
-               "and none is outside a collective its peers wait in.")
+        why = (
+            f"No suspect: the {len(positions)} ranks' stacks differ with no majority, "
+            "and none is outside a collective its peers wait in."
+        )
     return _no_suspect(why, positions)
 
 
-def _desync(behind: list[_Position], front: list[_Position], what, theirs: str,
-            how: str) -> Culprits:
+def _desync(behind: list[_Position], front: list[_Position], what, theirs: str, how: str) -> Culprits:
     peers = _names([p.label for p in front])
     verb = "is" if len(front) == 1 else "are"
-    tail = ("it is behind them (desync)." if how == "behind" else
-            "it is out of step with them (desync, or a collective its partner never joined).")
-    suspects = tuple(Suspect(
-        p.ref, RULE_DESYNC, f"{p.label} waits in {what(p)} while {peers} {verb} in {theirs}: {tail}",
-        p.op, p.collective) for p in behind)
+    tail = (
+        "it is behind them (desync)."
+        if how == "behind"
+        else "it is out of step with them (desync, or a collective its partner never joined)."
+    )
+    suspects = tuple(
+        Suspect(
+            p.ref,
+            RULE_DESYNC,
+            f"{p.label} waits in {what(p)} while {peers} {verb} in {theirs}: {tail}",
+            p.op,
+            p.collective,
+        )
+        for p in behind
+    )
     who = _names([p.name for p in behind])
     first = what(behind[0])
     return Culprits(
-        suspects, suspects[0].why,
+        suspects,
+        suspects[0].why,
         f"{who} waited in `{first}` while {_names([p.name for p in front])} waited in `{theirs}`: "
         "the ranks are out of step",
         f"Check why {who} reached `{behind[0].op}` while its peers are in `{front[0].op}`: a "
-        "collective skipped or added on some ranks (a rank-dependent branch) puts them out of step.")
+        "collective skipped or added on some ranks (a rank-dependent branch) puts them out of step.",
+    )
 
 
 def _no_suspect(why: str, positions: Sequence[_Position]) -> Culprits:
-    where = _most_common([p.op or (_short(p.innermost.function) if p.innermost else "")
-                          for p in positions])
-    cause = "Every rank stopped making progress" + (f" (most in `{where}`)" if where else "") + \
-        "; the stack snapshot names no suspect"
-    return Culprits((), why, cause,
-                    "Compare the ranks' stacks in the snapshot; with C4D on "
-                    "(--enable-c4d-hang-detection) the collective records say which rank a "
-                    "collective waits for.")
+    where = _most_common([p.op or (_short(p.innermost.function) if p.innermost else "") for p in positions])
+    cause = (
+        "Every rank stopped making progress"
+        + (f" (most in `{where}`)" if where else "")
+        + "; the stack snapshot names no suspect"
+    )
+    return Culprits(
+        (),
+        why,
+        cause,
+        "Compare the ranks' stacks in the snapshot; with C4D on "
+        "(--enable-c4d-hang-detection) the collective records say which rank a "
+        "collective waits for.",
+    )
 
 
 @dataclass(frozen=True)
@@ -565,8 +676,7 @@ class StackSnapshot:
     culprits: Culprits = field(default=Culprits((), "", "", ""))
 
     @classmethod
-    def of(cls, dumps: Iterable[ProcessStacks],
-           sequences: Mapping[int, int] | None = None) -> "StackSnapshot":
+    def of(cls, dumps: Iterable[ProcessStacks], sequences: Mapping[int, int] | None = None) -> "StackSnapshot":
         """`sequences`: rank -> number of the collective it waits in, where C4D knows it."""
         dumps = tuple(dumps)
         culprits = find_culprits(dumps, sequences)
@@ -586,9 +696,16 @@ class StackSnapshot:
     def to_dict(self) -> dict:
         return {
             "processes": [
-                {"instance": d.instance, "rank": d.rank, "pid": d.pid, "ok": d.ok,
-                 "error_code": d.error_code, "error": d.error, "threads": len(d.threads),
-                 "duration_s": round(d.duration_s, 4)}
+                {
+                    "instance": d.instance,
+                    "rank": d.rank,
+                    "pid": d.pid,
+                    "ok": d.ok,
+                    "error_code": d.error_code,
+                    "error": d.error,
+                    "threads": len(d.threads),
+                    "duration_s": round(d.duration_s, 4),
+                }
                 for d in self.dumps
             ],
             "stacks": [s.to_dict() for s in self.stacks],
@@ -596,16 +713,22 @@ class StackSnapshot:
         }
 
 
-def summary_text(stacks: Sequence[AggregatedStack], dumps: Sequence[ProcessStacks] = (),
-                 max_frames: int = 8, culprits: Culprits | None = None) -> str:
+def summary_text(
+    stacks: Sequence[AggregatedStack],
+    dumps: Sequence[ProcessStacks] = (),
+    max_frames: int = 8,
+    culprits: Culprits | None = None,
+) -> str:
     """Plain text for the monitor log: counts, suspects first, each stack's innermost frames."""
     ok = [d for d in dumps if d.ok]
     lines = []
     if dumps:
-        lines.append(f"Stack snapshot of {len(dumps)} process(es): {len(ok)} dumped, "
-                     f"{len(dumps) - len(ok)} not; {sum(s.count for s in stacks)} thread(s) "
-                     f"in {len(stacks)} distinct stack(s), "
-                     f"{sum(1 for s in stacks if s.suspect)} suspect(s).")
+        lines.append(
+            f"Stack snapshot of {len(dumps)} process(es): {len(ok)} dumped, "
+            f"{len(dumps) - len(ok)} not; {sum(s.count for s in stacks)} thread(s) "
+            f"in {len(stacks)} distinct stack(s), "
+            f"{sum(1 for s in stacks if s.suspect)} suspect(s)."
+        )
     if culprits is not None:
         for suspect in culprits.suspects[:5]:
             lines.append(f"Suspect: {suspect.why}")
@@ -631,6 +754,7 @@ def summary_text(stacks: Sequence[AggregatedStack], dumps: Sequence[ProcessStack
 
 # --- the hang's restart record ------------------------------------------------
 
+
 def last_log_line(tail: bytes) -> tuple[str, int]:
     """The last non-blank line of a log tail and where it starts in the tail (-1 if none)."""
     end = len(tail.rstrip())
@@ -650,16 +774,25 @@ def hang_classification(message: str, culprits: Mapping | None, last_line: str =
     next_step = str(culprits.get("next_step") or "")
     if not cause:
         cause = "Every rank stopped making progress; no stack snapshot could be taken to say which one"
-        next_step = ("Look at the end of each rank's log; install py-spy on the nodes (the snapshot "
-                     "needs it) so the next hang names its suspect.")
+        next_step = (
+            "Look at the end of each rank's log; install py-spy on the nodes (the snapshot "
+            "needs it) so the next hang names its suspect."
+        )
     return Classification(
-        retryable=True, rule="hang", error_code=str(ErrorSource.HANG).upper(), message=message,
-        source=ErrorSource.HANG, cause=cause.rstrip(".") + ".", next_step=next_step,
-        cascade_like=False, evidence=last_line,
+        retryable=True,
+        rule="hang",
+        error_code=str(ErrorSource.HANG).upper(),
+        message=message,
+        source=ErrorSource.HANG,
+        cause=cause.rstrip(".") + ".",
+        next_step=next_step,
+        cascade_like=False,
+        evidence=last_line,
     )
 
 
 # --- shells: py-spy and the process tree ---------------------------------------
+
 
 def find_py_spy() -> str | None:
     """py-spy next to this interpreter (the venv) first, then on PATH."""
@@ -671,8 +804,10 @@ def find_py_spy() -> str | None:
 
 def _error_code_for(stderr: str, pid: int) -> tuple[str, str]:
     text = stderr.lower()
-    first = next((ln.strip() for ln in stderr.splitlines() if ln.strip().startswith("Error")),
-                 stderr.strip().splitlines()[0] if stderr.strip() else "no output")
+    first = next(
+        (ln.strip() for ln in stderr.splitlines() if ln.strip().startswith("Error")),
+        stderr.strip().splitlines()[0] if stderr.strip() else "no output",
+    )
     try:
         if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
             return PROCESS_GONE, f"process {pid} has exited (a zombie not yet reaped)"
@@ -681,33 +816,40 @@ def _error_code_for(stderr: str, pid: int) -> tuple[str, str]:
     except psutil.Error:
         pass
     if "permission denied" in text or "operation not permitted" in text:
-        return PERMISSION_DENIED, (f"no permission to read process {pid} (py-spy needs ptrace: "
-                                   f"run as the same user or root, or CAP_SYS_PTRACE): {first}")
-    if "failed to find python version" in text or "not a python" in text \
-            or "failed to find a python interpreter" in text:
+        return PERMISSION_DENIED, (
+            f"no permission to read process {pid} (py-spy needs ptrace: "
+            f"run as the same user or root, or CAP_SYS_PTRACE): {first}"
+        )
+    if (
+        "failed to find python version" in text
+        or "not a python" in text
+        or "failed to find a python interpreter" in text
+    ):
         return NOT_PYTHON, f"process {pid} is not a Python program: {first}"
     if "check that the process is running" in text or "no such process" in text:
         return PROCESS_GONE, f"process {pid} is gone: {first}"
     return DUMP_FAILED, f"py-spy could not dump process {pid}: {first}"
 
 
-def dump_process_stacks(pid: int, timeout: float = 5.0, instance: str = "",
-                        rank: int | None = None, py_spy: str | None = None) -> ProcessStacks:
+def dump_process_stacks(
+    pid: int, timeout: float = 5.0, instance: str = "", rank: int | None = None, py_spy: str | None = None
+) -> ProcessStacks:
     """Dump one process's Python stacks with `py-spy dump --json`. Never raises for a
     process that cannot be dumped: the result carries error_code and error instead."""
     started = time.monotonic()
 
     def failed(code: str, message: str) -> ProcessStacks:
-        return ProcessStacks(pid=pid, instance=instance, rank=rank, error_code=code,
-                             error=message, duration_s=time.monotonic() - started)
+        return ProcessStacks(
+            pid=pid, instance=instance, rank=rank, error_code=code, error=message, duration_s=time.monotonic() - started
+        )
 
     exe = py_spy or find_py_spy()
     if not exe:
-        return failed(PY_SPY_MISSING, "py-spy is not installed (pip install py-spy) "
-                                      "next to this Python or on PATH")
+        return failed(PY_SPY_MISSING, "py-spy is not installed (pip install py-spy) next to this Python or on PATH")
     try:
-        done = subprocess.run([exe, "dump", "--json", "--pid", str(pid)],
-                              capture_output=True, text=True, timeout=timeout)
+        done = subprocess.run(
+            [exe, "dump", "--json", "--pid", str(pid)], capture_output=True, text=True, timeout=timeout
+        )
     except subprocess.TimeoutExpired:
         return failed(TIMEOUT, f"py-spy took longer than {timeout:g} s to dump process {pid}")
     except OSError as exc:
@@ -717,14 +859,16 @@ def dump_process_stacks(pid: int, timeout: float = 5.0, instance: str = "",
     return parse_py_spy_json(done.stdout, pid, instance, rank, time.monotonic() - started)
 
 
-def dump_processes(targets: Sequence[tuple[str, int | None, int]], timeout: float = 5.0,
-                   parallel: int = 4, py_spy: str | None = None) -> list[ProcessStacks]:
+def dump_processes(
+    targets: Sequence[tuple[str, int | None, int]], timeout: float = 5.0, parallel: int = 4, py_spy: str | None = None
+) -> list[ProcessStacks]:
     """Dump (instance, rank, pid) targets concurrently; results in the targets' order."""
     if not targets:
         return []
     with ThreadPoolExecutor(max_workers=max(1, min(parallel, len(targets)))) as pool:
-        futures = [pool.submit(dump_process_stacks, pid, timeout, instance, rank, py_spy)
-                   for instance, rank, pid in targets]
+        futures = [
+            pool.submit(dump_process_stacks, pid, timeout, instance, rank, py_spy) for instance, rank, pid in targets
+        ]
         return [f.result() for f in futures]
 
 

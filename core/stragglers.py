@@ -41,28 +41,35 @@ _STEP_TIME = re.compile(r"\bstep_time\s*[=:]\s*(?P<s>\d+(?:\.\d+)?(?:[eE][-+]?\d
 @dataclass(frozen=True)
 class StepMark:
     step: int
-    at: float                     # epoch seconds (naive timestamps are read as UTC)
+    at: float  # epoch seconds (naive timestamps are read as UTC)
     step_time: float | None = None
 
 
 @dataclass(frozen=True)
 class StragglerVerdict:
-    rank: Hashable                # the key the logs were given under (a rank or an instance)
+    rank: Hashable  # the key the logs were given under (a rank or an instance)
     severity: C4DLogLevel
     median_s: float
     peers_median_s: float
     ratio: float
     samples: int
     slow_samples: int
-    source: str                   # "step_time" or "timestamps"
+    source: str  # "step_time" or "timestamps"
     message: str
     evidence: dict = field(default_factory=dict, compare=False)
 
     def to_dict(self) -> dict:
-        return {"rank": self.rank, "severity": str(self.severity), "median_s": self.median_s,
-                "peers_median_s": self.peers_median_s, "ratio": self.ratio,
-                "samples": self.samples, "slow_samples": self.slow_samples,
-                "source": self.source, "message": self.message}
+        return {
+            "rank": self.rank,
+            "severity": str(self.severity),
+            "median_s": self.median_s,
+            "peers_median_s": self.peers_median_s,
+            "ratio": self.ratio,
+            "samples": self.samples,
+            "slow_samples": self.slow_samples,
+            "source": self.source,
+            "message": self.message,
+        }
 
 
 def parse_step_line(line: str) -> StepMark | None:
@@ -134,8 +141,7 @@ def find_stragglers(
         raise ValueError(f"min_steps: expected a positive integer, got {min_steps!r}")
     marks = {rank: step_marks(lines) for rank, lines in logs.items()}
     marks = {rank: m for rank, m in marks.items() if m}
-    use_step_time = bool(marks) and all(
-        any(x.step_time is not None for x in m) for m in marks.values())
+    use_step_time = bool(marks) and all(any(x.step_time is not None for x in m) for m in marks.values())
     source = "step_time" if use_step_time else "timestamps"
     recent = {rank: step_times(m, use_step_time)[-window:] for rank, m in marks.items()}
     judged = {rank: t for rank, t in recent.items() if len(t) >= min_steps}
@@ -154,15 +160,23 @@ def find_stragglers(
             continue
         r = mine / peers
         who = f"Rank {rank}" if isinstance(rank, int) else str(rank)
-        verdicts.append(StragglerVerdict(
-            rank=rank,
-            severity=C4DLogLevel.WARNING if r >= warn_ratio else C4DLogLevel.INFO,
-            median_s=round(mine, 6), peers_median_s=round(peers, 6), ratio=round(r, 2),
-            samples=len(times), slow_samples=slow, source=source,
-            message=(f"{who} is a straggler: its median step takes {mine:.3f} s against "
-                     f"{peers:.3f} s for its peers ({r:.1f}x, slow in {slow} of its last "
-                     f"{len(times)} steps, from {source.replace('_', ' ')})."),
-            evidence={"peers": sorted(map(str, (p for p in judged if p != rank)))},
-        ))
+        verdicts.append(
+            StragglerVerdict(
+                rank=rank,
+                severity=C4DLogLevel.WARNING if r >= warn_ratio else C4DLogLevel.INFO,
+                median_s=round(mine, 6),
+                peers_median_s=round(peers, 6),
+                ratio=round(r, 2),
+                samples=len(times),
+                slow_samples=slow,
+                source=source,
+                message=(
+                    f"{who} is a straggler: its median step takes {mine:.3f} s against "
+                    f"{peers:.3f} s for its peers ({r:.1f}x, slow in {slow} of its last "
+                    f"{len(times)} steps, from {source.replace('_', ' ')})."
+                ),
+                evidence={"peers": sorted(map(str, (p for p in judged if p != rank)))},
+            )
+        )
     verdicts.sort(key=lambda v: -v.ratio)
     return verdicts

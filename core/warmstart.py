@@ -23,6 +23,7 @@ the locale, the dynamic loader, OpenMP/MKL threading, PATH which picks the
 interpreter): such a difference cannot be applied after the fact, so that attempt
 starts cold. Variables read later (RANK, MASTER_PORT, the token) are simply set.
 """
+
 from __future__ import annotations
 
 import os
@@ -50,7 +51,7 @@ class EntryKind(StrEnum):
 class WarmEntry:
     """What a parked interpreter runs: `target` is the script as written or the module name."""
 
-    interpreter: str          # the interpreter word as written ("python", "/opt/py/bin/python3")
+    interpreter: str  # the interpreter word as written ("python", "/opt/py/bin/python3")
     kind: EntryKind
     target: str
     args: tuple[str, ...]
@@ -83,8 +84,7 @@ def warm_entry(command: str) -> WarmDecision:
     special = sorted(_SHELL_CHARS & set(command.strip()))
     if special:
         shown = " ".join(repr(c) for c in special)
-        return _cold(f"the command uses shell syntax ({shown}); only python script.py or python -m module "
-                     "start warm")
+        return _cold(f"the command uses shell syntax ({shown}); only python script.py or python -m module start warm")
     try:
         words = shlex.split(command)
     except ValueError as exc:

@@ -63,8 +63,17 @@ import torch.distributed as dist
 import torch.nn as nn
 
 FAULTS = (
-    "crash", "nccl", "sigkill", "sigsegv", "hang_collective", "hang_compute",
-    "exit_hang", "slow", "nan", "bug", "skip_collective",
+    "crash",
+    "nccl",
+    "sigkill",
+    "sigsegv",
+    "hang_collective",
+    "hang_compute",
+    "exit_hang",
+    "slow",
+    "nan",
+    "bug",
+    "skip_collective",
 )
 
 
@@ -115,6 +124,7 @@ def fault_fires(fault: str) -> bool:
 
 
 # --- the functions a stack snapshot should name --------------------------------
+
 
 def compute_forever() -> None:
     """Hung in compute: never returns, never enters the next collective."""
@@ -213,6 +223,7 @@ def load_checkpoint(directory: str, model, opt) -> int:
 def params_digest(model) -> str:
     """sha256 of the weights' bytes: equal only if training gave bit-identical results."""
     import hashlib
+
     digest = hashlib.sha256()
     for name, tensor in sorted(model.state_dict().items()):
         digest.update(name.encode())
@@ -222,6 +233,7 @@ def params_digest(model) -> str:
 
 
 # --- optional SDK hooks ----------------------------------------------------------
+
 
 def sdk_hooks():
     """Return report_progress(step) or None; never let the SDK stop training."""
@@ -234,6 +246,7 @@ def sdk_hooks():
     if os.environ.get("VIGIL_C4D") == "1":
         try:
             import vigil.c4d
+
             vigil.c4d.instrument_torch_distributed()
         except Exception as exc:  # a broken SDK must not stop the job
             say(f"vigil c4d instrumentation unavailable: {exc!r}", sys.stderr)
@@ -241,6 +254,7 @@ def sdk_hooks():
     if report is None:
         try:
             from vigil import job_monitor
+
             report = getattr(job_monitor, "report_progress", None)
         except Exception:
             report = None
@@ -260,11 +274,11 @@ def sdk_hooks():
 
 # --- training ------------------------------------------------------------------
 
+
 def main() -> int:
     for name in ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK"):
         if not os.environ.get(name):
-            sys.exit(f"{name} is not set: the env:// rendezvous needs MASTER_ADDR, "
-                     "MASTER_PORT, WORLD_SIZE and RANK")
+            sys.exit(f"{name} is not set: the env:// rendezvous needs MASTER_ADDR, MASTER_PORT, WORLD_SIZE and RANK")
     rank = _env_int("RANK", 0)
     world = _env_int("WORLD_SIZE", 1)
     steps = _env_int("VIGIL_EXAMPLE_STEPS", 50)
@@ -287,7 +301,10 @@ def main() -> int:
     torch.manual_seed(1234)
     torch.set_num_threads(1)
     dist.init_process_group(
-        backend="gloo", init_method="env://", rank=rank, world_size=world,
+        backend="gloo",
+        init_method="env://",
+        rank=rank,
+        world_size=world,
         timeout=_dt.timedelta(seconds=pg_timeout),
     )
     # Collective groups must be created by every rank in the same order.
@@ -305,7 +322,7 @@ def main() -> int:
     resumed = load_checkpoint(ckpt_dir, model, opt) if ckpt_dir else 0
     ddp = nn.parallel.DistributedDataParallel(model)
     gen = torch.Generator().manual_seed(rank)
-    true_w = torch.randn(32, 1, generator=torch.Generator().manual_seed(7)) / 32 ** 0.5
+    true_w = torch.randn(32, 1, generator=torch.Generator().manual_seed(7)) / 32**0.5
     # Replay the batches of the steps already done, so that step N's batch is the one an
     # uninterrupted run draws at step N: the losses after a resume are then a function of
     # (checkpoint, step) alone, whichever attempt or interpreter runs them.
@@ -314,8 +331,10 @@ def main() -> int:
         torch.randn(16, 1, generator=gen)
     if resumed:
         say(f"resumed rank={rank} step={resumed} from={os.path.join(ckpt_dir, CHECKPOINT_NAME)}")
-    say(f"start rank={rank} world_size={world} steps={steps} pid={os.getpid()}"
-        + (f" fault={fault} fault_rank={fault_rank} fault_step={fault_step}" if fault else ""))
+    say(
+        f"start rank={rank} world_size={world} steps={steps} pid={os.getpid()}"
+        + (f" fault={fault} fault_rank={fault_rank} fault_step={fault_step}" if fault else "")
+    )
 
     poisoned = False
     skipping = False

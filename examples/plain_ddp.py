@@ -47,6 +47,7 @@ class SlowToSync(torch.Tensor):
 def main() -> None:
     if os.environ.get("PLAIN_IMPORT_SDK") == "1":
         import vigil.c4d
+
         assert vigil.c4d.instrument_torch_distributed()
     torch.set_num_threads(1)
     dist.init_process_group("gloo")
@@ -77,8 +78,11 @@ def main() -> None:
         opt.step()
         print(f"step={step} rank={RANK} loss={float(mean) / dist.get_world_size():.4f}", flush=True)
     if RANK == 0:
-        print(f"timing rank=0 steps={steps} skip={skip} "
-              f"seconds_per_step={(time.perf_counter() - started) / max(1, steps - skip):.6f}", flush=True)
+        print(
+            f"timing rank=0 steps={steps} skip={skip} "
+            f"seconds_per_step={(time.perf_counter() - started) / max(1, steps - skip):.6f}",
+            flush=True,
+        )
     print(f"vigil-in-job={'vigil' in sys.modules}", flush=True)
     dist.barrier()
     dist.destroy_process_group()

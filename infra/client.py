@@ -18,8 +18,9 @@ _client: redis.Redis | None = None
 def redis_client() -> redis.Redis:
     global _client
     if _client is None:
-        _client = redis.Redis.from_url(settings.REDIS_URL, socket_timeout=TIMEOUT_SECONDS,
-                                       socket_connect_timeout=TIMEOUT_SECONDS)
+        _client = redis.Redis.from_url(
+            settings.REDIS_URL, socket_timeout=TIMEOUT_SECONDS, socket_connect_timeout=TIMEOUT_SECONDS
+        )
     return _client
 
 

@@ -26,9 +26,9 @@ log = logging.getLogger(__name__)
 PREFIX = "vigil:health:"
 SWEEP = PREFIX + "sweep"
 EXITS = PREFIX + "exit-listener"
-WORKER = PREFIX + "worker:"          # + the worker's hostname
+WORKER = PREFIX + "worker:"  # + the worker's hostname
 HEARTBEAT_SECONDS = 2.0
-KEY_TTL_SECONDS = 300                # a part gone this long has no key: "missing"
+KEY_TTL_SECONDS = 300  # a part gone this long has no key: "missing"
 
 
 def stale_after(sweep_seconds: float) -> float:
@@ -38,7 +38,7 @@ def stale_after(sweep_seconds: float) -> float:
 
 @dataclass(frozen=True)
 class Part:
-    state: str                       # "ok", "stale", "missing" or "down"
+    state: str  # "ok", "stale", "missing" or "down"
     age_seconds: float | None = None
     detail: str = ""
 
@@ -56,8 +56,16 @@ def _beat(name: str, when: float | None, now: float, limit: float, what: str) ->
     return Part("ok", age, "")
 
 
-def assess(*, database: str | None, redis: str | None, workers: dict[str, float], sweep: float | None,
-           exits: float | None, now: float, sweep_seconds: float) -> dict[str, Part]:
+def assess(
+    *,
+    database: str | None,
+    redis: str | None,
+    workers: dict[str, float],
+    sweep: float | None,
+    exits: float | None,
+    now: float,
+    sweep_seconds: float,
+) -> dict[str, Part]:
     """database/redis: None when reachable, else what went wrong. The others: Unix times."""
     limit = stale_after(sweep_seconds)
     parts = {
@@ -72,8 +80,11 @@ def assess(*, database: str | None, redis: str | None, workers: dict[str, float]
     worker = _beat("worker", newest, now, limit, "Celery worker")
     fresh = sum(1 for t in workers.values() if now - t <= limit)
     if workers:
-        worker = Part(worker.state, worker.age_seconds, f"{fresh} of {len(workers)} worker(s) fresh"
-                      + (f"; {worker.detail}" if worker.detail else ""))
+        worker = Part(
+            worker.state,
+            worker.age_seconds,
+            f"{fresh} of {len(workers)} worker(s) fresh" + (f"; {worker.detail}" if worker.detail else ""),
+        )
     parts["worker"] = worker
     parts["beat"] = _beat("beat", sweep, now, limit, "monitor sweep (beat schedules it, a worker runs it)")
     parts["exit_listener"] = _beat("exit_listener", exits, now, limit, "exit listener")
@@ -88,6 +99,7 @@ def as_json(parts: dict[str, Part]) -> dict:
 
 
 # --- shells: Redis and the database --------------------------------------------------
+
 
 def record(key: str, now: float | None = None) -> None:
     """Leave a heartbeat; never raises (a missing heartbeat is what readiness reports)."""
@@ -110,11 +122,18 @@ def readiness() -> dict[str, Part]:
         keys = [k.decode() for k in client.scan_iter(match=WORKER + "*", count=100)]
         values = client.mget([SWEEP, EXITS, *keys])
         sweep, exits = _time(values[0]), _time(values[1])
-        workers = {k[len(WORKER):]: t for k, v in zip(keys, values[2:]) if (t := _time(v)) is not None}
+        workers = {k[len(WORKER) :]: t for k, v in zip(keys, values[2:]) if (t := _time(v)) is not None}
     except Exception as exc:  # noqa: BLE001
         redis_error = f"Redis does not answer ({type(exc).__name__})"
-    return assess(database=database, redis=redis_error, workers=workers, sweep=sweep, exits=exits,
-                  now=time.time(), sweep_seconds=settings.MONITOR_SWEEP_SECONDS)
+    return assess(
+        database=database,
+        redis=redis_error,
+        workers=workers,
+        sweep=sweep,
+        exits=exits,
+        now=time.time(),
+        sweep_seconds=settings.MONITOR_SWEEP_SECONDS,
+    )
 
 
 def _time(raw) -> float | None:

@@ -46,8 +46,8 @@ BACKOFF_SECONDS = 5.0
 
 @dataclass(frozen=True)
 class Metric:
-    name: str                   # the family name (a counter's samples add "_total")
-    kind: str                   # "counter", "histogram" or "gauge"
+    name: str  # the family name (a counter's samples add "_total")
+    kind: str  # "counter", "histogram" or "gauge"
     help: str
     labels: tuple[str, ...] = ()
     buckets: tuple[float, ...] = ()
@@ -68,32 +68,79 @@ SWEEP = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 LAG = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0)
 JOBS = (0, 1, 5, 10, 25, 50, 100, 250, 500, 1000, 5000)
 
-METRICS = {m.name: m for m in (
-    Metric("vigil_jobs", "gauge", "Jobs by status and workspace (read from the database at scrape time).",
-           ("workspace", "status")),
-    Metric("vigil_instance_failures", "counter",
-           "Failed instances the monitor handled, by the classification's family and rule.", ("family", "rule")),
-    Metric("vigil_restarts", "counter",
-           "Restarts decided, by kind (job, instance) and cause (the failure family, or hang, exit_hang, c4d).",
-           ("kind", "cause")),
-    Metric("vigil_detection_latency_seconds", "histogram",
-           "From an instance's exit to the monitor's decision on it.", ("action",), LATENCY),
-    Metric("vigil_restart_latency_seconds", "histogram",
-           "From a restart decision to every instance of the new attempt running.", ("kind",), RESTART),
-    Metric("vigil_hang_detections", "counter", "Hangs detected, by kind (hang, exit_hang, c4d).", ("kind",)),
-    Metric("vigil_monitor_sweep_duration_seconds", "histogram", "How long one monitor sweep (of one shard) took.", (), SWEEP),
-    Metric("vigil_monitor_sweep_jobs", "histogram", "Jobs ticked by one monitor sweep.", (), JOBS),
-    Metric("vigil_monitor_sweep_lag_seconds", "histogram",
-           "How much later than the configured interval a shard's sweep started after its previous one.", (), LAG),
-    Metric("vigil_monitor_last_sweep_age_seconds", "gauge",
-           "Seconds since the stalest shard's last sweep started (grows when the beat or every worker is gone)."),
-    Metric("vigil_notification_deliveries", "counter",
-           "Delivery attempts by outcome (sent, retrying, failed, skipped) and channel kind.", ("status", "channel_kind")),
-    Metric("vigil_notification_delivery_latency_seconds", "histogram",
-           "From the event to its notification being sent.", ("channel_kind",), LATENCY),
-    Metric("vigil_log_viewers", "gauge", "Live log streams open in browsers and terminals."),
-    Metric("vigil_log_lines_streamed", "counter", "Log lines sent to live log viewers."),
-)}
+METRICS = {
+    m.name: m
+    for m in (
+        Metric(
+            "vigil_jobs",
+            "gauge",
+            "Jobs by status and workspace (read from the database at scrape time).",
+            ("workspace", "status"),
+        ),
+        Metric(
+            "vigil_instance_failures",
+            "counter",
+            "Failed instances the monitor handled, by the classification's family and rule.",
+            ("family", "rule"),
+        ),
+        Metric(
+            "vigil_restarts",
+            "counter",
+            "Restarts decided, by kind (job, instance) and cause (the failure family, or hang, exit_hang, c4d).",
+            ("kind", "cause"),
+        ),
+        Metric(
+            "vigil_detection_latency_seconds",
+            "histogram",
+            "From an instance's exit to the monitor's decision on it.",
+            ("action",),
+            LATENCY,
+        ),
+        Metric(
+            "vigil_restart_latency_seconds",
+            "histogram",
+            "From a restart decision to every instance of the new attempt running.",
+            ("kind",),
+            RESTART,
+        ),
+        Metric("vigil_hang_detections", "counter", "Hangs detected, by kind (hang, exit_hang, c4d).", ("kind",)),
+        Metric(
+            "vigil_monitor_sweep_duration_seconds",
+            "histogram",
+            "How long one monitor sweep (of one shard) took.",
+            (),
+            SWEEP,
+        ),
+        Metric("vigil_monitor_sweep_jobs", "histogram", "Jobs ticked by one monitor sweep.", (), JOBS),
+        Metric(
+            "vigil_monitor_sweep_lag_seconds",
+            "histogram",
+            "How much later than the configured interval a shard's sweep started after its previous one.",
+            (),
+            LAG,
+        ),
+        Metric(
+            "vigil_monitor_last_sweep_age_seconds",
+            "gauge",
+            "Seconds since the stalest shard's last sweep started (grows when the beat or every worker is gone).",
+        ),
+        Metric(
+            "vigil_notification_deliveries",
+            "counter",
+            "Delivery attempts by outcome (sent, retrying, failed, skipped) and channel kind.",
+            ("status", "channel_kind"),
+        ),
+        Metric(
+            "vigil_notification_delivery_latency_seconds",
+            "histogram",
+            "From the event to its notification being sent.",
+            ("channel_kind",),
+            LATENCY,
+        ),
+        Metric("vigil_log_viewers", "gauge", "Live log streams open in browsers and terminals."),
+        Metric("vigil_log_lines_streamed", "counter", "Log lines sent to live log viewers."),
+    )
+}
 
 
 def exported_sample_names() -> set[str]:
@@ -196,7 +243,11 @@ def sweep_done(started: float, jobs: int, interval: float, shard: int) -> None:
     same shard (any worker's) beyond the interval the beat schedules sweeps at."""
     global _down_until
     try:
-        previous = redis_client().getset(f"{PREFIX}last-sweep:{shard}", repr(started)) if time.monotonic() >= _down_until else None
+        previous = (
+            redis_client().getset(f"{PREFIX}last-sweep:{shard}", repr(started))
+            if time.monotonic() >= _down_until
+            else None
+        )
     except Exception as exc:  # noqa: BLE001
         _down_until = time.monotonic() + BACKOFF_SECONDS
         log.debug("could not record the sweep: %s", exc)
@@ -214,8 +265,9 @@ def delivery_attempted(channel_kind: str, status: str, event_at=None) -> None:
     """One delivery attempt's outcome; event_at (the event's time) gives the latency of a sent one."""
     inc("vigil_notification_deliveries", status=status, channel_kind=channel_kind)
     if status == "sent" and event_at is not None:
-        observe("vigil_notification_delivery_latency_seconds", time.time() - event_at.timestamp(),
-                channel_kind=channel_kind)
+        observe(
+            "vigil_notification_delivery_latency_seconds", time.time() - event_at.timestamp(), channel_kind=channel_kind
+        )
 
 
 VIEWERS_TTL = 120  # a dead web process's viewers vanish after this long

@@ -47,7 +47,8 @@ def backend_permission(backend: str):
     """The Permission row of one backend, created when missing."""
     ct = ContentType.objects.get_for_model(Job)
     perm, _ = Permission.objects.get_or_create(
-        content_type=ct, codename=codename(backend),
+        content_type=ct,
+        codename=codename(backend),
         defaults={"name": f"Can run jobs on the {backend} backend"},
     )
     return perm
@@ -69,8 +70,10 @@ def runnable_backends(user) -> list[str]:
 
 
 def missing_backend_permission(backend: str) -> str:
-    return (f"running jobs on the {backend} backend needs the site permission {permission_name(backend)}; "
-            f"ask staff to grant it (admin, or `manage.py backendaccess grant {backend} --user <you>`).")
+    return (
+        f"running jobs on the {backend} backend needs the site permission {permission_name(backend)}; "
+        f"ask staff to grant it (admin, or `manage.py backendaccess grant {backend} --user <you>`)."
+    )
 
 
 def may_create_workspace(user) -> bool:

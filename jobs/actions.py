@@ -149,16 +149,24 @@ def record_event(
 
 
 # What `make run` shows by default: one line per decision a person wants to know about.
-DECISION_LOG_TYPES = frozenset({EventType.RESTART, EventType.JOB_FAILED, EventType.HANG, EventType.EXIT_HANG,
-                                EventType.NODE_ISOLATED})
+DECISION_LOG_TYPES = frozenset(
+    {EventType.RESTART, EventType.JOB_FAILED, EventType.HANG, EventType.EXIT_HANG, EventType.NODE_ISOLATED}
+)
 decisions = logging.getLogger("vigil.decisions")
 
 
 def _log_decision(event: JobEvent) -> None:
     level = logging.WARNING if event.level in (EventLevel.WARNING, EventLevel.ERROR) else logging.INFO
     where = f" attempt {event.attempt}" if event.attempt else ""
-    decisions.log(level, "job %s%s %s: %s", event.job_id, where, event.type, event.message,
-                  extra={"job_id": event.job_id, "event": event.type, "attempt": event.attempt})
+    decisions.log(
+        level,
+        "job %s%s %s: %s",
+        event.job_id,
+        where,
+        event.type,
+        event.message,
+        extra={"job_id": event.job_id, "event": event.type, "attempt": event.attempt},
+    )
 
 
 # --- submit ---------------------------------------------------------------------
@@ -234,8 +242,10 @@ def submit_job(user, data: dict) -> tuple[Job, str]:
     return job, raw_token
 
 
-LAUNCH_DEFERRED = ("Stored; the task queue (Redis) did not answer, so the launch was not queued now. "
-                   "The monitor's sweep launches the job once Redis answers again.")
+LAUNCH_DEFERRED = (
+    "Stored; the task queue (Redis) did not answer, so the launch was not queued now. "
+    "The monitor's sweep launches the job once Redis answers again."
+)
 
 
 def enqueue_launch(job_id: int, number: int) -> bool:
@@ -244,18 +254,16 @@ def enqueue_launch(job_id: int, number: int) -> bool:
     if launch_attempt_task.app.conf.task_always_eager:  # tests: run here, now
         launch_attempt_task.delay(job_id, number)
         return True
-    return call_bounded(lambda: launch_attempt_task.delay(job_id, number),
-                        f"enqueue launch of attempt {number} of job {job_id}")
+    return call_bounded(
+        lambda: launch_attempt_task.delay(job_id, number), f"enqueue launch of attempt {number} of job {job_id}"
+    )
 
 
 # --- launch ---------------------------------------------------------------------
 
 
 def roles_of(job: Job) -> list[RoleSpec]:
-    return [
-        RoleSpec(s["type"], int(s.get("pod_count", 1)), s.get("image", ""), **_resources(s))
-        for s in job.job_specs
-    ]
+    return [RoleSpec(s["type"], int(s.get("pod_count", 1)), s.get("image", ""), **_resources(s)) for s in job.job_specs]
 
 
 def _resources(spec: dict) -> dict:
@@ -348,16 +356,31 @@ def launch_attempt(job_id: int, number: int) -> bool:
             # The backend is briefly unable (Slurm down, a node busy): queue the
             # attempt again with the reason shown; the sweep relaunches it.
             # Queued again from now: the earlier preparing stamp goes, or queued would end before it began.
-            Attempt.objects.filter(pk=attempt.pk).update(status=AttemptStatus.QUEUING, queued_at=timezone.now(),
-                                                         preparing_at=None, starting_at=None, reason=exc.message)
+            Attempt.objects.filter(pk=attempt.pk).update(
+                status=AttemptStatus.QUEUING,
+                queued_at=timezone.now(),
+                preparing_at=None,
+                starting_at=None,
+                reason=exc.message,
+            )
             Job.objects.filter(pk=job.pk, status=JobStatus.QUEUING).update(
-                reason=f"Waiting for the backend: {exc.message}")
-            record_event(job, EventType.DECISION, f"Attempt {number} could not start yet and will be retried: "
-                         f"{exc.message}", level=EventLevel.WARNING, attempt=number,
-                         key=f"launch-retry:{job.pk}:{number}:{token_digest(exc.message)[:16]}")
+                reason=f"Waiting for the backend: {exc.message}"
+            )
+            record_event(
+                job,
+                EventType.DECISION,
+                f"Attempt {number} could not start yet and will be retried: {exc.message}",
+                level=EventLevel.WARNING,
+                attempt=number,
+                key=f"launch-retry:{job.pk}:{number}:{token_digest(exc.message)[:16]}",
+            )
             return False
-        Attempt.objects.filter(pk=attempt.pk).update(status=AttemptStatus.FAILED, ended_at=timezone.now(), reason=str(exc))
-        fail_job(job, f"The backend could not start attempt {number}: {exc.message}", key=f"launch-failed:{job.pk}:{number}")
+        Attempt.objects.filter(pk=attempt.pk).update(
+            status=AttemptStatus.FAILED, ended_at=timezone.now(), reason=str(exc)
+        )
+        fail_job(
+            job, f"The backend could not start attempt {number}: {exc.message}", key=f"launch-failed:{job.pk}:{number}"
+        )
         return False
     faults.point("launch.after_launched")
     statuses = {s.name: s for s in _safe_poll(backend, handle)}
@@ -366,8 +389,12 @@ def launch_attempt(job_id: int, number: int) -> bool:
         # leave an attempt whose ranks run but that no tick can see.
         stored = Attempt.objects.filter(
             pk=attempt.pk, status__in=[AttemptStatus.STARTING, AttemptStatus.QUEUING]
-        ).update(status=AttemptStatus.STARTING, backend_handle=handle, starting_at=started,
-                 master_port=handle.get("master_port"))
+        ).update(
+            status=AttemptStatus.STARTING,
+            backend_handle=handle,
+            starting_at=started,
+            master_port=handle.get("master_port"),
+        )
         if stored:
             Instance.objects.bulk_create(
                 [
@@ -378,8 +405,11 @@ def launch_attempt(job_id: int, number: int) -> bool:
                         name=i.name,
                         rank=i.rank,
                         node=getattr(statuses.get(i.name), "node", "") or "",
-                        status=(InstanceStatus.RUNNING if i.name in statuses and statuses[i.name].state == "running"
-                                else InstanceStatus.PENDING),
+                        status=(
+                            InstanceStatus.RUNNING
+                            if i.name in statuses and statuses[i.name].state == "running"
+                            else InstanceStatus.PENDING
+                        ),
                         # Only what the backend says has started (a restart counts started instances).
                         started_at=_when(getattr(statuses.get(i.name), "started_at", None)),
                         start=getattr(statuses.get(i.name), "start", "") or "",
@@ -425,8 +455,9 @@ def wake_monitor(job_id: int) -> None:
     progress, a new hang interval): the sweep ticks the job at its next pass instead of
     at its scheduled check. The version bump fails the compare-and-set of a tick that
     read the job before this, so it cannot schedule past the event."""
-    Job.objects.filter(pk=job_id).update(monitor_next_check_at=None,
-                                         monitor_state_version=F("monitor_state_version") + 1)
+    Job.objects.filter(pk=job_id).update(
+        monitor_next_check_at=None, monitor_state_version=F("monitor_state_version") + 1
+    )
 
 
 def mark_running(job: Job, attempt: Attempt) -> None:
@@ -434,7 +465,9 @@ def mark_running(job: Job, attempt: Attempt) -> None:
     first = not Job.objects.filter(pk=job.pk, started_at__isnull=False).exists()
     # A check scheduled for an earlier attempt means nothing for this one.
     fields = {"started_at": timezone.now(), "monitor_next_check_at": None} if first else {"monitor_next_check_at": None}
-    if job.transition((JobStatus.QUEUING, JobStatus.CREATING, JobStatus.RESTARTING), JobStatus.RUNNING, reason="", **fields):
+    if job.transition(
+        (JobStatus.QUEUING, JobStatus.CREATING, JobStatus.RESTARTING), JobStatus.RUNNING, reason="", **fields
+    ):
         record_event(
             job,
             EventType.STATUS,
@@ -451,25 +484,44 @@ def mark_running(job: Job, attempt: Attempt) -> None:
 def fail_job(job: Job, reason: str, *, key: str, payload: dict | None = None) -> bool:
     now = timezone.now()
     ok = job.transition(
-        (JobStatus.CREATING, JobStatus.QUEUING, JobStatus.RUNNING, JobStatus.RESTARTING), JobStatus.FAILED,
-        reason=reason, finished_at=now,
+        (JobStatus.CREATING, JobStatus.QUEUING, JobStatus.RUNNING, JobStatus.RESTARTING),
+        JobStatus.FAILED,
+        reason=reason,
+        finished_at=now,
     )
     if ok:
-        record_event(job, EventType.JOB_FAILED, reason, level=EventLevel.ERROR, payload=payload or {},
-                     attempt=job.current_attempt, key=key)
+        record_event(
+            job,
+            EventType.JOB_FAILED,
+            reason,
+            level=EventLevel.ERROR,
+            payload=payload or {},
+            attempt=job.current_attempt,
+            key=key,
+        )
     return ok
 
 
 def succeed_job(job: Job, attempt: Attempt) -> bool:
     now = timezone.now()
-    ok = job.transition((JobStatus.QUEUING, JobStatus.RUNNING), JobStatus.SUCCEEDED, finished_at=now,
-                        reason=f"All instances of attempt {attempt.number} exited 0.")
+    ok = job.transition(
+        (JobStatus.QUEUING, JobStatus.RUNNING),
+        JobStatus.SUCCEEDED,
+        finished_at=now,
+        reason=f"All instances of attempt {attempt.number} exited 0.",
+    )
     if ok:
         Attempt.objects.filter(pk=attempt.pk).exclude(status__in=[AttemptStatus.SUCCEEDED]).update(
             status=AttemptStatus.SUCCEEDED, ended_at=now
         )
-        record_event(job, EventType.STATUS, f"Job succeeded on attempt {attempt.number}.",
-                     payload={"status": JobStatus.SUCCEEDED}, attempt=attempt.number, key=f"succeeded:{job.pk}")
+        record_event(
+            job,
+            EventType.STATUS,
+            f"Job succeeded on attempt {attempt.number}.",
+            payload={"status": JobStatus.SUCCEEDED},
+            attempt=attempt.number,
+            key=f"succeeded:{job.pk}",
+        )
     return ok
 
 
@@ -493,9 +545,12 @@ def add_retryable_keyword(user, job: Job, keyword: str, scope: str) -> bool:
             raise Forbidden(f"the {scope} already has {MAX_RETRYABLE_KEYWORDS} retryable keywords; remove one first.")
         model.objects.filter(pk=pk).update(retryable_keywords=keywords + [keyword])
         where = "this job" if scope == "job" else f"every job of {job.workspace.name}"
-        record_event(job, EventType.DECISION,
-                     f'{user.get_username()} made "{keyword}" a retryable keyword for {where}.',
-                     payload={"retryable_keyword": keyword, "scope": scope})
+        record_event(
+            job,
+            EventType.DECISION,
+            f'{user.get_username()} made "{keyword}" a retryable keyword for {where}.',
+            payload={"retryable_keyword": keyword, "scope": scope},
+        )
     return True
 
 
@@ -510,8 +565,13 @@ def stop_job(user, job: Job) -> bool:
         reason=f"Stopped by {user.get_username()}.",
     )
     if ok:
-        record_event(job, EventType.STATUS, f"Stop requested by {user.get_username()}.",
-                     payload={"status": JobStatus.STOPPING}, key=f"stop:{job.pk}")
+        record_event(
+            job,
+            EventType.STATUS,
+            f"Stop requested by {user.get_username()}.",
+            payload={"status": JobStatus.STOPPING},
+            key=f"stop:{job.pk}",
+        )
         transaction.on_commit(lambda: _enqueue_stop(job.pk))
     return ok
 
@@ -526,21 +586,40 @@ def finish_stop(job_id: int) -> bool:
     if job is None or job.status != JobStatus.STOPPING:
         return False
     backend = get_backend_for(job)
-    for attempt in job.attempts.exclude(status__in=[AttemptStatus.SUCCEEDED, AttemptStatus.FAILED, AttemptStatus.STOPPED]):
-        end_attempt(job, attempt, backend, final=AttemptStatus.STOPPED, grace=settings.VIGIL_STOP_GRACE_SECONDS,
-                    overwrite=(InstanceStatus.RUNNING, InstanceStatus.PENDING, InstanceStatus.LOST))
+    for attempt in job.attempts.exclude(
+        status__in=[AttemptStatus.SUCCEEDED, AttemptStatus.FAILED, AttemptStatus.STOPPED]
+    ):
+        end_attempt(
+            job,
+            attempt,
+            backend,
+            final=AttemptStatus.STOPPED,
+            grace=settings.VIGIL_STOP_GRACE_SECONDS,
+            overwrite=(InstanceStatus.RUNNING, InstanceStatus.PENDING, InstanceStatus.LOST),
+        )
     try:
         backend.discard_standby(str(job.pk))  # a stopped job restarts no more: its parked interpreters go
     except BackendError as exc:
         log.warning("discarding the standby of job %s failed: %s", job.pk, exc)
     ok = job.transition(JobStatus.STOPPING, JobStatus.STOPPED, finished_at=timezone.now())
     if ok:
-        record_event(job, EventType.STATUS, "Job stopped.", payload={"status": JobStatus.STOPPED}, key=f"stopped:{job.pk}")
+        record_event(
+            job, EventType.STATUS, "Job stopped.", payload={"status": JobStatus.STOPPED}, key=f"stopped:{job.pk}"
+        )
     return ok
 
 
-def end_attempt(job: Job, attempt: Attempt, backend, *, final: str, grace: float, reason: str | None = None,
-                retry: bool = False, overwrite=(InstanceStatus.RUNNING, InstanceStatus.PENDING)) -> bool:
+def end_attempt(
+    job: Job,
+    attempt: Attempt,
+    backend,
+    *,
+    final: str,
+    grace: float,
+    reason: str | None = None,
+    retry: bool = False,
+    overwrite=(InstanceStatus.RUNNING, InstanceStatus.PENDING),
+) -> bool:
     """Stop an attempt's instances, record how each really ended, then close the attempt.
 
     The attempt is marked Stopping first, so that a launch still running elsewhere
@@ -551,8 +630,9 @@ def end_attempt(job: Job, attempt: Attempt, backend, *, final: str, grace: float
     backend could not account for are overwritten as Stopped. With `retry`, a
     retryable failure to stop leaves the attempt live (False) for the next sweep."""
     now = timezone.now()
-    Attempt.objects.filter(pk=attempt.pk, status__in=[AttemptStatus.QUEUING, AttemptStatus.STARTING,
-                                                      AttemptStatus.RUNNING]).update(status=AttemptStatus.STOPPING)
+    Attempt.objects.filter(
+        pk=attempt.pk, status__in=[AttemptStatus.QUEUING, AttemptStatus.STARTING, AttemptStatus.RUNNING]
+    ).update(status=AttemptStatus.STOPPING)
     Attempt.objects.filter(pk=attempt.pk, stopping_at__isnull=True).update(stopping_at=now)
     handle = Attempt.objects.filter(pk=attempt.pk).values_list("backend_handle", flat=True).first() or {}
     try:
@@ -588,8 +668,18 @@ def sync_instances(attempt: Attempt, statuses, rows: list[Instance] | None = Non
     """Make the Instance rows say what the backend says; write only what changed."""
     by_name = {i.name: i for i in (attempt.instances.all() if rows is None else rows)}
     changed = []
-    fields = ("status", "node", "exit_code", "signal", "backend_reason", "start", "start_reason", "started_at",
-              "exited_at", "last_output_at")
+    fields = (
+        "status",
+        "node",
+        "exit_code",
+        "signal",
+        "backend_reason",
+        "start",
+        "start_reason",
+        "started_at",
+        "exited_at",
+        "last_output_at",
+    )
     for s in statuses:
         row = by_name.get(s.name)
         if row is None:
@@ -642,8 +732,13 @@ def set_hang_interval(job: Job, value: int | None, *, source: str) -> None:
         text = f"Hang detection suspended by {source}."
     else:
         text = f"Hang interval set to {value} s by {source}."
-    record_event(job, EventType.DECISION, text, payload={"job_hang_interval": value, "source": source},
-                 attempt=job.current_attempt)
+    record_event(
+        job,
+        EventType.DECISION,
+        text,
+        payload={"job_hang_interval": value, "source": source},
+        attempt=job.current_attempt,
+    )
 
 
 # --- the Celery tasks that run these off the request ------------------------------

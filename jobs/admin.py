@@ -95,7 +95,16 @@ class InstanceAdmin(ReadOnlyAdmin):
 
 @admin.register(RestartRecord)
 class RestartRecordAdmin(ReadOnlyAdmin):
-    list_display = ("job", "number", "kind", "restart_time", "instance_name", "error_code", "result", "duration_seconds")
+    list_display = (
+        "job",
+        "number",
+        "kind",
+        "restart_time",
+        "instance_name",
+        "error_code",
+        "result",
+        "duration_seconds",
+    )
     list_filter = ("kind", "result", "error_source")
 
 

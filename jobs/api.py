@@ -37,7 +37,9 @@ from .serializers import (
 MAX_LOG_BYTES = 8 * 1024 * 1024
 
 
-class WorkspaceViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.CreateModelMixin, viewsets.GenericViewSet):
+class WorkspaceViewSet(
+    mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.CreateModelMixin, viewsets.GenericViewSet
+):
     serializer_class = WorkspaceSerializer
 
     def get_queryset(self):
@@ -107,8 +109,9 @@ class JobViewSet(viewsets.GenericViewSet):
         data = JobDetailSerializer(job, context={"request": request}).data
         data["token"] = token  # shown once; the job's SDK uses it from its environment
         # Whether the launch is queued now or left to the sweep (Redis did not answer).
-        data["launch"] = ({"queued": True} if job.launch_queued is not False
-                          else {"queued": False, "detail": actions.LAUNCH_DEFERRED})
+        data["launch"] = (
+            {"queued": True} if job.launch_queued is not False else {"queued": False, "detail": actions.LAUNCH_DEFERRED}
+        )
         return Response(data, status=status.HTTP_201_CREATED)
 
     @extend_schema(request=None, responses=JobDetailSerializer)
@@ -181,7 +184,11 @@ class JobViewSet(viewsets.GenericViewSet):
         known = list(attempt.instances.values_list("name", flat=True))
         if name not in known:
             raise exceptions.ValidationError(
-                {"instance": [f"{name!r} is not an instance of attempt {attempt.number}; accepted: {', '.join(known) or 'none yet'}."]}
+                {
+                    "instance": [
+                        f"{name!r} is not an instance of attempt {attempt.number}; accepted: {', '.join(known) or 'none yet'}."
+                    ]
+                }
             )
         backend = actions.get_backend_for(job)
         handle = attempt.backend_handle
@@ -189,8 +196,12 @@ class JobViewSet(viewsets.GenericViewSet):
             return Response({"instance": name, "attempt": attempt.number, "offset": 0, "next_offset": 0, "content": ""})
         log = InstanceLog(backend, handle, name)
         if request.query_params.get("download") in ("1", "true", "True") and log.path:
-            return FileResponse(open(log.path, "rb"), as_attachment=True,
-                                filename=f"job{job.pk}-attempt{attempt.number}-{name}.log", content_type="text/plain")
+            return FileResponse(
+                open(log.path, "rb"),
+                as_attachment=True,
+                filename=f"job{job.pk}-attempt{attempt.number}-{name}.log",
+                content_type="text/plain",
+            )
         try:
             if request.query_params.get("tail"):
                 nbytes = min(parse_int(request.query_params["tail"], "tail", minimum=1), MAX_LOG_BYTES)
@@ -202,17 +213,20 @@ class JobViewSet(viewsets.GenericViewSet):
                 size = log.size()
                 if size is not None and offset > size:
                     raise exceptions.ValidationError(
-                        {"offset": [f"{offset} is past the end of the log ({size} bytes); use 0 to {size}."]})
+                        {"offset": [f"{offset} is past the end of the log ({size} bytes); use 0 to {size}."]}
+                    )
                 data = log.read(offset, MAX_LOG_BYTES)
         except BackendError as exc:
             raise exceptions.APIException(f"the backend could not read the log: {exc.message}") from None
-        return Response({
-            "instance": name,
-            "attempt": attempt.number,
-            "offset": offset,
-            "next_offset": offset + len(data),
-            "content": data.decode("utf-8", errors="replace"),
-        })
+        return Response(
+            {
+                "instance": name,
+                "attempt": attempt.number,
+                "offset": offset,
+                "next_offset": offset + len(data),
+                "content": data.decode("utf-8", errors="replace"),
+            }
+        )
 
     @extend_schema(request=None, responses={200: dict})
     @action(detail=True, methods=["post"], url_path="reset-token")

@@ -51,8 +51,7 @@ def announce(event_id: int) -> None:
         try:
             subscriber(event_id)
         except Exception:  # noqa: BLE001 - one listener's failure must not silence the others
-            log.exception("%s.%s could not announce event %s", subscriber.__module__, subscriber.__qualname__,
-                          event_id)
+            log.exception("%s.%s could not announce event %s", subscriber.__module__, subscriber.__qualname__, event_id)
 
 
 # Progress reported through the SDK is not an event row (one a second per job would

@@ -59,8 +59,12 @@ C4D_ENV_FIELDS = {
     "c4d_enable_stats_output": ("C4D_ENABLE_STATS_OUTPUT", "enable_stats_output"),
 }
 BOOL_FIELDS = {
-    "enable_job_restart", "enable_warm_restart", "enable_job_hang_detection", "enable_c4d_hang_detection",
-    "enable_job_exit_hang_detection", "c4d_enable_stats_output",
+    "enable_job_restart",
+    "enable_warm_restart",
+    "enable_job_hang_detection",
+    "enable_c4d_hang_detection",
+    "enable_job_exit_hang_detection",
+    "c4d_enable_stats_output",
 }
 
 
@@ -74,39 +78,60 @@ def _num(**attrs):
 
 class JobForm(forms.Form):
     # maxlength only helps the browser; the rule is JobSubmitSerializer's.
-    display_name = forms.CharField(label="Name", required=False,
-                                   widget=forms.TextInput(attrs={"maxlength": MAX_DISPLAY_NAME}))
+    display_name = forms.CharField(
+        label="Name", required=False, widget=forms.TextInput(attrs={"maxlength": MAX_DISPLAY_NAME})
+    )
     job_type = forms.ChoiceField(label="Job type", choices=JobType.choices, initial=JobType.PYTORCH)
-    user_command = forms.CharField(label="Command", required=False,
-                                   widget=forms.Textarea(attrs={"rows": 3, "spellcheck": "false", "class": "mono"}))
-    envs = forms.CharField(label="Environment", required=False,
-                           widget=forms.Textarea(attrs={"rows": 3, "spellcheck": "false", "class": "mono",
-                                                        "placeholder": "NAME=value, one per line"}))
+    user_command = forms.CharField(
+        label="Command",
+        required=False,
+        widget=forms.Textarea(attrs={"rows": 3, "spellcheck": "false", "class": "mono"}),
+    )
+    envs = forms.CharField(
+        label="Environment",
+        required=False,
+        widget=forms.Textarea(
+            attrs={"rows": 3, "spellcheck": "false", "class": "mono", "placeholder": "NAME=value, one per line"}
+        ),
+    )
     backend = forms.ChoiceField(label="Backend")
-    workdir = forms.CharField(label="Working directory", required=False,
-                              widget=forms.TextInput(attrs={"class": "mono", "placeholder": "default: the job's own"}))
+    workdir = forms.CharField(
+        label="Working directory",
+        required=False,
+        widget=forms.TextInput(attrs={"class": "mono", "placeholder": "default: the job's own"}),
+    )
     retryable_errors = forms.CharField(
-        label="Retryable error keywords", required=False,
-        widget=forms.Textarea(attrs={"rows": 2, "class": "mono", "placeholder": "one per line, matched literally"}))
+        label="Retryable error keywords",
+        required=False,
+        widget=forms.Textarea(attrs={"rows": 2, "class": "mono", "placeholder": "one per line, matched literally"}),
+    )
 
     fault_tolerance = forms.BooleanField(label="Automatic Fault Tolerance", required=False)
-    job_execution_mode = forms.ChoiceField(label="Execution mode", choices=_choices(ExecutionMode),
-                                           initial=ExecutionMode.SYNC)
+    job_execution_mode = forms.ChoiceField(
+        label="Execution mode", choices=_choices(ExecutionMode), initial=ExecutionMode.SYNC
+    )
     enable_job_restart = forms.BooleanField(label="Allow whole-job restarts", required=False)
     max_num_of_job_restart = forms.CharField(label="Restart budget", initial="3", widget=_num())
-    fault_tolerant_policy = forms.ChoiceField(label="Policy", choices=_choices(FaultTolerantPolicy),
-                                              initial=FaultTolerantPolicy.EXIT_CODE_AND_ERROR_MSG)
+    fault_tolerant_policy = forms.ChoiceField(
+        label="Policy", choices=_choices(FaultTolerantPolicy), initial=FaultTolerantPolicy.EXIT_CODE_AND_ERROR_MSG
+    )
     max_num_of_same_error = forms.CharField(label="Same-error cap", initial="10", widget=_num())
-    max_tolerated_failure_rate = forms.CharField(label="Tolerated failure rate", initial="-1",
-                                                 widget=forms.TextInput(attrs={"inputmode": "decimal"}))
+    max_tolerated_failure_rate = forms.CharField(
+        label="Tolerated failure rate", initial="-1", widget=forms.TextInput(attrs={"inputmode": "decimal"})
+    )
     enable_warm_restart = forms.BooleanField(label="Warm restarts", required=False)
-    warm_modules = forms.CharField(label="Warm modules", required=False, initial=",".join(DEFAULT_WARM_MODULES),
-                                   widget=forms.TextInput(attrs={"class": "mono", "spellcheck": "false"}))
+    warm_modules = forms.CharField(
+        label="Warm modules",
+        required=False,
+        initial=",".join(DEFAULT_WARM_MODULES),
+        widget=forms.TextInput(attrs={"class": "mono", "spellcheck": "false"}),
+    )
     enable_job_hang_detection = forms.BooleanField(label="Hang Detection", required=False)
     job_hang_interval = forms.CharField(label="Hang interval (s)", initial="1800", widget=_num())
     # Blank: the larger of 600 s and the hang interval (core.flags), so it follows the hang interval.
-    job_hang_startup_interval = forms.CharField(label="Start-up interval (s)", required=False,
-                                                widget=_num(placeholder="600 or the hang interval"))
+    job_hang_startup_interval = forms.CharField(
+        label="Start-up interval (s)", required=False, widget=_num(placeholder="600 or the hang interval")
+    )
     enable_job_exit_hang_detection = forms.BooleanField(label="Exit-hang detection", required=False)
     job_exit_hang_interval = forms.CharField(label="Exit-hang interval (s)", initial="600", widget=_num())
     enable_c4d_hang_detection = forms.BooleanField(label="C4D Detection", required=False)
@@ -114,13 +139,22 @@ class JobForm(forms.Form):
     c4d_hang_timeout = forms.CharField(label="C4D_HANG_TIMEOUT (µs)", initial="10000000", widget=_num())
     c4d_hang_times = forms.CharField(label="C4D_HANG_TIMES", initial="18", widget=_num())
     c4d_conn_bw_check_period = forms.CharField(label="C4D_CONN_BW_CHECK_PERIOD (s)", initial="10", widget=_num())
-    c4d_runtime_log_level = forms.ChoiceField(label="C4D_RUNTIME_LOG_LEVEL",
-                                              choices=[(v, v) for v in C4D_RUNTIME_LOG_LEVELS], initial="INFO")
+    c4d_runtime_log_level = forms.ChoiceField(
+        label="C4D_RUNTIME_LOG_LEVEL", choices=[(v, v) for v in C4D_RUNTIME_LOG_LEVELS], initial="INFO"
+    )
     c4d_enable_stats_output = forms.BooleanField(label="C4D_ENABLE_STATS_OUTPUT", required=False)
     error_monitoring_args = forms.CharField(
-        label="Other configuration", required=False,
-        widget=forms.Textarea(attrs={"rows": 2, "spellcheck": "false", "class": "mono",
-                                     "placeholder": "--job-execution-mode=Sync --enable-job-restart=True"}))
+        label="Other configuration",
+        required=False,
+        widget=forms.Textarea(
+            attrs={
+                "rows": 2,
+                "spellcheck": "false",
+                "class": "mono",
+                "placeholder": "--job-execution-mode=Sync --enable-job-restart=True",
+            }
+        ),
+    )
 
     def __init__(self, *args, backends=None, **kwargs):
         super().__init__(*args, **kwargs)
@@ -132,23 +166,33 @@ class JobForm(forms.Form):
             self.fields["backend"].initial = "local" if "local" in backends else backends[0]
         for i in range(ROLE_ROWS):
             self.fields[f"role_{i}_type"] = forms.ChoiceField(
-                label="Role", required=False, choices=[("", "—")] + [(r, r) for r in ALL_ROLES])
-            self.fields[f"role_{i}_replicas"] = forms.CharField(label="Replicas", required=False, initial="1",
-                                                                widget=_num(min="1"))
-            self.fields[f"role_{i}_cpu"] = forms.CharField(label="CPU", required=False, initial="1",
-                                                           widget=forms.TextInput(attrs={"inputmode": "decimal"}))
-            self.fields[f"role_{i}_memory"] = forms.CharField(label="Memory", required=False,
-                                                              widget=forms.TextInput(attrs={"placeholder": "4Gi"}))
+                label="Role", required=False, choices=[("", "—")] + [(r, r) for r in ALL_ROLES]
+            )
+            self.fields[f"role_{i}_replicas"] = forms.CharField(
+                label="Replicas", required=False, initial="1", widget=_num(min="1")
+            )
+            self.fields[f"role_{i}_cpu"] = forms.CharField(
+                label="CPU", required=False, initial="1", widget=forms.TextInput(attrs={"inputmode": "decimal"})
+            )
+            self.fields[f"role_{i}_memory"] = forms.CharField(
+                label="Memory", required=False, widget=forms.TextInput(attrs={"placeholder": "4Gi"})
+            )
             # A select of the allowed counts (issue 15); still a CharField, so a value posted
             # from elsewhere reaches the serializer and gets the seed's own message.
             self.fields[f"role_{i}_gpu"] = forms.CharField(
-                label="GPUs", required=False, initial="0",
-                widget=forms.Select(choices=[(str(n), str(n)) for n in ALLOWED_GPU_COUNTS]))
-            self.fields[f"role_{i}_image"] = forms.CharField(label="Image", required=False,
-                                                             widget=forms.TextInput(attrs={"class": "mono"}))
+                label="GPUs",
+                required=False,
+                initial="0",
+                widget=forms.Select(choices=[(str(n), str(n)) for n in ALLOWED_GPU_COUNTS]),
+            )
+            self.fields[f"role_{i}_image"] = forms.CharField(
+                label="Image", required=False, widget=forms.TextInput(attrs={"class": "mono"})
+            )
         for field, flag in FT_FIELD_FLAGS.items():
             if field in self.fields:
-                self.fields[field].widget.attrs["data-flag"] = flag  # static/js/job-form.js keeps box and fields in step
+                self.fields[field].widget.attrs["data-flag"] = (
+                    flag  # static/js/job-form.js keeps box and fields in step
+                )
         if not self.is_bound and not self.initial.get("role_0_type"):
             self.initial.update({"role_0_type": "Master", "role_1_type": "Worker"})
         self.spec_rows: list[int] = []  # job_specs index -> role row
@@ -198,16 +242,18 @@ class JobForm(forms.Form):
             if not role:
                 continue
             self.spec_rows.append(i)
-            specs.append({
-                "type": role,
-                "pod_count": _int_or_text(data.get(f"role_{i}_replicas") or "1"),
-                "image": data.get(f"role_{i}_image") or "",
-                "resource_config": {
-                    "cpu": data.get(f"role_{i}_cpu") or 1,
-                    "memory": data.get(f"role_{i}_memory") or "",
-                    "gpu": _int_or_text(data.get(f"role_{i}_gpu") or "0"),
-                },
-            })
+            specs.append(
+                {
+                    "type": role,
+                    "pod_count": _int_or_text(data.get(f"role_{i}_replicas") or "1"),
+                    "image": data.get(f"role_{i}_image") or "",
+                    "resource_config": {
+                        "cpu": data.get(f"role_{i}_cpu") or 1,
+                        "memory": data.get(f"role_{i}_memory") or "",
+                        "gpu": _int_or_text(data.get(f"role_{i}_gpu") or "0"),
+                    },
+                }
+            )
         return {
             "workspace": workspace.slug,
             "display_name": data.get("display_name") or "",
@@ -289,6 +335,7 @@ def _int_or_text(value):
 
 
 # --- fields + box -> one configuration (pure) -----------------------------------------
+
 
 @dataclass
 class FieldFlagErrors(Exception):
@@ -372,14 +419,20 @@ def ft_warnings(config: FaultToleranceConfig) -> list[str]:
     warnings = []
     defaults = FaultToleranceConfig()
     if not config.enable_job_hang_detection:
-        set_ = [flag for flag, value, default in (
-            ("--job-hang-interval", config.job_hang_interval, defaults.job_hang_interval),
-            ("--job-hang-startup-interval", config.job_hang_startup_interval, defaults.job_hang_startup_interval),
-        ) if value != default]
+        set_ = [
+            flag
+            for flag, value, default in (
+                ("--job-hang-interval", config.job_hang_interval, defaults.job_hang_interval),
+                ("--job-hang-startup-interval", config.job_hang_startup_interval, defaults.job_hang_startup_interval),
+            )
+            if value != default
+        ]
         if set_:
-            warnings.append(f"{' and '.join(set_)} {'is' if len(set_) == 1 else 'are'} set but Hang Detection is "
-                            "off, so no hang is detected: turn Hang Detection on, or leave the interval at its "
-                            "default.")
+            warnings.append(
+                f"{' and '.join(set_)} {'is' if len(set_) == 1 else 'are'} set but Hang Detection is "
+                "off, so no hang is detected: turn Hang Detection on, or leave the interval at its "
+                "default."
+            )
     return warnings
 
 
@@ -399,14 +452,16 @@ def initial_from_job(job, show_secrets: bool = True) -> dict:
     }
     for i, spec in enumerate((job.job_specs or [])[:ROLE_ROWS]):
         res = spec.get("resource_config") or {}
-        initial.update({
-            f"role_{i}_type": spec.get("type", ""),
-            f"role_{i}_replicas": str(spec.get("pod_count", 1)),
-            f"role_{i}_cpu": _plain_number(res.get("cpu", 1)),
-            f"role_{i}_memory": res.get("memory", "") or "",
-            f"role_{i}_gpu": str(res.get("gpu", 0)),
-            f"role_{i}_image": spec.get("image", "") or "",
-        })
+        initial.update(
+            {
+                f"role_{i}_type": spec.get("type", ""),
+                f"role_{i}_replicas": str(spec.get("pod_count", 1)),
+                f"role_{i}_cpu": _plain_number(res.get("cpu", 1)),
+                f"role_{i}_memory": res.get("memory", "") or "",
+                f"role_{i}_gpu": str(res.get("gpu", 0)),
+                f"role_{i}_image": spec.get("image", "") or "",
+            }
+        )
     try:
         config = job.ft
     except FlagError:
@@ -425,8 +480,9 @@ def config_to_initial(config: FaultToleranceConfig) -> dict:
         if isinstance(value, tuple):  # the module list, as the flag writes it
             out[field] = ",".join(value)
             continue
-        out[field] = value if isinstance(value, bool) else (
-            _plain_number(value) if isinstance(value, float) else str(value))
+        out[field] = (
+            value if isinstance(value, bool) else (_plain_number(value) if isinstance(value, float) else str(value))
+        )
     for field, (_, attr) in C4D_ENV_FIELDS.items():
         value = getattr(config.c4d_common_envs, attr)
         out[field] = value if isinstance(value, bool) else str(value)

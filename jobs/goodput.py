@@ -18,16 +18,26 @@ def _ts(d):
 def job_goodput(job, now=None) -> JobGoodput:
     now = now or timezone.now()
     records = {r.new_attempt: r for r in job.restart_records.filter(kind="job")}
-    exits = {(i.attempt.number, i.name): i.exited_at
-             for i in Instance.objects.filter(attempt__job=job).select_related("attempt")}
+    exits = {
+        (i.attempt.number, i.name): i.exited_at
+        for i in Instance.objects.filter(attempt__job=job).select_related("attempt")
+    }
     times = []
     for a in job.attempts.order_by("number"):
         record = records.get(a.number)
-        times.append(AttemptTimes(
-            number=a.number, queued_at=a.queued_at.timestamp(), starting_at=_ts(a.starting_at),
-            running_at=_ts(a.running_at), first_progress_at=_ts(a.first_progress_at), stopping_at=_ts(a.stopping_at),
-            ended_at=_ts(a.ended_at), made_progress=a.made_progress, succeeded=a.status == "Succeeded",
-            failed_at=_ts(exits.get((record.attempt, record.instance_name))) if record else None,
-            decided_at=_ts(record.restart_time) if record else None,
-        ))
+        times.append(
+            AttemptTimes(
+                number=a.number,
+                queued_at=a.queued_at.timestamp(),
+                starting_at=_ts(a.starting_at),
+                running_at=_ts(a.running_at),
+                first_progress_at=_ts(a.first_progress_at),
+                stopping_at=_ts(a.stopping_at),
+                ended_at=_ts(a.ended_at),
+                made_progress=a.made_progress,
+                succeeded=a.status == "Succeeded",
+                failed_at=_ts(exits.get((record.attempt, record.instance_name))) if record else None,
+                decided_at=_ts(record.restart_time) if record else None,
+            )
+        )
     return ledger(times, _ts(job.finished_at), now.timestamp())

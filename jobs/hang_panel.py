@@ -23,7 +23,7 @@ CADENCE_TAIL_BYTES = 64 * 1024
 @dataclass(frozen=True)
 class HangPanel:
     status: hang.HangStatus | None
-    set_seconds: int | None            # the hang interval the user set (flag or at run time)
+    set_seconds: int | None  # the hang interval the user set (flag or at run time)
     set_at_run_time: bool
     suspended: bool
     startup_seconds: int
@@ -31,7 +31,7 @@ class HangPanel:
     cadence_instance: str
     watchdog_seconds: int | None
     watchdog_message: str
-    which: str | None                  # "cadence", "watchdog" or None: the one the user set
+    which: str | None  # "cadence", "watchdog" or None: the one the user set
 
 
 def _epoch(value: datetime | None) -> float | None:
@@ -48,8 +48,9 @@ def _cadence(job: Job, attempt: Attempt, instances: list[Instance]) -> tuple[han
     except Exception:  # noqa: BLE001 - a backend gone from settings: no log suggestion, the page still shows
         return _reported_cadence(attempt)
     # rank 0 is enough when it logs steps; a few more if it does not
-    for name, tail in readable_tails(backend, attempt.backend_handle, [i.name for i in instances[:4]],
-                                     CADENCE_TAIL_BYTES):
+    for name, tail in readable_tails(
+        backend, attempt.backend_handle, [i.name for i in instances[:4]], CADENCE_TAIL_BYTES
+    ):
         suggestion = hang.suggest_from_cadence(hang.step_times_from_log(tail))
         if suggestion is not None:
             return suggestion, name
@@ -97,22 +98,40 @@ def hang_panel(job: Job, attempt: Attempt | None, instances: list[Instance], now
     status = None
     if not job.finished:
         outputs = _last_outputs(job, attempt, instances)
-        activity = [hang.InstanceActivity(i.name, i.status == InstanceStatus.RUNNING, outputs[i.name])
-                    for i in instances]
+        activity = [
+            hang.InstanceActivity(i.name, i.status == InstanceStatus.RUNNING, outputs[i.name]) for i in instances
+        ]
         started = _epoch(attempt.starting_at) or _epoch(attempt.queued_at) or now.timestamp()
-        watched = hang.WatchedAttempt(config, override, activity, started,
-                                      first_progress_at=_epoch(attempt.first_progress_at),
-                                      override_set_at=_epoch(job.hang_interval_set_at))
+        watched = hang.WatchedAttempt(
+            config,
+            override,
+            activity,
+            started,
+            first_progress_at=_epoch(attempt.first_progress_at),
+            override_set_at=_epoch(job.hang_interval_set_at),
+        )
         status = hang.hang_status(watched, now.timestamp())
     cadence, cadence_instance = _cadence(job, attempt, instances)
-    watchdog = next(((p, m) for p, m in job.events.filter(type=EventType.SUGGESTION).order_by("-id")
-                     .values_list("payload", "message")[:20]
-                     if isinstance(p, dict) and isinstance(p.get("suggested_hang_interval"), int)), None)
+    watchdog = next(
+        (
+            (p, m)
+            for p, m in job.events.filter(type=EventType.SUGGESTION)
+            .order_by("-id")
+            .values_list("payload", "message")[:20]
+            if isinstance(p, dict) and isinstance(p.get("suggested_hang_interval"), int)
+        ),
+        None,
+    )
     watchdog_seconds = watchdog[0]["suggested_hang_interval"] if watchdog else None
     return HangPanel(
-        status=status, set_seconds=set_seconds, set_at_run_time=override is not None and not suspended,
-        suspended=suspended, startup_seconds=config.startup_interval, cadence=cadence,
-        cadence_instance=cadence_instance, watchdog_seconds=watchdog_seconds,
+        status=status,
+        set_seconds=set_seconds,
+        set_at_run_time=override is not None and not suspended,
+        suspended=suspended,
+        startup_seconds=config.startup_interval,
+        cadence=cadence,
+        cadence_instance=cadence_instance,
+        watchdog_seconds=watchdog_seconds,
         watchdog_message=watchdog[1] if watchdog else "",
         which=hang.suggestion_set(set_seconds, cadence.interval if cadence else None, watchdog_seconds),
     )

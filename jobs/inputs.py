@@ -61,8 +61,10 @@ def text_problem(value: str, *, one_line: bool = False) -> str | None:
     try:
         value.encode("utf-8")
     except UnicodeEncodeError as exc:
-        return (f"contains a lone surrogate (U+{ord(value[exc.start]):04X}, an unpaired \\ud800-\\udfff escape), "
-                "which is not valid Unicode; send the character itself.")
+        return (
+            f"contains a lone surrogate (U+{ord(value[exc.start]):04X}, an unpaired \\ud800-\\udfff escape), "
+            "which is not valid Unicode; send the character itself."
+        )
     if one_line:
         for ch in value:
             if unicodedata.category(ch) in _NOT_IN_NAMES:
@@ -81,7 +83,9 @@ def validate_workspace_slug(value) -> None:
     if not isinstance(value, str) or not SLUG_RE.fullmatch(value):
         raise DjangoValidationError(
             "A slug starts with a letter and holds only letters, digits, - and _ (e.g. vision-lab); "
-            "an all-digit reference means a workspace id.", code="invalid_slug")
+            "an all-digit reference means a workspace id.",
+            code="invalid_slug",
+        )
 
 
 # --- numbers -------------------------------------------------------------------------
@@ -103,8 +107,9 @@ def whole_number(raw) -> int | None:
 def parse_int(raw, field: str, *, minimum: int = 0, maximum: int = MAX_BIGINT) -> int:
     value = whole_number(raw)
     if value is None:
-        raise InputError(field, f"must be a whole number from {minimum} to {maximum} in ASCII digits; "
-                                f"got {str(raw)[:40]!r}.")
+        raise InputError(
+            field, f"must be a whole number from {minimum} to {maximum} in ASCII digits; got {str(raw)[:40]!r}."
+        )
     if not minimum <= value <= maximum:
         raise InputError(field, f"must be from {minimum} to {maximum}; got {value}.")
     return value
@@ -164,8 +169,10 @@ def json_problem(data, max_depth: int = MAX_JSON_DEPTH, brackets: bool = False) 
         if isinstance(value, dict):
             items = ((key, f"{path}.{key}" if path else str(key), child) for key, child in value.items())
         elif isinstance(value, list):
-            items = ((i, f"{path}[{i}]" if brackets else f"{path}.{i}" if path else str(i), child)
-                     for i, child in enumerate(value))
+            items = (
+                (i, f"{path}[{i}]" if brackets else f"{path}.{i}" if path else str(i), child)
+                for i, child in enumerate(value)
+            )
         else:
             continue
         if depth > max_depth:
@@ -175,7 +182,8 @@ def json_problem(data, max_depth: int = MAX_JSON_DEPTH, brackets: bool = False) 
             key_problem = text_problem(key) if isinstance(key, str) else None
             if key_problem:
                 return child_path.encode("utf-8", "replace").decode().replace("\x00", "\\u0000"), (
-                    "this key " + key_problem)
+                    "this key " + key_problem
+                )
             if isinstance(child, (str, dict, list)):
                 children.append((child, child_path, depth + 1))
         stack.extend(reversed(children))  # the first problem in document order is the one named

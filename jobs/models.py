@@ -37,9 +37,12 @@ class WorkspaceQuerySet(models.QuerySet):
         return self.filter(memberships__user=user).distinct()
 
 
-OS_USER_NAME = RegexValidator(r"^[a-z_][a-z0-9_.-]{0,31}$", "An OS user name: lowercase letters, digits, '_', '.', '-'.")
-SLURM_ACCOUNT_NAME = RegexValidator(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$",
-                                    "A Slurm account: letters, digits, '_', '.', '-'.")
+OS_USER_NAME = RegexValidator(
+    r"^[a-z_][a-z0-9_.-]{0,31}$", "An OS user name: lowercase letters, digits, '_', '.', '-'."
+)
+SLURM_ACCOUNT_NAME = RegexValidator(
+    r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$", "A Slurm account: letters, digits, '_', '.', '-'."
+)
 
 
 class Workspace(models.Model):
@@ -53,19 +56,30 @@ class Workspace(models.Model):
     # Set by staff only (admin): who this workspace's jobs run as on this machine and the
     # cluster, when the console may switch users (docs/security.md).
     run_as = models.CharField(
-        "run as OS user", max_length=32, blank=True, default="", validators=[OS_USER_NAME],
+        "run as OS user",
+        max_length=32,
+        blank=True,
+        default="",
+        validators=[OS_USER_NAME],
         help_text="The OS user this workspace's jobs run as (local backend, and Slurm when the console "
-                  "runs as root). Empty: VIGIL_LOCAL_RUN_AS (nobody) locally, the console's "
-                  "own cluster user on Slurm.")
+        "runs as root). Empty: VIGIL_LOCAL_RUN_AS (nobody) locally, the console's "
+        "own cluster user on Slurm.",
+    )
     slurm_account = models.CharField(
-        max_length=64, blank=True, default="", validators=[SLURM_ACCOUNT_NAME],
+        max_length=64,
+        blank=True,
+        default="",
+        validators=[SLURM_ACCOUNT_NAME],
         help_text="The Slurm account (sbatch --account) this workspace's jobs are charged to. "
-                  "Empty: the backend's account option.")
+        "Empty: the backend's account option.",
+    )
     # Set by an admin of the site (admin): --enable-warm-restart for jobs that do not say (issue 19).
     warm_restart_default = models.BooleanField(
-        "warm restarts by default", default=False,
+        "warm restarts by default",
+        default=False,
         help_text="Jobs with fault tolerance on that do not give --enable-warm-restart get it True: "
-                  "each instance keeps a parked interpreter for the next attempt (local backend).")
+        "each instance keeps a parked interpreter for the next attempt (local backend).",
+    )
 
     objects = WorkspaceQuerySet.as_manager()
 
@@ -127,8 +141,7 @@ class ApiToken(models.Model):
     @classmethod
     def issue(cls, user, name: str = "default", expires_at=None) -> tuple["ApiToken", str]:
         raw = new_token(cls.PREFIX)
-        token = cls.objects.create(user=user, name=name, digest=token_digest(raw), hint=raw[:10],
-                                   expires_at=expires_at)
+        token = cls.objects.create(user=user, name=name, digest=token_digest(raw), hint=raw[:10], expires_at=expires_at)
         return token, raw
 
     @classmethod
@@ -148,8 +161,9 @@ class ApiToken(models.Model):
         now = timezone.now()
         stale = now - cls.LAST_USED_EVERY
         if token.last_used_at is None or token.last_used_at < stale:
-            cls.objects.filter(models.Q(last_used_at__isnull=True) | models.Q(last_used_at__lt=stale),
-                               pk=token.pk).update(last_used_at=now)
+            cls.objects.filter(
+                models.Q(last_used_at__isnull=True) | models.Q(last_used_at__lt=stale), pk=token.pk
+            ).update(last_used_at=now)
         return token
 
     @property
@@ -475,12 +489,17 @@ class RestartRecord(models.Model):
         """The stack snapshot taken when this record's attempt hung (None for other restarts)."""
         if self.error_source != "Hang":
             return None
-        return (Diagnosis.objects.filter(job_id=self.job_id, attempt=self.attempt, kind=DiagnosisKind.STACKS,
-                                         trigger=DiagnosisTrigger.HANG).order_by("id").first())
+        return (
+            Diagnosis.objects.filter(
+                job_id=self.job_id, attempt=self.attempt, kind=DiagnosisKind.STACKS, trigger=DiagnosisTrigger.HANG
+            )
+            .order_by("id")
+            .first()
+        )
 
     @property
     def exit_status_text(self) -> str:
-        """"exit code 1" / "signal SIGKILL", from the error code the exit status gave."""
+        """ "exit code 1" / "signal SIGKILL", from the error code the exit status gave."""
         return exit_status_text(self.error_code)
 
 

@@ -46,13 +46,19 @@ class NodeViewSet(viewsets.ViewSet):
                 continue
             for n in nodes:
                 s = by_node.get(n.name)
-                out.append({
-                    "backend": backend_name, "name": n.name, "slots": n.slots, "schedulable": n.schedulable,
-                    "reason": n.reason, "faults_24h": s.faults_in_window if s else 0,
-                    "error_codes": s.error_codes if s else {},
-                    "proposed_for_isolation": bool(s and s.proposed_for_isolation and n.schedulable),
-                    "evidence": s.evidence if s else "",
-                })
+                out.append(
+                    {
+                        "backend": backend_name,
+                        "name": n.name,
+                        "slots": n.slots,
+                        "schedulable": n.schedulable,
+                        "reason": n.reason,
+                        "faults_24h": s.faults_in_window if s else 0,
+                        "error_codes": s.error_codes if s else {},
+                        "proposed_for_isolation": bool(s and s.proposed_for_isolation and n.schedulable),
+                        "evidence": s.evidence if s else "",
+                    }
+                )
         return Response(out)
 
     def _act(self, request, pk, isolate: bool):
@@ -75,8 +81,9 @@ class NodeViewSet(viewsets.ViewSet):
                 backend.restore_node(node)
         except BackendError as exc:
             raise exceptions.APIException(exc.message) from None
-        return Response({n.name: {"schedulable": n.schedulable, "reason": n.reason}
-                         for n in backend.list_nodes()}[node])
+        return Response(
+            {n.name: {"schedulable": n.schedulable, "reason": n.reason} for n in backend.list_nodes()}[node]
+        )
 
     @extend_schema(request=dict, responses={200: dict})
     @action(detail=True, methods=["post"])

@@ -14,8 +14,8 @@ from . import actions
 from .logs import readable_tails
 from .models import Attempt, Instance, Job, JobStatus, RestartRecord
 
-TAIL_BYTES = 64 * 1024   # hundreds of step lines
-LOG_ATTEMPTS = 5         # log fallback: the newest attempts only, one tail each
+TAIL_BYTES = 64 * 1024  # hundreds of step lines
+LOG_ATTEMPTS = 5  # log fallback: the newest attempts only, one tail each
 CHART_W, CHART_H = 320, 90
 
 
@@ -23,7 +23,7 @@ CHART_W, CHART_H = 320, 90
 class ProgressPanel:
     summary: core_progress.ProgressSummary | None
     chart: core_progress.LossChart | None
-    source: str          # "report_progress" or "log"
+    source: str  # "report_progress" or "log"
     last_at: datetime | None = None  # the newest progress, for the page's ticking "ago"
     chart_w: int = CHART_W
     chart_h: int = CHART_H
@@ -65,11 +65,18 @@ def progress_panel(job: Job, attempts: list[Attempt], records: list[RestartRecor
     if not points:
         points, total = _from_logs(job, attempts)
         source = "log"
-    marks = [core_progress.RestartMark(r.new_attempt, r.family or r.error_code or "unknown", r.progress_step)
-             for r in records if r.kind == "job" and r.new_attempt]
+    marks = [
+        core_progress.RestartMark(r.new_attempt, r.family or r.error_code or "unknown", r.progress_step)
+        for r in records
+        if r.kind == "job" and r.new_attempt
+    ]
     summary = core_progress.summarize(points, now.timestamp(), total)
-    return ProgressPanel(summary, core_progress.loss_chart(points, marks, CHART_W, CHART_H), source,
-                         last_at=datetime.fromtimestamp(summary.last_at, tz=UTC) if summary else None)
+    return ProgressPanel(
+        summary,
+        core_progress.loss_chart(points, marks, CHART_W, CHART_H),
+        source,
+        last_at=datetime.fromtimestamp(summary.last_at, tz=UTC) if summary else None,
+    )
 
 
 # --- the job list's sparklines ----------------------------------------------------------
@@ -88,8 +95,11 @@ def list_sparklines(jobs) -> dict[int, tuple[core_progress.Sparkline, str]]:
     points: dict[int, list[core_progress.ProgressPoint]] = {}
     totals: dict[int, int | None] = {}
     handles: dict[int, tuple[int, dict]] = {}  # job id -> (attempt id, backend handle) of the current attempt
-    rows = Attempt.objects.filter(job_id__in=list(by_job)).order_by("job_id", "number").values_list(
-        "pk", "job_id", "number", "progress_samples", "backend_handle")
+    rows = (
+        Attempt.objects.filter(job_id__in=list(by_job))
+        .order_by("job_id", "number")
+        .values_list("pk", "job_id", "number", "progress_samples", "backend_handle")
+    )
     for attempt_id, job_id, number, samples, handle in rows:
         for sample in samples or []:
             point, t = core_progress.point_from_sample(number, sample)
@@ -99,8 +109,11 @@ def list_sparklines(jobs) -> dict[int, tuple[core_progress.Sparkline, str]]:
             handles[job_id] = (attempt_id, handle)
     silent = {h[0]: job_id for job_id, h in handles.items() if job_id not in points}
     first_rank: dict[int, str] = {}
-    for attempt_id, name in Instance.objects.filter(attempt_id__in=list(silent), rank=0).order_by(
-            "attempt_id", "role", "index").values_list("attempt_id", "name"):
+    for attempt_id, name in (
+        Instance.objects.filter(attempt_id__in=list(silent), rank=0)
+        .order_by("attempt_id", "role", "index")
+        .values_list("attempt_id", "name")
+    ):
         first_rank.setdefault(attempt_id, name)
     for attempt_id, name in first_rank.items():
         job = by_job[silent[attempt_id]]

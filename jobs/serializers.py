@@ -60,8 +60,21 @@ class InstanceSerializer(serializers.ModelSerializer):
     class Meta:
         model = Instance
         fields = [
-            "name", "role", "index", "rank", "status", "node", "exit_code", "signal", "backend_reason",
-            "start", "start_reason", "started_at", "exited_at", "last_output_at", "restarts",
+            "name",
+            "role",
+            "index",
+            "rank",
+            "status",
+            "node",
+            "exit_code",
+            "signal",
+            "backend_reason",
+            "start",
+            "start_reason",
+            "started_at",
+            "exited_at",
+            "last_output_at",
+            "restarts",
         ]
 
 
@@ -72,8 +85,20 @@ class AttemptSerializer(serializers.ModelSerializer):
     class Meta:
         model = Attempt
         fields = [
-            "number", "status", "reason", "queued_at", "preparing_at", "starting_at", "running_at",
-            "first_progress_at", "stopping_at", "ended_at", "detected_failure_at", "made_progress", "stages", "instances",
+            "number",
+            "status",
+            "reason",
+            "queued_at",
+            "preparing_at",
+            "starting_at",
+            "running_at",
+            "first_progress_at",
+            "stopping_at",
+            "ended_at",
+            "detected_failure_at",
+            "made_progress",
+            "stages",
+            "instances",
         ]
 
     def get_stages(self, a) -> dict:
@@ -81,8 +106,15 @@ class AttemptSerializer(serializers.ModelSerializer):
         stamps made monotonic (core.stages): never negative, also for rows stored
         before the stamps were kept in order."""
         return stage_durations(
-            {"queued": a.queued_at, "preparing": a.preparing_at, "starting": a.starting_at,
-             "running": a.running_at, "stopping": a.stopping_at}, a.ended_at)
+            {
+                "queued": a.queued_at,
+                "preparing": a.preparing_at,
+                "starting": a.starting_at,
+                "running": a.running_at,
+                "stopping": a.stopping_at,
+            },
+            a.ended_at,
+        )
 
 
 class JobSerializer(serializers.ModelSerializer):
@@ -96,10 +128,32 @@ class JobSerializer(serializers.ModelSerializer):
     class Meta:
         model = Job
         fields = [
-            "id", "workspace", "workspace_slug", "display_name", "job_type", "job_specs", "user_command", "envs",
-            "image", "workdir", "backend", "settings", "status", "reason", "restart_count", "max_restarts",
-            "last_restart_reason", "current_attempt", "stop_requested", "hang_interval_override",
-            "last_progress_at", "last_progress_step", "token_hint", "created_at", "started_at", "finished_at",
+            "id",
+            "workspace",
+            "workspace_slug",
+            "display_name",
+            "job_type",
+            "job_specs",
+            "user_command",
+            "envs",
+            "image",
+            "workdir",
+            "backend",
+            "settings",
+            "status",
+            "reason",
+            "restart_count",
+            "max_restarts",
+            "last_restart_reason",
+            "current_attempt",
+            "stop_requested",
+            "hang_interval_override",
+            "last_progress_at",
+            "last_progress_step",
+            "token_hint",
+            "created_at",
+            "started_at",
+            "finished_at",
         ]
 
     def get_envs(self, job) -> dict[str, str]:
@@ -112,8 +166,11 @@ class JobSerializer(serializers.ModelSerializer):
         roles = self.context.get("_roles")
         if roles is None:  # once per response, shared by every job of a list
             roles = cast(dict, self.context)["_roles"] = dict(
-                Membership.objects.filter(user=user).values_list("workspace_id", "role"))
-        return dict(job.envs or {}) if sees_secrets(roles.get(job.workspace_id), user.pk, job) else masked_envs(job.envs)
+                Membership.objects.filter(user=user).values_list("workspace_id", "role")
+            )
+        return (
+            dict(job.envs or {}) if sees_secrets(roles.get(job.workspace_id), user.pk, job) else masked_envs(job.envs)
+        )
 
     def get_settings(self, job) -> dict:
         return {
@@ -147,9 +204,27 @@ class RestartRecordSerializer(serializers.ModelSerializer):
     class Meta:
         model = RestartRecord
         fields = [
-            "id", "number", "kind", "attempt", "new_attempt", "restart_time", "node_name", "instance_name",
-            "error_code", "error_message", "error_source", "rule", "reason", "cause", "next_step", "root_cause",
-            "cascades", "log_offset", "result", "duration_seconds", "completed_at",
+            "id",
+            "number",
+            "kind",
+            "attempt",
+            "new_attempt",
+            "restart_time",
+            "node_name",
+            "instance_name",
+            "error_code",
+            "error_message",
+            "error_source",
+            "rule",
+            "reason",
+            "cause",
+            "next_step",
+            "root_cause",
+            "cascades",
+            "log_offset",
+            "result",
+            "duration_seconds",
+            "completed_at",
         ]
 
 
@@ -195,13 +270,15 @@ class WholeNumber(serializers.IntegerField):
         self.accept_digits = accept_digits
         super().__init__(**kwargs)
         lo, hi = self.min_value, self.max_value
-        self.error_messages.update({
-            "invalid": f"must be a whole number from {lo} to {hi} (ASCII digits).",
-            "required": f"is required: a whole number from {lo} to {hi}.",
-            "null": f"must be a whole number from {lo} to {hi}, not null.",
-            "min_value": f"must be from {lo} to {hi}, got {{value}}.",
-            "max_value": f"must be from {lo} to {hi}, got {{value}}.",
-        })
+        self.error_messages.update(
+            {
+                "invalid": f"must be a whole number from {lo} to {hi} (ASCII digits).",
+                "required": f"is required: a whole number from {lo} to {hi}.",
+                "null": f"must be a whole number from {lo} to {hi}, not null.",
+                "min_value": f"must be from {lo} to {hi}, got {{value}}.",
+                "max_value": f"must be from {lo} to {hi}, got {{value}}.",
+            }
+        )
         self.validators = []  # the range is checked here, naming the value sent
 
     def to_internal_value(self, data: Any) -> int:
@@ -220,8 +297,13 @@ class KeywordList(serializers.ListField):
     """Log-line keywords matched literally: trimmed, non-empty, storable, each once."""
 
     def __init__(self, **kwargs: Any) -> None:
-        super().__init__(child=serializers.CharField(max_length=MAX_KEYWORD_LENGTH), max_length=MAX_KEYWORDS,
-                         allow_null=True, required=False, **kwargs)
+        super().__init__(
+            child=serializers.CharField(max_length=MAX_KEYWORD_LENGTH),
+            max_length=MAX_KEYWORDS,
+            allow_null=True,
+            required=False,
+            **kwargs,
+        )
 
     def to_internal_value(self, data: Any) -> list[str]:
         if data in (None, ""):
@@ -280,7 +362,8 @@ class CpuCount(serializers.FloatField):
                 raise ValueError
         except (TypeError, ValueError):
             raise serializers.ValidationError(
-                f"must be a number of CPUs above 0 and at most 1024, got {data!r}.") from None
+                f"must be a number of CPUs above 0 and at most 1024, got {data!r}."
+            ) from None
         return value
 
 
@@ -306,13 +389,28 @@ class RoleSpecSerializer(serializers.Serializer):
 
     default_error_messages = {"invalid": "must be an object with type, pod_count and resource_config."}
 
-    type = Text(invalid="must be the name of a role of the job type, e.g. \"Worker\".",
-                help_text="a role of the job type: " + "; ".join(f"{t}: {', '.join(r)}" for t, r in JOB_TYPE_ROLES.items()))
-    pod_count = WholeNumber(accept_digits=True, min_value=1, max_value=MAX_REPLICAS, required=False, default=1,
-                            help_text="replicas of this role")
-    image = Text(invalid="must be a string of at most 512 characters.", one_line=True, max_length=512,
-                 required=False, allow_null=True, allow_blank=True, default="",
-                 error_messages={"max_length": "must be a string of at most 512 characters."})
+    type = Text(
+        invalid='must be the name of a role of the job type, e.g. "Worker".',
+        help_text="a role of the job type: " + "; ".join(f"{t}: {', '.join(r)}" for t, r in JOB_TYPE_ROLES.items()),
+    )
+    pod_count = WholeNumber(
+        accept_digits=True,
+        min_value=1,
+        max_value=MAX_REPLICAS,
+        required=False,
+        default=1,
+        help_text="replicas of this role",
+    )
+    image = Text(
+        invalid="must be a string of at most 512 characters.",
+        one_line=True,
+        max_length=512,
+        required=False,
+        allow_null=True,
+        allow_blank=True,
+        default="",
+        error_messages={"max_length": "must be a string of at most 512 characters."},
+    )
     resource_config = ResourceConfigSerializer(required=False, allow_null=True)
 
 
@@ -320,8 +418,9 @@ class Envs(serializers.DictField):
     """Environment variables every instance gets; names a job may not set are refused."""
 
     def __init__(self, **kwargs: Any) -> None:
-        super().__init__(child=serializers.CharField(max_length=MAX_ENV_VALUE), required=False, allow_null=True,
-                         **kwargs)
+        super().__init__(
+            child=serializers.CharField(max_length=MAX_ENV_VALUE), required=False, allow_null=True, **kwargs
+        )
 
     def to_internal_value(self, data: Any) -> dict[str, str]:
         if data in (None, ""):
@@ -391,15 +490,22 @@ class StrictBoolean(serializers.BooleanField):
 
 class SubmissionSettingsSerializer(serializers.Serializer):
     default_error_messages = {
-        "invalid": "must be an object with enable_error_monitoring_in_aimaster and error_monitoring_args."}
+        "invalid": "must be an object with enable_error_monitoring_in_aimaster and error_monitoring_args."
+    }
 
-    enable_error_monitoring_in_aimaster = StrictBoolean(required=False, default=False,
-                                                        help_text="Automatic Fault Tolerance on or off")
+    enable_error_monitoring_in_aimaster = StrictBoolean(
+        required=False, default=False, help_text="Automatic Fault Tolerance on or off"
+    )
     error_monitoring_args = Text(
-        invalid=f"must be a flag string of at most {MAX_FLAGS} characters.", max_length=MAX_FLAGS,
-        required=False, allow_null=True, allow_blank=True, default="",
+        invalid=f"must be a flag string of at most {MAX_FLAGS} characters.",
+        max_length=MAX_FLAGS,
+        required=False,
+        allow_null=True,
+        allow_blank=True,
+        default="",
         error_messages={"max_length": f"must be a flag string of at most {MAX_FLAGS} characters."},
-        help_text="fault-tolerance flags, e.g. --enable-job-restart=True --max-num-of-job-restart=3")
+        help_text="fault-tolerance flags, e.g. --enable-job-restart=True --max-num-of-job-restart=3",
+    )
     retryable_errors = KeywordList(help_text="log-line keywords that make a failure retryable")
 
     def validate_error_monitoring_args(self, value: str | None) -> str:
@@ -432,24 +538,51 @@ class JobSubmitSerializer(FlatErrorsSerializer):
     default_error_messages = {"invalid": "the request body must be a JSON object."}
 
     workspace = WorkspaceRef(help_text="id (digits) or slug (starts with a letter) of one of your workspaces")
-    display_name = Text(invalid="is required: a name for the job.", one_line=True, max_length=MAX_DISPLAY_NAME,
-                        error_messages={"max_length": f"must be at most {MAX_DISPLAY_NAME} printable characters."})
-    job_type = serializers.ChoiceField(choices=JobType.choices, error_messages={
-        "invalid_choice": f"{{input!r}} is not accepted; use one of {', '.join(JOB_TYPE_ROLES)}.",
-        "required": f"None is not accepted; use one of {', '.join(JOB_TYPE_ROLES)}.",
-        "null": f"None is not accepted; use one of {', '.join(JOB_TYPE_ROLES)}.",
-    })
-    job_specs = RoleSpecSerializer(many=True, allow_empty=False, error_messages={
-        key: "must be a non-empty list of roles, e.g. [{{\"type\": \"Worker\", \"pod_count\": 2}}]."  # fail() formats
-        for key in ("required", "null", "not_a_list", "empty")})
-    user_command = Text(invalid="is required: the shell command every instance runs.", require_text=True,
-                        trim_whitespace=False, max_length=MAX_COMMAND,
-                        error_messages={"max_length": f"must be at most {MAX_COMMAND} characters."})
+    display_name = Text(
+        invalid="is required: a name for the job.",
+        one_line=True,
+        max_length=MAX_DISPLAY_NAME,
+        error_messages={"max_length": f"must be at most {MAX_DISPLAY_NAME} printable characters."},
+    )
+    job_type = serializers.ChoiceField(
+        choices=JobType.choices,
+        error_messages={
+            "invalid_choice": f"{{input!r}} is not accepted; use one of {', '.join(JOB_TYPE_ROLES)}.",
+            "required": f"None is not accepted; use one of {', '.join(JOB_TYPE_ROLES)}.",
+            "null": f"None is not accepted; use one of {', '.join(JOB_TYPE_ROLES)}.",
+        },
+    )
+    job_specs = RoleSpecSerializer(
+        many=True,
+        allow_empty=False,
+        error_messages={
+            key: 'must be a non-empty list of roles, e.g. [{{"type": "Worker", "pod_count": 2}}].'  # fail() formats
+            for key in ("required", "null", "not_a_list", "empty")
+        },
+    )
+    user_command = Text(
+        invalid="is required: the shell command every instance runs.",
+        require_text=True,
+        trim_whitespace=False,
+        max_length=MAX_COMMAND,
+        error_messages={"max_length": f"must be at most {MAX_COMMAND} characters."},
+    )
     envs = Envs(help_text="NAME to value; secrets are masked for those who may not see them")
-    backend = Backend(required=False, allow_null=True, allow_blank=True, default="local",
-                      help_text="one of settings.JOB_BACKENDS you may run on")
-    workdir = Workdir(invalid="must be an absolute path of at most 1024 characters.", one_line=True,
-                      required=False, allow_null=True, allow_blank=True, default="")
+    backend = Backend(
+        required=False,
+        allow_null=True,
+        allow_blank=True,
+        default="local",
+        help_text="one of settings.JOB_BACKENDS you may run on",
+    )
+    workdir = Workdir(
+        invalid="must be an absolute path of at most 1024 characters.",
+        one_line=True,
+        required=False,
+        allow_null=True,
+        allow_blank=True,
+        default="",
+    )
     settings = SubmissionSettingsSerializer(required=False, allow_null=True)
 
     def to_internal_value(self, data: Any) -> Any:
@@ -498,8 +631,16 @@ class JobSubmitSerializer(FlatErrorsSerializer):
         roles = []
         for spec in data["job_specs"]:
             res = spec.get("resource_config") or {}
-            roles.append(RoleSpec(spec["type"], spec["pod_count"], spec.get("image") or "", res.get("cpu", 1.0),
-                                  res.get("memory") or "", res.get("gpu", 0)))
+            roles.append(
+                RoleSpec(
+                    spec["type"],
+                    spec["pod_count"],
+                    spec.get("image") or "",
+                    res.get("cpu", 1.0),
+                    res.get("memory") or "",
+                    res.get("gpu", 0),
+                )
+            )
         return ValidSubmission(
             display_name=data["display_name"].strip(),
             job_type=data["job_type"],

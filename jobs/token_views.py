@@ -21,8 +21,9 @@ LIST_LIMIT = 200
 
 class NewTokenForm(forms.Form):
     name = forms.CharField(max_length=100, help_text="To recognise it later, e.g. “laptop” or “CI”.")
-    expires = forms.ChoiceField(label="Expires after", choices=EXPIRY_CHOICES, initial=DEFAULT_EXPIRY,
-                                widget=forms.RadioSelect)
+    expires = forms.ChoiceField(
+        label="Expires after", choices=EXPIRY_CHOICES, initial=DEFAULT_EXPIRY, widget=forms.RadioSelect
+    )
 
     def clean_name(self):
         name = self.cleaned_data["name"].strip()
@@ -33,8 +34,7 @@ class NewTokenForm(forms.Form):
 
 def _page(request, form, raw=None, status=200):
     tokens = ApiToken.objects.filter(user=request.user).order_by("-created_at", "-pk")[:LIST_LIMIT]
-    return render(request, "jobs/api_tokens.html", {"form": form, "tokens": tokens, "new_token": raw},
-                  status=status)
+    return render(request, "jobs/api_tokens.html", {"form": form, "tokens": tokens, "new_token": raw}, status=status)
 
 
 @login_required
@@ -46,8 +46,11 @@ def api_tokens(request):
     if not form.is_valid():
         # 400 with each error at its field (the form's error list names the field)
         return _page(request, form, status=400)
-    token, raw = ApiToken.issue(request.user, name=form.cleaned_data["name"],
-                                expires_at=expiry_from(form.cleaned_data["expires"], timezone.now()))
+    token, raw = ApiToken.issue(
+        request.user,
+        name=form.cleaned_data["name"],
+        expires_at=expiry_from(form.cleaned_data["expires"], timezone.now()),
+    )
     # Rendered in the POST's answer, never redirected: the raw token must not sit in a
     # URL, the session or a cache; this response is the one time it is shown.
     response = _page(request, NewTokenForm(), raw=raw, status=201)

@@ -13,9 +13,9 @@ __all__ = ["Verdict", "describe", "exit_status_text"]
 
 @dataclass(frozen=True)
 class Verdict:
-    basis: str          # one sentence: what decided
-    family: str         # the failure family of the signature ("" when none)
-    evidence: str       # the line that decided ("" when only the exit status did)
+    basis: str  # one sentence: what decided
+    family: str  # the failure family of the signature ("" when none)
+    evidence: str  # the line that decided ("" when only the exit status did)
     by_exit_status: bool
 
     @property
@@ -40,12 +40,18 @@ def describe(error_source: str, family: str, evidence: str, error_code: str) -> 
     if source == "ExitCode":
         return Verdict(f"No known signature; decided by {exit_status_text(error_code)}.", family, "", True)
     if source == "Backend":
-        return Verdict(f"Decided by the scheduler's reason {evidence or error_code}"
-                       + (f" ({family} family)." if family else "."), family, "", False)
+        return Verdict(
+            f"Decided by the scheduler's reason {evidence or error_code}" + (f" ({family} family)." if family else "."),
+            family,
+            "",
+            False,
+        )
     if source == "UserKeyword":
-        return Verdict("Decided by a retryable keyword of this job or workspace, on the line below.",
-                       family, evidence, False)
+        return Verdict(
+            "Decided by a retryable keyword of this job or workspace, on the line below.", family, evidence, False
+        )
     if source == "Log":
-        return Verdict(f"Decided by a known {family + ' ' if family else ''}signature on the line below.",
-                       family, evidence, False)
+        return Verdict(
+            f"Decided by a known {family + ' ' if family else ''}signature on the line below.", family, evidence, False
+        )
     return Verdict("Decided by the monitor's own detection (hang, exit hang or C4D).", family, "", False)

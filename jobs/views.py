@@ -39,8 +39,17 @@ from .hang_panel import hang_panel
 from .progress_panel import SPARK_H, SPARK_W, list_sparklines, progress_panel
 from .inputs import query_int
 from .logs import InstanceLog
-from .models import (ADMIN_ROLES, WRITE_ROLES, Attempt, EventType, Instance, JobEvent, JobStatus, NodeFault,
-                     RestartRecord)
+from .models import (
+    ADMIN_ROLES,
+    WRITE_ROLES,
+    Attempt,
+    EventType,
+    Instance,
+    JobEvent,
+    JobStatus,
+    NodeFault,
+    RestartRecord,
+)
 from .serializers import RetryableKeywordSerializer
 from .verdicts import describe
 
@@ -49,6 +58,7 @@ STATUS_ORDER = [s.value for s in JobStatus]
 
 
 # --- lookups ----------------------------------------------------------------------
+
 
 def workspace_or_404(request, slug):
     try:
@@ -105,6 +115,7 @@ def can_write(request, workspace) -> bool:
 
 
 # --- job list -----------------------------------------------------------------------
+
 
 def _last_reason():
     return Subquery(RestartRecord.objects.filter(job=OuterRef("pk")).order_by("-id").values("reason")[:1])
@@ -165,20 +176,29 @@ def job_row(request, slug, job_id):
 
 # --- submission -------------------------------------------------------------------------
 
+
 @login_required
 @require_http_methods(["GET", "POST"])
 def job_new(request, slug):
     workspace = workspace_or_404(request, slug)
     if not can_write(request, workspace):
         role = workspace.role_of(request.user)
-        return forbidden(request, workspace, f"Your role in {workspace.name} is {role}: you can watch jobs here but "
-                                             "not submit them. Ask an owner or admin for the member role.")
+        return forbidden(
+            request,
+            workspace,
+            f"Your role in {workspace.name} is {role}: you can watch jobs here but "
+            "not submit them. Ask an owner or admin for the member role.",
+        )
     backends = runnable_backends(request.user)
     if not backends:
         names = ", ".join(permission_name(b) for b in settings.JOB_BACKENDS)
-        return forbidden(request, workspace, f"You may not run jobs on any backend of this console: that needs a "
-                                             f"site permission ({names}) that staff grant in the admin or with "
-                                             "`manage.py backendaccess`.")
+        return forbidden(
+            request,
+            workspace,
+            f"You may not run jobs on any backend of this console: that needs a "
+            f"site permission ({names}) that staff grant in the admin or with "
+            "`manage.py backendaccess`.",
+        )
     status = 200
     clone_of = None
     if request.method == "POST":
@@ -204,8 +224,9 @@ def job_new(request, slug):
         initial = {}
         if request.GET.get("clone"):
             _, clone_of = job_or_404(request, slug, request.GET["clone"])
-            initial = initial_from_job(clone_of, show_secrets=sees_secrets(
-                workspace.role_of(request.user), request.user.pk, clone_of))
+            initial = initial_from_job(
+                clone_of, show_secrets=sees_secrets(workspace.role_of(request.user), request.user.pk, clone_of)
+            )
             if initial.get("backend") not in backends:
                 initial.pop("backend", None)
         form = JobForm(initial=initial, backends=backends)
@@ -234,6 +255,7 @@ def flags_preview(request, slug):
 
 
 # --- the job page ------------------------------------------------------------------------
+
 
 def _job_context(request, workspace, job) -> dict:
     attempts = list(job.attempts.order_by("number"))
@@ -277,8 +299,12 @@ def _standby_view(job) -> dict | None:
     if not parked:
         return None
     rss = [p["rss"] for p in parked if p["rss"] is not None]
-    return {"count": len(parked), "ready": sum(1 for p in parked if p["parked"]),
-            "attempt": max(p["attempt"] for p in parked), "rss": sum(rss) if rss else None}
+    return {
+        "count": len(parked),
+        "ready": sum(1 for p in parked if p["parked"]),
+        "attempt": max(p["attempt"] for p in parked),
+        "rss": sum(rss) if rss else None,
+    }
 
 
 def _failure_verdict(job):
@@ -288,8 +314,9 @@ def _failure_verdict(job):
     payload = job.events.filter(type=EventType.JOB_FAILED).order_by("-id").values_list("payload", flat=True).first()
     if not isinstance(payload, dict) or not payload.get("error_source"):
         return None
-    return describe(payload["error_source"], payload.get("family", ""), payload.get("evidence", ""),
-                    payload.get("error_code", ""))
+    return describe(
+        payload["error_source"], payload.get("family", ""), payload.get("evidence", ""), payload.get("error_code", "")
+    )
 
 
 def _diagnosis_view(diagnosis):
@@ -317,7 +344,7 @@ def job_detail(request, slug, job_id):
     return render(request, "jobs/job_detail.html", context)
 
 
-EARLIER_ATTEMPTS = 3    # a reloaded log that follows the job starts this many attempts back
+EARLIER_ATTEMPTS = 3  # a reloaded log that follows the job starts this many attempts back
 EARLIER_INSTANCES = 16  # ... with the first window of at most this many instances' logs each
 
 
@@ -363,8 +390,9 @@ def log_urls(workspace, job) -> dict[str, dict]:
     for number in job.attempts.values_list("number", flat=True):
         archive[number] = reverse("pages:attempt-logs", args=[workspace.slug, job.pk, number])
     for number, name in Instance.objects.filter(attempt__job=job).values_list("attempt__number", "name"):
-        download.setdefault(number, {})[name] = reverse("pages:log-download",
-                                                        args=[workspace.slug, job.pk, number, name])
+        download.setdefault(number, {})[name] = reverse(
+            "pages:log-download", args=[workspace.slug, job.pk, number, name]
+        )
     return {"archive": archive, "download": download}
 
 
@@ -373,8 +401,9 @@ def job_failures(job) -> list[dict]:
     each job_failed event (its payload names the instance, not a line). Restart
     records, which carry the classified line's offset, are read from their rows."""
     out = []
-    for attempt, payload in job.events.filter(type=EventType.JOB_FAILED).order_by("id").values_list(
-            "attempt", "payload"):
+    for attempt, payload in (
+        job.events.filter(type=EventType.JOB_FAILED).order_by("id").values_list("attempt", "payload")
+    ):
         instance = (payload or {}).get("instance") if isinstance(payload, dict) else None
         if attempt and instance:
             out.append({"attempt": attempt, "instance": instance})
@@ -430,21 +459,34 @@ def job_token_reset(request, slug, job_id):
 
 # --- retryable keywords from a verdict (issue 13) ---------------------------------------
 
+
 @login_required
 @require_POST
 def retryable_keyword(request, slug, job_id):
     """An owner/admin makes a failure's line a retryable keyword for the job or workspace."""
     workspace, job = job_or_404(request, slug, job_id)
     if workspace.role_of(request.user) not in ADMIN_ROLES:
-        return forbidden(request, workspace, f"Your role in {workspace.name} is {workspace.role_of(request.user)}: "
-                                             "only an owner or admin can add retryable keywords.")
+        return forbidden(
+            request,
+            workspace,
+            f"Your role in {workspace.name} is {workspace.role_of(request.user)}: "
+            "only an owner or admin can add retryable keywords.",
+        )
     form = RetryableKeywordSerializer(data=request.POST)
     if not form.is_valid():
         field, messages = next(iter(form.errors.items()))
-        return render(request, "jobs/_keyword_offer.html",
-                      {"workspace": workspace, "job": job, "keyword": request.POST.get("keyword", "")[:256],
-                       "error_field": field, "error": f"{field}: {' '.join(str(m) for m in messages)}"},
-                      status=400)
+        return render(
+            request,
+            "jobs/_keyword_offer.html",
+            {
+                "workspace": workspace,
+                "job": job,
+                "keyword": request.POST.get("keyword", "")[:256],
+                "error_field": field,
+                "error": f"{field}: {' '.join(str(m) for m in messages)}",
+            },
+            status=400,
+        )
     keyword, scope = form.validated_data["keyword"], form.validated_data["scope"]
     try:
         added = actions.add_retryable_keyword(request.user, job, keyword, scope)
@@ -458,6 +500,7 @@ def retryable_keyword(request, slug, job_id):
 
 # --- restart records -----------------------------------------------------------------------
 
+
 @login_required
 def restart_records(request, slug, job_id):
     workspace, job = job_or_404(request, slug, job_id)
@@ -470,9 +513,16 @@ def restart_records(request, slug, job_id):
 def restart_record(request, slug, job_id, record_id):
     workspace, job = job_or_404(request, slug, job_id)
     record = first_or_404(job.restart_records.filter(pk=record_id), "No such restart record for this job.")
-    return render(request, "jobs/restart_record.html", {
-        "workspace": workspace, "job": job, "record": record,
-        "can_admin": workspace.role_of(request.user) in ADMIN_ROLES})
+    return render(
+        request,
+        "jobs/restart_record.html",
+        {
+            "workspace": workspace,
+            "job": job,
+            "record": record,
+            "can_admin": workspace.role_of(request.user) in ADMIN_ROLES,
+        },
+    )
 
 
 @login_required
@@ -480,8 +530,11 @@ def diagnosis(request, slug, job_id, diagnosis_id):
     """One diagnosis (a hang's stack snapshot) on its own page: what a restart record links to."""
     workspace, job = job_or_404(request, slug, job_id)
     found = first_or_404(job.diagnoses.filter(pk=diagnosis_id), "No such diagnosis for this job.")
-    return render(request, "jobs/diagnosis.html", {
-        "workspace": workspace, "job": job, "diagnosis": found, "diagnoses": [_diagnosis_view(found)]})
+    return render(
+        request,
+        "jobs/diagnosis.html",
+        {"workspace": workspace, "job": job, "diagnosis": found, "diagnoses": [_diagnosis_view(found)]},
+    )
 
 
 def aggregate_faults(records) -> list[dict]:
@@ -490,10 +543,22 @@ def aggregate_faults(records) -> list[dict]:
     groups: dict[tuple, dict] = {}
     for r in records:
         key = (r.error_code or "unknown", r.error_source or "unknown", r.node_name or "unknown")
-        g = groups.setdefault(key, {
-            "error_code": key[0], "error_source": key[1], "node_name": key[2], "count": 0,
-            "root_causes": 0, "cascades": 0, "instances": Counter(), "first": r.restart_time,
-            "last": r.restart_time, "message": r.error_message, "records": []})
+        g = groups.setdefault(
+            key,
+            {
+                "error_code": key[0],
+                "error_source": key[1],
+                "node_name": key[2],
+                "count": 0,
+                "root_causes": 0,
+                "cascades": 0,
+                "instances": Counter(),
+                "first": r.restart_time,
+                "last": r.restart_time,
+                "message": r.error_message,
+                "records": [],
+            },
+        )
         g["count"] += 1
         g["root_causes" if r.root_cause else "cascades"] += 1
         g["instances"][r.instance_name or "whole job"] += 1
@@ -510,8 +575,11 @@ def aggregate_faults(records) -> list[dict]:
 def restart_aggregate(request, slug, job_id):
     workspace, job = job_or_404(request, slug, job_id)
     records = list(job.restart_records.order_by("restart_time", "id"))
-    return render(request, "jobs/restart_aggregate.html", {
-        "workspace": workspace, "job": job, "groups": aggregate_faults(records), "total": len(records)})
+    return render(
+        request,
+        "jobs/restart_aggregate.html",
+        {"workspace": workspace, "job": job, "groups": aggregate_faults(records), "total": len(records)},
+    )
 
 
 # --- logs ----------------------------------------------------------------------------------
@@ -544,8 +612,9 @@ def log_download(request, slug, job_id, number, instance):
         response["Content-Disposition"] = f'attachment; filename="{filename.removesuffix(".log")}-times.log"'
         return response
     if log.path and os.path.exists(log.path):
-        return FileResponse(open(log.path, "rb"), as_attachment=True, filename=filename,
-                            content_type="text/plain; charset=utf-8")
+        return FileResponse(
+            open(log.path, "rb"), as_attachment=True, filename=filename, content_type="text/plain; charset=utf-8"
+        )
 
     def chunks():
         offset = 0
@@ -633,8 +702,9 @@ def attempt_logs_archive(request, slug, job_id, number):
     members = []
     if attempt.backend_handle:
         backend = actions.get_backend_for(job)
-        members = [(f"{folder}/{name}.log", InstanceLog(backend, attempt.backend_handle, name).read_or_empty)
-                   for name in names]
+        members = [
+            (f"{folder}/{name}.log", InstanceLog(backend, attempt.backend_handle, name).read_or_empty) for name in names
+        ]
     else:
         members = [(f"{folder}/{name}.log", lambda offset, limit: b"") for name in names]
     response = StreamingHttpResponse((c for c in attempt_archive_chunks(members) if c), content_type="application/zip")
@@ -662,7 +732,8 @@ def dashboard_context(workspace, now=None) -> dict:
         "restarting": list(jobs.filter(status=JobStatus.RESTARTING).order_by("-created_at")[:20]),
         "failed": list(jobs.filter(status=JobStatus.FAILED, finished_at__gte=since).order_by("-finished_at")[:20]),
         "recent_events": list(
-            JobEvent.objects.filter(job__workspace=workspace).select_related("job").order_by("-id")[:25]),
+            JobEvent.objects.filter(job__workspace=workspace).select_related("job").order_by("-id")[:25]
+        ),
         "live_count": workspace.jobs.filter(status__in=[JobStatus.CREATING, JobStatus.QUEUING]).count(),
     }
 
@@ -684,36 +755,56 @@ def reliability(request, slug):
     now = timezone.now()
     span, _ = reliability_core.PERIODS[period]
     since = now - timedelta(seconds=span)
-    records = list(RestartRecord.objects.filter(job__workspace=workspace, restart_time__gt=since,
-                                                restart_time__lte=now).select_related("job").order_by("restart_time", "id"))
-    seen = [reliability_core.RestartSeen(r.pk, r.job_id, r.restart_time.timestamp(), r.error_code, r.family, r.node_name)
-            for r in records]
+    records = list(
+        RestartRecord.objects.filter(job__workspace=workspace, restart_time__gt=since, restart_time__lte=now)
+        .select_related("job")
+        .order_by("restart_time", "id")
+    )
+    seen = [
+        reliability_core.RestartSeen(r.pk, r.job_id, r.restart_time.timestamp(), r.error_code, r.family, r.node_name)
+        for r in records
+    ]
     buckets = reliability_core.buckets(seen, now.timestamp(), period)
     causes = [c for c, _ in reliability_core.count_by(seen, "cause")]
     columns = reliability_core.stacked_bars(buckets, causes, CHART_W, CHART_H, palette=PALETTE)
-    chart = [{"segments": col, "total": b.total, "start": datetime.fromtimestamp(b.start, tz=UTC)}
-             for col, b in zip(columns, buckets, strict=True)]
+    chart = [
+        {"segments": col, "total": b.total, "start": datetime.fromtimestamp(b.start, tz=UTC)}
+        for col, b in zip(columns, buckets, strict=True)
+    ]
     by_id = {r.pk: r for r in records}
     node_records: dict[str, list] = {}
     for s in seen:
         node_records.setdefault(s.node or reliability_core.UNKNOWN, []).append(by_id[s.record_id])
-    faults = [NodeFaultSeen(f.node, f.job_id, f.error_code, f.retryable, f.created_at.timestamp())
-              for f in NodeFault.objects.filter(job__workspace=workspace, created_at__gt=since)]
-    standings = sorted(reputation_standings(faults, now.timestamp(), window=span).values(),
-                       key=lambda s: (-s.faults_in_window, s.node))
+    faults = [
+        NodeFaultSeen(f.node, f.job_id, f.error_code, f.retryable, f.created_at.timestamp())
+        for f in NodeFault.objects.filter(job__workspace=workspace, created_at__gt=since)
+    ]
+    standings = sorted(
+        reputation_standings(faults, now.timestamp(), window=span).values(), key=lambda s: (-s.faults_in_window, s.node)
+    )
     nodes = [{"standing": s, "records": node_records.get(s.node, [])} for s in standings if s.faults_in_window]
-    active = (workspace.jobs.filter(created_at__lte=now).exclude(finished_at__lt=since)
-              .order_by("-created_at")[:RELIABILITY_JOBS])
+    active = (
+        workspace.jobs.filter(created_at__lte=now)
+        .exclude(finished_at__lt=since)
+        .order_by("-created_at")[:RELIABILITY_JOBS]
+    )
     goodput = [{"job": j, "ledger": job_goodput(j, now)} for j in active]
     context = {
-        "workspace": workspace, "period": period, "period_error": period_error,
+        "workspace": workspace,
+        "period": period,
+        "period_error": period_error,
         "periods": [(k, {"24h": "24 h", "7d": "7 d", "30d": "30 d"}[k]) for k in reliability_core.PERIODS],
-        "total": len(seen), "chart": chart, "chart_w": CHART_W, "chart_h": CHART_H,
+        "total": len(seen),
+        "chart": chart,
+        "chart_w": CHART_W,
+        "chart_h": CHART_H,
         "bucket_hours": reliability_core.PERIODS[period][1] == 3600,
         "causes": [(c, n, i % PALETTE) for i, (c, n) in enumerate(reliability_core.count_by(seen, "cause"))],
         "by_node": reliability_core.count_by(seen, "node"),
         "by_code": reliability_core.count_by(seen, "error_code"),
-        "nodes": nodes, "goodput": goodput, "records": records,
+        "nodes": nodes,
+        "goodput": goodput,
+        "records": records,
     }
     # A refused period still shows the page (for the default period, with the message
     # naming the field), but as a 400 so that a script asking for it is not misled.

@@ -19,7 +19,14 @@ from jobs import actions
 from jobs.backends.base import Backend, BackendError
 from jobs.logs import InstanceLog
 from jobs.models import (
-    Attempt, DiagnosisKind, DiagnosisTrigger, EventLevel, EventType, Instance, InstanceStatus, Job,
+    Attempt,
+    DiagnosisKind,
+    DiagnosisTrigger,
+    EventLevel,
+    EventType,
+    Instance,
+    InstanceStatus,
+    Job,
 )
 from monitoring import diagnose
 from monitoring.failures import PROGRESS_RE, TAIL_BYTES, epoch
@@ -32,35 +39,50 @@ STRAGGLER_EVERY = 30.0  # seconds between straggler checks of one job
 STRAGGLER_TAIL = 64 * 1024
 
 
-def check_problems(job: Job, config: FaultToleranceConfig, attempt: Attempt, instances: list[Instance],
-                   backend: Backend, now: datetime) -> Outcome | None:
+def check_problems(
+    job: Job, config: FaultToleranceConfig, attempt: Attempt, instances: list[Instance], backend: Backend, now: datetime
+) -> Outcome | None:
     """Hang and exit hang (Sync jobs with the detections on)."""
     if config.job_execution_mode != ExecutionMode.SYNC:
         return None
-    activity = [hang.InstanceActivity(
-        name=i.name,
-        running=i.status == InstanceStatus.RUNNING,
-        last_output_at=epoch(i.last_output_at),
-        exit_code=i.exit_code,
-        exited_at=epoch(i.exited_at),
-    ) for i in instances]
+    activity = [
+        hang.InstanceActivity(
+            name=i.name,
+            running=i.status == InstanceStatus.RUNNING,
+            last_output_at=epoch(i.last_output_at),
+            exit_code=i.exit_code,
+            exited_at=epoch(i.exited_at),
+        )
+        for i in instances
+    ]
     started = epoch(attempt.starting_at) or epoch(attempt.queued_at) or now.timestamp()
-    progress = (first_progress_of(job, config, attempt, instances, backend, now)
-                if hang.effective_hang_interval(config, job.hang_interval_override) is not None else None)
-    watched = hang.WatchedAttempt(config, job.hang_interval_override, activity, started,
-                                  first_progress_at=progress, override_set_at=epoch(job.hang_interval_set_at))
+    progress = (
+        first_progress_of(job, config, attempt, instances, backend, now)
+        if hang.effective_hang_interval(config, job.hang_interval_override) is not None
+        else None
+    )
+    watched = hang.WatchedAttempt(
+        config,
+        job.hang_interval_override,
+        activity,
+        started,
+        first_progress_at=progress,
+        override_set_at=epoch(job.hang_interval_set_at),
+    )
     verdict = hang.check_hang(watched, now.timestamp())
     if verdict is not None:
         return on_problem(job, attempt, instances, ErrorSource.HANG, EventType.HANG, verdict.message, now)
     exit_verdict = hang.check_exit_hang(config, activity, now.timestamp())
     if exit_verdict is not None:
-        return on_problem(job, attempt, instances, ErrorSource.EXIT_HANG, EventType.EXIT_HANG,
-                          exit_verdict.message, now)
+        return on_problem(
+            job, attempt, instances, ErrorSource.EXIT_HANG, EventType.EXIT_HANG, exit_verdict.message, now
+        )
     return None
 
 
-def first_progress_of(job: Job, config: FaultToleranceConfig, attempt: Attempt, instances: list[Instance],
-                      backend: Backend, now: datetime) -> float | None:
+def first_progress_of(
+    job: Job, config: FaultToleranceConfig, attempt: Attempt, instances: list[Instance], backend: Backend, now: datetime
+) -> float | None:
     """When the attempt first made progress (the end of its start-up interval), as the
     restart-loop breaker counts progress: the SDK's report_progress, a step line in a
     log, and with C4D on the first collective that finished (SDK or Flight Recorder). Found once and kept in
@@ -99,8 +121,9 @@ def first_progress_of(job: Job, config: FaultToleranceConfig, attempt: Attempt, 
     return found.timestamp()
 
 
-def check_c4d(job: Job, config: FaultToleranceConfig, attempt: Attempt, instances: list[Instance],
-              now: datetime) -> Outcome | None:
+def check_c4d(
+    job: Job, config: FaultToleranceConfig, attempt: Attempt, instances: list[Instance], now: datetime
+) -> Outcome | None:
     """Every C4D_CONN_BW_CHECK_PERIOD: classify ranks; an Error isolates the rank's
     node and restarts the job, Warnings and Info are only shown."""
     if not config.enable_c4d_hang_detection:
@@ -138,8 +161,9 @@ def claim_periodic(job: Job, now: datetime, *, log_scan: bool, stragglers: bool 
     return scan, stragglers
 
 
-def scan_logs_for_hints(job: Job, attempt: Attempt, instances: list[Instance], backend: Backend,
-                        now: datetime, claimed: bool | None = None) -> None:
+def scan_logs_for_hints(
+    job: Job, attempt: Attempt, instances: list[Instance], backend: Backend, now: datetime, claimed: bool | None = None
+) -> None:
     """Every LOG_SCAN_EVERY: a watchdog timeout in a log suggests a hang interval.
     `claimed` says whether claim_periodic claimed this period's scan; None: claim here."""
     if claimed is None:
@@ -159,15 +183,23 @@ def scan_logs_for_hints(job: Job, attempt: Attempt, instances: list[Instance], b
             state.watchdog_suggested = suggestion.interval
             state.save(job)
             actions.record_event(
-                job, EventType.SUGGESTION, suggestion.message, attempt=attempt.number, instance=inst.name,
-                payload={"suggested_hang_interval": suggestion.interval, "line": suggestion.line[:500],
-                         "watchdog_timeout": suggestion.timeout_seconds},
+                job,
+                EventType.SUGGESTION,
+                suggestion.message,
+                attempt=attempt.number,
+                instance=inst.name,
+                payload={
+                    "suggested_hang_interval": suggestion.interval,
+                    "line": suggestion.line[:500],
+                    "watchdog_timeout": suggestion.timeout_seconds,
+                },
                 key=f"watchdog:{job.pk}",
             )
 
 
-def check_stragglers(job: Job, attempt: Attempt, instances: list[Instance], backend: Backend,
-                     now: datetime, claimed: bool | None = None) -> list[StragglerVerdict]:
+def check_stragglers(
+    job: Job, attempt: Attempt, instances: list[Instance], backend: Backend, now: datetime, claimed: bool | None = None
+) -> list[StragglerVerdict]:
     """Slow ranks from their log timestamps, no SDK needed; at most every STRAGGLER_EVERY s.
     `claimed` says whether claim_periodic claimed this period's check; None: claim here."""
     if claimed is None:
@@ -189,13 +221,23 @@ def check_stragglers(job: Job, attempt: Attempt, instances: list[Instance], back
     if verdicts:
         summary = "\n".join(v.message for v in verdicts)
         with transaction.atomic():
-            diagnosis = diagnose.record_diagnosis(job, attempt, DiagnosisKind.STRAGGLER, summary,
-                                                  {"verdicts": [v.to_dict() for v in verdicts]}, DiagnosisTrigger.PERIODIC)
+            diagnosis = diagnose.record_diagnosis(
+                job,
+                attempt,
+                DiagnosisKind.STRAGGLER,
+                summary,
+                {"verdicts": [v.to_dict() for v in verdicts]},
+                DiagnosisTrigger.PERIODIC,
+            )
             for v in verdicts:
                 actions.record_event(
-                    job, EventType.STRAGGLER, v.message,
+                    job,
+                    EventType.STRAGGLER,
+                    v.message,
                     level=EventLevel.WARNING if v.severity == C4DLogLevel.WARNING else EventLevel.INFO,
-                    attempt=attempt.number, instance=str(v.rank), payload={"diagnosis": diagnosis.pk, **v.to_dict()},
+                    attempt=attempt.number,
+                    instance=str(v.rank),
+                    payload={"diagnosis": diagnosis.pk, **v.to_dict()},
                     key=f"straggler:{job.pk}:{attempt.number}:{v.rank}",
                 )
     return verdicts

@@ -241,8 +241,7 @@ class JobConsumer(BoundedClientJson, AccessGuard, AsyncJsonWebsocketConsumer):
         await self.channel_layer.group_add(self.group, self.channel_name)
         await self.accept()
         self.start_guard(job.workspace_id)
-        self.live_task = (asyncio.ensure_future(self._watch_live())
-                          if hasattr(self.channel_layer, "probe") else None)
+        self.live_task = asyncio.ensure_future(self._watch_live()) if hasattr(self.channel_layer, "probe") else None
 
     async def _watch_live(self) -> None:
         """Tell the page when live events may be late (Redis not answering; logs keep
@@ -335,8 +334,14 @@ class JobConsumer(BoundedClientJson, AccessGuard, AsyncJsonWebsocketConsumer):
         self.log_sub = sub if isinstance(sub, int) and not isinstance(sub, bool) else None
         self.tail_task = asyncio.ensure_future(self._tail(attempt, instances, offsets, lines, target))
 
-    async def _tail(self, fixed_attempt: int | None, only: set | None, offsets: dict,
-                    lines: dict | None = None, target: dict | None = None) -> None:
+    async def _tail(
+        self,
+        fixed_attempt: int | None,
+        only: set | None,
+        offsets: dict,
+        lines: dict | None = None,
+        target: dict | None = None,
+    ) -> None:
         lines = {} if lines is None else lines
         loop = asyncio.get_running_loop()
         number = fixed_attempt
@@ -377,8 +382,7 @@ class JobConsumer(BoundedClientJson, AccessGuard, AsyncJsonWebsocketConsumer):
                                 if (only is None or name in only) and name not in logs:
                                     logs[name] = InstanceLog(backend, handle, name)
                     if current:
-                        said_output = await self._send_output(current, view if current == number else None,
-                                                              said_output)
+                        said_output = await self._send_output(current, view if current == number else None, said_output)
                 if number is None:  # no attempt yet: no view and no logs
                     await asyncio.sleep(TICK)
                     continue
@@ -386,9 +390,17 @@ class JobConsumer(BoundedClientJson, AccessGuard, AsyncJsonWebsocketConsumer):
                     await self._open_at(number, logs[target["instance"]], target, offsets, lines)
                     target = None
                 elif target is not None and view is not None and target["instance"] not in view[1]:
-                    await self.send_json({"type": "log_target", "attempt": number, "instance": target["instance"],
-                                          "line": None, "why": f"attempt {number} has no instance of that name",
-                                          "missing_instance": True, "sub": self.log_sub})
+                    await self.send_json(
+                        {
+                            "type": "log_target",
+                            "attempt": number,
+                            "instance": target["instance"],
+                            "line": None,
+                            "why": f"attempt {number} has no instance of that name",
+                            "missing_instance": True,
+                            "sub": self.log_sub,
+                        }
+                    )
                     target = None
                 for name, log in logs.items():
                     try:
@@ -454,8 +466,11 @@ class JobConsumer(BoundedClientJson, AccessGuard, AsyncJsonWebsocketConsumer):
                 backend = get_backend(backend_name)
             except BackendError:
                 continue
-            logs = {name: InstanceLog(backend, handle, name) for name in names
-                       if f"{number}:{name}" in offsets and (only is None or name in only)}
+            logs = {
+                name: InstanceLog(backend, handle, name)
+                for name in names
+                if f"{number}:{name}" in offsets and (only is None or name in only)
+            }
             try:
                 await self._drain(number, logs, offsets, lines)
             finally:
@@ -472,11 +487,20 @@ class JobConsumer(BoundedClientJson, AccessGuard, AsyncJsonWebsocketConsumer):
             line, why = None, f"the log could not be read ({exc})"
         if line is not None:
             offsets[key], lines[key] = start, start_line
-        await self.send_json({"type": "log_target", "attempt": number, "instance": log.name,
-                              "line": line, "why": why, "sub": self.log_sub})
+        await self.send_json(
+            {
+                "type": "log_target",
+                "attempt": number,
+                "instance": log.name,
+                "line": line,
+                "why": why,
+                "sub": self.log_sub,
+            }
+        )
 
-    async def _send_new(self, number: int, name: str, log: InstanceLog, offsets: dict,
-                        lines: dict | None = None, final: bool = False) -> None:
+    async def _send_new(
+        self, number: int, name: str, log: InstanceLog, offsets: dict, lines: dict | None = None, final: bool = False
+    ) -> None:
         lines = {} if lines is None else lines
         key = f"{number}:{name}"
         offset = offsets.get(key)
@@ -511,18 +535,20 @@ class JobConsumer(BoundedClientJson, AccessGuard, AsyncJsonWebsocketConsumer):
         offsets[key] = offset + len(chunk)
         lines[key] = line + chunk.count(b"\n")
         metrics.in_background(metrics.lines_streamed, lines[key] - line)
-        await self.send_json({
-            "type": "log",
-            "attempt": number,
-            "instance": name,
-            "offset": offset,
-            "next_offset": offset + len(chunk),
-            "line": line,
-            "next_line": lines[key],
-            "lines": split_lines(chunk),
-            "times": times,
-            "sub": self.log_sub,
-        })
+        await self.send_json(
+            {
+                "type": "log",
+                "attempt": number,
+                "instance": name,
+                "offset": offset,
+                "next_offset": offset + len(chunk),
+                "line": line,
+                "next_line": lines[key],
+                "lines": split_lines(chunk),
+                "times": times,
+                "sub": self.log_sub,
+            }
+        )
 
 
 def _line_end(chunk: bytes, lines: int) -> int:
@@ -538,8 +564,9 @@ class WorkspaceConsumer(BoundedClientJson, AccessGuard, AsyncJsonWebsocketConsum
 
     async def connect(self):
         self.group = None
-        workspace = await _if_member(self.scope.get("user"), workspace_by_slug,
-                                     self.scope["url_route"]["kwargs"]["slug"])
+        workspace = await _if_member(
+            self.scope.get("user"), workspace_by_slug, self.scope["url_route"]["kwargs"]["slug"]
+        )
         if workspace is None:
             await self.close(code=REFUSED)
             return

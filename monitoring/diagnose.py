@@ -19,8 +19,15 @@ from django.utils import timezone
 from core.c4d import C4DResult, C4DState, C4DVerdict, CollectiveRecord
 from core.classify import Classification
 from core.flags import C4DLogLevel, FaultToleranceConfig
-from core.flight_recorder import (FLIGHT_RECORDER, RankTrace, Sources, choose_sources, judge_sources, load_dump,
-                                  records_from_dump)
+from core.flight_recorder import (
+    FLIGHT_RECORDER,
+    RankTrace,
+    Sources,
+    choose_sources,
+    judge_sources,
+    load_dump,
+    records_from_dump,
+)
 from core.stacks import (
     DUMP_FAILED,
     NOT_PYTHON,
@@ -58,11 +65,13 @@ def _now_ts(now: datetime | None) -> float:
     return (now or timezone.now()).timestamp()
 
 
-def record_diagnosis(job: Job, attempt: Attempt, kind: str, summary: str, data: dict,
-                     trigger: DiagnosisTrigger) -> Diagnosis:
+def record_diagnosis(
+    job: Job, attempt: Attempt, kind: str, summary: str, data: dict, trigger: DiagnosisTrigger
+) -> Diagnosis:
     """Store a diagnosis; the job page gets it pushed after commit."""
-    diagnosis = Diagnosis.objects.create(job=job, attempt=attempt.number, kind=kind, trigger=trigger,
-                                         summary=summary, data=data)
+    diagnosis = Diagnosis.objects.create(
+        job=job, attempt=attempt.number, kind=kind, trigger=trigger, summary=summary, data=data
+    )
     transaction.on_commit(lambda: _push(diagnosis.pk))
     return diagnosis
 
@@ -86,8 +95,15 @@ def _dump_instance(backend: Backend, handle: dict, inst: Instance) -> list[Proce
     if pids:
         python = find_python_processes(pids)
         if not python:
-            return [ProcessStacks(pid=pids[0], instance=inst.name, rank=inst.rank, error_code=NOT_PYTHON,
-                                  error=f"no Python process runs under {inst.name} (pids {pids})")]
+            return [
+                ProcessStacks(
+                    pid=pids[0],
+                    instance=inst.name,
+                    rank=inst.rank,
+                    error_code=NOT_PYTHON,
+                    error=f"no Python process runs under {inst.name} (pids {pids})",
+                )
+            ]
         return dump_processes([(inst.name, inst.rank, pid) for pid in python], timeout=DUMP_TIMEOUT)
     try:
         dumped = backend.dump_stacks(handle, inst.name)
@@ -96,8 +112,15 @@ def _dump_instance(backend: Backend, handle: dict, inst: Instance) -> list[Proce
     out = []
     for proc in dumped:
         if proc.get("stacks") is None:
-            out.append(ProcessStacks(pid=int(proc.get("pid") or 0), instance=inst.name, rank=inst.rank,
-                                     error_code=DUMP_FAILED, error=proc.get("error") or "no stacks"))
+            out.append(
+                ProcessStacks(
+                    pid=int(proc.get("pid") or 0),
+                    instance=inst.name,
+                    rank=inst.rank,
+                    error_code=DUMP_FAILED,
+                    error=proc.get("error") or "no stacks",
+                )
+            )
         else:
             out.append(parse_py_spy_json(json.dumps(proc["stacks"]), int(proc["pid"]), inst.name, inst.rank))
     return out
@@ -142,9 +165,14 @@ def snapshot_stacks(job: Job, attempt: Attempt, *, trigger: DiagnosisTrigger = D
             headline += f" First suspect: {suspects[0]['why']}"
         elif culprits.get("why"):
             headline += f" {culprits['why']}"
-        actions.record_event(job, EventType.STACK_ANALYSIS, headline,
-                             level=EventLevel.WARNING if suspects else EventLevel.INFO, attempt=attempt.number,
-                             payload={"diagnosis": diagnosis.pk, "trigger": trigger, "suspects": len(suspects)})
+        actions.record_event(
+            job,
+            EventType.STACK_ANALYSIS,
+            headline,
+            level=EventLevel.WARNING if suspects else EventLevel.INFO,
+            attempt=attempt.number,
+            payload={"diagnosis": diagnosis.pk, "trigger": trigger, "suspects": len(suspects)},
+        )
     return diagnosis
 
 
@@ -162,7 +190,7 @@ class C4DInput:
     choose_sources says which answers which question."""
 
     sdk: dict[int, list[CollectiveRecord]]
-    traces: dict[int, RankTrace]   # the Flight Recorder's, per rank
+    traces: dict[int, RankTrace]  # the Flight Recorder's, per rank
 
     @property
     def sources(self) -> Sources:
@@ -177,8 +205,11 @@ class C4DInput:
 
     def any_finished(self) -> bool:
         """A collective finished, by either source: every rank took part in it."""
-        return any(r.exit is not None for recs in (*self.sdk.values(), *(t.records for t in self.traces.values()))
-                   for r in recs)
+        return any(
+            r.exit is not None
+            for recs in (*self.sdk.values(), *(t.records for t in self.traces.values()))
+            for r in recs
+        )
 
 
 def c4d_input(job: Job, attempt: Attempt) -> C4DInput:
@@ -204,8 +235,14 @@ def c4d_input(job: Job, attempt: Attempt) -> C4DInput:
     return C4DInput({rank: recs for rank, recs in parsed.items() if recs}, traces)
 
 
-def run_c4d(job: Job, attempt: Attempt, config: FaultToleranceConfig, now: datetime | None = None, *,
-            state: MonitorState | None = None) -> C4DResult | None:
+def run_c4d(
+    job: Job,
+    attempt: Attempt,
+    config: FaultToleranceConfig,
+    now: datetime | None = None,
+    *,
+    state: MonitorState | None = None,
+) -> C4DResult | None:
     """Classify ranks from their collective reports; record what the log level shows.
     Returns the C4DResult (its `errors` are for the monitor to act on), or None when
     another worker saved the job's monitor state first (it is running this check)."""
@@ -213,28 +250,48 @@ def run_c4d(job: Job, attempt: Attempt, config: FaultToleranceConfig, now: datet
     c4d_state = C4DState.from_dict(state.c4d if state.c4d_attempt == attempt.number else None)
     instances = list(attempt.instances.all())
     found = c4d_input(job, attempt)
-    result, sources = judge_sources(found.sdk, found.traces, config.c4d_common_envs, _now_ts(now), c4d_state,
-                                    world_size=len(instances))
+    result, sources = judge_sources(
+        found.sdk, found.traces, config.c4d_common_envs, _now_ts(now), c4d_state, world_size=len(instances)
+    )
     state.c4d, state.c4d_attempt = result.state.to_dict(), attempt.number
     if not state.save(job):
         return None
     shown = result.shown(config.c4d_log_level)
     if shown:
         by_rank = {i.rank: i for i in instances}
-        verdicts = [{**v.to_dict(), "instance": by_rank[v.rank].name if v.rank in by_rank else "",
-                     "node": by_rank[v.rank].node if v.rank in by_rank else ""} for v in shown]
+        verdicts = [
+            {
+                **v.to_dict(),
+                "instance": by_rank[v.rank].name if v.rank in by_rank else "",
+                "node": by_rank[v.rank].node if v.rank in by_rank else "",
+            }
+            for v in shown
+        ]
         summary = "\n".join(f"[{v.severity}] {v.kind}: {v.message}" for v in shown)
         with transaction.atomic():
-            diagnosis = record_diagnosis(job, attempt, DiagnosisKind.C4D, summary,
-                                         {"verdicts": verdicts,
-                                          "source": "+".join(sorted({v["evidence"]["source"] for v in verdicts})),
-                                          "sources": {"hangs": sources.hangs, "slowness": sources.slowness}}, DiagnosisTrigger.PERIODIC)
+            diagnosis = record_diagnosis(
+                job,
+                attempt,
+                DiagnosisKind.C4D,
+                summary,
+                {
+                    "verdicts": verdicts,
+                    "source": "+".join(sorted({v["evidence"]["source"] for v in verdicts})),
+                    "sources": {"hangs": sources.hangs, "slowness": sources.slowness},
+                },
+                DiagnosisTrigger.PERIODIC,
+            )
             for v, d in zip(shown, verdicts):
                 level = {C4DLogLevel.ERROR: EventLevel.ERROR, C4DLogLevel.WARNING: EventLevel.WARNING}.get(
-                    v.severity, EventLevel.INFO)
+                    v.severity, EventLevel.INFO
+                )
                 actions.record_event(
-                    job, EventType.C4D, f"C4D {v.severity}: {v.kind} — {v.message}", level=level,
-                    attempt=attempt.number, instance=d["instance"],
+                    job,
+                    EventType.C4D,
+                    f"C4D {v.severity}: {v.kind} — {v.message}",
+                    level=level,
+                    attempt=attempt.number,
+                    instance=d["instance"],
                     payload={"diagnosis": diagnosis.pk, **d},
                     key=f"c4d:{job.pk}:{attempt.number}:{v.rank}:{v.kind}:{v.severity}",
                 )
@@ -253,13 +310,21 @@ def isolate_for(job: Job, attempt: Attempt, verdict: C4DVerdict) -> str | None:
     try:
         backend.isolate_node(inst.node, reason)
     except BackendError as exc:
-        actions.record_event(job, EventType.DECISION, f"Could not isolate node {inst.node}: {exc.message}",
-                             level=EventLevel.WARNING, attempt=attempt.number)
+        actions.record_event(
+            job,
+            EventType.DECISION,
+            f"Could not isolate node {inst.node}: {exc.message}",
+            level=EventLevel.WARNING,
+            attempt=attempt.number,
+        )
         return None
     actions.record_event(
-        job, EventType.NODE_ISOLATED,
+        job,
+        EventType.NODE_ISOLATED,
         f"Node {inst.node} isolated: {reason}. New attempts avoid it until a person restores it.",
-        level=EventLevel.WARNING, attempt=attempt.number, instance=inst.name,
+        level=EventLevel.WARNING,
+        attempt=attempt.number,
+        instance=inst.name,
         payload={"node": inst.node, "rank": verdict.rank, "kind": str(verdict.kind)},
         key=f"isolated:{job.pk}:{attempt.number}:{inst.node}",
     )
@@ -273,9 +338,9 @@ def isolate_for(job: Job, attempt: Attempt, verdict: C4DVerdict) -> str | None:
 class HangFinding:
     """What the hang's restart record says beyond the hang itself (SPEC 6)."""
 
-    classification: Classification     # cause and next step from the snapshot; evidence: last log line
-    instance: Instance | None          # the first suspect
-    log_offset: int | None             # where its last log line starts
+    classification: Classification  # cause and next step from the snapshot; evidence: last log line
+    instance: Instance | None  # the first suspect
+    log_offset: int | None  # where its last log line starts
 
 
 def _last_line(backend: Backend, handle: dict, inst: Instance) -> tuple[str, int | None]:

@@ -37,7 +37,9 @@ def keywords_of(job: Job) -> tuple[str, ...]:
     return tuple(seen[:100])
 
 
-def classify_instance(job: Job, attempt: Attempt, inst: Instance, backend: Backend) -> tuple[Classification, int | None]:
+def classify_instance(
+    job: Job, attempt: Attempt, inst: Instance, backend: Backend
+) -> tuple[Classification, int | None]:
     """Classify one failed instance from its exit and log tail; also returns the
     byte offset of the line the classifier used, when it can tell."""
     log = InstanceLog(backend, attempt.backend_handle, inst.name)
@@ -49,9 +51,13 @@ def classify_instance(job: Job, attempt: Attempt, inst: Instance, backend: Backe
     if exit_code == 0 and inst.signal is None:
         exit_code = None  # a LOST instance with no exit code
     c = classify_failure(
-        FailureInput(exit_code=exit_code, signal=inst.signal, log_tail=tail,
-                     backend_reason=inst.backend_reason or ("lost" if inst.status == InstanceStatus.LOST else ""),
-                     user_keywords=keywords_of(job))
+        FailureInput(
+            exit_code=exit_code,
+            signal=inst.signal,
+            log_tail=tail,
+            backend_reason=inst.backend_reason or ("lost" if inst.status == InstanceStatus.LOST else ""),
+            user_keywords=keywords_of(job),
+        )
     )
     # Where in the log the line the message quotes starts (for 'jump to error'): only a
     # log whose size is known places its tail.
@@ -59,12 +65,14 @@ def classify_instance(job: Job, attempt: Attempt, inst: Instance, backend: Backe
     return c, (quoted_line_offset(tail, size, c.message) if size is not None else None)
 
 
-def previous_failure_of(job: Job, attempt: Attempt, instances: list[Instance],
-                        backend: Backend) -> PreviousFailure | None:
+def previous_failure_of(
+    job: Job, attempt: Attempt, instances: list[Instance], backend: Backend
+) -> PreviousFailure | None:
     """The root cause of the whole-job restart that started this attempt, for the
     repeated-failure guard; None when this attempt was not started by a failure."""
-    last = (RestartRecord.objects.filter(job=job, root_cause=True).exclude(rule="")
-            .order_by("-restart_time", "-pk").first())
+    last = (
+        RestartRecord.objects.filter(job=job, root_cause=True).exclude(rule="").order_by("-restart_time", "-pk").first()
+    )
     if last is None or last.kind != RestartKind.JOB or last.new_attempt != attempt.number:
         return None
     role_index = last.instance_name.rsplit("-", 1)
@@ -73,20 +81,26 @@ def previous_failure_of(job: Job, attempt: Attempt, instances: list[Instance],
     inst = next((i for i in instances if i.name == last.instance_name), None)
     step_now = Job.objects.filter(pk=job.pk).values_list("last_progress_step", flat=True).first()
     return PreviousFailure(
-        rule=last.rule, role=inst.role if inst else role_index[0].capitalize(), index=int(role_index[1]),
-        step=last.progress_step, step_now=step_now,
+        rule=last.rule,
+        role=inst.role if inst else role_index[0].capitalize(),
+        index=int(role_index[1]),
+        step=last.progress_step,
+        step_now=step_now,
         progress_since=attempt_made_progress(job, attempt, instances, backend),
     )
 
 
-def instance_failures_of(job: Job, attempt: Attempt, instances: list[Instance],
-                         backend: Backend) -> tuple[PreviousFailure, ...]:
+def instance_failures_of(
+    job: Job, attempt: Attempt, instances: list[Instance], backend: Backend
+) -> tuple[PreviousFailure, ...]:
     """Async: for each instance restarted alone within this attempt, the failure that
     restarted it last and whether its run since made progress, for the repeated-failure guard."""
     latest: dict[str, RestartRecord] = {}
-    for record in (RestartRecord.objects.filter(job=job, root_cause=True, kind=RestartKind.INSTANCE,
-                                                attempt=attempt.number).exclude(rule="")
-                   .order_by("restart_time", "pk")):
+    for record in (
+        RestartRecord.objects.filter(job=job, root_cause=True, kind=RestartKind.INSTANCE, attempt=attempt.number)
+        .exclude(rule="")
+        .order_by("restart_time", "pk")
+    ):
         latest[record.instance_name] = record
     if not latest:
         return ()
@@ -95,9 +109,16 @@ def instance_failures_of(job: Job, attempt: Attempt, instances: list[Instance],
     for inst in instances:
         last = latest.get(inst.name)
         if last is not None:
-            failures.append(PreviousFailure(
-                rule=last.rule, role=inst.role, index=inst.index, step=last.progress_step, step_now=step_now,
-                progress_since=run_made_progress(attempt, inst, backend)))
+            failures.append(
+                PreviousFailure(
+                    rule=last.rule,
+                    role=inst.role,
+                    index=inst.index,
+                    step=last.progress_step,
+                    step_now=step_now,
+                    progress_since=run_made_progress(attempt, inst, backend),
+                )
+            )
     return tuple(failures)
 
 
@@ -141,7 +162,9 @@ def restarts_without_progress(job: Job) -> int:
     """Whole-job restarts in a row (most recent first) whose attempt made no progress."""
     count = 0
     for made_progress in (
-        Attempt.objects.filter(job=job, number__lt=job.current_attempt).order_by("-number").values_list("made_progress", flat=True)
+        Attempt.objects.filter(job=job, number__lt=job.current_attempt)
+        .order_by("-number")
+        .values_list("made_progress", flat=True)
     ):
         if made_progress:
             break

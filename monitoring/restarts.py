@@ -89,14 +89,19 @@ def recover(job: Job, now: datetime) -> None:
     stuck = (
         current.filter(status=AttemptStatus.QUEUING, queued_at__lt=now - relaunch_after()).first()
         # A launch whose worker died inside backend.launch: take it over after the lease.
-        or current.filter(status=AttemptStatus.STARTING, backend_handle={},
-                          preparing_at__lt=now - actions.launch_lease()).first()
+        or current.filter(
+            status=AttemptStatus.STARTING, backend_handle={}, preparing_at__lt=now - actions.launch_lease()
+        ).first()
     )
     if stuck is not None:
         actions.enqueue_launch(job.pk, stuck.number)
-    for record in RestartRecord.objects.filter(job=job, kind=RestartKind.INSTANCE, attempt=job.current_attempt,
-                                               result=RestartResult.PENDING,
-                                               restart_time__lt=now - actions.launch_lease()):
+    for record in RestartRecord.objects.filter(
+        job=job,
+        kind=RestartKind.INSTANCE,
+        attempt=job.current_attempt,
+        result=RestartResult.PENDING,
+        restart_time__lt=now - actions.launch_lease(),
+    ):
         attempt = Attempt.objects.filter(job=job, number=record.attempt, status__in=LIVE_ATTEMPT_STATUSES).first()
         if attempt is not None and attempt.backend_handle:
             complete_instance_restart(job, attempt, record)  # its worker died half-way
@@ -117,8 +122,15 @@ def stop_orphaned_attempts(job: Job, below: int | None = None) -> None:
 def stop_attempt(job: Job, attempt: Attempt, *, reason: str, grace: float | None = None) -> None:
     final = AttemptStatus.FAILED if reason != "succeeded" else AttemptStatus.SUCCEEDED
     # A retryable failure to stop leaves the attempt live: the next sweep tries again.
-    actions.end_attempt(job, attempt, actions.get_backend_for(job), final=final, reason=attempt.reason or reason,
-                        grace=settings.VIGIL_RESTART_GRACE_SECONDS if grace is None else grace, retry=True)
+    actions.end_attempt(
+        job,
+        attempt,
+        actions.get_backend_for(job),
+        final=final,
+        reason=attempt.reason or reason,
+        grace=settings.VIGIL_RESTART_GRACE_SECONDS if grace is None else grace,
+        retry=True,
+    )
 
 
 def complete_pending_restart(job: Job, attempt: Attempt, instances: list[Instance]) -> None:
@@ -136,18 +148,29 @@ def complete_pending_restart(job: Job, attempt: Attempt, instances: list[Instanc
         took = max(0.0, (min(done_at, now) - record.restart_time).total_seconds())
         result = RestartResult.FAILED if never else RestartResult.SUCCEEDED
         if RestartRecord.objects.filter(pk=record.pk, result=RestartResult.PENDING).update(
-            result=result, completed_at=now, duration_seconds=took,
+            result=result,
+            completed_at=now,
+            duration_seconds=took,
         ):
             if never:
-                text = (f"Restart {record.number} failed: {len(never)} of {len(instances)} instances of attempt "
-                        f"{attempt.number} never started ({', '.join(never)}).")
+                text = (
+                    f"Restart {record.number} failed: {len(never)} of {len(instances)} instances of attempt "
+                    f"{attempt.number} never started ({', '.join(never)})."
+                )
             else:
                 metrics.restart_completed("job", took)
-                text = (f"Restart {record.number} succeeded: all {len(instances)} instances of attempt "
-                        f"{attempt.number} started {took:.1f} s after the decision.")
-            actions.record_event(job, EventType.DECISION, text, attempt=attempt.number,
-                                 level=EventLevel.WARNING if never else EventLevel.INFO,
-                                 key=f"restart-done:{record.pk}")
+                text = (
+                    f"Restart {record.number} succeeded: all {len(instances)} instances of attempt "
+                    f"{attempt.number} started {took:.1f} s after the decision."
+                )
+            actions.record_event(
+                job,
+                EventType.DECISION,
+                text,
+                attempt=attempt.number,
+                level=EventLevel.WARNING if never else EventLevel.INFO,
+                key=f"restart-done:{record.pk}",
+            )
 
 
 def really_started(inst: Instance) -> bool:
@@ -160,26 +183,34 @@ def really_started(inst: Instance) -> bool:
 # --- deciding --------------------------------------------------------------------------
 
 
-def handle_failures(job: Job, attempt: Attempt, instances: list[Instance], failed: list[Instance], backend: Backend,
-                    now: datetime) -> Outcome | None:
+def handle_failures(
+    job: Job, attempt: Attempt, instances: list[Instance], failed: list[Instance], backend: Backend, now: datetime
+) -> Outcome | None:
     """Classify the failed instances, pick the root cause, decide, apply."""
     # Keywords the SDK set moments before the crash must count: read them afresh.
     job.retryable_keywords, job.sdk_retryable_keywords, job.workspace.retryable_keywords = (
-        Job.objects.filter(pk=job.pk).values_list(
-            "retryable_keywords", "sdk_retryable_keywords", "workspace__retryable_keywords").get())
+        Job.objects.filter(pk=job.pk)
+        .values_list("retryable_keywords", "sdk_retryable_keywords", "workspace__retryable_keywords")
+        .get()
+    )
     observations = []
     offsets = {}
     for inst in failed:
         c, offset = classify_instance(job, attempt, inst, backend)
         offsets[inst.name] = offset
         observations.append(
-            FailureObservation(instance=inst.name, role=inst.role, index=inst.index,
-                               exited_at=epoch(inst.exited_at), classification=c)
+            FailureObservation(
+                instance=inst.name, role=inst.role, index=inst.index, exited_at=epoch(inst.exited_at), classification=c
+            )
         )
     root, cascades = pick_root_cause(observations)
     still_running = any(i.status == InstanceStatus.RUNNING for i in instances)
-    if (root.classification.cascade_like and still_running and root.exited_at is not None
-            and now.timestamp() < root.exited_at + CASCADE_SETTLE_SECONDS):
+    if (
+        root.classification.cascade_like
+        and still_running
+        and root.exited_at is not None
+        and now.timestamp() < root.exited_at + CASCADE_SETTLE_SECONDS
+    ):
         return None  # the real cause may still be exiting; decide on a later tick
     root_inst = next(i for i in failed if i.name == root.instance)
 
@@ -187,15 +218,22 @@ def handle_failures(job: Job, attempt: Attempt, instances: list[Instance], faile
         return fail_without_monitoring(job, attempt, root_inst, root.classification, cascades)
 
     decision = decide(
-        job.ft, history_of(job, attempt, instances, backend),
-        InstanceFailure(instance=root_inst.name, role=root_inst.role, index=root_inst.index,
-                        node=root_inst.node, classification=root.classification),
+        job.ft,
+        history_of(job, attempt, instances, backend),
+        InstanceFailure(
+            instance=root_inst.name,
+            role=root_inst.role,
+            index=root_inst.index,
+            node=root_inst.node,
+            classification=root.classification,
+        ),
     )
     exit_key = f"{attempt.number}:{root_inst.name}:{root_inst.restarts}"
     if decision.action == Action.RESTART_INSTANCE:
         # Async: the other failed instances are handled on their own later ticks.
-        if not restart_instance(job, attempt, root_inst, root.classification, decision, offsets.get(root_inst.name),
-                                exit_key):
+        if not restart_instance(
+            job, attempt, root_inst, root.classification, decision, offsets.get(root_inst.name), exit_key
+        ):
             return None
         metrics.failure_decided(root.classification, root_inst.exited_at, decision.action)
         return TickAction.RESTART_INSTANCE, decision.reason
@@ -206,51 +244,103 @@ def handle_failures(job: Job, attempt: Attempt, instances: list[Instance], faile
     # Sync (or a fail): the other failures of this attempt are cascades of the root.
     for o in cascades:
         if Instance.objects.filter(attempt=attempt, name=o.instance, handled_exit_key="").update(
-                handled_exit_key=f"cascade-of:{exit_key}"):
+            handled_exit_key=f"cascade-of:{exit_key}"
+        ):
             metrics.instance_failed(o.classification)
     count_node_fault(job, root_inst, root.classification)
-    cascade_info = [{"instance": o.instance, "error_code": o.classification.error_code,
-                     "message": o.classification.message} for o in cascades]
+    cascade_info = [
+        {"instance": o.instance, "error_code": o.classification.error_code, "message": o.classification.message}
+        for o in cascades
+    ]
     if decision.action == Action.RESTART_JOB:
-        restart_job(job, attempt, instances, backend, decision.reason, ErrorSource(root.classification.source),
-                    root_inst=root_inst, classification=root.classification, cascades=cascade_info,
-                    log_offset=offsets.get(root_inst.name))
+        restart_job(
+            job,
+            attempt,
+            instances,
+            backend,
+            decision.reason,
+            ErrorSource(root.classification.source),
+            root_inst=root_inst,
+            classification=root.classification,
+            cascades=cascade_info,
+            log_offset=offsets.get(root_inst.name),
+        )
         return TickAction.RESTART_JOB, decision.reason
     if decision.action == Action.FAIL_JOB:
-        fail_and_stop(job, attempt, decision.reason, key=f"failed:{job.pk}:{exit_key}",
-                      payload={"rule": root.classification.rule, "error_code": root.classification.error_code,
-                               "error_source": str(root.classification.source),
-                               "instance": root_inst.name, "step": decision.step, "cascades": cascade_info,
-                               "log_offset": offsets.get(root_inst.name),
-                               "family": root.classification.family, "evidence": root.classification.evidence,
-                               "cause": root.classification.cause, "next_step": root.classification.next_step})
+        fail_and_stop(
+            job,
+            attempt,
+            decision.reason,
+            key=f"failed:{job.pk}:{exit_key}",
+            payload={
+                "rule": root.classification.rule,
+                "error_code": root.classification.error_code,
+                "error_source": str(root.classification.source),
+                "instance": root_inst.name,
+                "step": decision.step,
+                "cascades": cascade_info,
+                "log_offset": offsets.get(root_inst.name),
+                "family": root.classification.family,
+                "evidence": root.classification.evidence,
+                "cause": root.classification.cause,
+                "next_step": root.classification.next_step,
+            },
+        )
         return TickAction.FAIL_JOB, decision.reason
-    actions.record_event(job, EventType.DECISION, decision.reason, attempt=attempt.number,
-                         instance=root_inst.name, key=f"decision:{job.pk}:{exit_key}")
+    actions.record_event(
+        job,
+        EventType.DECISION,
+        decision.reason,
+        attempt=attempt.number,
+        instance=root_inst.name,
+        key=f"decision:{job.pk}:{exit_key}",
+    )
     return TickAction.NOTHING, decision.reason
 
 
-def fail_without_monitoring(job: Job, attempt: Attempt, inst: Instance, c: Classification,
-                            cascades: Sequence[FailureObservation]) -> Outcome:
+def fail_without_monitoring(
+    job: Job, attempt: Attempt, inst: Instance, c: Classification, cascades: Sequence[FailureObservation]
+) -> Outcome:
     """Fault tolerance off: the first failure fails the job, with its cause."""
-    if not Instance.objects.filter(pk=inst.pk, handled_exit_key="").update(handled_exit_key=f"nofault:{attempt.number}"):
+    if not Instance.objects.filter(pk=inst.pk, handled_exit_key="").update(
+        handled_exit_key=f"nofault:{attempt.number}"
+    ):
         return TickAction.NONE, ""
     metrics.failure_decided(c, inst.exited_at, Action.FAIL_JOB)
     what = f"exit code {inst.exit_code}" if inst.signal is None else f"signal {inst.signal}"
     # The catalog's next step assumes the monitor is on; say what applies instead.
-    advice = ("Turn on automatic fault tolerance to have failures like this one retried."
-              if c.retryable else c.next_step)
-    reason = (f"{inst.name} failed ({what}): {c.message}. {c.cause} "
-              f"Automatic fault tolerance is off for this job, so it was not restarted. {advice}")
-    fail_and_stop(job, attempt, reason, key=f"failed:{job.pk}:{attempt.number}",
-                  payload={"rule": c.rule, "error_code": c.error_code, "instance": inst.name,
-                           "error_source": str(c.source), "family": c.family, "evidence": c.evidence,
-                           "cascades": [o.instance for o in cascades]})
+    advice = "Turn on automatic fault tolerance to have failures like this one retried." if c.retryable else c.next_step
+    reason = (
+        f"{inst.name} failed ({what}): {c.message}. {c.cause} "
+        f"Automatic fault tolerance is off for this job, so it was not restarted. {advice}"
+    )
+    fail_and_stop(
+        job,
+        attempt,
+        reason,
+        key=f"failed:{job.pk}:{attempt.number}",
+        payload={
+            "rule": c.rule,
+            "error_code": c.error_code,
+            "instance": inst.name,
+            "error_source": str(c.source),
+            "family": c.family,
+            "evidence": c.evidence,
+            "cascades": [o.instance for o in cascades],
+        },
+    )
     return TickAction.FAIL_JOB, reason
 
 
-def on_problem(job: Job, attempt: Attempt, instances: list[Instance], source: ErrorSource, event_type: str,
-               message: str, now: datetime) -> Outcome:
+def on_problem(
+    job: Job,
+    attempt: Attempt,
+    instances: list[Instance],
+    source: ErrorSource,
+    event_type: str,
+    message: str,
+    now: datetime,
+) -> Outcome:
     """A hang, exit hang or C4D Error: record it once, diagnose a hang, decide, apply."""
     key = f"{event_type}:{job.pk}:{attempt.number}:problem"
     event = actions.record_event(job, event_type, message, level=EventLevel.ERROR, attempt=attempt.number, key=key)
@@ -262,9 +352,18 @@ def on_problem(job: Job, attempt: Attempt, instances: list[Instance], source: Er
     decision = decide(job.ft, history_of(job, attempt, instances), DetectedProblem(source, message))
     if decision.action == Action.RESTART_JOB:
         # A hang's record names its first suspect, the cause, the next step and its last line.
-        restart_job(job, attempt, instances, backend, decision.reason, source, message=message,
-                    classification=found.classification if found else None,
-                    root_inst=found.instance if found else None, log_offset=found.log_offset if found else None)
+        restart_job(
+            job,
+            attempt,
+            instances,
+            backend,
+            decision.reason,
+            source,
+            message=message,
+            classification=found.classification if found else None,
+            root_inst=found.instance if found else None,
+            log_offset=found.log_offset if found else None,
+        )
         return TickAction.RESTART_JOB, decision.reason
     if decision.action == Action.FAIL_JOB:
         fail_and_stop(job, attempt, decision.reason, key=f"failed:{job.pk}:{key}", payload={"source": str(source)})
@@ -273,8 +372,9 @@ def on_problem(job: Job, attempt: Attempt, instances: list[Instance], source: Er
     return TickAction.NOTHING, decision.reason
 
 
-def diagnose_hang(job: Job, attempt: Attempt, instances: list[Instance],
-                  message: str = "") -> diagnose.HangFinding | None:
+def diagnose_hang(
+    job: Job, attempt: Attempt, instances: list[Instance], message: str = ""
+) -> diagnose.HangFinding | None:
     """Stack snapshot (and C4D) before any restart, when the backend allows it."""
     try:
         return diagnose.on_hang(job, attempt, instances, message)
@@ -294,8 +394,9 @@ def fail_and_stop(job: Job, attempt: Attempt, reason: str, *, key: str, payload:
 def count_node_fault(job: Job, inst: Instance, c: Classification) -> None:
     """Count the fault against its node (node reputation)."""
     if inst.node:
-        NodeFault.objects.create(node=inst.node, backend=job.backend, job=job, error_code=c.error_code,
-                                 retryable=c.retryable)
+        NodeFault.objects.create(
+            node=inst.node, backend=job.backend, job=job, error_code=c.error_code, retryable=c.retryable
+        )
 
 
 # --- performing --------------------------------------------------------------------------
@@ -306,8 +407,15 @@ def _progress_step(job: Job) -> int | None:
     return Job.objects.filter(pk=job.pk).values_list("last_progress_step", flat=True).first()
 
 
-def restart_instance(job: Job, attempt: Attempt, inst: Instance, c: Classification, decision: Decision,
-                     log_offset: int | None, exit_key: str) -> bool:
+def restart_instance(
+    job: Job,
+    attempt: Attempt,
+    inst: Instance,
+    c: Classification,
+    decision: Decision,
+    log_offset: int | None,
+    exit_key: str,
+) -> bool:
     """Async: restart one instance within its attempt. The exit is taken (only one worker
     acts on one exit) and the restart recorded in one transaction, so a worker dying
     right after leaves a pending record that recover() completes, never an exit that
@@ -317,15 +425,36 @@ def restart_instance(job: Job, attempt: Attempt, inst: Instance, c: Classificati
         if not Instance.objects.filter(pk=inst.pk, handled_exit_key="").update(handled_exit_key=exit_key):
             return False
         record = RestartRecord.objects.create(
-            job=job, number=number, kind=RestartKind.INSTANCE, attempt=attempt.number, new_attempt=attempt.number,
-            node_name=inst.node, instance_name=inst.name, error_code=c.error_code, error_message=c.message,
-            error_source=c.source, rule=c.rule, reason=decision.reason, cause=c.cause, next_step=c.next_step,
-            family=c.family, evidence=c.evidence, progress_step=_progress_step(job),
-            log_offset=log_offset, idempotency_key=f"instance:{job.pk}:{attempt.number}:{inst.name}:{inst.restarts}",
+            job=job,
+            number=number,
+            kind=RestartKind.INSTANCE,
+            attempt=attempt.number,
+            new_attempt=attempt.number,
+            node_name=inst.node,
+            instance_name=inst.name,
+            error_code=c.error_code,
+            error_message=c.message,
+            error_source=c.source,
+            rule=c.rule,
+            reason=decision.reason,
+            cause=c.cause,
+            next_step=c.next_step,
+            family=c.family,
+            evidence=c.evidence,
+            progress_step=_progress_step(job),
+            log_offset=log_offset,
+            idempotency_key=f"instance:{job.pk}:{attempt.number}:{inst.name}:{inst.restarts}",
         )
-        actions.record_event(job, EventType.RESTART, decision.reason, level=EventLevel.WARNING, attempt=attempt.number,
-                             instance=inst.name, key=f"restart:{record.idempotency_key}",
-                             payload={"kind": "instance", "rule": c.rule, "error_code": c.error_code, "record": record.pk})
+        actions.record_event(
+            job,
+            EventType.RESTART,
+            decision.reason,
+            level=EventLevel.WARNING,
+            attempt=attempt.number,
+            instance=inst.name,
+            key=f"restart:{record.idempotency_key}",
+            payload={"kind": "instance", "rule": c.rule, "error_code": c.error_code, "record": record.pk},
+        )
     metrics.restart_decided("instance", metrics.cause_of(c, c.source))
     faults.point("restart.instance_after_record")
     complete_instance_restart(job, attempt, record)
@@ -342,36 +471,60 @@ def complete_instance_restart(job: Job, attempt: Attempt, record: RestartRecord)
     handle = attempt.backend_handle
     status = next((s for s in actions._safe_poll(backend, handle) if s.name == name), None)
     # Already restarted: its new run is live, or ended after the decision.
-    done = status is not None and (not status.state.finished
-                                   or (status.exited_at or 0) > record.restart_time.timestamp())
+    done = status is not None and (
+        not status.state.finished or (status.exited_at or 0) > record.restart_time.timestamp()
+    )
     if not done:
         try:
             handle = backend.restart_instance(handle, name)
         except BackendError as exc:
             if RestartRecord.objects.filter(pk=record.pk, result=RestartResult.PENDING).update(
-                    result=RestartResult.FAILED, completed_at=timezone.now()):
-                fail_and_stop(job, attempt, f"Could not restart {name}: {exc.message}",
-                              key=f"instance-restart-failed:{record.pk}", payload={"instance": name})
+                result=RestartResult.FAILED, completed_at=timezone.now()
+            ):
+                fail_and_stop(
+                    job,
+                    attempt,
+                    f"Could not restart {name}: {exc.message}",
+                    key=f"instance-restart-failed:{record.pk}",
+                    payload={"instance": name},
+                )
             return
         faults.point("restart.instance_after_backend")
     took = time.monotonic() - started
     with transaction.atomic():
         if not RestartRecord.objects.filter(pk=record.pk, result=RestartResult.PENDING).update(
-                result=RestartResult.SUCCEEDED, completed_at=timezone.now(), duration_seconds=took):
+            result=RestartResult.SUCCEEDED, completed_at=timezone.now(), duration_seconds=took
+        ):
             return  # completed by another worker
         Attempt.objects.filter(pk=attempt.pk).update(backend_handle=handle)
         Instance.objects.filter(attempt=attempt, name=name).update(
-            status=InstanceStatus.RUNNING, exit_code=None, signal=None, exited_at=None, backend_reason="",
-            restarts=F("restarts") + 1, handled_exit_key="", started_at=timezone.now(),
+            status=InstanceStatus.RUNNING,
+            exit_code=None,
+            signal=None,
+            exited_at=None,
+            backend_reason="",
+            restarts=F("restarts") + 1,
+            handled_exit_key="",
+            started_at=timezone.now(),
         )
         Job.objects.filter(pk=job.pk).update(restart_count=F("restart_count") + 1)
     metrics.restart_completed("instance", took)
 
 
-def restart_job(job: Job, attempt: Attempt, instances: list[Instance], backend: Backend, reason: str,
-                source: ErrorSource, *, root_inst: Instance | None = None,
-                classification: Classification | None = None, cascades: Sequence[dict] = (),
-                log_offset: int | None = None, message: str = "") -> bool:
+def restart_job(
+    job: Job,
+    attempt: Attempt,
+    instances: list[Instance],
+    backend: Backend,
+    reason: str,
+    source: ErrorSource,
+    *,
+    root_inst: Instance | None = None,
+    classification: Classification | None = None,
+    cascades: Sequence[dict] = (),
+    log_offset: int | None = None,
+    message: str = "",
+) -> bool:
     """Whole-job restart: attempt n -> n+1, exactly once. The restart count goes up with
     F() like an instance restart's, so one finishing meanwhile is not overwritten."""
     n = attempt.number
@@ -381,27 +534,59 @@ def restart_job(job: Job, attempt: Attempt, instances: list[Instance], backend: 
     with transaction.atomic():
         moved = Job.objects.filter(
             pk=job.pk, current_attempt=n, status__in=[JobStatus.RUNNING, JobStatus.QUEUING], stop_requested=False
-        ).update(status=JobStatus.RESTARTING, current_attempt=n + 1, restart_count=F("restart_count") + 1,
-                 reason=reason, updated_at=now)
+        ).update(
+            status=JobStatus.RESTARTING,
+            current_attempt=n + 1,
+            restart_count=F("restart_count") + 1,
+            reason=reason,
+            updated_at=now,
+        )
         if not moved:
             return False
         number = RestartRecord.objects.filter(job=job, kind=RestartKind.JOB).count() + 1
         RestartRecord.objects.create(
-            job=job, number=number, kind=RestartKind.JOB, attempt=n, new_attempt=n + 1, restart_time=now,
-            node_name=root_inst.node if root_inst else "", instance_name=root_inst.name if root_inst else "",
-            error_code=c.error_code if c else source.upper(), error_message=c.message if c else message or reason,
-            error_source=source, rule=c.rule if c else source.lower(), reason=reason,
-            cause=c.cause if c else "", next_step=c.next_step if c else "", cascades=list(cascades),
-            family=c.family if c else "", evidence=c.evidence if c else "", progress_step=_progress_step(job),
-            log_offset=log_offset, idempotency_key=f"job:{job.pk}:{n}",
+            job=job,
+            number=number,
+            kind=RestartKind.JOB,
+            attempt=n,
+            new_attempt=n + 1,
+            restart_time=now,
+            node_name=root_inst.node if root_inst else "",
+            instance_name=root_inst.name if root_inst else "",
+            error_code=c.error_code if c else source.upper(),
+            error_message=c.message if c else message or reason,
+            error_source=source,
+            rule=c.rule if c else source.lower(),
+            reason=reason,
+            cause=c.cause if c else "",
+            next_step=c.next_step if c else "",
+            cascades=list(cascades),
+            family=c.family if c else "",
+            evidence=c.evidence if c else "",
+            progress_step=_progress_step(job),
+            log_offset=log_offset,
+            idempotency_key=f"job:{job.pk}:{n}",
         )
         Attempt.objects.filter(pk=attempt.pk).update(made_progress=progress, reason=reason[:2000])
         Attempt.objects.create(job=job, number=n + 1, detected_failure_at=now)
-        actions.record_event(job, EventType.RESTART, reason, level=EventLevel.WARNING, attempt=n,
-                             instance=root_inst.name if root_inst else "", key=f"restart:job:{job.pk}:{n}",
-                             payload={"kind": "job", "new_attempt": n + 1, "source": str(source),
-                                      "rule": c.rule if c else "", "error_code": c.error_code if c else "",
-                                      "cascades": list(cascades), "progress": progress})
+        actions.record_event(
+            job,
+            EventType.RESTART,
+            reason,
+            level=EventLevel.WARNING,
+            attempt=n,
+            instance=root_inst.name if root_inst else "",
+            key=f"restart:job:{job.pk}:{n}",
+            payload={
+                "kind": "job",
+                "new_attempt": n + 1,
+                "source": str(source),
+                "rule": c.rule if c else "",
+                "error_code": c.error_code if c else "",
+                "cascades": list(cascades),
+                "progress": progress,
+            },
+        )
     metrics.restart_decided("job", metrics.cause_of(c, source))
     job.current_attempt = n + 1
     job.status = JobStatus.RESTARTING

@@ -39,14 +39,27 @@ def quiet_seconds() -> float:
     return float(getattr(settings, "MONITOR_QUIET_SECONDS", 10.0))
 
 
-def steady(job: Job, attempt: Attempt | None, instances: list[Instance], live_attempts: list[Attempt],
-           pending_instance_restarts: list, backend: Backend) -> bool:
+def steady(
+    job: Job,
+    attempt: Attempt | None,
+    instances: list[Instance],
+    live_attempts: list[Attempt],
+    pending_instance_restarts: list,
+    backend: Backend,
+) -> bool:
     """Nothing but time can change this job's next tick, short of an event."""
     # Only exits announced where the listener hears them are events.
-    return (quiet_seconds() > 0 and backend.exit_channel == settings.VIGIL_EXIT_CHANNEL
-            and job.status == JobStatus.RUNNING and attempt is not None and attempt.status == AttemptStatus.RUNNING
-            and bool(instances) and all(i.status == InstanceStatus.RUNNING for i in instances)
-            and [a.pk for a in live_attempts] == [attempt.pk] and not pending_instance_restarts)
+    return (
+        quiet_seconds() > 0
+        and backend.exit_channel == settings.VIGIL_EXIT_CHANNEL
+        and job.status == JobStatus.RUNNING
+        and attempt is not None
+        and attempt.status == AttemptStatus.RUNNING
+        and bool(instances)
+        and all(i.status == InstanceStatus.RUNNING for i in instances)
+        and [a.pk for a in live_attempts] == [attempt.pk]
+        and not pending_instance_restarts
+    )
 
 
 def next_tick_at(job: Job, attempt: Attempt, instances: list[Instance], now: datetime) -> datetime:
@@ -62,12 +75,19 @@ def next_tick_at(job: Job, attempt: Attempt, instances: list[Instance], now: dat
         if config.enable_c4d_hang_detection:
             due.append(state.c4d_at + config.c4d_common_envs.conn_bw_check_period)
         if config.job_execution_mode == ExecutionMode.SYNC:
-            activity = [hang.InstanceActivity(name=i.name, running=True, last_output_at=epoch(i.last_output_at))
-                        for i in instances]
+            activity = [
+                hang.InstanceActivity(name=i.name, running=True, last_output_at=epoch(i.last_output_at))
+                for i in instances
+            ]
             started = epoch(attempt.starting_at) or epoch(attempt.queued_at) or ts
-            watched = hang.WatchedAttempt(config, job.hang_interval_override, activity, started,
-                                          first_progress_at=epoch(attempt.first_progress_at),
-                                          override_set_at=epoch(job.hang_interval_set_at))
+            watched = hang.WatchedAttempt(
+                config,
+                job.hang_interval_override,
+                activity,
+                started,
+                first_progress_at=epoch(attempt.first_progress_at),
+                override_set_at=epoch(job.hang_interval_set_at),
+            )
             at = hang.next_look_at(watched, ts)
             if at is not None:
                 due.append(at)
@@ -82,11 +102,13 @@ def store(job: Job, at: datetime | None) -> None:
     rows = Job.objects.filter(pk=job.pk)
     if at is not None:
         # ... and against a restart another worker made meanwhile (a new attempt is not steady yet).
-        rows = rows.filter(monitor_state_version=job.monitor_state_version, status=JobStatus.RUNNING,
-                           current_attempt=job.current_attempt)
+        rows = rows.filter(
+            monitor_state_version=job.monitor_state_version,
+            status=JobStatus.RUNNING,
+            current_attempt=job.current_attempt,
+        )
     if rows.update(monitor_next_check_at=at):
         job.monitor_next_check_at = at
-
 
 
 def store_many(plans: Iterable[tuple[Job, datetime]]) -> int:
@@ -102,9 +124,11 @@ def store_many(plans: Iterable[tuple[Job, datetime]]) -> int:
     ops, q = connection.ops, connection.ops.quote_name
     when = " ".join(["WHEN %s THEN %s"] * len(plans))
     rows = ", ".join(["(%s, %s, %s)"] * len(plans))
-    sql = (f"UPDATE {q(Job._meta.db_table)} SET {q('monitor_next_check_at')} = CASE {q('id')} {when} END "
-           f"WHERE {q('status')} = %s AND ({q('id')}, {q('monitor_state_version')}, {q('current_attempt')}) "
-           f"IN (VALUES {rows})")
+    sql = (
+        f"UPDATE {q(Job._meta.db_table)} SET {q('monitor_next_check_at')} = CASE {q('id')} {when} END "
+        f"WHERE {q('status')} = %s AND ({q('id')}, {q('monitor_state_version')}, {q('current_attempt')}) "
+        f"IN (VALUES {rows})"
+    )
     params: list = []
     for job, at in plans:
         params += [job.pk, ops.adapt_datetimefield_value(at)]

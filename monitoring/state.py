@@ -46,7 +46,8 @@ class MonitorState:
         The job object follows, so the next load in this tick sees what was written."""
         data = self.to_dict()
         written = Job.objects.filter(pk=job.pk, monitor_state_version=self.version).update(
-            monitor_state=data, monitor_state_version=F("monitor_state_version") + 1)
+            monitor_state=data, monitor_state_version=F("monitor_state_version") + 1
+        )
         if written:
             self.version += 1
             job.monitor_state, job.monitor_state_version = data, self.version

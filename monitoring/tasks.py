@@ -133,7 +133,7 @@ def _sweep_jobs(ids: list[int], now: datetime | None, lease: leases.Lease | None
         if lease is not None and lease.lost.is_set():
             log.warning("lost the lease of %s mid-sweep; leaving the rest to its new holder", lease.key)
             break
-        chunk = ids[start:start + tick.SNAPSHOT_CHUNK]
+        chunk = ids[start : start + tick.SNAPSHOT_CHUNK]
         snaps = tick.load_snapshots(chunk)
         plans: list = []
         for job_id in chunk:
@@ -152,8 +152,9 @@ def _sweep_jobs(ids: list[int], now: datetime | None, lease: leases.Lease | None
 def _try_lock(job_id: int):
     """The job's lock if free (None if another worker holds it); a dummy without Redis."""
     try:
-        lock = redis_client().lock(f"vigil:monitor:job:{job_id}", timeout=LOCK_SECONDS, blocking=False,
-                              thread_local=False)  # renewed from another thread
+        lock = redis_client().lock(
+            f"vigil:monitor:job:{job_id}", timeout=LOCK_SECONDS, blocking=False, thread_local=False
+        )  # renewed from another thread
         return lock if lock.acquire() else None
     except redis.RedisError:
         log.warning("Redis unavailable; ticking job %s without the lock", job_id)

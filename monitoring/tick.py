@@ -74,13 +74,22 @@ class JobSnapshot:
         relaunch, lease = relaunch_after(), actions.launch_lease()
         if any(t < now - lease for t in self.pending_instance_restarts):
             return True
-        return any(a.number < self.job.current_attempt
-                   or (a.number == self.job.current_attempt and a.status == AttemptStatus.QUEUING
-                       and a.queued_at < now - relaunch)
-                   or (a.number == self.job.current_attempt and a.status == AttemptStatus.STARTING
-                       and not a.backend_handle and a.preparing_at is not None
-                       and a.preparing_at < now - lease)
-                   for a in self.live_attempts)
+        return any(
+            a.number < self.job.current_attempt
+            or (
+                a.number == self.job.current_attempt
+                and a.status == AttemptStatus.QUEUING
+                and a.queued_at < now - relaunch
+            )
+            or (
+                a.number == self.job.current_attempt
+                and a.status == AttemptStatus.STARTING
+                and not a.backend_handle
+                and a.preparing_at is not None
+                and a.preparing_at < now - lease
+            )
+            for a in self.live_attempts
+        )
 
 
 SNAPSHOT_CHUNK = 200  # jobs read per bulk query in a sweep
@@ -99,7 +108,8 @@ def load_snapshots(job_ids: list[int]) -> dict[int, JobSnapshot]:
     for i in Instance.objects.filter(attempt_id__in=list(current)):
         current[i.attempt_id].instances.append(i)
     for job_id, kind, at, new_attempt in RestartRecord.objects.filter(
-            job_id__in=job_ids, result=RestartResult.PENDING).values_list("job_id", "kind", "restart_time", "new_attempt"):
+        job_id__in=job_ids, result=RestartResult.PENDING
+    ).values_list("job_id", "kind", "restart_time", "new_attempt"):
         if job_id in snaps:
             if kind == RestartKind.INSTANCE:
                 snaps[job_id].pending_instance_restarts.append(at)
@@ -108,8 +118,13 @@ def load_snapshots(job_ids: list[int]) -> dict[int, JobSnapshot]:
     return snaps
 
 
-def run_job(job_id: int, now: datetime | None = None, *, snapshot: JobSnapshot | None = None,
-            plans: list[tuple[Job, datetime]] | None = None) -> TickResult:
+def run_job(
+    job_id: int,
+    now: datetime | None = None,
+    *,
+    snapshot: JobSnapshot | None = None,
+    plans: list[tuple[Job, datetime]] | None = None,
+) -> TickResult:
     """One tick over one job. Safe to run concurrently and repeatedly. Given the
     sweep's snapshot it skips the per-job reads and recovers only when needed, and
     schedules the job's next tick when it found the job steady (monitoring.schedule);
@@ -128,8 +143,9 @@ def run_job(job_id: int, now: datetime | None = None, *, snapshot: JobSnapshot |
     return result
 
 
-def _run_job(job_id: int, job: Job | None, now: datetime, snapshot: JobSnapshot | None,
-             plan: list[datetime]) -> TickResult:
+def _run_job(
+    job_id: int, job: Job | None, now: datetime, snapshot: JobSnapshot | None, plan: list[datetime]
+) -> TickResult:
     result = TickResult(job_id)
     if job is None or job.status in FINISHED_JOB_STATUSES:
         if job is not None:
@@ -154,8 +170,11 @@ def _run_job(job_id: int, job: Job | None, now: datetime, snapshot: JobSnapshot 
     except BackendError as exc:
         result.notes.append(f"poll failed: {exc}")
         if not exc.retryable:
-            actions.fail_job(job, f"The backend lost attempt {attempt.number}: {exc.message}",
-                             key=f"poll-failed:{job.pk}:{attempt.number}")
+            actions.fail_job(
+                job,
+                f"The backend lost attempt {attempt.number}: {exc.message}",
+                key=f"poll-failed:{job.pk}:{attempt.number}",
+            )
         return result
     instances = sync_instances(attempt, statuses, snapshot.instances if snapshot is not None else None)
     note_first_output(job, attempt, instances)
@@ -172,7 +191,9 @@ def _run_job(job_id: int, job: Job | None, now: datetime, snapshot: JobSnapshot 
         result.action = TickAction.SUCCEEDED
         return result
 
-    failed = [i for i in instances if i.status in (InstanceStatus.FAILED, InstanceStatus.LOST) and not i.handled_exit_key]
+    failed = [
+        i for i in instances if i.status in (InstanceStatus.FAILED, InstanceStatus.LOST) and not i.handled_exit_key
+    ]
     if failed:
         handled = handle_failures(job, attempt, instances, failed, backend, now)
         if handled:
@@ -182,8 +203,9 @@ def _run_job(job_id: int, job: Job | None, now: datetime, snapshot: JobSnapshot 
     if job.status != JobStatus.RUNNING:
         return result
     if job.fault_tolerance:
-        problem = (checks.check_problems(job, job.ft, attempt, instances, backend, now)
-                   or checks.check_c4d(job, job.ft, attempt, instances, now))
+        problem = checks.check_problems(job, job.ft, attempt, instances, backend, now) or checks.check_c4d(
+            job, job.ft, attempt, instances, now
+        )
         if problem:
             result.action, result.reason = problem
             return result
@@ -193,8 +215,9 @@ def _run_job(job_id: int, job: Job | None, now: datetime, snapshot: JobSnapshot 
         checks.scan_logs_for_hints(job, attempt, instances, backend, now, claimed=True)
     if stragglers:
         checks.check_stragglers(job, attempt, instances, backend, now, claimed=True)
-    if snapshot is not None and schedule.steady(job, attempt, instances, snapshot.live_attempts,
-                                                snapshot.pending_instance_restarts, backend):
+    if snapshot is not None and schedule.steady(
+        job, attempt, instances, snapshot.live_attempts, snapshot.pending_instance_restarts, backend
+    ):
         plan.append(schedule.next_tick_at(job, attempt, instances, now))
     return result
 

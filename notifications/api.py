@@ -40,8 +40,18 @@ class ChannelSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = Channel
-        fields = ["id", "name", "kind", "url", "signing_secret", "enabled", "disabled_reason", "disabled_at",
-                  "created_at", "updated_at"]
+        fields = [
+            "id",
+            "name",
+            "kind",
+            "url",
+            "signing_secret",
+            "enabled",
+            "disabled_reason",
+            "disabled_at",
+            "created_at",
+            "updated_at",
+        ]
 
     def _admin(self) -> bool:
         return bool(self.context.get("is_admin"))
@@ -59,8 +69,17 @@ class EventRuleSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = EventRule
-        fields = ["id", "name", "event_types", "job_scope", "job_pattern", "channels", "enabled",
-                  "created_at", "updated_at"]
+        fields = [
+            "id",
+            "name",
+            "event_types",
+            "job_scope",
+            "job_pattern",
+            "channels",
+            "enabled",
+            "created_at",
+            "updated_at",
+        ]
 
 
 class DeliverySerializer(serializers.ModelSerializer):
@@ -71,9 +90,27 @@ class DeliverySerializer(serializers.ModelSerializer):
 
     class Meta:
         model = Delivery
-        fields = ["id", "event", "event_type", "job", "channel", "channel_kind", "rule", "matched_rules", "is_test",
-                  "status", "attempts", "error", "permanent_error", "status_code", "duration_ms", "created_at",
-                  "last_attempt_at", "next_attempt_at", "sent_at"]
+        fields = [
+            "id",
+            "event",
+            "event_type",
+            "job",
+            "channel",
+            "channel_kind",
+            "rule",
+            "matched_rules",
+            "is_test",
+            "status",
+            "attempts",
+            "error",
+            "permanent_error",
+            "status_code",
+            "duration_ms",
+            "created_at",
+            "last_attempt_at",
+            "next_attempt_at",
+            "sent_at",
+        ]
 
 
 def _text(**kw):
@@ -99,7 +136,8 @@ class FormValidated(serializers.Serializer):
         form = self.form_class(data, instance=self.instance, workspace=self.context["workspace"])
         if not form.is_valid():
             raise serializers.ValidationError(
-                {("non_field_errors" if f == "__all__" else f): list(errors) for f, errors in form.errors.items()})
+                {("non_field_errors" if f == "__all__" else f): list(errors) for f, errors in form.errors.items()}
+            )
         self.form = form
         return attrs
 
@@ -118,7 +156,9 @@ class ChannelWriteSerializer(FormValidated):
     form_class = ChannelForm
     name = _text()
     kind = _text(help_text="one of: " + ", ".join(ChannelKind.values))
-    url = _text(help_text="webhook: an http(s) URL; chat and e-mail: the service's Apprise URL (slack://, mailtos://...)")
+    url = _text(
+        help_text="webhook: an http(s) URL; chat and e-mail: the service's Apprise URL (slack://, mailtos://...)"
+    )
     rotate_secret = serializers.BooleanField(required=False, help_text="updates only: a new signing secret")
 
     def current(self, channel):
@@ -128,19 +168,28 @@ class ChannelWriteSerializer(FormValidated):
 class EventRuleWriteSerializer(FormValidated):
     form_class = EventRuleForm
     name = _text()
-    event_types = serializers.ListField(child=_text(), help_text="any of: " + ", ".join(t.value for t in NOTIFIABLE_EVENT_TYPES))
+    event_types = serializers.ListField(
+        child=_text(), help_text="any of: " + ", ".join(t.value for t in NOTIFIABLE_EVENT_TYPES)
+    )
     job_scope = _text(required=False, help_text='"all" (default) or "pattern"')
     job_pattern = _text(required=False)
-    channels = serializers.ListField(child=serializers.IntegerField(min_value=1, max_value=MAX_BIGINT), help_text="ids of this workspace's channels")
+    channels = serializers.ListField(
+        child=serializers.IntegerField(min_value=1, max_value=MAX_BIGINT), help_text="ids of this workspace's channels"
+    )
     enabled = serializers.BooleanField(required=False, help_text="default true")
 
     def defaults(self):
         return {"job_scope": "all", "job_pattern": "", "enabled": True}
 
     def current(self, rule):
-        return {"name": rule.name, "event_types": list(rule.event_types), "job_scope": rule.job_scope,
-                "job_pattern": rule.job_pattern, "channels": list(rule.channels.values_list("pk", flat=True)),
-                "enabled": rule.enabled}
+        return {
+            "name": rule.name,
+            "event_types": list(rule.event_types),
+            "job_scope": rule.job_scope,
+            "job_pattern": rule.job_pattern,
+            "channels": list(rule.channels.values_list("pk", flat=True)),
+            "enabled": rule.enabled,
+        }
 
 
 # --- views ----------------------------------------------------------------------------
@@ -186,11 +235,14 @@ class InWorkspace(viewsets.GenericViewSet):
 
     def write(self, request, serializer_class, instance=None, *, partial=False, created=False):
         self.require_admin()
-        serializer = serializer_class(instance, data=request.data, partial=partial,
-                                      context=self.get_serializer_context())
+        serializer = serializer_class(
+            instance, data=request.data, partial=partial, context=self.get_serializer_context()
+        )
         serializer.is_valid(raise_exception=True)
         obj = serializer.save()
-        return Response(self.get_serializer(obj).data, status=status.HTTP_201_CREATED if created else status.HTTP_200_OK)
+        return Response(
+            self.get_serializer(obj).data, status=status.HTTP_201_CREATED if created else status.HTTP_200_OK
+        )
 
     def list(self, request, *args, **kwargs):
         page = self.paginate_queryset(self.get_queryset())
@@ -198,7 +250,6 @@ class InWorkspace(viewsets.GenericViewSet):
 
     def retrieve(self, request, *args, **kwargs):
         return Response(self.get_serializer(self.get_object()).data)
-
 
 
 class Writable(InWorkspace):
@@ -224,8 +275,12 @@ def _schema(write, read, name):
     return extend_schema_view(
         list=extend_schema(parameters=[WORKSPACE_PARAM], summary=f"The workspace's {name}s"),
         retrieve=extend_schema(parameters=[WORKSPACE_PARAM]),
-        create=extend_schema(parameters=[WORKSPACE_PARAM], request=write, responses={201: read},
-                             summary=f"Add a {name} (owners and admins; the page's validation)"),
+        create=extend_schema(
+            parameters=[WORKSPACE_PARAM],
+            request=write,
+            responses={201: read},
+            summary=f"Add a {name} (owners and admins; the page's validation)",
+        ),
         update=extend_schema(parameters=[WORKSPACE_PARAM], request=write, responses=read),
         partial_update=extend_schema(parameters=[WORKSPACE_PARAM], request=write, responses=read),
         destroy=extend_schema(parameters=[WORKSPACE_PARAM], responses={204: None}),
@@ -244,8 +299,12 @@ class ChannelViewSet(Writable):
     def get_queryset(self):
         return Channel.objects.filter(workspace=self.get_workspace()).order_by("name", "id")
 
-    @extend_schema(parameters=[WORKSPACE_PARAM], request=None, responses=DeliverySerializer,
-                   summary="Send a test message now (one try, no retries); the delivery says how it went")
+    @extend_schema(
+        parameters=[WORKSPACE_PARAM],
+        request=None,
+        responses=DeliverySerializer,
+        summary="Send a test message now (one try, no retries); the delivery says how it went",
+    )
     @action(detail=True, methods=["post"])
     def test(self, request, *args, **kwargs):
         self.require_admin()
@@ -262,7 +321,9 @@ class EventRuleViewSet(Writable):
     queryset = EventRule.objects.none()
 
     def get_queryset(self):
-        return EventRule.objects.filter(workspace=self.get_workspace()).prefetch_related("channels").order_by("name", "id")
+        return (
+            EventRule.objects.filter(workspace=self.get_workspace()).prefetch_related("channels").order_by("name", "id")
+        )
 
 
 class DeliveryFilter(serializers.Serializer):
@@ -283,8 +344,12 @@ class DeliveryViewSet(InWorkspace):
     queryset = Delivery.objects.none()
 
     def get_queryset(self):
-        qs = (Delivery.objects.filter(channel__workspace=self.get_workspace())
-              .select_related("event", "channel").prefetch_related("matched_rules").order_by("-created_at", "-id"))
+        qs = (
+            Delivery.objects.filter(channel__workspace=self.get_workspace())
+            .select_related("event", "channel")
+            .prefetch_related("matched_rules")
+            .order_by("-created_at", "-id")
+        )
         if self.action != "list":
             return qs
         params = self.request.query_params
@@ -303,8 +368,12 @@ class DeliveryViewSet(InWorkspace):
             qs = qs.filter(event__type=f["type"])
         return qs
 
-    @extend_schema(parameters=[WORKSPACE_PARAM], request=None, responses={202: DeliverySerializer},
-                   summary="Try a finished delivery once more (sent, failed or skipped; its channel enabled)")
+    @extend_schema(
+        parameters=[WORKSPACE_PARAM],
+        request=None,
+        responses={202: DeliverySerializer},
+        summary="Try a finished delivery once more (sent, failed or skipped; its channel enabled)",
+    )
     @action(detail=True, methods=["post"])
     def redeliver(self, request, *args, **kwargs):
         self.require_admin()

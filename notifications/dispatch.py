@@ -262,11 +262,13 @@ def redeliver(delivery: Delivery) -> None:
         raise CannotRedeliver("a test delivery is not redelivered; send a new test.")
     channel = Channel.objects.get(pk=delivery.channel_id)
     if not channel.enabled:
-        raise CannotRedeliver(f"the channel is disabled ({channel.disabled_reason}); "
-                              "save the channel to turn it back on first.")
+        raise CannotRedeliver(
+            f"the channel is disabled ({channel.disabled_reason}); save the channel to turn it back on first."
+        )
     with transaction.atomic():
         if not Delivery.objects.filter(pk=delivery.pk, status__in=REDELIVERABLE).update(
-                status=DeliveryStatus.PENDING, error="", permanent_error=False, next_attempt_at=None):
+            status=DeliveryStatus.PENDING, error="", permanent_error=False, next_attempt_at=None
+        ):
             current = Delivery.objects.filter(pk=delivery.pk).values_list("status", flat=True).first()
             raise CannotRedeliver(f"the delivery is {current}; only a sent, failed or skipped one is redelivered.")
         transaction.on_commit(lambda: enqueue(delivery.pk))

@@ -80,8 +80,11 @@ class Channel(models.Model):
 
     def recent_outcomes(self, n: int = FAILING_AFTER) -> list[str]:
         """The statuses of its last `n` finished deliveries of events, newest first."""
-        return list(self.deliveries.filter(is_test=False, status__in=("sent", "failed"))
-                    .order_by("-last_attempt_at", "-id").values_list("status", flat=True)[:n])
+        return list(
+            self.deliveries.filter(is_test=False, status__in=("sent", "failed"))
+            .order_by("-last_attempt_at", "-id")
+            .values_list("status", flat=True)[:n]
+        )
 
     @property
     def failing(self) -> bool:

@@ -307,8 +307,9 @@ def _checked_smtp_socket(self, host, port, timeout):
         return _original_smtp_get_socket(self, host, port, timeout)
     if timeout is not None and not timeout:
         raise ValueError("Non-blocking socket (timeout=0) is not supported")
-    return _connect_checked(state, host, port,
-                            lambda ip: socket.create_connection((ip, port), timeout, self.source_address))
+    return _connect_checked(
+        state, host, port, lambda ip: socket.create_connection((ip, port), timeout, self.source_address)
+    )
 
 
 def _install() -> None:
@@ -426,12 +427,15 @@ def secrets_of(url: str) -> list[str]:
         rest = url
     public_host = _public_host(url)
     authority = re.split(r"[/?#]", rest, maxsplit=1)[0]
-    found = {rest[len(authority):]} if len(rest) > len(authority) else set()
+    found = {rest[len(authority) :]} if len(rest) > len(authority) else set()
     if "@" in authority:
         found.add(authority.rsplit("@", 1)[0])
     for token in _SEPARATORS.split(rest):
-        if len(token) < 4 or (token.isdigit() and len(token) <= 5) or (
-                public_host and (public_host + ".").endswith(token.lower() + ".")):
+        if (
+            len(token) < 4
+            or (token.isdigit() and len(token) <= 5)
+            or (public_host and (public_host + ".").endswith(token.lower() + "."))
+        ):
             continue  # too short to be a secret, a port, or the public host name (or its domain)
         found.update({token, unquote(token), quote(token, safe="")})
     return sorted((f for f in found if len(f) >= 4), key=len, reverse=True)

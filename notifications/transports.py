@@ -96,7 +96,7 @@ class DeliveryFailure(Exception):
 
 
 def classify_status(code: int) -> str:
-    """"ok", "permanent", "transient" or "rejected" for an HTTP status."""
+    """ "ok", "permanent", "transient" or "rejected" for an HTTP status."""
     if 200 <= code < 300:
         return "ok"
     if code in PERMANENT_STATUSES:

@@ -105,8 +105,15 @@ def channel_list(request, slug):
 @login_required
 def channel_form(request, slug, channel_id=None):
     """Add a channel, or edit channel `channel_id`."""
-    return _form_page(request, slug, ChannelForm, channel_id, back="notifications:channels",
-                      template="notifications/channel_form.html", name="channel")
+    return _form_page(
+        request,
+        slug,
+        ChannelForm,
+        channel_id,
+        back="notifications:channels",
+        template="notifications/channel_form.html",
+        name="channel",
+    )
 
 
 @login_required
@@ -139,8 +146,15 @@ def rule_list(request, slug):
 @login_required
 def rule_form(request, slug, rule_id=None):
     """Add an event rule, or edit rule `rule_id`."""
-    return _form_page(request, slug, EventRuleForm, rule_id, back="notifications:rules",
-                      template="notifications/rule_form.html", name="rule")
+    return _form_page(
+        request,
+        slug,
+        EventRuleForm,
+        rule_id,
+        back="notifications:rules",
+        template="notifications/rule_form.html",
+        name="rule",
+    )
 
 
 @login_required
@@ -176,8 +190,10 @@ def redeliver(request, slug, rule_id, delivery_id):
         dispatch.redeliver(delivery)
     except dispatch.CannotRedeliver as exc:
         return _deliveries_page(request, workspace, True, rule, refused=(delivery, str(exc)), status=409)
-    return redirect(reverse("notifications:rule-deliveries", kwargs={"slug": workspace.slug, "rule_id": rule.pk})
-                    + f"?redelivered={delivery.pk}")
+    return redirect(
+        reverse("notifications:rule-deliveries", kwargs={"slug": workspace.slug, "rule_id": rule.pk})
+        + f"?redelivered={delivery.pk}"
+    )
 
 
 def _deliveries_page(request, workspace, is_admin, rule, refused=None, status=200):
@@ -202,7 +218,15 @@ def _deliveries_page(request, workspace, is_admin, rule, refused=None, status=20
     return render(
         request,
         "notifications/deliveries.html",
-        _context(workspace, is_admin, rule=rule, form=form, page=page, event_type=event_type,
-                 refused=refused, redelivered=redelivered),
+        _context(
+            workspace,
+            is_admin,
+            rule=rule,
+            form=form,
+            page=page,
+            event_type=event_type,
+            refused=refused,
+            redelivered=redelivered,
+        ),
         status=status,
     )

@@ -44,9 +44,23 @@ def test_quick_chaos_subset_holds(tmp_path):
     db, args = database_args()
     # The suite cuts itself off after --timeout and stops everything it started; SIGTERM
     # (which it handles the same way) is the last resort.
-    proc = subprocess.Popen([sys.executable, str(ROOT / "bench" / "chaos.py"), "--quick", *args, "--timeout", "200",
-                             "--report", str(report)], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, start_new_session=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            str(ROOT / "bench" / "chaos.py"),
+            "--quick",
+            *args,
+            "--timeout",
+            "200",
+            "--report",
+            str(report),
+        ],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
     try:
         stdout, _ = proc.communicate(timeout=260)
     except subprocess.TimeoutExpired:
@@ -55,8 +69,11 @@ def test_quick_chaos_subset_holds(tmp_path):
     out = stdout[-8000:]
     rows = json.loads(report.read_text())
     assert {(r["db"], r["experiment"]) for r in rows} == {(db, name) for name in QUICK}, out
-    failed = [f"{r['experiment']}: " + "; ".join(f"{c}: {e}" for c, ok, e in r["checks"] if not ok)
-              for r in rows if not r["held"]]
+    failed = [
+        f"{r['experiment']}: " + "; ".join(f"{c}: {e}" for c, ok, e in r["checks"] if not ok)
+        for r in rows
+        if not r["held"]
+    ]
     assert not failed, "\n".join(failed) + "\n" + out
     for row in rows:  # each row checked something: the job's outcome at least
         assert any(check == "status" and ok for check, ok, _ in row["checks"]), row

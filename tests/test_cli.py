@@ -36,8 +36,23 @@ def installed(tmp_path_factory):
     source = base / "sdk"
     shutil.copytree(ROOT / "sdk", source, ignore=shutil.ignore_patterns("tests", "build", "*.egg-info", "__pycache__"))
     target = base / "site"
-    subprocess.run([PY, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation", "--no-index",
-                    "--target", str(target), str(source)], check=True, timeout=120)
+    subprocess.run(
+        [
+            PY,
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--no-deps",
+            "--no-build-isolation",
+            "--no-index",
+            "--target",
+            str(target),
+            str(source),
+        ],
+        check=True,
+        timeout=120,
+    )
     return target
 
 
@@ -59,12 +74,23 @@ def cli(installed, home):
         return base
 
     def run(*args, stdin=None, extra_env=None, timeout=60):
-        return subprocess.run([str(installed / "bin" / "vigil"), *map(str, args)], input=stdin, text=True,
-                              capture_output=True, env=env(extra_env), timeout=timeout)
+        return subprocess.run(
+            [str(installed / "bin" / "vigil"), *map(str, args)],
+            input=stdin,
+            text=True,
+            capture_output=True,
+            env=env(extra_env),
+            timeout=timeout,
+        )
 
     def start(*args, extra_env=None):
-        return subprocess.Popen([str(installed / "bin" / "vigil"), *map(str, args)], text=True,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env(extra_env))
+        return subprocess.Popen(
+            [str(installed / "bin" / "vigil"), *map(str, args)],
+            text=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=env(extra_env),
+        )
 
     run.start = start
     return run
@@ -92,7 +118,8 @@ def logged_in(cli, console, token):
 
 def job_file(tmp_path: Path, command: str, flags: str | None = None, name: str = "cli-job", **envs) -> Path:
     path = tmp_path / f"{name}.yaml"
-    path.write_text(textwrap.dedent(f"""\
+    path.write_text(
+        textwrap.dedent(f"""\
         workspace: alice-lab
         display_name: {name}
         job_type: PyTorchJob
@@ -105,7 +132,8 @@ def job_file(tmp_path: Path, command: str, flags: str | None = None, name: str =
         settings:
           enable_error_monitoring_in_aimaster: {json.dumps(flags is not None)}
           error_monitoring_args: {json.dumps(flags or "")}
-        """))
+        """)
+    )
     return path
 
 
@@ -177,8 +205,12 @@ def test_pip_install_of_the_sdk_gives_the_vigil_command_and_both_packages(instal
     assert os.access(installed / "bin" / "vigil", os.X_OK)
     assert (installed / "vigil" / "cli.py").exists() and (installed / "aimaster" / "job_monitor.py").exists()
     # The SDK's import stays free of the command line.
-    probe = subprocess.run([PY, "-c", "import sys, vigil, vigil.job_monitor; print('vigil.cli' in sys.modules)"],
-                           env={**os.environ, "PYTHONPATH": str(installed)}, capture_output=True, text=True)
+    probe = subprocess.run(
+        [PY, "-c", "import sys, vigil, vigil.job_monitor; print('vigil.cli' in sys.modules)"],
+        env={**os.environ, "PYTHONPATH": str(installed)},
+        capture_output=True,
+        text=True,
+    )
     assert probe.stdout.strip() == "False", probe.stderr
 
 
@@ -212,7 +244,7 @@ def test_without_login_or_console_the_exit_codes_say_which(cli, console, token):
 
 def test_submit_yaml_with_overrides_then_ls_status_and_logs(logged_in, tmp_path, local_backend):
     cli = logged_in
-    path = job_file(tmp_path, f"{PY} -c 'import os; print(\"hello\", os.environ[\"GREETING\"])'", GREETING="x")
+    path = job_file(tmp_path, f'{PY} -c \'import os; print("hello", os.environ["GREETING"])\'', GREETING="x")
     r = cli("submit", path, "--set", "display_name=greeter", "--set", "envs.GREETING=world")
     assert r.returncode == 0, r.stderr
     assert r.stdout.startswith("Submitted job ") and "greeter" in r.stdout
@@ -237,9 +269,10 @@ def test_submit_prints_the_apis_field_messages_and_exits_3(logged_in, tmp_path):
     path = job_file(tmp_path, "true")
     r = logged_in("submit", path, "--set", "job_specs.0.pod_count=0", "--set", "job_type=NoSuchJob")
     assert r.returncode == 3
-    assert r.stderr.splitlines() == ["vigil: the console refused the request (HTTP 400):",
-                                     "  job_type: 'NoSuchJob' is not accepted; use one of PyTorchJob, TFJob, "
-                                     "MPIJob, ElasticBatchJob."]
+    assert r.stderr.splitlines() == [
+        "vigil: the console refused the request (HTTP 400):",
+        "  job_type: 'NoSuchJob' is not accepted; use one of PyTorchJob, TFJob, MPIJob, ElasticBatchJob.",
+    ]
     r = logged_in("submit", path, "--set", "job_specs.0.pod_count=0")
     assert r.returncode == 3 and "job_specs.0.pod_count:" in r.stderr, r.stderr
     r = logged_in("submit", path, "--set", "job_specs.3.pod_count=1")
@@ -257,8 +290,18 @@ def test_a_yaml_job_without_pyyaml_names_the_extra(logged_in, installed, tmp_pat
     r = logged_in("submit", job_file(tmp_path, "true"), extra_env=env)
     assert r.returncode == 2 and "pip install 'vigil[cli]'" in r.stderr
     body = tmp_path / "job.json"
-    body.write_text(json.dumps({"workspace": "alice-lab", "display_name": "json-job", "job_type": "PyTorchJob",
-                                "job_specs": [{"type": "Master"}], "user_command": "true", "backend": "local"}))
+    body.write_text(
+        json.dumps(
+            {
+                "workspace": "alice-lab",
+                "display_name": "json-job",
+                "job_type": "PyTorchJob",
+                "job_specs": [{"type": "Master"}],
+                "user_command": "true",
+                "backend": "local",
+            }
+        )
+    )
     r = logged_in("submit", body, "--set", "backend=nowhere", extra_env=env)
     assert r.returncode == 3 and "backend:" in r.stderr
 
@@ -268,8 +311,14 @@ def test_another_workspaces_job_is_not_found(logged_in, bob, bob_ws, tmp_path, l
 
     bobs = ApiToken.issue(bob, name="bob")[1]
     job_id = submitted(logged_in, job_file(tmp_path, "true"))
-    for command in (["status", job_id], ["logs", job_id], ["events", job_id], ["restarts", job_id],
-                    ["stop", job_id], ["stacks", job_id]):
+    for command in (
+        ["status", job_id],
+        ["logs", job_id],
+        ["events", job_id],
+        ["restarts", job_id],
+        ["stop", job_id],
+        ["stacks", job_id],
+    ):
         r = logged_in(*command, "--token", bobs)
         assert r.returncode == 5, (command, r.stderr)
     assert job(job_id).status != "Stopping"
@@ -309,9 +358,12 @@ def test_logs_follow_streams_live_and_survives_a_restart(logged_in, tmp_path, lo
     code, out, err = logs.finish(job_id)
     assert code == 0, err
     assert out.splitlines() == [
-        "attempt 1 is training", "attempt 1 fails now", "",
+        "attempt 1 is training",
+        "attempt 1 fails now",
+        "",
         out.splitlines()[3],  # the separator, with the restart's reason
-        "attempt 2 is training", "attempt 2 finished",
+        "attempt 2 is training",
+        "attempt 2 finished",
     ]
     assert out.splitlines()[3].startswith(f"==== attempt 2 of job {job_id} (restart: ")
 

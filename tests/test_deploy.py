@@ -47,8 +47,11 @@ def free_port() -> int:
 
 def unit_commands(name: str, key: str) -> list[str]:
     """The unit's ExecStart= / ExecStartPre= lines."""
-    return [line.split("=", 1)[1] for line in (DEPLOY / "systemd" / name).read_text().splitlines()
-            if line.startswith(key + "=")]
+    return [
+        line.split("=", 1)[1]
+        for line in (DEPLOY / "systemd" / name).read_text().splitlines()
+        if line.startswith(key + "=")
+    ]
 
 
 def env_example() -> dict[str, str]:
@@ -75,11 +78,11 @@ def test_the_systemd_units_pass_systemd_analyze_verify(tmp_path):
 
 
 def test_every_setting_the_example_env_names_is_read_by_the_settings():
-    settings_text = (ROOT / "console" / "settings.py").read_text() + (ROOT / "deploy" / "systemd" /
-                                                                       "vigil-worker@.service").read_text()
+    settings_text = (ROOT / "console" / "settings.py").read_text() + (
+        ROOT / "deploy" / "systemd" / "vigil-worker@.service"
+    ).read_text()
     names = set(env_example()) | set(re.findall(r"^# (\w+)=", (DEPLOY / "vigil.env.example").read_text(), re.M))
-    assert names and all(name in settings_text for name in names), names - {
-        n for n in names if n in settings_text}
+    assert names and all(name in settings_text for name in names), names - {n for n in names if n in settings_text}
 
 
 class Processes:
@@ -136,9 +139,29 @@ def wait_for(predicate, seconds: float, what: str, procs: Processes, every: floa
 
 def self_signed(tmp_path: Path) -> tuple[Path, Path]:
     cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=localhost",
-                    "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1", "-keyout", str(key), "-out", str(cert)],
-                   check=True, capture_output=True, timeout=60)
+    subprocess.run(
+        [
+            "openssl",
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "1",
+            "-subj",
+            "/CN=localhost",
+            "-addext",
+            "subjectAltName=DNS:localhost,IP:127.0.0.1",
+            "-keyout",
+            str(key),
+            "-out",
+            str(cert),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
     return cert, key
 
 
@@ -147,10 +170,12 @@ def nginx_config(tmp_path: Path, web_port: int, http_port: int, https_port: int,
     site = (DEPLOY / "nginx" / "vigil.conf").read_text()
     replacements = [
         ("server 127.0.0.1:8000;", f"server 127.0.0.1:{web_port};"),
-        ("    listen [::]:80;\n", ""), ("    listen [::]:443 ssl http2;\n", ""),
+        ("    listen [::]:80;\n", ""),
+        ("    listen [::]:443 ssl http2;\n", ""),
         ("listen 80;", f"listen 127.0.0.1:{http_port};"),
         ("listen 443 ssl http2;", f"listen 127.0.0.1:{https_port} ssl http2;"),
-        ("/etc/ssl/vigil/fullchain.pem", str(cert)), ("/etc/ssl/vigil/privkey.pem", str(key)),
+        ("/etc/ssl/vigil/fullchain.pem", str(cert)),
+        ("/etc/ssl/vigil/privkey.pem", str(key)),
         ("/etc/nginx/snippets/vigil-locations.conf", str(DEPLOY / "nginx" / "vigil-locations.conf")),
     ]
     for old, new in replacements:
@@ -158,7 +183,8 @@ def nginx_config(tmp_path: Path, web_port: int, http_port: int, https_port: int,
         site = site.replace(old, new)
     (tmp_path / "vigil.conf").write_text(site)
     main = tmp_path / "nginx.conf"
-    main.write_text(textwrap.dedent(f"""\
+    main.write_text(
+        textwrap.dedent(f"""\
         worker_processes 1;
         pid {tmp_path}/nginx.pid;
         error_log {tmp_path}/nginx-error.log warn;
@@ -172,7 +198,8 @@ def nginx_config(tmp_path: Path, web_port: int, http_port: int, https_port: int,
             scgi_temp_path {tmp_path}/scgi;
             include {tmp_path}/vigil.conf;
         }}
-        """))
+        """)
+    )
     return main
 
 
@@ -180,9 +207,15 @@ def websocket_handshake(port: int, path: str, cookie: str | None, context: ssl.S
     """The status line nginx relays for a WebSocket upgrade over TLS."""
     with socket.create_connection(("127.0.0.1", port), timeout=10) as raw:
         with context.wrap_socket(raw, server_hostname="localhost") as s:
-            lines = [f"GET {path} HTTP/1.1", f"Host: 127.0.0.1:{port}", "Upgrade: websocket", "Connection: Upgrade",
-                     "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==", "Sec-WebSocket-Version: 13",
-                     f"Origin: https://127.0.0.1:{port}"]
+            lines = [
+                f"GET {path} HTTP/1.1",
+                f"Host: 127.0.0.1:{port}",
+                "Upgrade: websocket",
+                "Connection: Upgrade",
+                "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==",
+                "Sec-WebSocket-Version: 13",
+                f"Origin: https://127.0.0.1:{port}",
+            ]
             if cookie:
                 lines.append(f"Cookie: sessionid={cookie}")
             s.sendall(("\r\n".join(lines) + "\r\n\r\n").encode())
@@ -208,26 +241,49 @@ FAIL_ONCE = """
 @pytest.mark.skipif(NGINX is None, reason="nginx is not installed (apt-get install nginx-light)")
 @pytest.mark.skipif(shutil.which("redis-server") is None, reason="redis-server is not installed")
 def test_the_production_layout_serves_follows_and_restarts_a_job_behind_nginx(
-        tmp_path, settings, alice, alice_ws, client):
+    tmp_path, settings, alice, alice_ws, client
+):
     from jobs.models import ApiToken
 
     procs = Processes(tmp_path)
     try:
         # Redis with a password, nothing on disk.
         redis_port, password = free_port(), "s3cret-redis-password"
-        procs.start("redis", ["redis-server", "--bind", "127.0.0.1", "--port", str(redis_port), "--save", "",
-                              "--appendonly", "no", "--requirepass", password], dict(os.environ))
+        procs.start(
+            "redis",
+            [
+                "redis-server",
+                "--bind",
+                "127.0.0.1",
+                "--port",
+                str(redis_port),
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--requirepass",
+                password,
+            ],
+            dict(os.environ),
+        )
         web_port, http_port, https_port = free_port(), free_port(), free_port()
         base = f"https://127.0.0.1:{https_port}"
         env = {k: v for k, v in os.environ.items() if not k.startswith(("VIGIL_", "REDIS_", "CELERY_"))}
         env.update(env_example())
-        env.update({
-            "SECRET_KEY": settings.SECRET_KEY,  # the test's sessions must be valid in the web process
-            "ALLOWED_HOSTS": "127.0.0.1,localhost", "CSRF_TRUSTED_ORIGINS": base,
-            "DATABASE_URL": subprocess_database_url(), "REDIS_URL": f"redis://:{password}@127.0.0.1:{redis_port}/0",
-            "VIGIL_DATA_DIR": str(tmp_path / "data"), "VIGIL_CONSOLE_URL": base, "VIGIL_WORKER_CONCURRENCY": "2",
-            "VIGIL_LOG_FORMAT": "plain", "PATH": os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", ""),
-        })
+        env.update(
+            {
+                "SECRET_KEY": settings.SECRET_KEY,  # the test's sessions must be valid in the web process
+                "ALLOWED_HOSTS": "127.0.0.1,localhost",
+                "CSRF_TRUSTED_ORIGINS": base,
+                "DATABASE_URL": subprocess_database_url(),
+                "REDIS_URL": f"redis://:{password}@127.0.0.1:{redis_port}/0",
+                "VIGIL_DATA_DIR": str(tmp_path / "data"),
+                "VIGIL_CONSOLE_URL": base,
+                "VIGIL_WORKER_CONCURRENCY": "2",
+                "VIGIL_LOG_FORMAT": "plain",
+                "PATH": os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", ""),
+            }
+        )
         (tmp_path / "data").mkdir()
         let_jobs_reach(tmp_path)  # run as root here, the workers run each job as nobody
 
@@ -253,8 +309,11 @@ def test_the_production_layout_serves_follows_and_restarts_a_job_behind_nginx(
 
         cert, key = self_signed(tmp_path)
         conf = nginx_config(tmp_path, web_port, http_port, https_port, cert, key)
-        procs.start("nginx", [NGINX, "-p", str(tmp_path), "-c", str(conf), "-e", str(tmp_path / "nginx-error.log"),
-                              "-g", "daemon off;"], dict(os.environ))
+        procs.start(
+            "nginx",
+            [NGINX, "-p", str(tmp_path), "-c", str(conf), "-e", str(tmp_path / "nginx-error.log"), "-g", "daemon off;"],
+            dict(os.environ),
+        )
         tls = ssl.create_default_context(cafile=str(cert))
 
         def get(path, **headers):
@@ -272,6 +331,7 @@ def test_the_production_layout_serves_follows_and_restarts_a_job_behind_nginx(
                 return None
             body = json.loads(raw)
             return body if body["checks"]["worker"]["detail"] == "2 of 2 worker(s) fresh" else None
+
         body = wait_for(ready_with_both_workers, 90, "a ready console with both workers, through nginx", procs)
         assert {c["state"] for c in body["checks"].values()} == {"ok"}
 
@@ -285,31 +345,54 @@ def test_the_production_layout_serves_follows_and_restarts_a_job_behind_nginx(
         # WebSockets pass through nginx to Channels: a session gets 101, no session 403 (from Channels).
         client.force_login(alice)
         session = client.cookies["sessionid"].value
-        assert websocket_handshake(https_port, f"/ws/workspaces/{alice_ws.slug}/", session, tls) == \
-            "HTTP/1.1 101 Switching Protocols"
-        assert websocket_handshake(https_port, f"/ws/workspaces/{alice_ws.slug}/", None, tls).startswith(
-            "HTTP/1.1 403")
+        assert (
+            websocket_handshake(https_port, f"/ws/workspaces/{alice_ws.slug}/", session, tls)
+            == "HTTP/1.1 101 Switching Protocols"
+        )
+        assert websocket_handshake(https_port, f"/ws/workspaces/{alice_ws.slug}/", None, tls).startswith("HTTP/1.1 403")
 
         # A job that fails once, submitted and followed with the CLI through nginx; the
         # workers, the beat and the exit listener restart it on their own.
         script = tmp_path / "train.py"
         script.write_text(textwrap.dedent(FAIL_ONCE))
         job = tmp_path / "job.json"
-        job.write_text(json.dumps({
-            "workspace": alice_ws.slug, "display_name": "behind-nginx", "job_type": "PyTorchJob",
-            "job_specs": [{"type": "Master", "pod_count": 1}, {"type": "Worker", "pod_count": 1}],
-            "user_command": f"{sys.executable} {script}", "backend": "local", "envs": {"GO": str(tmp_path / "go")},
-            "settings": {"enable_error_monitoring_in_aimaster": True, "error_monitoring_args":
-                         "--job-execution-mode=Sync --enable-job-restart=True --fault-tolerant-policy=OnFailure"},
-        }))
+        job.write_text(
+            json.dumps(
+                {
+                    "workspace": alice_ws.slug,
+                    "display_name": "behind-nginx",
+                    "job_type": "PyTorchJob",
+                    "job_specs": [{"type": "Master", "pod_count": 1}, {"type": "Worker", "pod_count": 1}],
+                    "user_command": f"{sys.executable} {script}",
+                    "backend": "local",
+                    "envs": {"GO": str(tmp_path / "go")},
+                    "settings": {
+                        "enable_error_monitoring_in_aimaster": True,
+                        "error_monitoring_args": "--job-execution-mode=Sync --enable-job-restart=True --fault-tolerant-policy=OnFailure",
+                    },
+                }
+            )
+        )
         token = ApiToken.issue(alice, name="deploy")[1]
         cli_env = {k: v for k, v in os.environ.items() if not k.startswith("VIGIL_")}
-        cli_env.update({"VIGIL_API_URL": base, "VIGIL_API_TOKEN": token, "SSL_CERT_FILE": str(cert),
-                        "PYTHONPATH": str(ROOT / "sdk" / "src"), "XDG_CONFIG_HOME": str(tmp_path / "config")})
+        cli_env.update(
+            {
+                "VIGIL_API_URL": base,
+                "VIGIL_API_TOKEN": token,
+                "SSL_CERT_FILE": str(cert),
+                "PYTHONPATH": str(ROOT / "sdk" / "src"),
+                "XDG_CONFIG_HOME": str(tmp_path / "config"),
+            }
+        )
 
         def vigil(*args, timeout=120):
-            return subprocess.run([sys.executable, "-m", "vigil.cli", *map(str, args)], env=cli_env,
-                                  capture_output=True, text=True, timeout=timeout)
+            return subprocess.run(
+                [sys.executable, "-m", "vigil.cli", *map(str, args)],
+                env=cli_env,
+                capture_output=True,
+                text=True,
+                timeout=timeout,
+            )
 
         import redis
 
@@ -319,9 +402,14 @@ def test_the_production_layout_serves_follows_and_restarts_a_job_behind_nginx(
         r = vigil("submit", job, "--json")
         assert r.returncode == 0, r.stderr + procs.log("web")[-2000:]
         job_id = json.loads(r.stdout)["id"]
-        follower = subprocess.Popen([sys.executable, "-m", "vigil.cli", "logs", str(job_id), "-f", "--interval", "0.2",
-                                     "--timeout", "90"], env=cli_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                    text=True, start_new_session=True)
+        follower = subprocess.Popen(
+            [sys.executable, "-m", "vigil.cli", "logs", str(job_id), "-f", "--interval", "0.2", "--timeout", "90"],
+            env=cli_env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+        )
         try:
             shown: list[str] = []
             while not shown or shown[-1] != "attempt 1 step 2":
@@ -350,8 +438,7 @@ def test_the_production_layout_serves_follows_and_restarts_a_job_behind_nginx(
         status = json.loads(vigil("status", job_id, "--json").stdout)
         assert (status["status"], status["restart_count"]) == ("Succeeded", 1)
         # The restart decision, logged once by whichever worker made it.
-        decisions = [ln for n in ("worker1", "worker2") for ln in procs.log(n).splitlines()
-                     if "vigil.decisions" in ln]
+        decisions = [ln for n in ("worker1", "worker2") for ln in procs.log(n).splitlines() if "vigil.decisions" in ln]
         assert len(decisions) == 1 and f"job {job_id} attempt 1 restart:" in decisions[0], decisions
     finally:
         procs.stop_all()

@@ -17,10 +17,14 @@ def test_a_new_directory_goes_to_the_second_shard():
 
 
 def test_postgresql_gets_a_database_per_shard_and_sqlite_is_left_alone():
-    assert suite.database_url_for("postgres://postgres@127.0.0.1:5432/vigil", 2) == \
-        "postgres://postgres@127.0.0.1:5432/vigil_s2"
-    assert suite.database_url_for("postgres://u:p@db:5432/vigil?sslmode=require", 1) == \
-        "postgres://u:p@db:5432/vigil_s1?sslmode=require"
+    assert (
+        suite.database_url_for("postgres://postgres@127.0.0.1:5432/vigil", 2)
+        == "postgres://postgres@127.0.0.1:5432/vigil_s2"
+    )
+    assert (
+        suite.database_url_for("postgres://u:p@db:5432/vigil?sslmode=require", 1)
+        == "postgres://u:p@db:5432/vigil_s1?sslmode=require"
+    )
     assert suite.database_url_for("", 1) == ""
     assert suite.database_url_for("sqlite:////tmp/x.sqlite3", 1) == "sqlite:////tmp/x.sqlite3"
 

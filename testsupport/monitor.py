@@ -15,8 +15,9 @@ def finished(job: Job) -> bool:
     return job.status in (JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.STOPPED)
 
 
-def tick_until(job: Job, done: Callable[[Job], bool], seconds: float = 20.0, *, backend=None,
-               what: str = "", every: float = 0.1) -> Job:
+def tick_until(
+    job: Job, done: Callable[[Job], bool], seconds: float = 20.0, *, backend=None, what: str = "", every: float = 0.1
+) -> Job:
     """Tick the monitor as the sweep would until done(job) holds; at the deadline,
     fail with the job's status, its events and (given the backend) its log tail."""
     deadline = time.monotonic() + seconds
@@ -35,8 +36,10 @@ def tick_until(job: Job, done: Callable[[Job], bool], seconds: float = 20.0, *, 
             log = backend.read_log(attempt.backend_handle, name).decode("utf-8", "replace")[-2000:]
         except Exception as exc:  # noqa: BLE001 - the failure message must not fail
             log = f"(no log: {exc!r})"
-    raise AssertionError(f"job {job.pk} did not {what or 'get there'} within {seconds} s: it is {job.status} "
-                         f"on attempt {job.current_attempt} ({job.reason}).\nevents:\n{events}\nlog:\n{log}")
+    raise AssertionError(
+        f"job {job.pk} did not {what or 'get there'} within {seconds} s: it is {job.status} "
+        f"on attempt {job.current_attempt} ({job.reason}).\nevents:\n{events}\nlog:\n{log}"
+    )
 
 
 def subprocess_database_url() -> str:
@@ -52,7 +55,7 @@ def subprocess_database_url() -> str:
 
 # worker-0 fails once with a retryable NCCL error (a marker file remembers it); the
 # restarted attempt runs clean. Used by tests that need one real restart.
-FAULT_ONCE_SCRIPT = '''
+FAULT_ONCE_SCRIPT = """
 import os, sys, time
 me = os.environ["VIGIL_INSTANCE"]
 marker = os.path.join(os.environ["MARKERS"], me)
@@ -65,14 +68,19 @@ if me == "worker-0" and not os.path.exists(marker):
 for step in range(1, 4):
     print(f"step={step}", flush=True)
     time.sleep(0.05)
-'''
-SYNC_RESTART_ARGS = ("--job-execution-mode=Sync --enable-job-restart=True --max-num-of-job-restart=3 "
-                     "--fault-tolerant-policy=ExitCodeAndErrorMsg")
+"""
+SYNC_RESTART_ARGS = (
+    "--job-execution-mode=Sync --enable-job-restart=True --max-num-of-job-restart=3 "
+    "--fault-tolerant-policy=ExitCodeAndErrorMsg"
+)
 
 
 def submit_fault_once(api, body: dict, tmp_path) -> Job:
     """Submit `body` (a CreateJob body) running FAULT_ONCE_SCRIPT through the API."""
     job_writable(tmp_path / "markers")  # run as root, the job is nobody and leaves its marker there
-    body = {**body, "user_command": script_command(tmp_path / "fault_once.py", FAULT_ONCE_SCRIPT),
-            "envs": {"MARKERS": str(tmp_path / "markers")}}
+    body = {
+        **body,
+        "user_command": script_command(tmp_path / "fault_once.py", FAULT_ONCE_SCRIPT),
+        "envs": {"MARKERS": str(tmp_path / "markers")},
+    }
     return submit(api, body.pop("workspace"), flags=SYNC_RESTART_ARGS, **body)

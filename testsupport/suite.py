@@ -84,8 +84,15 @@ def run_sharded(args: list[str]) -> int:
         if not env["DATABASE_URL"]:
             env.pop("DATABASE_URL")
         print(f"[{number}] pytest {' '.join(args + paths)}", flush=True)
-        proc = subprocess.Popen(_pytest(args + paths), cwd=REPO, env=env, stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, text=True, bufsize=1)
+        proc = subprocess.Popen(
+            _pytest(args + paths),
+            cwd=REPO,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            bufsize=1,
+        )
         reader = threading.Thread(target=_stream, args=(proc, f"[{number}] ", sys.stdout, lock), daemon=True)
         reader.start()
         running.append((number, paths, proc, reader))
@@ -102,8 +109,10 @@ def run_sharded(args: list[str]) -> int:
         print(f"[{number}] {' '.join(paths)}: exit {code}", flush=True)
     minutes, seconds = divmod(int(time.monotonic() - started), 60)
     failed = next((c for c in codes if c != 0), 0)
-    print(f"suite: {len(codes)} shards, {'all passed' if not failed else f'exit {failed}'} in {minutes}:{seconds:02d}",
-          flush=True)
+    print(
+        f"suite: {len(codes)} shards, {'all passed' if not failed else f'exit {failed}'} in {minutes}:{seconds:02d}",
+        flush=True,
+    )
     return failed
 
 

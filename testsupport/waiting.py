@@ -21,8 +21,7 @@ def poll_until(predicate: Callable[[], T], timeout: float, every: float = 0.01) 
     return None
 
 
-def wait_until(predicate: Callable[[], T], timeout: float = 5.0, what: str = "the condition",
-               every: float = 0.01) -> T:
+def wait_until(predicate: Callable[[], T], timeout: float = 5.0, what: str = "the condition", every: float = 0.01) -> T:
     """poll_until for a test: an AssertionError naming `what` when the time runs out."""
     value = poll_until(predicate, timeout, every)
     if value is None:  # a truthy value is never None

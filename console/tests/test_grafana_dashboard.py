@@ -36,9 +36,14 @@ def test_the_dashboard_shows_restarts_latencies_sweep_lag_and_deliveries():
     dashboard = json.loads(DASHBOARD.read_text())
     by_title = {p["title"]: " ".join(t["expr"] for t in p["targets"]) for p in dashboard["panels"]}
     shown = " ".join(by_title.values())
-    for metric in ("vigil_restarts_total", "vigil_detection_latency_seconds_bucket",
-                   "vigil_restart_latency_seconds_bucket", "vigil_monitor_sweep_lag_seconds_bucket",
-                   "vigil_notification_deliveries_total", "vigil_notification_delivery_latency_seconds_bucket"):
+    for metric in (
+        "vigil_restarts_total",
+        "vigil_detection_latency_seconds_bucket",
+        "vigil_restart_latency_seconds_bucket",
+        "vigil_monitor_sweep_lag_seconds_bucket",
+        "vigil_notification_deliveries_total",
+        "vigil_notification_delivery_latency_seconds_bucket",
+    ):
         assert metric in shown, metric
     assert "by (cause" in by_title["Restarts by cause"]
     ids = [p["id"] for p in dashboard["panels"]]

@@ -26,8 +26,15 @@ NOW = 1_800_000_000.0
 
 
 def parts(**kw):
-    base = {"database": None, "redis": None, "workers": {"w1": NOW - 1}, "sweep": NOW - 0.5, "exits": NOW - 1,
-            "now": NOW, "sweep_seconds": 0.5}
+    base = {
+        "database": None,
+        "redis": None,
+        "workers": {"w1": NOW - 1},
+        "sweep": NOW - 0.5,
+        "exits": NOW - 1,
+        "now": NOW,
+        "sweep_seconds": 0.5,
+    }
     base.update(kw)
     return assess(**base)
 
@@ -96,7 +103,12 @@ def test_readyz_is_503_until_every_part_has_a_fresh_heartbeat(client, db, clean_
     body = r.json()
     assert body["ready"] is False
     assert {n: c["state"] for n, c in body["checks"].items()} == {
-        "database": "ok", "redis": "ok", "worker": "missing", "beat": "missing", "exit_listener": "missing"}
+        "database": "ok",
+        "redis": "ok",
+        "worker": "missing",
+        "beat": "missing",
+        "exit_listener": "missing",
+    }
 
     now = time.time()
     health.record(health.WORKER + "celery@a", now - 1)
@@ -117,8 +129,11 @@ def test_readyz_reports_redis_down(client, db, settings, clean_heartbeats):
     redis_connection.forget()
     r = client.get("/readyz")
     assert r.status_code == 503
-    assert r.json()["checks"]["redis"] == {"state": "down", "age_seconds": None,
-                                           "detail": "Redis does not answer (ConnectionError)"}
+    assert r.json()["checks"]["redis"] == {
+        "state": "down",
+        "age_seconds": None,
+        "detail": "Redis does not answer (ConnectionError)",
+    }
     assert r.json()["checks"]["database"]["state"] == "ok"
 
 
@@ -135,13 +150,27 @@ def procfile_command(name: str) -> str:
 def start(name: str, tmp_path: Path, settings, **env) -> tuple[subprocess.Popen, Path]:
     out = tmp_path / f"{name}.out"
     full = {k: v for k, v in os.environ.items() if not k.startswith("VIGIL_LOG")}
-    full.update({"REDIS_URL": settings.REDIS_URL, "DATABASE_URL": subprocess_database_url(), "VIGIL_DATA_DIR": str(tmp_path),
-                 "VIGIL_WORKERS": "1", "DJANGO_SETTINGS_MODULE": "console.settings",
-                 # The Procfile's `celery` and `python` are this virtualenv's, as under `make run`.
-                 "PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""), **env})
+    full.update(
+        {
+            "REDIS_URL": settings.REDIS_URL,
+            "DATABASE_URL": subprocess_database_url(),
+            "VIGIL_DATA_DIR": str(tmp_path),
+            "VIGIL_WORKERS": "1",
+            "DJANGO_SETTINGS_MODULE": "console.settings",
+            # The Procfile's `celery` and `python` are this virtualenv's, as under `make run`.
+            "PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""),
+            **env,
+        }
+    )
     with open(out, "w") as f:
-        proc = subprocess.Popen(["sh", "-c", "exec " + procfile_command(name)], cwd=ROOT, env=full, stdout=f,
-                                stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen(
+            ["sh", "-c", "exec " + procfile_command(name)],
+            cwd=ROOT,
+            env=full,
+            stdout=f,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     return proc, out
 
 
@@ -173,7 +202,8 @@ ROUTINE = re.compile(r"monitoring\.tasks\.sweep|Sending due task|received|succee
 
 @pytest.mark.django_db(transaction=True)
 def test_the_procfiles_worker_and_exit_listener_make_the_console_ready_and_stay_quiet(
-        client, settings, tmp_path, clean_heartbeats):
+    client, settings, tmp_path, clean_heartbeats
+):
     worker, worker_out = start("worker", tmp_path, settings)
     listener, listener_out = start("exits", tmp_path, settings)
     try:

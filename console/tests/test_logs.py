@@ -40,13 +40,18 @@ def test_the_json_formatter_prints_one_object_per_record_with_extras_and_traceba
     try:
         raise RuntimeError("boom\nsecond line")
     except RuntimeError:
-        record = logger.makeRecord("vigil.test", logging.ERROR, __file__, 1, "job %s failed", (7,), sys.exc_info(),
-                                   extra={"job_id": 7})
+        record = logger.makeRecord(
+            "vigil.test", logging.ERROR, __file__, 1, "job %s failed", (7,), sys.exc_info(), extra={"job_id": 7}
+        )
     line = JsonFormatter().format(record)
     assert "\n" not in line
     entry = json.loads(line)
     assert (entry["level"], entry["logger"], entry["message"], entry["job_id"]) == (
-        "ERROR", "vigil.test", "job 7 failed", 7)
+        "ERROR",
+        "vigil.test",
+        "job 7 failed",
+        7,
+    )
     assert entry["time"].endswith("Z") and "RuntimeError: boom" in entry["exc"]
 
 
@@ -55,19 +60,26 @@ def test_a_python_warning_is_one_line():
 
     from console.logs import OneLineWarnings
 
-    text = warnings.formatwarning("running as root:\n  absolutely not recommended!\n\nUse --uid.", UserWarning,
-                                  "platforms.py", 893, "_warn_or_raise(uid)")
+    text = warnings.formatwarning(
+        "running as root:\n  absolutely not recommended!\n\nUse --uid.",
+        UserWarning,
+        "platforms.py",
+        893,
+        "_warn_or_raise(uid)",
+    )
     # What logging.captureWarnings logs, through the filter every config's handler has.
     record = logging.LogRecord("py.warnings", logging.WARNING, "", 0, "%s", (text,), None)
     assert OneLineWarnings().filter(record)
-    assert record.getMessage() == ("platforms.py:893: UserWarning: running as root: absolutely not recommended! "
-                                   "Use --uid. _warn_or_raise(uid)")
+    assert record.getMessage() == (
+        "platforms.py:893: UserWarning: running as root: absolutely not recommended! Use --uid. _warn_or_raise(uid)"
+    )
     assert logging_config(None, "json")["handlers"]["console"]["filters"] == ["one_line_warnings"]
 
 
 @pytest.mark.django_db
-def test_a_restart_decision_is_one_log_line_after_commit(alice, alice_ws, api_as, job_body, memory_backend, caplog,
-                                                          django_capture_on_commit_callbacks):
+def test_a_restart_decision_is_one_log_line_after_commit(
+    alice, alice_ws, api_as, job_body, memory_backend, caplog, django_capture_on_commit_callbacks
+):
     from jobs.actions import record_event
     from jobs.models import EventLevel, EventType, Job
 
@@ -75,10 +87,22 @@ def test_a_restart_decision_is_one_log_line_after_commit(alice, alice_ws, api_as
     job = Job.objects.get(pk=r.json()["id"])
     caplog.set_level(logging.INFO, logger="vigil.decisions")
     with django_capture_on_commit_callbacks(execute=True):
-        record_event(job, EventType.RESTART, "Restarting the whole job (restart 1 of 3).", level=EventLevel.WARNING,
-                     attempt=1, key="restart-1")
-        record_event(job, EventType.RESTART, "Restarting the whole job (restart 1 of 3).", level=EventLevel.WARNING,
-                     attempt=1, key="restart-1")  # the same decision again: no second line
+        record_event(
+            job,
+            EventType.RESTART,
+            "Restarting the whole job (restart 1 of 3).",
+            level=EventLevel.WARNING,
+            attempt=1,
+            key="restart-1",
+        )
+        record_event(
+            job,
+            EventType.RESTART,
+            "Restarting the whole job (restart 1 of 3).",
+            level=EventLevel.WARNING,
+            attempt=1,
+            key="restart-1",
+        )  # the same decision again: no second line
         record_event(job, EventType.DECISION, "job_hang_interval set to 600")  # routine: not shown
     lines = [(r.levelname, r.getMessage()) for r in caplog.records if r.name == "vigil.decisions"]
     assert lines == [("WARNING", f"job {job.pk} attempt 1 restart: Restarting the whole job (restart 1 of 3).")]

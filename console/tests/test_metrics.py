@@ -18,6 +18,8 @@ from testsupport.monitor import finished, submit_fault_once
 pytestmark = pytest.mark.django_db(transaction=True)
 
 TOKEN = "scrape-token-0123456789"
+
+
 @pytest.fixture
 def scrape_token(settings):
     settings.VIGIL_METRICS_TOKEN = TOKEN
@@ -57,7 +59,8 @@ def sweep_until(job: Job, done, seconds: float = 30.0) -> Job:
 
 
 def test_a_real_restart_moves_the_counters_a_scraper_reads(
-        live_server, scrape_token, alice, alice_ws, api_as, job_body, local_backend, tmp_path):
+    live_server, scrape_token, alice, alice_ws, api_as, job_body, local_backend, tmp_path
+):
     before = scrape(live_server)
     job = submit_fault_once(api_as(alice), job_body(alice_ws), tmp_path)
     job = sweep_until(job, finished)

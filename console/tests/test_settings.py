@@ -15,14 +15,22 @@ def run_manage(*args, env_extra=None, tmp_path=None):
     env = {k: v for k, v in os.environ.items() if k not in {"DEBUG", "VIGIL_HTTPS", "SECRET_KEY", "DATABASE_URL"}}
     env.update({"DJANGO_SETTINGS_MODULE": "console.settings", "VIGIL_DATA_DIR": str(tmp_path)})
     env.update(env_extra or {})
-    return subprocess.run([sys.executable, "manage.py", *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "manage.py", *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
+    )
 
 
 def test_production_settings_pass_check_deploy_at_warning_level(tmp_path):
     r = run_manage(
-        "check", "--deploy", "--fail-level", "WARNING",
-        env_extra={"SECRET_KEY": "x" * 20 + "a-real-long-random-production-secret-key-0123456789",
-                   "VIGIL_HTTPS": "1", "ALLOWED_HOSTS": "vigil.example.com"},
+        "check",
+        "--deploy",
+        "--fail-level",
+        "WARNING",
+        env_extra={
+            "SECRET_KEY": "x" * 20 + "a-real-long-random-production-secret-key-0123456789",
+            "VIGIL_HTTPS": "1",
+            "ALLOWED_HOSTS": "vigil.example.com",
+        },
         tmp_path=tmp_path,
     )
     assert r.returncode == 0, r.stdout + r.stderr
@@ -37,7 +45,9 @@ def test_plain_http_settings_are_reported_by_check_deploy(tmp_path):
 
 def test_a_fresh_install_generates_and_keeps_its_secret_key(tmp_path):
     first = run_manage("shell", "-c", "from django.conf import settings; print(settings.SECRET_KEY)", tmp_path=tmp_path)
-    second = run_manage("shell", "-c", "from django.conf import settings; print(settings.SECRET_KEY)", tmp_path=tmp_path)
+    second = run_manage(
+        "shell", "-c", "from django.conf import settings; print(settings.SECRET_KEY)", tmp_path=tmp_path
+    )
     assert first.returncode == 0, first.stderr
     key = first.stdout.strip()
     assert len(key) >= 50 and key == second.stdout.strip()
@@ -45,8 +55,15 @@ def test_a_fresh_install_generates_and_keeps_its_secret_key(tmp_path):
 
 
 def test_bad_configuration_is_reported_at_start(tmp_path):
-    r = run_manage("check", env_extra={"VIGIL_LOCAL_SUBMIT_ROLES": "owner,wizard", "REDIS_URL": "http://nope",
-                                       "VIGIL_WORKSPACE_CREATION": "everyone"}, tmp_path=tmp_path)
+    r = run_manage(
+        "check",
+        env_extra={
+            "VIGIL_LOCAL_SUBMIT_ROLES": "owner,wizard",
+            "REDIS_URL": "http://nope",
+            "VIGIL_WORKSPACE_CREATION": "everyone",
+        },
+        tmp_path=tmp_path,
+    )
     assert r.returncode != 0
     assert "vigil.E004" in r.stderr and "wizard" in r.stderr
     assert "vigil.E005" in r.stderr

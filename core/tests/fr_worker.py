@@ -20,6 +20,7 @@ import torch.distributed as dist
 def pickle_dumps(directory: str, rank: int) -> None:
     # torch's own API (its type stubs do not list it)
     from torch._C._distributed_c10d import _dump_fr_trace  # type: ignore[attr-defined]
+
     path = os.path.join(directory, f"nccl_trace_rank_{rank}")
     while True:
         data = _dump_fr_trace()

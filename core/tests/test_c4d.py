@@ -18,14 +18,19 @@ from pathlib import Path
 import pytest
 
 from core.c4d import (
-    C4DKind, C4DResult, C4DState, CollectiveRecord, analyze_collectives, visible,
+    C4DKind,
+    C4DResult,
+    C4DState,
+    CollectiveRecord,
+    analyze_collectives,
+    visible,
 )
 from core.flags import C4DEnvs, C4DLogLevel
 
 ENVS = C4DEnvs(hang_timeout_us=10_000_000, hang_times=3)  # 10 s
 T0 = 1_000_000.0
-STEP = 0.1       # seconds per step outside collectives
-COMM = 0.01      # seconds inside a collective once every rank has arrived
+STEP = 0.1  # seconds per step outside collectives
+COMM = 0.01  # seconds inside a collective once every rank has arrived
 
 
 def healthy(ranks=4, steps=10, extra_outside=None, extra_comm=None):
@@ -39,8 +44,7 @@ def healthy(ranks=4, steps=10, extra_outside=None, extra_comm=None):
         enters = {r: t + STEP + extra_outside.get(r, 0.0) for r in range(ranks)}
         all_in = max(enters.values())
         for r in range(ranks):
-            recs[r].append(CollectiveRecord(seq, "all_reduce", enters[r],
-                                            all_in + COMM + extra_comm.get(r, 0.0)))
+            recs[r].append(CollectiveRecord(seq, "all_reduce", enters[r], all_in + COMM + extra_comm.get(r, 0.0)))
         t = max(rec[-1].exit for rec in recs.values())
     return recs, t
 
@@ -126,8 +130,7 @@ def test_a_hang_becomes_an_error_after_hang_times_consecutive_checks_and_resets_
         result = analyze_collectives(recs, ENVS, now=t + 20 + check * 10, state=state)
         severities.append(result.verdicts[0].severity)
         state = result.state
-    assert severities == [C4DLogLevel.WARNING, C4DLogLevel.WARNING,
-                          C4DLogLevel.ERROR, C4DLogLevel.ERROR]
+    assert severities == [C4DLogLevel.WARNING, C4DLogLevel.WARNING, C4DLogLevel.ERROR, C4DLogLevel.ERROR]
     assert state.count(1) == 4 and [v.rank for v in result.errors] == [1]
     assert "reached C4D_HANG_TIMES=3" in result.verdicts[0].message
     # The state survives a JSON round trip (the monitor stores it between ticks).
@@ -148,14 +151,12 @@ def test_a_rank_that_keeps_the_others_waiting_is_non_comm_slow_with_severity_by_
     assert "consistently slower outside collectives" in result.verdicts[0].message
 
     recs, t = healthy(extra_outside={3: 0.08})  # 1.8x
-    assert kinds(analyze_collectives(recs, ENVS, now=t)) == [
-        (3, C4DKind.NON_COMM_SLOW, C4DLogLevel.INFO)]
+    assert kinds(analyze_collectives(recs, ENVS, now=t)) == [(3, C4DKind.NON_COMM_SLOW, C4DLogLevel.INFO)]
 
 
 def test_a_rank_slow_inside_collectives_is_comm_slow_and_early_arrivals_are_not():
     recs, t = healthy(extra_comm={0: 0.05}, extra_outside={2: 0.002})  # 6x inside
-    assert kinds(analyze_collectives(recs, ENVS, now=t)) == [
-        (0, C4DKind.COMM_SLOW, C4DLogLevel.WARNING)]
+    assert kinds(analyze_collectives(recs, ENVS, now=t)) == [(0, C4DKind.COMM_SLOW, C4DLogLevel.WARNING)]
 
 
 def test_slowness_needs_consistency_not_one_bad_collective():
@@ -166,8 +167,7 @@ def test_slowness_needs_consistency_not_one_bad_collective():
         rec = recs[r][4]
         recs[r][4] = CollectiveRecord(rec.seq, rec.op, rec.enter, rec.exit + 1.0)
     for r in range(4):  # shift the later calls by the same second
-        recs[r][5:] = [CollectiveRecord(x.seq, x.op, x.enter + 1.0, x.exit + 1.0)
-                       for x in recs[r][5:]]
+        recs[r][5:] = [CollectiveRecord(x.seq, x.op, x.enter + 1.0, x.exit + 1.0) for x in recs[r][5:]]
     assert analyze_collectives(recs, ENVS, now=t + 2).verdicts == ()
 
 
@@ -176,8 +176,10 @@ def test_verdicts_are_filtered_by_the_c4d_log_level():
     for r in (0, 1, 3):
         recs[r].append(CollectiveRecord(11, "all_reduce", t + STEP))
     result = analyze_collectives(recs, ENVS, now=t + 30)
-    assert kinds(result) == [(2, C4DKind.NON_COMM_HANG, C4DLogLevel.WARNING),
-                             (3, C4DKind.NON_COMM_SLOW, C4DLogLevel.INFO)]
+    assert kinds(result) == [
+        (2, C4DKind.NON_COMM_HANG, C4DLogLevel.WARNING),
+        (3, C4DKind.NON_COMM_SLOW, C4DLogLevel.INFO),
+    ]
     assert [v.rank for v in result.shown(C4DLogLevel.INFO)] == [2, 3]
     assert [v.rank for v in result.shown("Warning")] == [2]
     assert result.shown(C4DLogLevel.ERROR) == []
@@ -189,18 +191,19 @@ def test_records_from_json_are_validated_naming_the_field():
     rec = CollectiveRecord.from_dict({"seq": 3, "op": "all_reduce", "enter": 5.0, "exit": None})
     assert rec == CollectiveRecord(3, "all_reduce", 5.0, None)
     assert analyze_collectives({0: [rec.to_dict()]}, ENVS, now=6.0).verdicts == ()
-    for bad, field in (({"seq": "3", "op": "x", "enter": 1.0}, "seq"),
-                       ({"seq": 3, "op": "", "enter": 1.0}, "op"),
-                       ({"seq": 3, "op": "x", "enter": "now"}, "enter"),
-                       ({"seq": 3, "op": "x", "enter": 2.0, "exit": 1.0}, "exit")):
+    for bad, field in (
+        ({"seq": "3", "op": "x", "enter": 1.0}, "seq"),
+        ({"seq": 3, "op": "", "enter": 1.0}, "op"),
+        ({"seq": 3, "op": "x", "enter": "now"}, "enter"),
+        ({"seq": 3, "op": "x", "enter": 2.0, "exit": 1.0}, "exit"),
+    ):
         with pytest.raises(ValueError, match=f"^{field}:"):
             CollectiveRecord.from_dict(bad)
 
 
 def test_the_rank_left_waiting_by_a_straggler_is_not_called_comm_slow():
     recs, t = healthy(ranks=2, extra_outside={1: 0.5})  # rank 0 waits 0.5 s in every call
-    assert kinds(analyze_collectives(recs, ENVS, now=t)) == [
-        (1, C4DKind.NON_COMM_SLOW, C4DLogLevel.WARNING)]
+    assert kinds(analyze_collectives(recs, ENVS, now=t)) == [(1, C4DKind.NON_COMM_SLOW, C4DLogLevel.WARNING)]
 
 
 # --- end to end: real DDP ranks, the real SDK, a real loopback HTTP receiver ------
@@ -265,16 +268,29 @@ def start_reporting_ranks(receiver, world: int, **fault) -> list[subprocess.Pope
     for rank in range(world):
         env = {k: v for k, v in os.environ.items() if not k.startswith(("FAULT", "VIGIL_"))}
         env.update(
-            MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), WORLD_SIZE=str(world),
-            RANK=str(rank), VIGIL_EXAMPLE_PG_TIMEOUT="120",
+            MASTER_ADDR="127.0.0.1",
+            MASTER_PORT=str(port),
+            WORLD_SIZE=str(world),
+            RANK=str(rank),
+            VIGIL_EXAMPLE_PG_TIMEOUT="120",
             PYTHONPATH=os.pathsep.join(filter(None, [str(SDK_SRC), env.get("PYTHONPATH")])),
             VIGIL_CONSOLE_URL=f"http://127.0.0.1:{receiver.server_address[1]}",
-            VIGIL_JOB_ID="7", VIGIL_JOB_TOKEN="vjt_test", VIGIL_ATTEMPT="1",
-            VIGIL_RANK=str(rank), VIGIL_C4D="1", VIGIL_C4D_FLUSH_SECONDS="0.2", **fault,
+            VIGIL_JOB_ID="7",
+            VIGIL_JOB_TOKEN="vjt_test",
+            VIGIL_ATTEMPT="1",
+            VIGIL_RANK=str(rank),
+            VIGIL_C4D="1",
+            VIGIL_C4D_FLUSH_SECONDS="0.2",
+            **fault,
         )
-        procs.append(subprocess.Popen([sys.executable, str(REPO / "examples/ddp_train.py")],
-                                      env=env, stdout=subprocess.DEVNULL,
-                                      stderr=subprocess.DEVNULL))
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, str(REPO / "examples/ddp_train.py")],
+                env=env,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+        )
     return procs
 
 
@@ -291,14 +307,16 @@ def kill_all(procs) -> None:
 
 
 def needs_sdk_and_torch(test):
-    test = pytest.mark.skipif(not (SDK_SRC / "vigil" / "c4d.py").exists(),
-                              reason="the vigil SDK (sdk/src/vigil) is absent")(test)
+    test = pytest.mark.skipif(
+        not (SDK_SRC / "vigil" / "c4d.py").exists(), reason="the vigil SDK (sdk/src/vigil) is absent"
+    )(test)
     return pytest.mark.torch(test)
 
 
 @needs_sdk_and_torch
-@pytest.mark.parametrize("fault, kind", [("hang_compute", C4DKind.NON_COMM_HANG),
-                                         ("hang_collective", C4DKind.COMM_HANG)])
+@pytest.mark.parametrize(
+    "fault, kind", [("hang_compute", C4DKind.NON_COMM_HANG), ("hang_collective", C4DKind.COMM_HANG)]
+)
 def test_the_example_hung_rank_is_named_from_the_records_the_sdk_reports(receiver, fault, kind):
     pytest.importorskip("torch", reason="PyTorch is not installed: pip install torch==2.13.0 (CPU)")
     procs = start_reporting_ranks(receiver, 4, FAULT=fault, FAULT_RANK="1", FAULT_STEP="4")
@@ -308,23 +326,30 @@ def test_the_example_hung_rank_is_named_from_the_records_the_sdk_reports(receive
         state, result = C4DState(), None
         while time.monotonic() < deadline:
             time.sleep(0.5)
-            result = analyze_collectives(received(receiver), envs, now=time.time(), state=state,
-                                         world_size=4)
+            result = analyze_collectives(received(receiver), envs, now=time.time(), state=state, world_size=4)
             state = result.state
             if result.errors:
                 break
         assert [p.poll() for p in procs] == [None] * 4, "the ranks should still be hung"
     finally:
         kill_all(procs)
-    assert result is not None and [(v.rank, v.kind) for v in result.errors] == [(1, kind)], \
+    assert result is not None and [(v.rank, v.kind) for v in result.errors] == [(1, kind)], (
         [v.message for v in result.verdicts] if result else None
+    )
 
 
 @needs_sdk_and_torch
 def test_the_example_slow_rank_is_non_comm_slow_from_the_records_the_sdk_reports(receiver):
     pytest.importorskip("torch", reason="PyTorch is not installed: pip install torch==2.13.0 (CPU)")
-    procs = start_reporting_ranks(receiver, 4, FAULT="slow", FAULT_RANK="2", FAULT_STEP="2",
-                                  VIGIL_EXAMPLE_STEPS="16", VIGIL_EXAMPLE_SLOW_SECONDS="0.15")
+    procs = start_reporting_ranks(
+        receiver,
+        4,
+        FAULT="slow",
+        FAULT_RANK="2",
+        FAULT_STEP="2",
+        VIGIL_EXAMPLE_STEPS="16",
+        VIGIL_EXAMPLE_SLOW_SECONDS="0.15",
+    )
     try:
         assert [p.wait(timeout=240) for p in procs] == [0, 0, 0, 0]
     finally:
@@ -333,4 +358,5 @@ def test_the_example_slow_rank_is_non_comm_slow_from_the_records_the_sdk_reports
     assert sorted(records) == [0, 1, 2, 3] and all(len(r) >= 16 for r in records.values())
     result = analyze_collectives(records, ENVS, now=time.time())
     assert [(v.rank, v.kind, v.severity) for v in result.verdicts] == [
-        (2, C4DKind.NON_COMM_SLOW, C4DLogLevel.WARNING)], [v.message for v in result.verdicts]
+        (2, C4DKind.NON_COMM_SLOW, C4DLogLevel.WARNING)
+    ], [v.message for v in result.verdicts]

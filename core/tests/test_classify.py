@@ -31,258 +31,436 @@ TRACEBACK_HEAD = (
 
 # One realistic tail per log signature: (rule, exit code, tail).
 SAMPLES: list[tuple[str, int, str]] = [
-    ("nccl-system-error", 1,
-     "node-1:412:498 [1] NCCL INFO Channel 00/02 :    0   1\n"
-     "node-1:412:498 [1] misc/socket.cc:484 NCCL WARN socketStartConnect: Connect to 10.0.3.7<43185> failed : Software caused connection abort\n"
-     + TRACEBACK_HEAD +
-     "[rank1]: torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:1970, "
-     "unhandled system error (run with NCCL_DEBUG=INFO for details), NCCL version 2.19.3\n"),
-    ("nccl-remote-error", 1,
-     "node-2:77:120 [0] NCCL INFO comm 0x55d1 rank 0 nranks 4 cudaDev 0 busId 1b000 - Abort COMPLETE\n"
-     "RuntimeError: NCCL error in: ../torch/csrc/distributed/c10d/NCCLUtils.hpp:275, remote process exited or there was "
-     "a network error, NCCL version 2.18.1\n"
-     "ncclRemoteError: A call failed possibly due to a network error or a remote process exiting prematurely.\n"),
-    ("nccl-internal-error", 1,
-     "NCCL WARN Cuda failure 'invalid device context'\n"
-     "RuntimeError: NCCL error in: ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:1269, internal error, NCCL version 2.14.3\n"
-     "ncclInternalError: Internal check failed.\n"),
-    ("nccl-cuda-error", 1,
-     "RuntimeError: NCCL error in: ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:1207, unhandled cuda error, NCCL version 2.10.3\n"
-     "ncclUnhandledCudaError: Call to CUDA function failed.\n"),
-    ("nccl-invalid-usage", 1,
-     "node-1:55:55 [0] init.cc:570 NCCL WARN Duplicate GPU detected : rank 1 and rank 0 both on CUDA device 1b000\n"
-     "RuntimeError: NCCL error in: ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:1269, invalid usage, NCCL version 2.14.3\n"
-     "ncclInvalidUsage: This usually reflects invalid usage of NCCL library.\n"),
-    ("nccl-invalid-argument", 1,
-     "RuntimeError: NCCL error in: ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:1191, invalid argument, NCCL version 2.11.4\n"
-     "ncclInvalidArgument: Invalid value for an argument.\n"),
-    ("nccl-watchdog-timeout", -6,
-     "[rank0]:[E1129 10:02:11.512316 412 ProcessGroupNCCL.cpp:616] [Rank 0] Watchdog caught collective operation timeout: "
-     "WorkNCCL(SeqNum=2143, OpType=ALLREDUCE, NumelIn=659, NumelOut=659, Timeout(ms)=600000) ran for 600535 milliseconds before timing out.\n"
-     "terminate called after throwing an instance of 'c10::DistBackendError'\n"),
-    ("nccl-communicator-aborted", 1,
-     "[rank2]:[E ProcessGroupNCCL.cpp:1316] [PG 0 Rank 2] NCCL communicator was aborted on rank 2. Original reason for failure was: "
-     "[PG 0 Rank 2] Timed out\n"),
-    ("nccl-heartbeat-timeout", -6,
-     "[rank3]:[E ProcessGroupNCCL.cpp:1418] [PG 0 Rank 3] Heartbeat monitor timed out! Process will be terminated after dumping debug info. "
-     "workMetaList_.size()=1\n"),
-    ("nccl-ib-completion-error", 1,
-     "gpu-node-12:1203:1290 [5] transport/net_ib.cc:1696 NCCL WARN NET/IB : Got completion from peer 10.1.0.12<52146> with "
-     "status=12 opcode=0 len=0 vendor err 129 (Recv) localGid ::ffff:10.1.0.13 remoteGids::ffff:10.1.0.12\n"),
-    ("gloo-connect-full-mesh-failed", 1,
-     TRACEBACK_HEAD +
-     "[rank1]: torch.distributed.DistNetworkError: Gloo connectFullMesh failed with [../third_party/gloo/gloo/transport/tcp/pair.cc:144] no error\n"),
-    ("gloo-connection-closed", 1,
-     "step 10 loss 0.6931\n" + TRACEBACK_HEAD +
-     "[rank1]: RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed by peer [127.0.0.1]:18127\n"),
-    ("gloo-operation-timeout", 1,
-     "RuntimeError: [../third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:81] Timed out waiting 1800000ms for recv operation to complete\n"),
-    ("connection-reset", 1,
-     "Traceback (most recent call last):\n"
-     '  File "train.py", line 40, in <module>\n'
-     "RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:598] Connection reset by peer\n"),
-    ("connection-refused", 1,
-     "W1129 10:11:01.123 torch/distributed/elastic/rendezvous/c10d_rendezvous_backend.py:... \n"
-     "ConnectionRefusedError: [Errno 111] Connection refused\n"),
-    ("broken-pipe", 1,
-     "RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:575] Write error [10.0.0.4]:32871: Broken pipe\n"),
-    ("no-route-to-host", 1,
-     "node-3:88:140 [0] misc/socket.cc:538 NCCL WARN Net : Connect to 10.0.0.9<41231> failed : No route to host\n"),
-    ("connection-timed-out", 1,
-     "node-3:88:140 [0] misc/socket.cc:456 NCCL WARN Net : Connect to 10.0.0.9<41231> failed : Connection timed out\n"),
-    ("name-resolution-failed", 1,
-     "socket.gaierror: [Errno -3] Temporary failure in name resolution\n"),
-    ("address-in-use", 1,
-     "torch.distributed.DistNetworkError: The server socket has failed to listen on any local network address. port: 29500, "
-     "useIpv6: 0, code: -98, name: EADDRINUSE, message: address already in use\n"),
-    ("store-socket-timeout", 1,
-     TRACEBACK_HEAD +
-     "[rank1]: torch.distributed.DistStoreError: Socket Timeout\n"),
-    ("store-connect-timeout", 1,
-     "torch.distributed.DistNetworkError: The client socket has timed out after 1800000ms while trying to connect to "
-     "(10.0.0.1, 29500).\n"),
-    ("store-clients-timeout", 1,
-     "torch.distributed.DistStoreError: Timed out after 901 seconds waiting for clients. 1/2 clients joined.\n"),
-    ("rendezvous-timeout", 1,
-     "torch.distributed.elastic.rendezvous.api.RendezvousTimeoutError\n"),
-    ("rendezvous-closed", 1,
-     "torch.distributed.elastic.rendezvous.api.RendezvousClosedError\n"),
-    ("rendezvous-connection", 1,
-     "torch.distributed.elastic.rendezvous.api.RendezvousConnectionError: The connection to the C10d store has failed. "
-     "See inner exception for details.\n"),
-    ("cuda-ecc-error", 1,
-     TRACEBACK_HEAD + "[rank1]: RuntimeError: CUDA error: uncorrectable ECC error encountered\n"
-     "[rank1]: CUDA kernel errors might be asynchronously reported at some other API call\n"),
-    ("gpu-xid", -9,
-     "[ 8123.412345] NVRM: Xid (PCI:0000:3b:00): 48, pid=4112, name=python, An uncorrectable double bit error (DBE) has been detected\n"),
-    ("gpu-fallen-off-bus", 1,
-     "[ 9911.100000] NVRM: GPU 0000:3b:00.0: GPU has fallen off the bus.\n"),
-    ("cuda-launch-failure", 1,
-     "RuntimeError: CUDA error: unspecified launch failure\n"
-     "CUDA kernel errors might be asynchronously reported at some other API call, so the stacktrace below might be incorrect.\n"),
-    ("cuda-illegal-memory-access", 1,
-     TRACEBACK_HEAD + "[rank1]: RuntimeError: CUDA error: an illegal memory access was encountered\n"
-     "[rank1]: Compile with `TORCH_USE_CUDA_DSA` to enable device-side assertions.\n"),
-    ("cuda-device-assert", 1,
-     "../aten/src/ATen/native/cuda/Loss.cu:240: nll_loss_forward_reduce_cuda_kernel_2d: block: [0,0,0], thread: [5,0,0] "
-     "Assertion `t >= 0 && t < n_classes` failed.\n"
-     "RuntimeError: CUDA error: device-side assert triggered\n"),
-    ("cuda-no-device", 1,
-     "RuntimeError: CUDA error: no CUDA-capable device is detected\n"),
-    ("cuda-driver-too-old", 1,
-     "RuntimeError: The NVIDIA driver on your system is too old (found version 11040). "
-     "CUDA driver version is insufficient for CUDA runtime version\n"),
-    ("cuda-out-of-memory", 1,
-     TRACEBACK_HEAD +
-     "[rank1]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of "
-     "79.15 GiB of which 1.12 GiB is free.\n"),
-    ("oom-killed", 137,
-     "slurmstepd: error: Detected 1 oom_kill event in StepId=4412.0. Some of the step tasks have been OOM Killed.\n"),
-    ("oom-killer", 137,
-     "[ 9121.443210] python invoked oom-killer: gfp_mask=0x100cca(GFP_HIGHUSER_MOVABLE), order=0, oom_score_adj=0\n"
-     "[ 9121.443337] Out of memory: Killed process 4242 (python) total-vm:98765432kB, anon-rss:61234567kB\n"),
-    ("python-memory-error", 1,
-     "Traceback (most recent call last):\n"
-     '  File "prep.py", line 12, in <module>\n'
-     "    data = np.zeros((1 << 40,))\n"
-     "MemoryError\n"),
-    ("shared-memory-exhausted", 1,
-     "ERROR: Unexpected bus error encountered in worker. This might be caused by insufficient shared memory (shm).\n"),
-    ("dataloader-worker-killed", 1,
-     "RuntimeError: DataLoader worker (pid 4471) is killed by signal: Killed.\n"),
-    ("node-failure", -15,
-     "slurmstepd: error: *** STEP 4412.0 ON gpu-07 CANCELLED AT 2024-05-02T10:00:01 DUE TO NODE FAILURE ***\n"),
-    ("preempted", -15,
-     "slurmstepd: error: *** JOB 4412 ON gpu-07 CANCELLED AT 2024-05-02T10:00:01 DUE TO PREEMPTION ***\n"),
-    ("launcher-received-signal", 1,
-     "torch.distributed.elastic.multiprocessing.api.SignalException: Process 9921 got signal: 15\n"),
-    ("worker-killed-by-signal", 1,
-     "W1129 10:00:00.000 torch/distributed/elastic/multiprocessing/api.py:858] Sending process 9922 closing signal SIGTERM\n"
-     "E1129 10:00:00.100 torch/distributed/elastic/multiprocessing/api.py:833] failed (exitcode: -9) local_rank: 1 (pid: 9923)\n"
-     "Signal 9 (SIGKILL) received by PID 9923\n"),
-    ("python-import-error", 1,
-     "Traceback (most recent call last):\n"
-     '  File "/workspace/train.py", line 3, in <module>\n'
-     "    import deepspeed\n"
-     "ModuleNotFoundError: No module named 'deepspeed'\n"),
-    ("python-syntax-error", 1,
-     '  File "/workspace/train.py", line 14\n'
-     "    for step in range(10)\n"
-     "                         ^\n"
-     "SyntaxError: expected ':'\n"),
-    ("file-not-found", 1,
-     "Traceback (most recent call last):\n"
-     '  File "/workspace/train.py", line 20, in <module>\n'
-     "FileNotFoundError: [Errno 2] No such file or directory: '/data/imagenet/train.lst'\n"),
-    ("command-not-found", 127,
-     "/bin/sh: 1: torchrunn: not found\n"),
-    ("exec-format-error", 1,
-     'time="2024-10-21T12:59:35Z" level=error msg="fail to start program with error: fork/exec /bin/sh: exec format error"\n'),
-    ("permission-denied", 126,
-     "/bin/sh: 1: ./run_train.sh: Permission denied\n"),
-    ("disk-full", 1,
-     "[2024-10-21 20:59:33] serialize_file(_flatten(tensors), filename, metadata=metadata)\n"
-     '[2024-10-21 20:59:33] safetensors_rust.SafetensorError: Error while serializing: IoError(Os { code: 28, kind: StorageFull, '
-     'message: "No space left on device" })\n'
-     '[2024-10-21 20:59:35] time="2024-10-21T12:59:35Z" level=info msg="program stopped with status:exit status 1" program=/bin/sh\n'),
-    ("loss-is-nan", 1,
-     "iter 1200 | lr 3.0e-04 | loss 2.113\n"
-     "FloatingPointError: Loss became infinite or NaN at iteration=1201!\n"),
-    ("gpu-xid-application", 1,
-     "NVRM: Xid (PCI:0000:3b:00): 13, pid=4112, Graphics SM Warp Exception on (GPC 0, TPC 0, SM 0): Out Of Range Address\n"),
-    ("service-denied", 1,
-     "Traceback (most recent call last):\n"
-     "huggingface_hub.utils._errors.RepositoryNotFoundError: 401 Client Error. (Request ID: Root=1-65)\n"),
-    ("evicted-node-pressure", 1,
-     "Warning  Evicted  12s  kubelet  The node was low on resource: memory. Threshold quantity: 100Mi, available: 88Mi.\n"),
-    ("executable-not-found", 128,
-     'Error: failed to create containerd task: failed to create shim task: OCI runtime create failed: runc create '
-     'failed: unable to start container process: exec: "torchrun": executable file not found in $PATH: unknown\n'),
-    ("tls-certificate-untrusted", 1,
-     'Error response from daemon: Get "https://registry.internal/v2/": x509: certificate signed by unknown authority\n'),
-    ("disk-quota-exceeded", 1,
-     "OSError: [Errno 122] Disk quota exceeded: '/home/u/ckpt/step_1200.pt'\n"),
-    ("read-only-file-system", 1,
-     "OSError: [Errno 30] Read-only file system: '/data/checkpoints'\n"),
-    ("mount-disconnected", 1,
-     "OSError: [Errno 107] Transport endpoint is not connected: '/mnt/s3fs/shard-00017.tar'\n"),
-    ("shm-write-failed", 1,
-     "RuntimeError: unable to write to file </torch_412_1954506624>: No space left on device (28)\n"),
-    ("cuda-no-kernel-image", 1,
-     "RuntimeError: CUDA error: no kernel image is available for execution on the device\n"),
-    ("cuda-kernel-fault", 1,
-     "RuntimeError: CUDA error: misaligned address\nCUDA kernel errors might be asynchronously reported\n"),
-    ("nvidia-driver-unreachable", 1,
-     "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. Make sure that the latest "
-     "NVIDIA driver is installed and running.\n"),
-    ("ib-transport-fault", 1,
-     "node-3:221:290 [2] NCCL WARN NET/IB : Got async event : port error\n"),
-    ("grpc-unreachable", 1,
-     "grpc._channel._InactiveRpcError: status = StatusCode.UNAVAILABLE details = \"failed to connect to all addresses\"\n"),
-    ("nan-detected", 1,
-     "RuntimeError: Function 'LogSoftmaxBackward0' returned nan values in its 0th output.\n"),
-    ("pod-sandbox-failed", 1,
-     'Warning  FailedCreatePodSandBox  41s  kubelet  Failed to create pod sandbox: rpc error: code = Unknown desc = '
-     'failed to setup network for sandbox "3f1c": plugin type="calico" failed (add): error getting ClusterInformation\n'),
-    ("connection-dropped", 1,
-     "requests.exceptions.ConnectionError: ('Connection aborted.', RemoteDisconnected('Remote end closed connection "
-     "without response'))\n"),
-    ("service-connection-eof", 1,
-     "Using default tag: latest\n"
-     'Error response from daemon: Get "https://registry.example.com/v2/": EOF\n'),
-    ("service-host-unknown", 1,
-     "requests.exceptions.ConnectionError: HTTPSConnectionPool(host='mlflow.old-team.example', port=443): Max retries "
-     "exceeded with url: /api/2.0/mlflow/runs/create (Caused by NewConnectionError('<urllib3.connection."
-     "HTTPSConnection object at 0x7f1c>: Failed to establish a new connection: [Errno -2] Name or service not known'))\n"),
-    ("c10d-name-not-resolved", 1,
-     "[W1129 10:00:00.100 socket.cpp:752] [c10d] The IPv6 network addresses of (trainer-0.internal, 29500) cannot be "
-     "retrieved (gai error: -2 - Name or service not known).\n"
-     "[W1129 10:00:01.100 socket.cpp:752] [c10d] The IPv4 network addresses of (trainer-0.internal, 29500) cannot be "
-     "retrieved (gai error: -2 - Name or service not known).\n"),
-    ("ray-process-died", 1,
-     "(TorchTrainer pid=4121) ray.exceptions.RayActorError: The actor died unexpectedly before finishing this task.\n"),
-    ("nccl-shm-segment-failed", 1,
-     TRACEBACK_HEAD +
-     "[rank1]: torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/NCCLUtils.hpp:275, "
-     "unhandled system error (run with NCCL_DEBUG=INFO for details), NCCL version 2.20.5\n"
-     "[rank1]: ncclSystemError: System call (e.g. socket, malloc) or external library call failed or device error.\n"
-     "[rank1]: Last error:\n"
-     "[rank1]: Error while creating shared memory segment /dev/shm/nccl-Hq3Zb1 (size 9637888)\n"),
-    ("cuda-invalid-device", 1,
-     TRACEBACK_HEAD +
-     "[rank5]:     torch.cuda.set_device(local_rank)\n"
-     "[rank5]: RuntimeError: CUDA error: invalid device ordinal\n"
-     "[rank5]: CUDA kernel errors might be asynchronously reported at some other API call\n"),
-    ("evicted-over-own-limit", 1,
-     "Warning  Evicted  3m  kubelet  Pod ephemeral local storage usage exceeds the total limit of containers 20Gi.\n"),
-    ("nccl-ib-memlock", 1,
-     "[rank0]: torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:1970, "
-     "unhandled system error (run with NCCL_DEBUG=INFO for details), NCCL version 2.19.3\n"
-     "[rank0]: Last error:\n"
-     "[rank0]: Call to ibv_reg_mr failed with error Cannot allocate memory\n"),
-    ("store-barrier-timeout", 1,
-     "RuntimeError: Timed out initializing process group in store based barrier on rank: 3, for key: "
-     "store_based_barrier_key:1 (world_size=4, worker_count=3, timeout=0:30:00)\n"),
-    ("too-many-open-files", 1,
-     "OSError: [Errno 24] Too many open files: '/data/shards/shard-0412.tar'\n"),
-    ("nvlink-error", 1,
-     "RuntimeError: CUDA error: uncorrectable NVLink error detected during the execution\n"),
-    ("grpc-connection-lost", 1,
-     "grpc._channel._MultiThreadedRendezvous: <_MultiThreadedRendezvous of RPC that terminated with: "
-     "status = StatusCode.UNAVAILABLE details = \"GOAWAY received\">\n"),
-    ("grpc-unavailable", 1,
-     TRACEBACK_HEAD +
-     "grpc._channel._InactiveRpcError: <_InactiveRpcError of RPC that terminated with:\n"
-     "\tstatus = StatusCode.UNAVAILABLE\n"
-     "\tdetails = \"Socket closed\"\n"),
-    ("loss-value-nan", 1,
-     "iter 1200 | lr 3.0e-04 | loss 2.113\n"
-     "[INFO] epoch 3 step 1201: train_loss=nan lr=3.0e-04\n"),
-    ("python-exception", 1,
-     TRACEBACK_HEAD +
-     "[rank1]:   File \"/workspace/model.py\", line 30, in forward\n"
-     "[rank1]:     x = x.view(b, -1, self.dim)\n"
-     "[rank1]: ValueError: expected 3 dimensions, got 2\n"),
+    (
+        "nccl-system-error",
+        1,
+        "node-1:412:498 [1] NCCL INFO Channel 00/02 :    0   1\n"
+        "node-1:412:498 [1] misc/socket.cc:484 NCCL WARN socketStartConnect: Connect to 10.0.3.7<43185> failed : Software caused connection abort\n"
+        + TRACEBACK_HEAD
+        + "[rank1]: torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:1970, "
+        "unhandled system error (run with NCCL_DEBUG=INFO for details), NCCL version 2.19.3\n",
+    ),
+    (
+        "nccl-remote-error",
+        1,
+        "node-2:77:120 [0] NCCL INFO comm 0x55d1 rank 0 nranks 4 cudaDev 0 busId 1b000 - Abort COMPLETE\n"
+        "RuntimeError: NCCL error in: ../torch/csrc/distributed/c10d/NCCLUtils.hpp:275, remote process exited or there was "
+        "a network error, NCCL version 2.18.1\n"
+        "ncclRemoteError: A call failed possibly due to a network error or a remote process exiting prematurely.\n",
+    ),
+    (
+        "nccl-internal-error",
+        1,
+        "NCCL WARN Cuda failure 'invalid device context'\n"
+        "RuntimeError: NCCL error in: ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:1269, internal error, NCCL version 2.14.3\n"
+        "ncclInternalError: Internal check failed.\n",
+    ),
+    (
+        "nccl-cuda-error",
+        1,
+        "RuntimeError: NCCL error in: ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:1207, unhandled cuda error, NCCL version 2.10.3\n"
+        "ncclUnhandledCudaError: Call to CUDA function failed.\n",
+    ),
+    (
+        "nccl-invalid-usage",
+        1,
+        "node-1:55:55 [0] init.cc:570 NCCL WARN Duplicate GPU detected : rank 1 and rank 0 both on CUDA device 1b000\n"
+        "RuntimeError: NCCL error in: ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:1269, invalid usage, NCCL version 2.14.3\n"
+        "ncclInvalidUsage: This usually reflects invalid usage of NCCL library.\n",
+    ),
+    (
+        "nccl-invalid-argument",
+        1,
+        "RuntimeError: NCCL error in: ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:1191, invalid argument, NCCL version 2.11.4\n"
+        "ncclInvalidArgument: Invalid value for an argument.\n",
+    ),
+    (
+        "nccl-watchdog-timeout",
+        -6,
+        "[rank0]:[E1129 10:02:11.512316 412 ProcessGroupNCCL.cpp:616] [Rank 0] Watchdog caught collective operation timeout: "
+        "WorkNCCL(SeqNum=2143, OpType=ALLREDUCE, NumelIn=659, NumelOut=659, Timeout(ms)=600000) ran for 600535 milliseconds before timing out.\n"
+        "terminate called after throwing an instance of 'c10::DistBackendError'\n",
+    ),
+    (
+        "nccl-communicator-aborted",
+        1,
+        "[rank2]:[E ProcessGroupNCCL.cpp:1316] [PG 0 Rank 2] NCCL communicator was aborted on rank 2. Original reason for failure was: "
+        "[PG 0 Rank 2] Timed out\n",
+    ),
+    (
+        "nccl-heartbeat-timeout",
+        -6,
+        "[rank3]:[E ProcessGroupNCCL.cpp:1418] [PG 0 Rank 3] Heartbeat monitor timed out! Process will be terminated after dumping debug info. "
+        "workMetaList_.size()=1\n",
+    ),
+    (
+        "nccl-ib-completion-error",
+        1,
+        "gpu-node-12:1203:1290 [5] transport/net_ib.cc:1696 NCCL WARN NET/IB : Got completion from peer 10.1.0.12<52146> with "
+        "status=12 opcode=0 len=0 vendor err 129 (Recv) localGid ::ffff:10.1.0.13 remoteGids::ffff:10.1.0.12\n",
+    ),
+    (
+        "gloo-connect-full-mesh-failed",
+        1,
+        TRACEBACK_HEAD
+        + "[rank1]: torch.distributed.DistNetworkError: Gloo connectFullMesh failed with [../third_party/gloo/gloo/transport/tcp/pair.cc:144] no error\n",
+    ),
+    (
+        "gloo-connection-closed",
+        1,
+        "step 10 loss 0.6931\n"
+        + TRACEBACK_HEAD
+        + "[rank1]: RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed by peer [127.0.0.1]:18127\n",
+    ),
+    (
+        "gloo-operation-timeout",
+        1,
+        "RuntimeError: [../third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:81] Timed out waiting 1800000ms for recv operation to complete\n",
+    ),
+    (
+        "connection-reset",
+        1,
+        "Traceback (most recent call last):\n"
+        '  File "train.py", line 40, in <module>\n'
+        "RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:598] Connection reset by peer\n",
+    ),
+    (
+        "connection-refused",
+        1,
+        "W1129 10:11:01.123 torch/distributed/elastic/rendezvous/c10d_rendezvous_backend.py:... \n"
+        "ConnectionRefusedError: [Errno 111] Connection refused\n",
+    ),
+    (
+        "broken-pipe",
+        1,
+        "RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:575] Write error [10.0.0.4]:32871: Broken pipe\n",
+    ),
+    (
+        "no-route-to-host",
+        1,
+        "node-3:88:140 [0] misc/socket.cc:538 NCCL WARN Net : Connect to 10.0.0.9<41231> failed : No route to host\n",
+    ),
+    (
+        "connection-timed-out",
+        1,
+        "node-3:88:140 [0] misc/socket.cc:456 NCCL WARN Net : Connect to 10.0.0.9<41231> failed : Connection timed out\n",
+    ),
+    ("name-resolution-failed", 1, "socket.gaierror: [Errno -3] Temporary failure in name resolution\n"),
+    (
+        "address-in-use",
+        1,
+        "torch.distributed.DistNetworkError: The server socket has failed to listen on any local network address. port: 29500, "
+        "useIpv6: 0, code: -98, name: EADDRINUSE, message: address already in use\n",
+    ),
+    ("store-socket-timeout", 1, TRACEBACK_HEAD + "[rank1]: torch.distributed.DistStoreError: Socket Timeout\n"),
+    (
+        "store-connect-timeout",
+        1,
+        "torch.distributed.DistNetworkError: The client socket has timed out after 1800000ms while trying to connect to "
+        "(10.0.0.1, 29500).\n",
+    ),
+    (
+        "store-clients-timeout",
+        1,
+        "torch.distributed.DistStoreError: Timed out after 901 seconds waiting for clients. 1/2 clients joined.\n",
+    ),
+    ("rendezvous-timeout", 1, "torch.distributed.elastic.rendezvous.api.RendezvousTimeoutError\n"),
+    ("rendezvous-closed", 1, "torch.distributed.elastic.rendezvous.api.RendezvousClosedError\n"),
+    (
+        "rendezvous-connection",
+        1,
+        "torch.distributed.elastic.rendezvous.api.RendezvousConnectionError: The connection to the C10d store has failed. "
+        "See inner exception for details.\n",
+    ),
+    (
+        "cuda-ecc-error",
+        1,
+        TRACEBACK_HEAD + "[rank1]: RuntimeError: CUDA error: uncorrectable ECC error encountered\n"
+        "[rank1]: CUDA kernel errors might be asynchronously reported at some other API call\n",
+    ),
+    (
+        "gpu-xid",
+        -9,
+        "[ 8123.412345] NVRM: Xid (PCI:0000:3b:00): 48, pid=4112, name=python, An uncorrectable double bit error (DBE) has been detected\n",
+    ),
+    ("gpu-fallen-off-bus", 1, "[ 9911.100000] NVRM: GPU 0000:3b:00.0: GPU has fallen off the bus.\n"),
+    (
+        "cuda-launch-failure",
+        1,
+        "RuntimeError: CUDA error: unspecified launch failure\n"
+        "CUDA kernel errors might be asynchronously reported at some other API call, so the stacktrace below might be incorrect.\n",
+    ),
+    (
+        "cuda-illegal-memory-access",
+        1,
+        TRACEBACK_HEAD + "[rank1]: RuntimeError: CUDA error: an illegal memory access was encountered\n"
+        "[rank1]: Compile with `TORCH_USE_CUDA_DSA` to enable device-side assertions.\n",
+    ),
+    (
+        "cuda-device-assert",
+        1,
+        "../aten/src/ATen/native/cuda/Loss.cu:240: nll_loss_forward_reduce_cuda_kernel_2d: block: [0,0,0], thread: [5,0,0] "
+        "Assertion `t >= 0 && t < n_classes` failed.\n"
+        "RuntimeError: CUDA error: device-side assert triggered\n",
+    ),
+    ("cuda-no-device", 1, "RuntimeError: CUDA error: no CUDA-capable device is detected\n"),
+    (
+        "cuda-driver-too-old",
+        1,
+        "RuntimeError: The NVIDIA driver on your system is too old (found version 11040). "
+        "CUDA driver version is insufficient for CUDA runtime version\n",
+    ),
+    (
+        "cuda-out-of-memory",
+        1,
+        TRACEBACK_HEAD
+        + "[rank1]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of "
+        "79.15 GiB of which 1.12 GiB is free.\n",
+    ),
+    (
+        "oom-killed",
+        137,
+        "slurmstepd: error: Detected 1 oom_kill event in StepId=4412.0. Some of the step tasks have been OOM Killed.\n",
+    ),
+    (
+        "oom-killer",
+        137,
+        "[ 9121.443210] python invoked oom-killer: gfp_mask=0x100cca(GFP_HIGHUSER_MOVABLE), order=0, oom_score_adj=0\n"
+        "[ 9121.443337] Out of memory: Killed process 4242 (python) total-vm:98765432kB, anon-rss:61234567kB\n",
+    ),
+    (
+        "python-memory-error",
+        1,
+        "Traceback (most recent call last):\n"
+        '  File "prep.py", line 12, in <module>\n'
+        "    data = np.zeros((1 << 40,))\n"
+        "MemoryError\n",
+    ),
+    (
+        "shared-memory-exhausted",
+        1,
+        "ERROR: Unexpected bus error encountered in worker. This might be caused by insufficient shared memory (shm).\n",
+    ),
+    ("dataloader-worker-killed", 1, "RuntimeError: DataLoader worker (pid 4471) is killed by signal: Killed.\n"),
+    (
+        "node-failure",
+        -15,
+        "slurmstepd: error: *** STEP 4412.0 ON gpu-07 CANCELLED AT 2024-05-02T10:00:01 DUE TO NODE FAILURE ***\n",
+    ),
+    (
+        "preempted",
+        -15,
+        "slurmstepd: error: *** JOB 4412 ON gpu-07 CANCELLED AT 2024-05-02T10:00:01 DUE TO PREEMPTION ***\n",
+    ),
+    (
+        "launcher-received-signal",
+        1,
+        "torch.distributed.elastic.multiprocessing.api.SignalException: Process 9921 got signal: 15\n",
+    ),
+    (
+        "worker-killed-by-signal",
+        1,
+        "W1129 10:00:00.000 torch/distributed/elastic/multiprocessing/api.py:858] Sending process 9922 closing signal SIGTERM\n"
+        "E1129 10:00:00.100 torch/distributed/elastic/multiprocessing/api.py:833] failed (exitcode: -9) local_rank: 1 (pid: 9923)\n"
+        "Signal 9 (SIGKILL) received by PID 9923\n",
+    ),
+    (
+        "python-import-error",
+        1,
+        "Traceback (most recent call last):\n"
+        '  File "/workspace/train.py", line 3, in <module>\n'
+        "    import deepspeed\n"
+        "ModuleNotFoundError: No module named 'deepspeed'\n",
+    ),
+    (
+        "python-syntax-error",
+        1,
+        '  File "/workspace/train.py", line 14\n'
+        "    for step in range(10)\n"
+        "                         ^\n"
+        "SyntaxError: expected ':'\n",
+    ),
+    (
+        "file-not-found",
+        1,
+        "Traceback (most recent call last):\n"
+        '  File "/workspace/train.py", line 20, in <module>\n'
+        "FileNotFoundError: [Errno 2] No such file or directory: '/data/imagenet/train.lst'\n",
+    ),
+    ("command-not-found", 127, "/bin/sh: 1: torchrunn: not found\n"),
+    (
+        "exec-format-error",
+        1,
+        'time="2024-10-21T12:59:35Z" level=error msg="fail to start program with error: fork/exec /bin/sh: exec format error"\n',
+    ),
+    ("permission-denied", 126, "/bin/sh: 1: ./run_train.sh: Permission denied\n"),
+    (
+        "disk-full",
+        1,
+        "[2024-10-21 20:59:33] serialize_file(_flatten(tensors), filename, metadata=metadata)\n"
+        "[2024-10-21 20:59:33] safetensors_rust.SafetensorError: Error while serializing: IoError(Os { code: 28, kind: StorageFull, "
+        'message: "No space left on device" })\n'
+        '[2024-10-21 20:59:35] time="2024-10-21T12:59:35Z" level=info msg="program stopped with status:exit status 1" program=/bin/sh\n',
+    ),
+    (
+        "loss-is-nan",
+        1,
+        "iter 1200 | lr 3.0e-04 | loss 2.113\nFloatingPointError: Loss became infinite or NaN at iteration=1201!\n",
+    ),
+    (
+        "gpu-xid-application",
+        1,
+        "NVRM: Xid (PCI:0000:3b:00): 13, pid=4112, Graphics SM Warp Exception on (GPC 0, TPC 0, SM 0): Out Of Range Address\n",
+    ),
+    (
+        "service-denied",
+        1,
+        "Traceback (most recent call last):\n"
+        "huggingface_hub.utils._errors.RepositoryNotFoundError: 401 Client Error. (Request ID: Root=1-65)\n",
+    ),
+    (
+        "evicted-node-pressure",
+        1,
+        "Warning  Evicted  12s  kubelet  The node was low on resource: memory. Threshold quantity: 100Mi, available: 88Mi.\n",
+    ),
+    (
+        "executable-not-found",
+        128,
+        "Error: failed to create containerd task: failed to create shim task: OCI runtime create failed: runc create "
+        'failed: unable to start container process: exec: "torchrun": executable file not found in $PATH: unknown\n',
+    ),
+    (
+        "tls-certificate-untrusted",
+        1,
+        'Error response from daemon: Get "https://registry.internal/v2/": x509: certificate signed by unknown authority\n',
+    ),
+    ("disk-quota-exceeded", 1, "OSError: [Errno 122] Disk quota exceeded: '/home/u/ckpt/step_1200.pt'\n"),
+    ("read-only-file-system", 1, "OSError: [Errno 30] Read-only file system: '/data/checkpoints'\n"),
+    (
+        "mount-disconnected",
+        1,
+        "OSError: [Errno 107] Transport endpoint is not connected: '/mnt/s3fs/shard-00017.tar'\n",
+    ),
+    (
+        "shm-write-failed",
+        1,
+        "RuntimeError: unable to write to file </torch_412_1954506624>: No space left on device (28)\n",
+    ),
+    ("cuda-no-kernel-image", 1, "RuntimeError: CUDA error: no kernel image is available for execution on the device\n"),
+    (
+        "cuda-kernel-fault",
+        1,
+        "RuntimeError: CUDA error: misaligned address\nCUDA kernel errors might be asynchronously reported\n",
+    ),
+    (
+        "nvidia-driver-unreachable",
+        1,
+        "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. Make sure that the latest "
+        "NVIDIA driver is installed and running.\n",
+    ),
+    ("ib-transport-fault", 1, "node-3:221:290 [2] NCCL WARN NET/IB : Got async event : port error\n"),
+    (
+        "grpc-unreachable",
+        1,
+        'grpc._channel._InactiveRpcError: status = StatusCode.UNAVAILABLE details = "failed to connect to all addresses"\n',
+    ),
+    ("nan-detected", 1, "RuntimeError: Function 'LogSoftmaxBackward0' returned nan values in its 0th output.\n"),
+    (
+        "pod-sandbox-failed",
+        1,
+        "Warning  FailedCreatePodSandBox  41s  kubelet  Failed to create pod sandbox: rpc error: code = Unknown desc = "
+        'failed to setup network for sandbox "3f1c": plugin type="calico" failed (add): error getting ClusterInformation\n',
+    ),
+    (
+        "connection-dropped",
+        1,
+        "requests.exceptions.ConnectionError: ('Connection aborted.', RemoteDisconnected('Remote end closed connection "
+        "without response'))\n",
+    ),
+    (
+        "service-connection-eof",
+        1,
+        'Using default tag: latest\nError response from daemon: Get "https://registry.example.com/v2/": EOF\n',
+    ),
+    (
+        "service-host-unknown",
+        1,
+        "requests.exceptions.ConnectionError: HTTPSConnectionPool(host='mlflow.old-team.example', port=443): Max retries "
+        "exceeded with url: /api/2.0/mlflow/runs/create (Caused by NewConnectionError('<urllib3.connection."
+        "HTTPSConnection object at 0x7f1c>: Failed to establish a new connection: [Errno -2] Name or service not known'))\n",
+    ),
+    (
+        "c10d-name-not-resolved",
+        1,
+        "[W1129 10:00:00.100 socket.cpp:752] [c10d] The IPv6 network addresses of (trainer-0.internal, 29500) cannot be "
+        "retrieved (gai error: -2 - Name or service not known).\n"
+        "[W1129 10:00:01.100 socket.cpp:752] [c10d] The IPv4 network addresses of (trainer-0.internal, 29500) cannot be "
+        "retrieved (gai error: -2 - Name or service not known).\n",
+    ),
+    (
+        "ray-process-died",
+        1,
+        "(TorchTrainer pid=4121) ray.exceptions.RayActorError: The actor died unexpectedly before finishing this task.\n",
+    ),
+    (
+        "nccl-shm-segment-failed",
+        1,
+        TRACEBACK_HEAD
+        + "[rank1]: torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/NCCLUtils.hpp:275, "
+        "unhandled system error (run with NCCL_DEBUG=INFO for details), NCCL version 2.20.5\n"
+        "[rank1]: ncclSystemError: System call (e.g. socket, malloc) or external library call failed or device error.\n"
+        "[rank1]: Last error:\n"
+        "[rank1]: Error while creating shared memory segment /dev/shm/nccl-Hq3Zb1 (size 9637888)\n",
+    ),
+    (
+        "cuda-invalid-device",
+        1,
+        TRACEBACK_HEAD + "[rank5]:     torch.cuda.set_device(local_rank)\n"
+        "[rank5]: RuntimeError: CUDA error: invalid device ordinal\n"
+        "[rank5]: CUDA kernel errors might be asynchronously reported at some other API call\n",
+    ),
+    (
+        "evicted-over-own-limit",
+        1,
+        "Warning  Evicted  3m  kubelet  Pod ephemeral local storage usage exceeds the total limit of containers 20Gi.\n",
+    ),
+    (
+        "nccl-ib-memlock",
+        1,
+        "[rank0]: torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:1970, "
+        "unhandled system error (run with NCCL_DEBUG=INFO for details), NCCL version 2.19.3\n"
+        "[rank0]: Last error:\n"
+        "[rank0]: Call to ibv_reg_mr failed with error Cannot allocate memory\n",
+    ),
+    (
+        "store-barrier-timeout",
+        1,
+        "RuntimeError: Timed out initializing process group in store based barrier on rank: 3, for key: "
+        "store_based_barrier_key:1 (world_size=4, worker_count=3, timeout=0:30:00)\n",
+    ),
+    ("too-many-open-files", 1, "OSError: [Errno 24] Too many open files: '/data/shards/shard-0412.tar'\n"),
+    ("nvlink-error", 1, "RuntimeError: CUDA error: uncorrectable NVLink error detected during the execution\n"),
+    (
+        "grpc-connection-lost",
+        1,
+        "grpc._channel._MultiThreadedRendezvous: <_MultiThreadedRendezvous of RPC that terminated with: "
+        'status = StatusCode.UNAVAILABLE details = "GOAWAY received">\n',
+    ),
+    (
+        "grpc-unavailable",
+        1,
+        TRACEBACK_HEAD + "grpc._channel._InactiveRpcError: <_InactiveRpcError of RPC that terminated with:\n"
+        "\tstatus = StatusCode.UNAVAILABLE\n"
+        '\tdetails = "Socket closed"\n',
+    ),
+    ("loss-value-nan", 1, "iter 1200 | lr 3.0e-04 | loss 2.113\n[INFO] epoch 3 step 1201: train_loss=nan lr=3.0e-04\n"),
+    (
+        "python-exception",
+        1,
+        TRACEBACK_HEAD + '[rank1]:   File "/workspace/model.py", line 30, in forward\n'
+        "[rank1]:     x = x.view(b, -1, self.dim)\n"
+        "[rank1]: ValueError: expected 3 dimensions, got 2\n",
+    ),
 ]
 
 
@@ -291,6 +469,7 @@ def classify(tail, exit_code=1, sig=None, reason="", keywords=()):
 
 
 # ---- the catalog ---------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("rule, exit_code, tail", SAMPLES, ids=[s[0] for s in SAMPLES])
 def test_each_log_signature_classifies_its_realistic_tail(rule, exit_code, tail):
@@ -341,15 +520,18 @@ def test_python_exception_message_names_the_exception_and_its_text():
     assert got.retryable is False
 
 
-@pytest.mark.parametrize("last_line", [
-    "TypeError: forward() missing 1 required positional argument: 'x'",
-    "AssertionError",
-    "ZeroDivisionError: division by zero",
-    "IndexError: list index out of range",
-    "AttributeError: 'NoneType' object has no attribute 'shape'",
-])
+@pytest.mark.parametrize(
+    "last_line",
+    [
+        "TypeError: forward() missing 1 required positional argument: 'x'",
+        "AssertionError",
+        "ZeroDivisionError: division by zero",
+        "IndexError: list index out of range",
+        "AttributeError: 'NoneType' object has no attribute 'shape'",
+    ],
+)
 def test_user_code_exceptions_are_not_retryable(last_line):
-    got = classify("Traceback (most recent call last):\n  File \"t.py\", line 1\n" + last_line + "\n")
+    got = classify('Traceback (most recent call last):\n  File "t.py", line 1\n' + last_line + "\n")
     assert (got.rule, got.retryable) == ("python-exception", False)
     assert got.message.startswith(last_line.split(":")[0])
 
@@ -377,23 +559,28 @@ def test_gpu_xid_message_names_the_xid():
 
 # ---- backend reasons -------------------------------------------------------------------
 
-@pytest.mark.parametrize("reason, rule, retryable", [
-    ("OOMKilled", "oom-killed", False),
-    ("OUT_OF_MEMORY", "oom-killed", False),
-    ("Evicted", "preempted", True),
-    ("PREEMPTED", "preempted", True),
-    ("NodeLost", "node-lost", True),
-    ("NODE_FAIL", "node-lost", True),
-    ("BOOT_FAIL", "node-lost", True),
-    ("TIMEOUT", "time-limit", False),
-    ("DEADLINE", "time-limit", False),
-    ("DeadlineExceeded", "time-limit", False),
-    ("CreateContainerConfigError", "container-config-error", False),
-    ("Unschedulable", "waiting-for-resources", True),
-])
+
+@pytest.mark.parametrize(
+    "reason, rule, retryable",
+    [
+        ("OOMKilled", "oom-killed", False),
+        ("OUT_OF_MEMORY", "oom-killed", False),
+        ("Evicted", "preempted", True),
+        ("PREEMPTED", "preempted", True),
+        ("NodeLost", "node-lost", True),
+        ("NODE_FAIL", "node-lost", True),
+        ("BOOT_FAIL", "node-lost", True),
+        ("TIMEOUT", "time-limit", False),
+        ("DEADLINE", "time-limit", False),
+        ("DeadlineExceeded", "time-limit", False),
+        ("CreateContainerConfigError", "container-config-error", False),
+        ("Unschedulable", "waiting-for-resources", True),
+    ],
+)
 def test_decisive_backend_reason_classifies_before_the_log(reason, rule, retryable):
-    got = classify("RuntimeError: Connection reset by peer\n", exit_code=137, reason=reason,
-                   keywords=("connection reset",))
+    got = classify(
+        "RuntimeError: Connection reset by peer\n", exit_code=137, reason=reason, keywords=("connection reset",)
+    )
     assert (got.rule, got.retryable, got.source) == (rule, retryable, ErrorSource.BACKEND)
 
 
@@ -403,46 +590,74 @@ def test_an_image_pull_failure_is_decided_by_what_its_log_says(reason):
     # tag is not, and with no such line the reason decides (not retryable).
     got = classify("RuntimeError: Connection reset by peer\n", exit_code=137, reason=reason)
     assert (got.rule, got.retryable, got.source) == ("connection-reset", True, ErrorSource.LOG)
-    got = classify('Failed to pull image "busybox": 429 Too Many Requests - Server message: toomanyrequests\n',
-                   reason=reason)
+    got = classify(
+        'Failed to pull image "busybox": 429 Too Many Requests - Server message: toomanyrequests\n', reason=reason
+    )
     assert (got.rule, got.retryable) == ("service-rate-limited", True)
     got = classify("manifest for leader:v1.0-rc9 not found: manifest unknown: manifest unknown\n", reason=reason)
     assert (got.rule, got.retryable) == ("image-not-found", False)
     got = classify("step 1\n", reason=reason)
     assert (got.rule, got.retryable, got.source, got.evidence) == (
-        "image-pull-failed", False, ErrorSource.BACKEND, reason)
+        "image-pull-failed",
+        False,
+        ErrorSource.BACKEND,
+        reason,
+    )
 
 
-@pytest.mark.parametrize("log, rule, retryable", [
-    ("slurmstepd: error: *** JOB 7 ON n1 CANCELLED AT 2021-06-18T13:05:36 DUE TO PREEMPTION ***\n", "preempted", True),
-    ("slurmstepd: error: *** JOB 7 ON n1 CANCELLED AT 2020-07-11T22:48:26 DUE TO TIME LIMIT ***\n", "time-limit", False),
-    ("slurmstepd: error: *** STEP 3.0 ON c1 CANCELLED AT 2025-02-13T15:47:35 ***\n", "cancelled", False),
-    ("", "cancelled", False),
-])
+@pytest.mark.parametrize(
+    "log, rule, retryable",
+    [
+        (
+            "slurmstepd: error: *** JOB 7 ON n1 CANCELLED AT 2021-06-18T13:05:36 DUE TO PREEMPTION ***\n",
+            "preempted",
+            True,
+        ),
+        (
+            "slurmstepd: error: *** JOB 7 ON n1 CANCELLED AT 2020-07-11T22:48:26 DUE TO TIME LIMIT ***\n",
+            "time-limit",
+            False,
+        ),
+        ("slurmstepd: error: *** STEP 3.0 ON c1 CANCELLED AT 2025-02-13T15:47:35 ***\n", "cancelled", False),
+        ("", "cancelled", False),
+    ],
+)
 def test_a_slurm_cancellation_is_decided_by_its_reason_in_the_log(log, rule, retryable):
     got = classify(log, exit_code=None, sig=signal.SIGTERM, reason="CANCELLED")
     assert (got.rule, got.retryable) == (rule, retryable)
 
 
 def test_an_eviction_for_using_more_than_requested_is_not_retried():
-    log = ("Warning Evicted pod/egg The node was low on resource: memory. Container egg was using 5053216Ki, "
-           "which exceeds its request of 0.\n")
+    log = (
+        "Warning Evicted pod/egg The node was low on resource: memory. Container egg was using 5053216Ki, "
+        "which exceeds its request of 0.\n"
+    )
     assert (classify(log, reason="Evicted").rule, classify(log, reason="Evicted").retryable) == (
-        "evicted-over-request", False)
+        "evicted-over-request",
+        False,
+    )
     assert classify("The node had condition: [DiskPressure].\n", reason="Evicted").retryable is True
 
 
-@pytest.mark.parametrize("sig, log, rule, retryable", [
-    (signal.SIGSEGV, "Segmentation fault (core dumped)\n", "crashed-by-signal", False),
-    (signal.SIGBUS, "Bus error (core dumped)\n", "crashed-by-signal", False),
-    # a stale network warning does not explain a segfault ...
-    (signal.SIGSEGV, "[W socket.cpp:601] Connection refused, retrying\nSegmentation fault\n", "crashed-by-signal", False),
-    # ... a GPU fault does
-    (signal.SIGSEGV, "NVRM: Xid (PCI:0000:3b:00): 79, pid=0, GPU has fallen off the bus.\n", "gpu-xid", True),
-    # an abort with nothing to explain it is retried (the repeated-failure guard stops a repeat)
-    (signal.SIGABRT, "terminate called after throwing an instance of 'c10::Error'\n", "killed-by-signal", True),
-    (signal.SIGABRT, "what():  CUDA error: unknown error\n", "cuda-unknown-error", True),
-])
+@pytest.mark.parametrize(
+    "sig, log, rule, retryable",
+    [
+        (signal.SIGSEGV, "Segmentation fault (core dumped)\n", "crashed-by-signal", False),
+        (signal.SIGBUS, "Bus error (core dumped)\n", "crashed-by-signal", False),
+        # a stale network warning does not explain a segfault ...
+        (
+            signal.SIGSEGV,
+            "[W socket.cpp:601] Connection refused, retrying\nSegmentation fault\n",
+            "crashed-by-signal",
+            False,
+        ),
+        # ... a GPU fault does
+        (signal.SIGSEGV, "NVRM: Xid (PCI:0000:3b:00): 79, pid=0, GPU has fallen off the bus.\n", "gpu-xid", True),
+        # an abort with nothing to explain it is retried (the repeated-failure guard stops a repeat)
+        (signal.SIGABRT, "terminate called after throwing an instance of 'c10::Error'\n", "killed-by-signal", True),
+        (signal.SIGABRT, "what():  CUDA error: unknown error\n", "cuda-unknown-error", True),
+    ],
+)
 def test_a_crash_by_signal_is_retried_only_when_hardware_explains_it(sig, log, rule, retryable):
     got = classify(log, exit_code=None, sig=sig)
     assert (got.rule, got.retryable) == (rule, retryable)
@@ -470,9 +685,12 @@ def test_a_non_decisive_backend_reason_lets_the_log_decide():
 
 # ---- precedence --------------------------------------------------------------------
 
+
 def test_runtime_error_wrapping_connection_reset_is_the_comm_error_not_a_user_bug():
-    got = classify(TRACEBACK_HEAD + "[rank1]: RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:598] "
-                   "Connection reset by peer [10.0.0.2]:40112\n")
+    got = classify(
+        TRACEBACK_HEAD + "[rank1]: RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:598] "
+        "Connection reset by peer [10.0.0.2]:40112\n"
+    )
     assert (got.rule, got.retryable) == ("connection-reset", True)
 
 
@@ -497,31 +715,35 @@ def test_startup_connection_refused_warnings_do_not_hide_a_later_user_bug():
     tail = (
         "[W socket.cpp:697] [c10d] The client socket has failed to connect to [::ffff:10.0.0.1]:29500 "
         "(errno: 111 - Connection refused).\n"
-        "step 1 loss 2.30\nstep 2 loss 2.11\n"
-        + TRACEBACK_HEAD + "[rank1]: ValueError: expected 3 dimensions, got 2\n"
+        "step 1 loss 2.30\nstep 2 loss 2.11\n" + TRACEBACK_HEAD + "[rank1]: ValueError: expected 3 dimensions, got 2\n"
     )
     got = classify(tail)
     assert (got.rule, got.retryable) == ("python-exception", False)
 
 
 def test_without_a_traceback_header_a_specific_signature_beats_a_generic_line():
-    tail = ("NCCL WARN socketProgress: Connection closed by remote peer node-2<5011>\n"
-            "RuntimeError: collective failed\n")
+    tail = "NCCL WARN socketProgress: Connection closed by remote peer node-2<5011>\nRuntimeError: collective failed\n"
     assert classify(tail).rule == "gloo-connection-closed"
 
 
 def test_the_most_recent_of_several_specific_errors_wins():
-    first = classify("RuntimeError: CUDA out of memory. Tried to allocate 1 GiB\n"
-                     "ConnectionResetError: [Errno 104] Connection reset by peer\n")
+    first = classify(
+        "RuntimeError: CUDA out of memory. Tried to allocate 1 GiB\n"
+        "ConnectionResetError: [Errno 104] Connection reset by peer\n"
+    )
     assert first.rule == "connection-reset"
-    second = classify("ConnectionResetError: [Errno 104] Connection reset by peer\n"
-                      "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1 GiB\n")
+    second = classify(
+        "ConnectionResetError: [Errno 104] Connection reset by peer\n"
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1 GiB\n"
+    )
     assert (second.rule, second.retryable) == ("cuda-out-of-memory", False)
 
 
 def test_on_one_line_the_narrower_catalog_entry_wins():
-    got = classify("torch.distributed.DistNetworkError: Gloo connectFullMesh failed with "
-                   "[../third_party/gloo/gloo/transport/tcp/pair.cc:144] Connection refused\n")
+    got = classify(
+        "torch.distributed.DistNetworkError: Gloo connectFullMesh failed with "
+        "[../third_party/gloo/gloo/transport/tcp/pair.cc:144] Connection refused\n"
+    )
     assert got.rule == "gloo-connect-full-mesh-failed"
 
 
@@ -529,18 +751,24 @@ def test_a_name_c10d_retried_to_resolve_is_not_a_start_up_race_but_a_first_faile
     # c10d retries a failed lookup until its connect timeout (pytorch/pytorch#74641), so its
     # warning at the end of a log is a name that never resolved; the old TCPStore's
     # first-lookup ValueError is the Kubernetes start-up race (pytorch/pytorch#73682).
-    c10d = classify("[W socket.cpp:601] [c10d] The IPv6 network addresses of (user, 53821) cannot be retrieved "
-                    "(gai error: -3 - Temporary failure in name resolution).\n")
+    c10d = classify(
+        "[W socket.cpp:601] [c10d] The IPv6 network addresses of (user, 53821) cannot be retrieved "
+        "(gai error: -3 - Temporary failure in name resolution).\n"
+    )
     assert (c10d.rule, c10d.retryable, c10d.family) == ("c10d-name-not-resolved", False, "rendezvous")
-    race = classify("store = TCPStore(master_addr, master_port, world_size, start_daemon, timeout)\n"
-                    "ValueError: host not found: Name or service not known\n")
+    race = classify(
+        "store = TCPStore(master_addr, master_port, world_size, start_daemon, timeout)\n"
+        "ValueError: host not found: Name or service not known\n"
+    )
     assert (race.rule, race.retryable) == ("name-not-resolved", True)
 
 
 def test_a_service_host_that_does_not_exist_is_not_retried_but_a_resolver_failure_is():
-    pool = ("requests.exceptions.ConnectionError: HTTPSConnectionPool(host='huggingface.co', port=443): Max retries "
-            "exceeded with url: /bert/resolve/main/config.json (Caused by NewConnectionError('<urllib3.connection."
-            "HTTPSConnection object at 0x7f>: Failed to establish a new connection: [Errno {}] {}'))\n")
+    pool = (
+        "requests.exceptions.ConnectionError: HTTPSConnectionPool(host='huggingface.co', port=443): Max retries "
+        "exceeded with url: /bert/resolve/main/config.json (Caused by NewConnectionError('<urllib3.connection."
+        "HTTPSConnection object at 0x7f>: Failed to establish a new connection: [Errno {}] {}'))\n"
+    )
     gone = classify(pool.format(-2, "Name or service not known"))
     assert (gone.rule, gone.retryable) == ("service-host-unknown", False)
     flaky = classify(pool.format(-3, "Temporary failure in name resolution"))
@@ -550,12 +778,16 @@ def test_a_service_host_that_does_not_exist_is_not_retried_but_a_resolver_failur
 def test_a_ray_process_that_died_is_a_system_failure_but_an_actor_exception_is_the_program():
     died = classify("ray.exceptions.RayActorError: The actor died unexpectedly before finishing this task.\n")
     assert (died.rule, died.retryable, died.cascade_like) == ("ray-process-died", True, True)
-    crashed = classify("ray.exceptions.WorkerCrashedError: The worker died unexpectedly while executing this task. "
-                       "Check python-core-worker-*.log files for more information.\n")
+    crashed = classify(
+        "ray.exceptions.WorkerCrashedError: The worker died unexpectedly while executing this task. "
+        "Check python-core-worker-*.log files for more information.\n"
+    )
     assert crashed.rule == "ray-process-died"
-    raised = classify("Traceback (most recent call last):\n"
-                      "ray.exceptions.RayActorError: The actor died because of an error raised in its creation task, "
-                      "ray::Trainer.__init__() (pid=41, ip=10.0.0.4)\n")
+    raised = classify(
+        "Traceback (most recent call last):\n"
+        "ray.exceptions.RayActorError: The actor died because of an error raised in its creation task, "
+        "ray::Trainer.__init__() (pid=41, ip=10.0.0.4)\n"
+    )
     assert (raised.rule, raised.retryable) == ("python-exception", False)
 
 
@@ -569,37 +801,53 @@ def test_an_unspecified_launch_failure_is_the_programs_kernel_unless_the_gpu_say
 def test_the_last_error_nccl_gives_decides_over_its_generic_error_class():
     # ncclUnhandledCudaError / ncclSystemError alone read as a GPU or network fault; the
     # "Last error:" line after them says when it is the program's memory or the container.
-    oom = classify("torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:1970, unhandled cuda "
-                   "error (run with NCCL_DEBUG=INFO for details), NCCL version 2.19.3\n"
-                   "ncclUnhandledCudaError: Call to CUDA function failed.\n"
-                   "Last error:\n"
-                   "Cuda failure 2 'out of memory'\n")
+    oom = classify(
+        "torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:1970, unhandled cuda "
+        "error (run with NCCL_DEBUG=INFO for details), NCCL version 2.19.3\n"
+        "ncclUnhandledCudaError: Call to CUDA function failed.\n"
+        "Last error:\n"
+        "Cuda failure 2 'out of memory'\n"
+    )
     assert (oom.rule, oom.retryable) == ("cuda-out-of-memory", False)
     fallback = classify("node-1:412:498 [1] NCCL WARN Cuda failure 'out of memory'\n")
     assert fallback.rule == "cuda-out-of-memory"
-    shm = classify("ncclSystemError: System call (socket, malloc, munmap, etc) failed.\n"
-                   "node-1:4:4 [0] misc/shmutils.cc:72 NCCL WARN Error while creating shared memory segment "
-                   "/dev/shm/nccl-2pQ (size 9637888), error: No space left on device (28)\n")
+    shm = classify(
+        "ncclSystemError: System call (socket, malloc, munmap, etc) failed.\n"
+        "node-1:4:4 [0] misc/shmutils.cc:72 NCCL WARN Error while creating shared memory segment "
+        "/dev/shm/nccl-2pQ (size 9637888), error: No space left on device (28)\n"
+    )
     assert (shm.rule, shm.retryable) == ("nccl-shm-segment-failed", False)
     peer = classify("ncclSystemError: System call (socket, malloc, munmap, etc) failed.\n")
     assert (peer.rule, peer.retryable) == ("nccl-system-error", True)
 
 
 def test_an_eviction_for_the_pods_own_disk_limit_is_not_retried_but_node_pressure_is():
-    own = classify_failure(FailureInput(
-        exit_code=None, signal=None, backend_reason="Evicted",
-        log_tail="Message: Container trainer exceeded its local ephemeral storage limit \"10Gi\". \n"))
+    own = classify_failure(
+        FailureInput(
+            exit_code=None,
+            signal=None,
+            backend_reason="Evicted",
+            log_tail='Message: Container trainer exceeded its local ephemeral storage limit "10Gi". \n',
+        )
+    )
     assert (own.rule, own.retryable) == ("evicted-over-own-limit", False)
-    pressure = classify_failure(FailureInput(
-        exit_code=None, signal=None, backend_reason="Evicted",
-        log_tail="Message: The node was low on resource: ephemeral-storage.\n"))
+    pressure = classify_failure(
+        FailureInput(
+            exit_code=None,
+            signal=None,
+            backend_reason="Evicted",
+            log_tail="Message: The node was low on resource: ephemeral-storage.\n",
+        )
+    )
     assert pressure.retryable is True
 
 
 def test_nccl_without_a_usable_interface_in_its_comm_id_subnet_is_a_configuration():
-    got = classify("node-2:31:31 [0] NCCL WARN NET/Socket : No interface found in the same subnet as remote "
-                   "address 10.9.0.4<45015>\n"
-                   "node-2:31:31 [0] NCCL WARN NET/Socket : No usable listening interface found\n")
+    got = classify(
+        "node-2:31:31 [0] NCCL WARN NET/Socket : No interface found in the same subnet as remote "
+        "address 10.9.0.4<45015>\n"
+        "node-2:31:31 [0] NCCL WARN NET/Socket : No usable listening interface found\n"
+    )
     assert (got.rule, got.retryable) == ("nccl-no-socket-interface", False)
 
 
@@ -618,8 +866,7 @@ def test_bare_killed_with_exit_137_is_a_retryable_sigkill_not_oom():
 def test_oom_killer_evidence_in_the_log_makes_exit_137_an_oom_kill():
     # Issue 13: the node-wide OOM killer's kill is retryable (other tenants' memory); a kill
     # for exceeding the instance's own memory limit (cgroup) is not.
-    got = classify("[ 812.3] Out of memory: Killed process 4242 (python) total-vm:98765432kB\nKilled\n",
-                   exit_code=137)
+    got = classify("[ 812.3] Out of memory: Killed process 4242 (python) total-vm:98765432kB\nKilled\n", exit_code=137)
     assert (got.rule, got.retryable, got.family) == ("oom-killer", True, "signals")
     assert got.evidence.startswith("[ 812.3] Out of memory: Killed process 4242")
     got = classify("[ 812.3] Memory cgroup out of memory: Killed process 4242 (python)\nKilled\n", exit_code=137)
@@ -627,23 +874,30 @@ def test_oom_killer_evidence_in_the_log_makes_exit_137_an_oom_kill():
 
 
 def test_a_startup_warning_does_not_turn_a_sigkill_into_a_user_bug():
-    tail = ("mkdir: cannot create directory '/root/.triton': Permission denied\n"
-            "ls: cannot access '/opt/extra': No such file or directory\n"
-            "step 100 loss 1.93\nstep 101 loss 1.92\n")
+    tail = (
+        "mkdir: cannot create directory '/root/.triton': Permission denied\n"
+        "ls: cannot access '/opt/extra': No such file or directory\n"
+        "step 100 loss 1.93\nstep 101 loss 1.92\n"
+    )
     for code, sig in ((137, None), (-9, None), (None, signal.SIGTERM)):
         got = classify(tail, exit_code=code, sig=sig)
         assert (got.rule, got.retryable) == ("killed-by-signal", True), (code, sig)
 
 
 def test_a_retryable_signature_still_explains_a_sigterm():
-    got = classify("slurmstepd: error: *** JOB 4412 ON gpu-07 CANCELLED AT 2024-05-02T10:00:01 DUE TO PREEMPTION ***\n",
-                   exit_code=None, sig=signal.SIGTERM)
+    got = classify(
+        "slurmstepd: error: *** JOB 4412 ON gpu-07 CANCELLED AT 2024-05-02T10:00:01 DUE TO PREEMPTION ***\n",
+        exit_code=None,
+        sig=signal.SIGTERM,
+    )
     assert got.rule == "preempted"
 
 
 def test_an_abort_after_a_cuda_bug_keeps_the_bug_as_the_cause():
-    tail = ("terminate called after throwing an instance of 'c10::Error'\n"
-            "  what():  CUDA error: an illegal memory access was encountered\n")
+    tail = (
+        "terminate called after throwing an instance of 'c10::Error'\n"
+        "  what():  CUDA error: an illegal memory access was encountered\n"
+    )
     got = classify(tail, exit_code=-6)
     assert (got.rule, got.retryable) == ("cuda-illegal-memory-access", False)
 
@@ -654,6 +908,7 @@ def test_cuda_out_of_memory_is_not_retryable():
 
 
 # ---- retryable keywords ------------------------------------------------------------
+
 
 def test_user_keyword_matches_case_insensitively_and_makes_the_failure_retryable():
     got = classify("ValueError: Connect Timeout while fetching shard 7\n", keywords=("connect timeout",))
@@ -695,6 +950,7 @@ def test_keyword_matching_builds_no_regular_expression(monkeypatch):
         def record(*args, **kwargs):
             calls.append((name, args))
             raise AssertionError(f"re.{name} called during classification")
+
         return record
 
     for name in ("compile", "search", "match", "fullmatch", "finditer", "findall", "sub", "split"):
@@ -717,6 +973,7 @@ def test_an_empty_keyword_is_rejected_because_it_would_match_everything():
 
 
 # ---- the tail ---------------------------------------------------------------------
+
 
 def test_only_the_last_64_kib_of_the_tail_are_read():
     old = "ModuleNotFoundError: No module named 'x'\n"
@@ -743,6 +1000,7 @@ def test_a_log_tail_of_the_wrong_type_is_rejected_naming_the_field():
 
 # ---- exit status fallbacks --------------------------------------------------------
 
+
 def test_exit_code_zero_is_not_a_failure():
     with pytest.raises(ValueError, match="exit_code: 0"):
         classify("all done\n", exit_code=0)
@@ -751,7 +1009,11 @@ def test_exit_code_zero_is_not_a_failure():
 def test_unknown_nonzero_exit_is_a_non_retryable_crash_that_points_at_the_log():
     got = classify("step 3 loss 0.5\n", exit_code=3)
     assert (got.rule, got.retryable, got.source, got.error_code) == (
-        "crashed-with-exit-code", False, ErrorSource.EXIT_CODE, "EXIT_CODE_3")
+        "crashed-with-exit-code",
+        False,
+        ErrorSource.EXIT_CODE,
+        "EXIT_CODE_3",
+    )
     assert got.message == "Crashed with exit code 3"
     assert "Read the instance log" in got.next_step
 
@@ -807,6 +1069,7 @@ def test_every_classification_has_a_plain_cause_and_next_step():
 
 
 # ---- root cause -------------------------------------------------------------------
+
 
 def _obs(name, at, tail, code=1):
     role, index = name.split("-")
@@ -870,6 +1133,7 @@ def test_root_cause_needs_at_least_one_observation():
 
 # ---- the literal prefilter ----------------------------------------------------------
 
+
 def _classify_without_prefilter(monkeypatch, tail, **kw):
     from core import classify as module
 
@@ -916,11 +1180,23 @@ def _can_match_a_newline(items, flags) -> bool:
             return True
         if op is c.IN:
             negated = any(o is c.NEGATE for o, _ in av)
-            hit = any(o is c.LITERAL and a == 10 or o is c.RANGE and a[0] <= 10 <= a[1]
-                      or o is c.CATEGORY and a in (c.CATEGORY_SPACE, c.CATEGORY_NOT_DIGIT, c.CATEGORY_NOT_WORD,
-                                                   c.CATEGORY_UNI_SPACE, c.CATEGORY_UNI_NOT_DIGIT,
-                                                   c.CATEGORY_UNI_NOT_WORD)
-                      for o, a in av)
+            hit = any(
+                o is c.LITERAL
+                and a == 10
+                or o is c.RANGE
+                and a[0] <= 10 <= a[1]
+                or o is c.CATEGORY
+                and a
+                in (
+                    c.CATEGORY_SPACE,
+                    c.CATEGORY_NOT_DIGIT,
+                    c.CATEGORY_NOT_WORD,
+                    c.CATEGORY_UNI_SPACE,
+                    c.CATEGORY_UNI_NOT_DIGIT,
+                    c.CATEGORY_UNI_NOT_WORD,
+                )
+                for o, a in av
+            )
             if hit != negated:
                 return True
         if op is c.SUBPATTERN and _can_match_a_newline(av[-1], flags | av[1]):
@@ -940,7 +1216,9 @@ def test_no_catalog_pattern_matches_across_a_line_end():
     from re import _parser
 
     for sig in LOG_SIGNATURES:
-        assert not _can_match_a_newline(_parser.parse(sig.pattern.pattern, sig.pattern.flags), sig.pattern.flags), sig.rule
+        assert not _can_match_a_newline(_parser.parse(sig.pattern.pattern, sig.pattern.flags), sig.pattern.flags), (
+            sig.rule
+        )
     assert _can_match_a_newline(_parser.parse(r"a\sb", 0), 0)
     assert _can_match_a_newline(_parser.parse(r"a[^x]b", 0), 0)
     assert not _can_match_a_newline(_parser.parse(r"a[^\n]{0,9}b", 0), 0)
@@ -952,7 +1230,10 @@ def test_a_tail_that_case_folding_lengthens_is_still_classified_at_its_last_line
     assert got.message == "ValueError: größe ß"
     tail += "RuntimeError: Connection refused (Straße)\n"
     got = classify(tail)
-    assert (got.rule, got.message) == ("connection-refused", "A connection was refused: RuntimeError: Connection refused (Straße)")
+    assert (got.rule, got.message) == (
+        "connection-refused",
+        "A connection was refused: RuntimeError: Connection refused (Straße)",
+    )
     assert _classify_without_prefilter(monkeypatch, tail) == got
 
 
@@ -960,54 +1241,100 @@ def test_a_tail_that_case_folding_lengthens_is_still_classified_at_its_last_line
 
 GENERALISED_LINES = [
     # network: Go programs (containerd, kubelet, registries' clients) print errno texts lower-cased
-    ("connection-reset", True,
-     'Failed to pull image "nvcr.io/nvidia/pytorch:24.01-py3": rpc error: code = Unknown desc = failed to pull and '
-     'unpack image: failed to copy: read tcp 10.0.0.5:51234->1.2.3.4:443: read: connection reset by peer'),
-    ("connection-refused", True, 'dial tcp 10.96.0.10:53: connect: connection refused'),
-    ("grpc-unavailable", True,
-     'grpc._channel._InactiveRpcError: <_InactiveRpcError of RPC that terminated with: '
-     'status = StatusCode.UNAVAILABLE details = "Socket closed"'),
-    ("nccl-message-truncated", False,
-     "node-1:88:120 [0] transport/net_socket.cc:424 NCCL WARN NET/Socket : peer 10.0.0.2<59210> message truncated : "
-     "receiving 1048576 bytes instead of 65536"),
+    (
+        "connection-reset",
+        True,
+        'Failed to pull image "nvcr.io/nvidia/pytorch:24.01-py3": rpc error: code = Unknown desc = failed to pull and '
+        "unpack image: failed to copy: read tcp 10.0.0.5:51234->1.2.3.4:443: read: connection reset by peer",
+    ),
+    ("connection-refused", True, "dial tcp 10.96.0.10:53: connect: connection refused"),
+    (
+        "grpc-unavailable",
+        True,
+        "grpc._channel._InactiveRpcError: <_InactiveRpcError of RPC that terminated with: "
+        'status = StatusCode.UNAVAILABLE details = "Socket closed"',
+    ),
+    (
+        "nccl-message-truncated",
+        False,
+        "node-1:88:120 [0] transport/net_socket.cc:424 NCCL WARN NET/Socket : peer 10.0.0.2<59210> message truncated : "
+        "receiving 1048576 bytes instead of 65536",
+    ),
     # external services and registries, in curl's, git's, botocore's and google-api-core's words
-    ("service-unavailable", True,
-     "fatal: unable to access 'https://github.com/org/repo.git/': The requested URL returned error: 502"),
-    ("service-unavailable", True,
-     "botocore.exceptions.ClientError: An error occurred (503) when calling the HeadObject operation "
-     "(reached max retries: 4): Service Unavailable"),
-    ("service-denied", False,
-     "botocore.exceptions.ClientError: An error occurred (403) when calling the HeadObject operation: Forbidden"),
+    (
+        "service-unavailable",
+        True,
+        "fatal: unable to access 'https://github.com/org/repo.git/': The requested URL returned error: 502",
+    ),
+    (
+        "service-unavailable",
+        True,
+        "botocore.exceptions.ClientError: An error occurred (503) when calling the HeadObject operation "
+        "(reached max retries: 4): Service Unavailable",
+    ),
+    (
+        "service-denied",
+        False,
+        "botocore.exceptions.ClientError: An error occurred (403) when calling the HeadObject operation: Forbidden",
+    ),
     ("service-denied", False, "curl: (22) The requested URL returned error: 404"),
     ("service-denied", False, "botocore.exceptions.NoCredentialsError: Unable to locate credentials"),
-    ("connection-dropped", True,
-     'botocore.exceptions.EndpointConnectionError: Could not connect to the endpoint URL: '
-     '"https://bucket.s3.us-east-1.amazonaws.com/ckpt/step_1000.pt"'),
-    ("connection-dropped", True,
-     "error: RPC failed; curl 56 GnuTLS recv error (-9): A TLS packet with unexpected length was received."),
-    ("connection-dropped", True,
-     "urllib3.exceptions.ProtocolError: ('Connection broken: IncompleteRead(0 bytes read, 512 more expected)', "
-     "IncompleteRead(0 bytes read, 512 more expected))"),
+    (
+        "connection-dropped",
+        True,
+        "botocore.exceptions.EndpointConnectionError: Could not connect to the endpoint URL: "
+        '"https://bucket.s3.us-east-1.amazonaws.com/ckpt/step_1000.pt"',
+    ),
+    (
+        "connection-dropped",
+        True,
+        "error: RPC failed; curl 56 GnuTLS recv error (-9): A TLS packet with unexpected length was received.",
+    ),
+    (
+        "connection-dropped",
+        True,
+        "urllib3.exceptions.ProtocolError: ('Connection broken: IncompleteRead(0 bytes read, 512 more expected)', "
+        "IncompleteRead(0 bytes read, 512 more expected))",
+    ),
     ("service-timeout", True, "google.api_core.exceptions.DeadlineExceeded: 504 Deadline Exceeded"),
-    ("image-not-found", False,
-     'Failed to pull image "ghcr.io/org/trainer:v9": rpc error: code = NotFound desc = failed to pull and unpack '
-     'image "ghcr.io/org/trainer:v9": failed to resolve reference "ghcr.io/org/trainer:v9": '
-     'ghcr.io/org/trainer:v9: not found'),
-    ("service-rate-limited", True, 'Failed to pull image "pytorch/pytorch:2.3.0-cuda12.1-cudnn8-runtime": pull QPS exceeded.'),
+    (
+        "image-not-found",
+        False,
+        'Failed to pull image "ghcr.io/org/trainer:v9": rpc error: code = NotFound desc = failed to pull and unpack '
+        'image "ghcr.io/org/trainer:v9": failed to resolve reference "ghcr.io/org/trainer:v9": '
+        "ghcr.io/org/trainer:v9: not found",
+    ),
+    (
+        "service-rate-limited",
+        True,
+        'Failed to pull image "pytorch/pytorch:2.3.0-cuda12.1-cudnn8-runtime": pull QPS exceeded.',
+    ),
     # preemption and the scheduler's own kills
-    ("cloud-preemption-notice", True,
-     "Conditions:\n  Type              Status  Reason\n  DisruptionTarget  True    PreemptionByScheduler"),
-    ("cloud-preemption-notice", True,
-     "  DisruptionTarget  True    DeletionByTaintManager  Taint manager: deleting due to NoExecute taint"),
-    ("cloud-preemption-notice", True,
-     '"methodName": "compute.instances.preempted", "resourceName": "projects/p/zones/us-central1-a/instances/w-1"'),
+    (
+        "cloud-preemption-notice",
+        True,
+        "Conditions:\n  Type              Status  Reason\n  DisruptionTarget  True    PreemptionByScheduler",
+    ),
+    (
+        "cloud-preemption-notice",
+        True,
+        "  DisruptionTarget  True    DeletionByTaintManager  Taint manager: deleting due to NoExecute taint",
+    ),
+    (
+        "cloud-preemption-notice",
+        True,
+        '"methodName": "compute.instances.preempted", "resourceName": "projects/p/zones/us-central1-a/instances/w-1"',
+    ),
     ("oom-killed", False, "srun: error: node017: task 3: Out Of Memory"),
     # gpu: nvidia-smi and the driver on a GPU they can no longer reach
     ("gpu-fallen-off-bus", True, "Unable to determine the device handle for GPU 0000:3B:00.0: Unknown Error"),
     ("gpu-fallen-off-bus", True, "NVRM: GPU 0000:3b:00.0: RmInitAdapter failed! (0x26:0xffff:1307)"),
-    ("nccl-ofi-register-failed", False,
-     "register_rail_mr_buffer:617 NCCL WARN NET/OFI Unable to register memory (type = 2) for device 4. RC: -22, "
-     "Error: Invalid argument"),
+    (
+        "nccl-ofi-register-failed",
+        False,
+        "register_rail_mr_buffer:617 NCCL WARN NET/OFI Unable to register memory (type = 2) for device 4. RC: -22, "
+        "Error: Invalid argument",
+    ),
     # a BProc compute node's daemon that lost its master (corpus network-022), and the
     # kernel's memory report that only a node-wide OOM prints (corpus signals-023)
     ("node-died", True, "Jun 15 11:24:26 n1 bpslave-0: Ping timeout after 64 seconds - lost connection to master?"),
@@ -1015,7 +1342,9 @@ GENERALISED_LINES = [
 ]
 
 
-@pytest.mark.parametrize("rule, retryable, line", GENERALISED_LINES, ids=[f"{r}-{i}" for i, (r, _, _) in enumerate(GENERALISED_LINES)])
+@pytest.mark.parametrize(
+    "rule, retryable, line", GENERALISED_LINES, ids=[f"{r}-{i}" for i, (r, _, _) in enumerate(GENERALISED_LINES)]
+)
 def test_a_familys_line_in_another_tools_words_is_classified_by_its_family(rule, retryable, line):
     got = classify(line + "\n")
     assert (got.rule, got.retryable) == (rule, retryable)

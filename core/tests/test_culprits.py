@@ -15,42 +15,84 @@ from __future__ import annotations
 import json
 
 from core.stacks import (
-    RULE_DESYNC, RULE_DIFFERENT_FRAME, RULE_ODD_ONE_OUT, RULE_OUTSIDE_COLLECTIVE, StackSnapshot,
-    find_culprits, hang_classification, last_log_line, parse_py_spy_json,
+    RULE_DESYNC,
+    RULE_DIFFERENT_FRAME,
+    RULE_ODD_ONE_OUT,
+    RULE_OUTSIDE_COLLECTIVE,
+    StackSnapshot,
+    find_culprits,
+    hang_classification,
+    last_log_line,
+    parse_py_spy_json,
 )
 
 THREADING = "threading.py"
 C10D = "torch/distributed/distributed_c10d.py"
 LOGGER = "torch/distributed/c10d_logger.py"
-BOOT = [("Thread.run", THREADING, 982), ("Thread._bootstrap_inner", THREADING, 1045),
-        ("Thread._bootstrap", THREADING, 1002)]
+BOOT = [
+    ("Thread.run", THREADING, 982),
+    ("Thread._bootstrap_inner", THREADING, 1045),
+    ("Thread._bootstrap", THREADING, 1002),
+]
 
-VIGIL_PROGRESS = ("vigil-progress", [("Condition.wait", THREADING, 327),
-                                     ("_ProgressReporter._run", "vigil/job_monitor.py", 457), *BOOT])
-VIGIL_C4D = ("vigil-c4d", [("Condition.wait", THREADING, 331), ("Event.wait", THREADING, 629),
-                           ("Recorder._run", "vigil/c4d.py", 123), *BOOT])
-IN_ALL_REDUCE = ("MainThread", [("all_reduce", C10D, 3252),
-                                ("_exception_logger.<locals>.wrapper", LOGGER, 83),
-                                ("main", "ddp_train.py", 294), ("<module>", "ddp_train.py", 317)])
-IN_ALL_REDUCE_C4D = ("MainThread", [("all_reduce", C10D, 3252),
-                                    ("_exception_logger.<locals>.wrapper", LOGGER, 83),
-                                    ("_wrap.<locals>.instrumented", "vigil/c4d.py", 276),
-                                    ("main", "ddp_train.py", 294), ("<module>", "ddp_train.py", 317)])
-IN_BARRIER_C4D = ("MainThread", [("barrier", C10D, 5356),
-                                 ("_exception_logger.<locals>.wrapper", LOGGER, 83),
-                                 ("_wrap.<locals>.instrumented", "vigil/c4d.py", 276),
-                                 ("skip_collective", "ddp_train.py", 124),
-                                 ("main", "ddp_train.py", 292), ("<module>", "ddp_train.py", 317)])
-HELPER = ("helper", [("Condition.wait", THREADING, 327), ("Event.wait", THREADING, 629),
-                     ("helper", "stuck.py", 12), *BOOT])
+VIGIL_PROGRESS = (
+    "vigil-progress",
+    [("Condition.wait", THREADING, 327), ("_ProgressReporter._run", "vigil/job_monitor.py", 457), *BOOT],
+)
+VIGIL_C4D = (
+    "vigil-c4d",
+    [("Condition.wait", THREADING, 331), ("Event.wait", THREADING, 629), ("Recorder._run", "vigil/c4d.py", 123), *BOOT],
+)
+IN_ALL_REDUCE = (
+    "MainThread",
+    [
+        ("all_reduce", C10D, 3252),
+        ("_exception_logger.<locals>.wrapper", LOGGER, 83),
+        ("main", "ddp_train.py", 294),
+        ("<module>", "ddp_train.py", 317),
+    ],
+)
+IN_ALL_REDUCE_C4D = (
+    "MainThread",
+    [
+        ("all_reduce", C10D, 3252),
+        ("_exception_logger.<locals>.wrapper", LOGGER, 83),
+        ("_wrap.<locals>.instrumented", "vigil/c4d.py", 276),
+        ("main", "ddp_train.py", 294),
+        ("<module>", "ddp_train.py", 317),
+    ],
+)
+IN_BARRIER_C4D = (
+    "MainThread",
+    [
+        ("barrier", C10D, 5356),
+        ("_exception_logger.<locals>.wrapper", LOGGER, 83),
+        ("_wrap.<locals>.instrumented", "vigil/c4d.py", 276),
+        ("skip_collective", "ddp_train.py", 124),
+        ("main", "ddp_train.py", 292),
+        ("<module>", "ddp_train.py", 317),
+    ],
+)
+HELPER = (
+    "helper",
+    [("Condition.wait", THREADING, 327), ("Event.wait", THREADING, 629), ("helper", "stuck.py", 12), *BOOT],
+)
 STUCK_HERE = ("MainThread", [("stuck_here", "stuck.py", 5), ("<module>", "stuck.py", 17)])
 WAITING_TOGETHER = ("MainThread", [("waiting_together", "stuck.py", 9), ("<module>", "stuck.py", 19)])
 # A rank in DDP's start-up check that every rank's parameters have the same shapes.
-IN_DDP_INIT = ("MainThread", [("_verify_param_shape_across_processes", "torch/distributed/utils.py", 286),
-                              ("DistributedDataParallel.__init__", "torch/nn/parallel/distributed.py", 1064),
-                              ("main", "ddp_train.py", 242), ("<module>", "ddp_train.py", 321)])
-IN_COMPUTE = ("MainThread", [("compute_forever", "ddp_train.py", 109), ("main", "ddp_train.py", 264),
-                             ("<module>", "ddp_train.py", 317)])
+IN_DDP_INIT = (
+    "MainThread",
+    [
+        ("_verify_param_shape_across_processes", "torch/distributed/utils.py", 286),
+        ("DistributedDataParallel.__init__", "torch/nn/parallel/distributed.py", 1064),
+        ("main", "ddp_train.py", 242),
+        ("<module>", "ddp_train.py", 321),
+    ],
+)
+IN_COMPUTE = (
+    "MainThread",
+    [("compute_forever", "ddp_train.py", 109), ("main", "ddp_train.py", 264), ("<module>", "ddp_train.py", 317)],
+)
 
 
 def instance(rank: int) -> str:
@@ -59,13 +101,30 @@ def instance(rank: int) -> str:
 
 def dump(rank: int, *threads):
     """One rank's dump as `py-spy dump --json` prints it, parsed as the shells parse it."""
-    raw = [{"pid": 4000 + rank, "thread_id": 7000 + i, "thread_name": name,
+    raw = [
+        {
+            "pid": 4000 + rank,
+            "thread_id": 7000 + i,
+            "thread_name": name,
             "os_thread_id": 4000 + rank if name == "MainThread" else 9000 + i,
-            "active": False, "owns_gil": False,
-            "frames": [{"name": f, "filename": f"/venv/lib/python3.11/site-packages/{short}",
-                        "module": None, "short_filename": short, "line": line, "locals": None,
-                        "is_entry": False, "is_shim_entry": False} for f, short, line in frames]}
-           for i, (name, frames) in enumerate(threads)]
+            "active": False,
+            "owns_gil": False,
+            "frames": [
+                {
+                    "name": f,
+                    "filename": f"/venv/lib/python3.11/site-packages/{short}",
+                    "module": None,
+                    "short_filename": short,
+                    "line": line,
+                    "locals": None,
+                    "is_entry": False,
+                    "is_shim_entry": False,
+                }
+                for f, short, line in frames
+            ],
+        }
+        for i, (name, frames) in enumerate(threads)
+    ]
     return parse_py_spy_json(json.dumps(raw), 4000 + rank, instance(rank), rank)
 
 
@@ -81,9 +140,11 @@ def test_two_ranks_the_one_outside_the_collective_is_the_only_suspect_not_the_wa
     assert progress.vigil and not progress.suspect and progress.count == 1
     assert snapshot.culprits.why == (
         "worker-0 (rank 1) is not inside any collective (it is in compute_forever "
-        "(ddp_train.py:109)) while master-0 (rank 0) waits in all_reduce: the collective waits for it.")
+        "(ddp_train.py:109)) while master-0 (rank 0) waits in all_reduce: the collective waits for it."
+    )
     assert snapshot.culprits.cause == (
-        "worker-0 stopped making progress in `compute_forever` while master-0 waited in `all_reduce`")
+        "worker-0 stopped making progress in `compute_forever` while master-0 waited in `all_reduce`"
+    )
     assert "compute_forever" in snapshot.culprits.next_step
     assert snapshot.stacks[0].suspect and snapshot.stacks[0].why == snapshot.culprits.why
     text = snapshot.summary_text()
@@ -96,8 +157,10 @@ def test_a_thousand_ranks_with_one_in_compute_name_that_one_and_summarise_the_wa
     dumps.append(dump(617, VIGIL_C4D, IN_COMPUTE))
     culprits = find_culprits(dumps)
     assert [(s.thread.rank, s.rule) for s in culprits.suspects] == [(617, RULE_OUTSIDE_COLLECTIVE)]
-    assert "while 999 ranks (master-0 (rank 0), worker-0 (rank 1), worker-1 (rank 2), …) wait in " \
-           "all_reduce" in culprits.why
+    assert (
+        "while 999 ranks (master-0 (rank 0), worker-0 (rank 1), worker-1 (rank 2), …) wait in "
+        "all_reduce" in culprits.why
+    )
 
 
 def test_four_ranks_the_one_in_a_different_collective_is_the_desync_suspect():
@@ -106,9 +169,11 @@ def test_four_ranks_the_one_in_a_different_collective_is_the_desync_suspect():
     assert suspects_of(snapshot) == [(1, RULE_DESYNC)]
     assert snapshot.culprits.why.startswith(
         "worker-0 (rank 1) waits in barrier while master-0 (rank 0), worker-1 (rank 2) and "
-        "worker-2 (rank 3) are in all_reduce: it is out of step")
+        "worker-2 (rank 3) are in all_reduce: it is out of step"
+    )
     assert snapshot.culprits.cause.startswith(
-        "worker-0 waited in `barrier` while master-0, worker-1 and worker-2 waited in `all_reduce`")
+        "worker-0 waited in `barrier` while master-0, worker-1 and worker-2 waited in `all_reduce`"
+    )
     assert not any(s.suspect for s in snapshot.stacks if s.vigil)
 
 
@@ -126,7 +191,8 @@ def test_every_rank_in_the_same_collective_is_no_suspect_rather_than_all_of_them
         assert snapshot.culprits.suspects == () and not any(s.suspect for s in snapshot.stacks)
         assert snapshot.culprits.why == (
             f"No suspect: all {world} ranks wait in all_reduce, so the stacks cannot say which "
-            "rank the collective waits for (C4D's records can).")
+            "rank the collective waits for (C4D's records can)."
+        )
         assert "names no suspect" in snapshot.culprits.cause
 
 
@@ -134,8 +200,9 @@ def test_two_ranks_in_different_collectives_without_sequence_numbers_are_no_susp
     culprits = find_culprits([dump(0, VIGIL_C4D, IN_ALL_REDUCE_C4D), dump(1, VIGIL_C4D, IN_BARRIER_C4D)])
     assert culprits.suspects == ()
     assert culprits.why.startswith("No suspect: the ranks wait in different collectives")
-    behind = find_culprits([dump(0, VIGIL_C4D, IN_ALL_REDUCE_C4D), dump(1, VIGIL_C4D, IN_BARRIER_C4D)],
-                           sequences={0: 5, 1: 4})
+    behind = find_culprits(
+        [dump(0, VIGIL_C4D, IN_ALL_REDUCE_C4D), dump(1, VIGIL_C4D, IN_BARRIER_C4D)], sequences={0: 5, 1: 4}
+    )
     assert [s.thread.rank for s in behind.suspects] == [1]
 
 
@@ -144,11 +211,15 @@ def test_outside_any_collective_a_stack_that_differs_from_the_majority_in_its_ow
     culprits = find_culprits(dumps)
     assert [(s.thread.rank, s.rule) for s in culprits.suspects] == [(2, RULE_DIFFERENT_FRAME)]
     assert culprits.suspects[0].where == "stuck_here"
-    assert culprits.why == ("worker-1 (rank 2) is in stuck_here (stuck.py:5) where master-0 (rank 0), "
-                            "worker-0 (rank 1) and worker-2 (rank 3) are in waiting_together "
-                            "(stuck.py:9): its stack differs from theirs outside any wait.")
-    assert culprits.cause == ("worker-1 stopped making progress in `stuck_here` while master-0, "
-                              "worker-0 and worker-2 were in `waiting_together`")
+    assert culprits.why == (
+        "worker-1 (rank 2) is in stuck_here (stuck.py:5) where master-0 (rank 0), "
+        "worker-0 (rank 1) and worker-2 (rank 3) are in waiting_together "
+        "(stuck.py:9): its stack differs from theirs outside any wait."
+    )
+    assert culprits.cause == (
+        "worker-1 stopped making progress in `stuck_here` while master-0, "
+        "worker-0 and worker-2 were in `waiting_together`"
+    )
 
 
 def test_a_stack_that_differs_only_in_its_waits_is_the_odd_one_out_last():
@@ -176,11 +247,13 @@ def test_one_process_alone_is_no_suspect():
 
 def test_the_hang_record_takes_cause_and_next_step_from_the_culprits_and_the_last_line_as_evidence():
     snapshot = StackSnapshot.of([dump(0, VIGIL_PROGRESS, IN_ALL_REDUCE), dump(1, IN_COMPUTE)])
-    c = hang_classification("All 2 instances silent for 6 s.", snapshot.culprits.to_dict(),
-                            "2026-12-01T19:23:03.824278Z step=4 rank=1 entering compute_forever")
+    c = hang_classification(
+        "All 2 instances silent for 6 s.",
+        snapshot.culprits.to_dict(),
+        "2026-12-01T19:23:03.824278Z step=4 rank=1 entering compute_forever",
+    )
     assert (c.rule, c.error_code, c.source, c.retryable) == ("hang", "HANG", "Hang", True)
-    assert c.cause == ("worker-0 stopped making progress in `compute_forever` while master-0 "
-                       "waited in `all_reduce`.")
+    assert c.cause == ("worker-0 stopped making progress in `compute_forever` while master-0 waited in `all_reduce`.")
     assert c.next_step.startswith("Look at worker-0's stack in the snapshot")
     assert c.evidence.endswith("entering compute_forever") and c.message.startswith("All 2")
     none = hang_classification("silent", None)

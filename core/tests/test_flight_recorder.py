@@ -19,8 +19,17 @@ import pytest
 
 from core.c4d import C4DKind, C4DState, CollectiveRecord
 from core.flags import C4DEnvs, C4DLogLevel
-from core.flight_recorder import (FLIGHT_RECORDER, SDK, RankTrace, Sources, analyze_flight_recorder, choose_sources,
-                                  judge_sources, load_dump, records_from_dump)
+from core.flight_recorder import (
+    FLIGHT_RECORDER,
+    SDK,
+    RankTrace,
+    Sources,
+    analyze_flight_recorder,
+    choose_sources,
+    judge_sources,
+    load_dump,
+    records_from_dump,
+)
 from core.tests.test_c4d import free_port, kill_all, received, serving_receiver
 
 REPO = Path(__file__).resolve().parents[2]
@@ -40,20 +49,33 @@ def run_until_hung(tmp: Path, world: int, fault: str, fault_rank: int) -> tuple[
     procs = []
     for rank in range(world):
         env = {k: v for k, v in os.environ.items() if not k.startswith(("VIGIL_", "TORCH_", "PYTHONPATH"))}
-        env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), WORLD_SIZE=str(world), RANK=str(rank),
-                   PYTHONPATH=str(boot), VIGIL_FR_DIR=str(fr), VIGIL_C4D_FLUSH_SECONDS="0.2",
-                   TORCH_FR_BUFFER_SIZE="200", FR_PICKLE_DIR=str(pk), FR_FAULT=fault,
-                   FR_FAULT_RANK=str(fault_rank))
-        procs.append(subprocess.Popen([sys.executable, str(WORKER)], env=env, stdout=subprocess.DEVNULL,
-                                      stderr=subprocess.DEVNULL))
+        env.update(
+            MASTER_ADDR="127.0.0.1",
+            MASTER_PORT=str(port),
+            WORLD_SIZE=str(world),
+            RANK=str(rank),
+            PYTHONPATH=str(boot),
+            VIGIL_FR_DIR=str(fr),
+            VIGIL_C4D_FLUSH_SECONDS="0.2",
+            TORCH_FR_BUFFER_SIZE="200",
+            FR_PICKLE_DIR=str(pk),
+            FR_FAULT=fault,
+            FR_FAULT_RANK=str(fault_rank),
+        )
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, str(WORKER)], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+            )
+        )
 
     def seq4(path: Path):
         try:
             recs = records_from_dump(load_dump(path.read_bytes())).records
         except (OSError, ValueError):
             return False
-        behind = fault in ("sleep", "subgroup") and (path.name.endswith(f"_{fault_rank}")
-                                                     or path.name == f"fr_{fault_rank}.json")
+        behind = fault in ("sleep", "subgroup") and (
+            path.name.endswith(f"_{fault_rank}") or path.name == f"fr_{fault_rank}.json"
+        )
         return recs and recs[-1].seq == (3 if behind else 4)
 
     try:
@@ -71,8 +93,10 @@ def run_until_hung(tmp: Path, world: int, fault: str, fault_rank: int) -> tuple[
             if p.poll() is None:
                 os.kill(p.pid, signal.SIGKILL)
             p.wait()
-    return ({r: (fr / f"fr_{r}.json").read_bytes() for r in range(world)},
-            {r: (pk / f"nccl_trace_rank_{r}").read_bytes() for r in range(world)})
+    return (
+        {r: (fr / f"fr_{r}.json").read_bytes() for r in range(world)},
+        {r: (pk / f"nccl_trace_rank_{r}").read_bytes() for r in range(world)},
+    )
 
 
 def judge(raw: dict) -> list:
@@ -99,27 +123,39 @@ def test_a_rank_that_never_reaches_the_collective_is_named_from_gloo_flight_reco
     # What gloo records, as torch wrote it: every call, seq ids, no completion times
     # (null in the pickle form, 0 in the JSON form).
     dump = json.loads(as_json[0])
-    entries = [(e["collective_seq_id"], e["profiling_name"], e["retired"], e["time_discovered_completed_ns"] or None)
-               for e in dump["entries"]]
+    entries = [
+        (e["collective_seq_id"], e["profiling_name"], e["retired"], e["time_discovered_completed_ns"] or None)
+        for e in dump["entries"]
+    ]
     assert all(e["state"] == "scheduled" for e in dump["entries"])
-    assert entries == [(1, "gloo:all_reduce", True, None), (2, "gloo:all_reduce", True, None),
-                       (3, "gloo:all_reduce", True, None), (4, "gloo:all_reduce", False, None)]
+    assert entries == [
+        (1, "gloo:all_reduce", True, None),
+        (2, "gloo:all_reduce", True, None),
+        (3, "gloo:all_reduce", True, None),
+        (4, "gloo:all_reduce", False, None),
+    ]
     trace = records_from_dump(load_dump(as_json[2]))
     assert [(r.seq, r.op, r.exit is not None) for r in trace.records] == [
-        (1, "all_reduce", True), (2, "all_reduce", True), (3, "all_reduce", True)]
+        (1, "all_reduce", True),
+        (2, "all_reduce", True),
+        (3, "all_reduce", True),
+    ]
     assert trace.backend == "gloo" and not trace.timed
     # The hang and its culprit, the same from either form of the dump.
     expected = [(2, C4DKind.NON_COMM_HANG, C4DLogLevel.ERROR)]
     assert judge(as_json) == expected
     assert judge(as_pickle) == expected
-    assert [records_from_dump(load_dump(b)).records for b in as_pickle.values()] == \
-           [records_from_dump(load_dump(b)).records for b in as_json.values()]
+    assert [records_from_dump(load_dump(b)).records for b in as_pickle.values()] == [
+        records_from_dump(load_dump(b)).records for b in as_json.values()
+    ]
 
 
 def test_a_rank_that_skips_the_collective_for_another_is_the_comm_hang_from_gloo_dumps(tmp_path):
     as_json, _ = run_until_hung(tmp_path, 3, "skip", fault_rank=1)
-    ops = {r: [(rec.seq, rec.op, rec.exit is None) for rec in records_from_dump(load_dump(b)).records][-1]
-           for r, b in as_json.items()}
+    ops = {
+        r: [(rec.seq, rec.op, rec.exit is None) for rec in records_from_dump(load_dump(b)).records][-1]
+        for r, b in as_json.items()
+    }
     assert ops == {0: (4, "all_reduce", True), 1: (4, "barrier", True), 2: (4, "all_reduce", True)}
     assert judge(as_json) == [(1, C4DKind.COMM_HANG, C4DLogLevel.ERROR)]
 
@@ -156,6 +192,7 @@ def posts():
     with serving_receiver() as server:
         yield server
 
+
 SDK_SRC = REPO / "sdk" / "src"
 SLOW_ENVS = C4DEnvs(hang_timeout_us=5_000_000, hang_times=2)
 
@@ -179,10 +216,21 @@ def run_plain(tmp: Path, posts, world: int, *, hook: bool = True, job_sdk: bool 
     procs, outs = [], []
     for rank in range(world):
         env = {k: v for k, v in os.environ.items() if not k.startswith(("VIGIL_", "TORCH_", "PYTHONPATH", "PLAIN_"))}
-        env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), WORLD_SIZE=str(world), RANK=str(rank),
-                   PYTHONPATH=os.pathsep.join(path), VIGIL_C4D="1", VIGIL_C4D_FLUSH_SECONDS="0.2",
-                   VIGIL_CONSOLE_URL=f"http://127.0.0.1:{posts.server_address[1]}", VIGIL_JOB_ID="7",
-                   VIGIL_JOB_TOKEN="vjt_test", VIGIL_ATTEMPT="1", VIGIL_RANK=str(rank), **env_extra)
+        env.update(
+            MASTER_ADDR="127.0.0.1",
+            MASTER_PORT=str(port),
+            WORLD_SIZE=str(world),
+            RANK=str(rank),
+            PYTHONPATH=os.pathsep.join(path),
+            VIGIL_C4D="1",
+            VIGIL_C4D_FLUSH_SECONDS="0.2",
+            VIGIL_CONSOLE_URL=f"http://127.0.0.1:{posts.server_address[1]}",
+            VIGIL_JOB_ID="7",
+            VIGIL_JOB_TOKEN="vjt_test",
+            VIGIL_ATTEMPT="1",
+            VIGIL_RANK=str(rank),
+            **env_extra,
+        )
         if hook:
             env.update(VIGIL_FR_DIR=str(fr), TORCH_FR_BUFFER_SIZE="200", VIGIL_C4D_SDK=str(boot / "sdk"))
         out = tmp / f"out_{rank}"
@@ -206,12 +254,17 @@ def judged(sdk: dict, dumps: dict, world: int):
     return [(v.rank, v.kind, v.evidence["source"]) for v in result.verdicts], sources
 
 
-@pytest.mark.parametrize("job_sdk, imports", [(False, False), (True, False), (True, True)],
-                         ids=["backends-sdk-copy", "jobs-own-sdk", "jobs-own-sdk-imported-too"])
+@pytest.mark.parametrize(
+    "job_sdk, imports",
+    [(False, False), (True, False), (True, True)],
+    ids=["backends-sdk-copy", "jobs-own-sdk", "jobs-own-sdk-imported-too"],
+)
 def test_a_rank_slow_in_compute_is_non_comm_slow_without_code_changes_as_with_the_sdk_imported(
-        tmp_path, posts, job_sdk, imports):
-    fault = dict(PLAIN_FAULT="slow_compute", PLAIN_FAULT_RANK="2", PLAIN_STEPS="16",
-                 PLAIN_IMPORT_SDK="1" if imports else "0")
+    tmp_path, posts, job_sdk, imports
+):
+    fault = dict(
+        PLAIN_FAULT="slow_compute", PLAIN_FAULT_RANK="2", PLAIN_STEPS="16", PLAIN_IMPORT_SDK="1" if imports else "0"
+    )
     sdk, dumps, logs = run_plain(tmp_path, posts, 3, job_sdk=job_sdk, **fault)
     # The backend's copy instruments the job and leaves the job's modules as they were;
     # the job's own SDK is the one module, whether the job imports it too or not.
@@ -222,9 +275,10 @@ def test_a_rank_slow_in_compute_is_non_comm_slow_without_code_changes_as_with_th
     # The injected SDK timed the loop's calls: 16 all_reduce and the last barrier per rank,
     # each once (also when the job instruments itself too: nothing counted twice), each
     # with its exit.
-    assert {r: [(x["seq"], x["op"], x["exit"] is not None) for x in sorted(recs, key=lambda x: x["seq"])]
-            for r, recs in sdk.items()} == {
-        r: [(s, "all_reduce", True) for s in range(1, 17)] + [(17, "barrier", True)] for r in range(3)}
+    assert {
+        r: [(x["seq"], x["op"], x["exit"] is not None) for x in sorted(recs, key=lambda x: x["seq"])]
+        for r, recs in sdk.items()
+    } == {r: [(s, "all_reduce", True) for s in range(1, 17)] + [(17, "barrier", True)] for r in range(3)}
     assert judged(sdk, dumps, 3) == ([(2, C4DKind.NON_COMM_SLOW, SDK)], Sources(FLIGHT_RECORDER, SDK))
     if imports:
         return
@@ -235,8 +289,16 @@ def test_a_rank_slow_in_compute_is_non_comm_slow_without_code_changes_as_with_th
 
 
 def test_a_rank_slow_inside_a_collective_is_comm_slow_without_code_changes(tmp_path, posts):
-    sdk, dumps, _ = run_plain(tmp_path, posts, 3, PLAIN_FAULT="slow_comm", PLAIN_FAULT_RANK="1",
-                              PLAIN_STEPS="16", PLAIN_SLOW_SECONDS="0.08", PLAIN_DDP="0")
+    sdk, dumps, _ = run_plain(
+        tmp_path,
+        posts,
+        3,
+        PLAIN_FAULT="slow_comm",
+        PLAIN_FAULT_RANK="1",
+        PLAIN_STEPS="16",
+        PLAIN_SLOW_SECONDS="0.08",
+        PLAIN_DDP="0",
+    )
     verdicts, sources = judged(sdk, dumps, 3)
     assert (verdicts, sources) == ([(1, C4DKind.COMM_SLOW, SDK)], Sources(FLIGHT_RECORDER, SDK)), verdicts
 
@@ -274,19 +336,20 @@ def test_slowness_comes_from_the_sdk_when_the_recorder_has_no_times_and_hangs_fr
 
 
 def test_a_recorder_with_completion_times_answers_both_and_the_sdk_goes_unused():
-    sdk = steps(12, {2: 0.05})          # the SDK would blame rank 2...
+    sdk = steps(12, {2: 0.05})  # the SDK would blame rank 2...
     timed = {r: trace(recs, timed=True) for r, recs in steps(12, {1: 0.05}).items()}
     assert choose_sources(sdk, timed) == Sources(FLIGHT_RECORDER, FLIGHT_RECORDER)
     result, _ = judge_sources(sdk, timed, ENVS, now=2000.0, world_size=3)
     # ...the recorder, which saw every collective with its times, blames rank 1.
     assert [(v.rank, v.kind, v.evidence["source"]) for v in result.verdicts] == [
-        (1, C4DKind.NON_COMM_SLOW, FLIGHT_RECORDER)]
+        (1, C4DKind.NON_COMM_SLOW, FLIGHT_RECORDER)
+    ]
 
 
 def test_without_dumps_the_sdk_answers_both_and_without_either_nothing_is_judged():
     sdk = steps(4, {})
     sdk[0].append(rec(5, 1500.0, None))
-    sdk[1].append(rec(5, 1500.0, None))   # rank 2 never entered #5: hung in compute
+    sdk[1].append(rec(5, 1500.0, None))  # rank 2 never entered #5: hung in compute
     assert choose_sources(sdk, {}) == Sources(SDK, SDK)
     result, _ = judge_sources(sdk, {}, ENVS, now=1600.0, world_size=3)
     assert [(v.rank, v.kind, v.evidence["source"]) for v in result.verdicts] == [(2, C4DKind.NON_COMM_HANG, SDK)]
@@ -297,8 +360,12 @@ def test_without_dumps_the_sdk_answers_both_and_without_either_nothing_is_judged
 def test_a_rank_the_recorder_finds_hung_is_not_also_called_slow_by_the_sdk():
     sdk = steps(12, {1: 0.05})
     fr = {r: trace(recs, timed=False) for r, recs in steps(8, {}).items()}
-    fr = {0: trace([*fr[0].records, rec(9, 1500.0, None)], False), 1: fr[1],
-          2: trace([*fr[2].records, rec(9, 1500.0, None)], False)}
+    fr = {
+        0: trace([*fr[0].records, rec(9, 1500.0, None)], False),
+        1: fr[1],
+        2: trace([*fr[2].records, rec(9, 1500.0, None)], False),
+    }
     result, _ = judge_sources(sdk, fr, ENVS, now=1600.0, world_size=3)
     assert [(v.rank, v.kind, v.evidence["source"]) for v in result.verdicts] == [
-        (1, C4DKind.NON_COMM_HANG, FLIGHT_RECORDER)]
+        (1, C4DKind.NON_COMM_HANG, FLIGHT_RECORDER)
+    ]

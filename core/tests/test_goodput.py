@@ -9,8 +9,11 @@ from core.goodput import AttemptTimes, ledger
 
 
 def test_a_clean_run_is_productive_from_its_first_progress_to_its_end():
-    g = ledger([AttemptTimes(1, queued_at=0, starting_at=1, running_at=3, first_progress_at=5, ended_at=105,
-                             succeeded=True)], job_ended_at=105, now=200)
+    g = ledger(
+        [AttemptTimes(1, queued_at=0, starting_at=1, running_at=3, first_progress_at=5, ended_at=105, succeeded=True)],
+        job_ended_at=105,
+        now=200,
+    )
     [a] = g.attempts
     assert (a.scheduling, a.startup, a.first_progress, a.productive) == (1, 2, 4, 100)
     assert g.wall_clock == 105 and g.ettr == pytest.approx(100 / 105, abs=1e-4)
@@ -18,10 +21,27 @@ def test_a_clean_run_is_productive_from_its_first_progress_to_its_end():
 
 def test_a_restart_splits_time_into_detection_teardown_and_lost_work():
     attempts = [
-        AttemptTimes(1, queued_at=0, starting_at=1, running_at=2, first_progress_at=4, stopping_at=50, ended_at=53,
-                     made_progress=True),
-        AttemptTimes(2, queued_at=50, starting_at=53, running_at=55, first_progress_at=58, ended_at=100,
-                     succeeded=True, failed_at=49.9, decided_at=50),
+        AttemptTimes(
+            1,
+            queued_at=0,
+            starting_at=1,
+            running_at=2,
+            first_progress_at=4,
+            stopping_at=50,
+            ended_at=53,
+            made_progress=True,
+        ),
+        AttemptTimes(
+            2,
+            queued_at=50,
+            starting_at=53,
+            running_at=55,
+            first_progress_at=58,
+            ended_at=100,
+            succeeded=True,
+            failed_at=49.9,
+            decided_at=50,
+        ),
     ]
     g = ledger(attempts, job_ended_at=100, now=300)
     one, two = g.attempts
@@ -49,10 +69,12 @@ def test_overlapping_attempts_count_their_shared_time_once_for_the_later_attempt
     # what the Reliability page showed as 183 %: attempt 1's end was stamped when the job
     # ended, while attempt 2 had been training since 15
     attempts = [
-        AttemptTimes(1, queued_at=0, starting_at=1, running_at=1, first_progress_at=2, ended_at=100,
-                     made_progress=True),
-        AttemptTimes(2, queued_at=10, starting_at=11, running_at=12, first_progress_at=15, ended_at=100,
-                     succeeded=True),
+        AttemptTimes(
+            1, queued_at=0, starting_at=1, running_at=1, first_progress_at=2, ended_at=100, made_progress=True
+        ),
+        AttemptTimes(
+            2, queued_at=10, starting_at=11, running_at=12, first_progress_at=15, ended_at=100, succeeded=True
+        ),
     ]
     g = ledger(attempts, job_ended_at=100, now=300)
     assert [a.productive for a in g.attempts] == [13, 85]
@@ -60,8 +82,10 @@ def test_overlapping_attempts_count_their_shared_time_once_for_the_later_attempt
 
 
 def test_an_attempt_never_stamped_as_ended_stops_counting_where_its_restart_took_over():
-    attempts = [AttemptTimes(1, queued_at=0, starting_at=1, running_at=2),  # its end was never recorded
-                AttemptTimes(2, queued_at=18, starting_at=19, running_at=20, made_progress=True)]
+    attempts = [
+        AttemptTimes(1, queued_at=0, starting_at=1, running_at=2),  # its end was never recorded
+        AttemptTimes(2, queued_at=18, starting_at=19, running_at=20, made_progress=True),
+    ]
     g = ledger(attempts, job_ended_at=None, now=100)
     assert [a.productive for a in g.attempts] == [18, 80] and g.ettr == 0.98
 
@@ -69,24 +93,48 @@ def test_an_attempt_never_stamped_as_ended_stops_counting_where_its_restart_took
 def test_stamps_from_a_skewed_node_clock_are_clipped_to_the_jobs_wall_window():
     # first progress stamped by a node 10 s behind the console, before the attempt was queued;
     # the attempt's end after the job's
-    g = ledger([AttemptTimes(1, queued_at=10, starting_at=11, running_at=12, first_progress_at=0, ended_at=130,
-                             succeeded=True)], job_ended_at=100, now=300)
+    g = ledger(
+        [
+            AttemptTimes(
+                1, queued_at=10, starting_at=11, running_at=12, first_progress_at=0, ended_at=130, succeeded=True
+            )
+        ],
+        job_ended_at=100,
+        now=300,
+    )
     assert g.attempts[0].productive == 90 and g.wall_clock == 90 and g.ettr == 1.0
 
 
 def test_stamps_at_the_epoch_are_stamps_not_missing():
-    g = ledger([AttemptTimes(1, queued_at=0, running_at=0, first_progress_at=0, stopping_at=0, ended_at=50,
-                             made_progress=True)], job_ended_at=50, now=60)
+    g = ledger(
+        [
+            AttemptTimes(
+                1, queued_at=0, running_at=0, first_progress_at=0, stopping_at=0, ended_at=50, made_progress=True
+            )
+        ],
+        job_ended_at=50,
+        now=60,
+    )
     assert g.attempts[0].productive == 0 and g.wall_clock == 50
 
 
 # a narrow range, so that stamps often tie, overlap and come in every order
 moment = st.floats(min_value=0, max_value=100, allow_nan=False)
 stamp = st.one_of(st.none(), moment)
-attempt_times = st.builds(AttemptTimes, number=st.integers(1, 8), queued_at=moment,
-                          starting_at=stamp, running_at=stamp, first_progress_at=stamp, stopping_at=stamp,
-                          ended_at=stamp, made_progress=st.booleans(), succeeded=st.booleans(), failed_at=stamp,
-                          decided_at=stamp)
+attempt_times = st.builds(
+    AttemptTimes,
+    number=st.integers(1, 8),
+    queued_at=moment,
+    starting_at=stamp,
+    running_at=stamp,
+    first_progress_at=stamp,
+    stopping_at=stamp,
+    ended_at=stamp,
+    made_progress=st.booleans(),
+    succeeded=st.booleans(),
+    failed_at=stamp,
+    decided_at=stamp,
+)
 
 
 @given(st.lists(attempt_times, max_size=6), stamp, moment)

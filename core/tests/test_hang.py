@@ -44,6 +44,7 @@ WORKERS = [running("worker-0", START + 10), running("worker-1", START + 25)]
 
 # ---- job hang -----------------------------------------------------------------------
 
+
 def test_all_running_instances_silent_for_the_interval_is_a_hang():
     v = check_hang(WatchedAttempt(HANG_ON, None, WORKERS, START, first_progress_at=START), now=START + 25 + 60)
     assert v is not None
@@ -55,7 +56,10 @@ def test_all_running_instances_silent_for_the_interval_is_a_hang():
 
 
 def test_one_instance_still_writing_means_no_hang():
-    assert check_hang(WatchedAttempt(HANG_ON, None, WORKERS, START, first_progress_at=START), now=START + 25 + 59.9) is None
+    assert (
+        check_hang(WatchedAttempt(HANG_ON, None, WORKERS, START, first_progress_at=START), now=START + 25 + 59.9)
+        is None
+    )
 
 
 def test_an_instance_that_never_wrote_counts_from_the_attempt_start():
@@ -75,31 +79,49 @@ def test_exited_instances_do_not_keep_a_job_alive_or_hang_it():
     inst = [exited("worker-0", 0, START + 100), running("worker-1", START + 5)]
     v = check_hang(WatchedAttempt(HANG_ON, None, inst, START, first_progress_at=START), now=START + 70)
     assert v is not None and v.silent_instances == ("worker-1",)
-    assert check_hang(WatchedAttempt(HANG_ON, None, [exited("worker-0", 1, START + 1)], START, first_progress_at=START),
-                      now=START + 999) is None
+    assert (
+        check_hang(
+            WatchedAttempt(HANG_ON, None, [exited("worker-0", 1, START + 1)], START, first_progress_at=START),
+            now=START + 999,
+        )
+        is None
+    )
 
 
 def test_hang_detection_off_never_reports_a_hang():
-    assert check_hang(WatchedAttempt(FaultToleranceConfig(), None, WORKERS, START, first_progress_at=START),
-                      now=START + 99_999) is None
+    assert (
+        check_hang(
+            WatchedAttempt(FaultToleranceConfig(), None, WORKERS, START, first_progress_at=START), now=START + 99_999
+        )
+        is None
+    )
 
 
 def test_job_hang_interval_flag_sets_the_interval():
     cfg = parse_flags("--enable-job-hang-detection=True --job-hang-interval=1800")
     assert check_hang(WatchedAttempt(cfg, None, WORKERS, START, first_progress_at=START), now=START + 25 + 1799) is None
-    assert check_hang(WatchedAttempt(cfg, None, WORKERS, START, first_progress_at=START), now=START + 25 + 1800).interval == 1800
+    assert (
+        check_hang(WatchedAttempt(cfg, None, WORKERS, START, first_progress_at=START), now=START + 25 + 1800).interval
+        == 1800
+    )
 
 
 def test_hang_detection_applies_to_sync_jobs_only():
     # Async configs refuse hang detection when built; one stored before that check is still ignored.
     async_cfg = copy.copy(HANG_ON)
     object.__setattr__(async_cfg, "job_execution_mode", ExecutionMode.ASYNC)
-    assert check_hang(WatchedAttempt(async_cfg, None, WORKERS, START, first_progress_at=START), now=START + 99_999) is None
+    assert (
+        check_hang(WatchedAttempt(async_cfg, None, WORKERS, START, first_progress_at=START), now=START + 99_999) is None
+    )
 
 
 def test_runtime_interval_override_replaces_the_configured_one():
-    assert check_hang(WatchedAttempt(HANG_ON, 10, WORKERS, START, first_progress_at=START), now=START + 35).interval == 10
-    assert check_hang(WatchedAttempt(HANG_ON, 600, WORKERS, START, first_progress_at=START), now=START + 25 + 100) is None
+    assert (
+        check_hang(WatchedAttempt(HANG_ON, 10, WORKERS, START, first_progress_at=START), now=START + 35).interval == 10
+    )
+    assert (
+        check_hang(WatchedAttempt(HANG_ON, 600, WORKERS, START, first_progress_at=START), now=START + 25 + 100) is None
+    )
 
 
 def test_runtime_interval_minus_one_suspends_hang_detection():
@@ -115,8 +137,13 @@ def test_bad_runtime_interval_is_rejected_naming_the_field(bad):
 
 def test_c4d_flag_asks_the_hang_verdict_to_run_c4d():
     cfg = parse_flags("--enable-job-hang-detection=True --job-hang-interval=60 --enable-c4d-hang-detection=True")
-    assert check_hang(WatchedAttempt(cfg, None, WORKERS, START, first_progress_at=START), now=START + 200).run_c4d is True
-    assert check_hang(WatchedAttempt(HANG_ON, None, WORKERS, START, first_progress_at=START), now=START + 200).run_c4d is False
+    assert (
+        check_hang(WatchedAttempt(cfg, None, WORKERS, START, first_progress_at=START), now=START + 200).run_c4d is True
+    )
+    assert (
+        check_hang(WatchedAttempt(HANG_ON, None, WORKERS, START, first_progress_at=START), now=START + 200).run_c4d
+        is False
+    )
 
 
 def test_hang_verdict_feeds_the_restart_decision():
@@ -150,8 +177,12 @@ def test_after_the_first_progress_the_hang_interval_applies():
 
 def test_a_given_startup_interval_is_used_even_shorter_than_the_hang_interval():
     cfg = parse_flags("--enable-job-hang-detection=True --job-hang-interval=1800 --job-hang-startup-interval=10")
-    assert check_hang(WatchedAttempt(cfg, None, [running("worker-0", None)], START, first_progress_at=None),
-                      now=START + 10).interval == 10
+    assert (
+        check_hang(
+            WatchedAttempt(cfg, None, [running("worker-0", None)], START, first_progress_at=None), now=START + 10
+        ).interval
+        == 10
+    )
 
 
 def test_the_next_check_waits_for_the_startup_interval_until_progress():
@@ -171,8 +202,12 @@ def test_a_monitor_asleep_through_startup_looks_again_when_the_hang_interval_wou
     assert next_look_at(WatchedAttempt(SHORT, None, quiet, START, first_progress_at=None), START + 7) == START + 602
     # After the first progress, as next_check_at; nothing running or hang detection off: None.
     assert next_look_at(WatchedAttempt(SHORT, None, quiet, START, first_progress_at=START + 2), START + 3) == START + 6
-    assert next_look_at(WatchedAttempt(SHORT, None, [exited("worker-0", 1, START + 2)], START, first_progress_at=None),
-                        START + 3) is None
+    assert (
+        next_look_at(
+            WatchedAttempt(SHORT, None, [exited("worker-0", 1, START + 2)], START, first_progress_at=None), START + 3
+        )
+        is None
+    )
     assert next_look_at(WatchedAttempt(SHORT, -1, quiet, START, first_progress_at=None), START + 3) is None
     with pytest.raises(ValueError, match="now"):
         next_look_at(WatchedAttempt(SHORT, None, quiet, START, first_progress_at=None), "soon")
@@ -182,16 +217,21 @@ def test_a_runtime_interval_chosen_during_the_attempt_replaces_the_startup_inter
     # reset_config(job_hang_interval=2) in the training code, before any progress
     force = interval_in_force(WatchedAttempt(SHORT, 2, (), START, first_progress_at=None, override_set_at=START + 5))
     assert (force.seconds, force.startup, force.counted_from) == (2, False, START + 5)
-    v = check_hang(WatchedAttempt(SHORT, 2, [running("worker-0", START + 4)], START,
-                                  first_progress_at=None, override_set_at=START + 5), now=START + 7)
+    v = check_hang(
+        WatchedAttempt(
+            SHORT, 2, [running("worker-0", START + 4)], START, first_progress_at=None, override_set_at=START + 5
+        ),
+        now=START + 7,
+    )
     assert v is not None and v.interval == 2 and v.silent_seconds == 2.0
 
 
 def test_a_runtime_interval_left_from_an_earlier_attempt_does_not_end_start_up():
     force = interval_in_force(WatchedAttempt(SHORT, 2, (), START, first_progress_at=None, override_set_at=START - 50))
     assert (force.seconds, force.startup, force.counted_from) == (600, True, START)
-    force = interval_in_force(WatchedAttempt(SHORT, 2, (), START,
-                                             first_progress_at=START + 1, override_set_at=START - 50))
+    force = interval_in_force(
+        WatchedAttempt(SHORT, 2, (), START, first_progress_at=START + 1, override_set_at=START - 50)
+    )
     assert (force.seconds, force.startup) == (2, False)
 
 
@@ -202,10 +242,16 @@ def test_the_flag_value_restored_by_hang_detect_keeps_start_up_protected():
 
 
 def test_suspension_holds_during_start_up_too():
-    assert interval_in_force(WatchedAttempt(SHORT, -1, (), START,
-                                            first_progress_at=None, override_set_at=START + 1)) is None
-    assert check_hang(WatchedAttempt(SHORT, -1, [running("worker-0", None)], START, first_progress_at=None),
-                      now=START + 10**6) is None
+    assert (
+        interval_in_force(WatchedAttempt(SHORT, -1, (), START, first_progress_at=None, override_set_at=START + 1))
+        is None
+    )
+    assert (
+        check_hang(
+            WatchedAttempt(SHORT, -1, [running("worker-0", None)], START, first_progress_at=None), now=START + 10**6
+        )
+        is None
+    )
 
 
 def test_a_watched_attempt_is_checked_and_frozen_when_built():
@@ -234,14 +280,19 @@ def test_the_status_says_how_much_of_the_interval_in_force_the_silence_has_used(
     status = hang_status(WatchedAttempt(SHORT, None, quiet, START, first_progress_at=START + 10), now=START + 13)
     assert status.text == "making progress: silent 3 of 4 s" and not status.startup
     cfg = parse_flags("--enable-job-hang-detection=True --job-hang-interval=150")
-    assert hang_status(WatchedAttempt(cfg, None, quiet, START, first_progress_at=START + 1), now=START + 70).text == \
-        "making progress: silent 1 of 2.5 min"
-    assert hang_status(WatchedAttempt(FaultToleranceConfig(), None, quiet, START, first_progress_at=None),
-                       now=START) is None
+    assert (
+        hang_status(WatchedAttempt(cfg, None, quiet, START, first_progress_at=START + 1), now=START + 70).text
+        == "making progress: silent 1 of 2.5 min"
+    )
+    assert (
+        hang_status(WatchedAttempt(FaultToleranceConfig(), None, quiet, START, first_progress_at=None), now=START)
+        is None
+    )
     assert hang_status(WatchedAttempt(SHORT, None, [], START, first_progress_at=None), now=START) is None
 
 
 # ---- exit hang ----------------------------------------------------------------------
+
 
 def test_job_not_finished_within_the_exit_interval_after_the_first_success_is_an_exit_hang():
     inst = [exited("worker-0", 0, START + 100), exited("worker-2", 0, START + 110), running("worker-1", START + 120)]
@@ -277,14 +328,19 @@ def test_job_exit_hang_interval_flag_sets_the_interval():
 
 # ---- when to check next -------------------------------------------------------------
 
+
 def test_next_check_is_when_the_latest_writer_reaches_the_interval():
     assert next_check_at(WatchedAttempt(HANG_ON, None, WORKERS, START, first_progress_at=START)) == START + 25 + 60
     assert next_check_at(WatchedAttempt(HANG_ON, 5, WORKERS, START, first_progress_at=START)) == START + 25 + 5
 
 
 def test_next_check_is_the_earlier_of_hang_and_exit_hang():
-    both = FaultToleranceConfig(enable_job_hang_detection=True, job_hang_interval=60,
-                                enable_job_exit_hang_detection=True, job_exit_hang_interval=30)
+    both = FaultToleranceConfig(
+        enable_job_hang_detection=True,
+        job_hang_interval=60,
+        enable_job_exit_hang_detection=True,
+        job_exit_hang_interval=30,
+    )
     inst = [exited("worker-0", 0, START + 20), running("worker-1", START + 40)]
     assert next_check_at(WatchedAttempt(both, None, inst, START, first_progress_at=START)) == START + 50
     plan = plan_hang_check(WatchedAttempt(both, None, inst, START, first_progress_at=START), now=START + 45)
@@ -301,10 +357,13 @@ def test_nothing_to_watch_has_no_next_check():
 
 # ---- suggested hang interval --------------------------------------------------------
 
+
 def _watchdog(ms: int) -> str:
-    return (f"[rank0]:[E1129 10:02:11.512316 412 ProcessGroupNCCL.cpp:616] [Rank 0] Watchdog caught collective "
-            f"operation timeout: WorkNCCL(SeqNum=2143, OpType=ALLREDUCE, NumelIn=659, NumelOut=659, "
-            f"Timeout(ms)={ms}) ran for {ms + 535} milliseconds before timing out.")
+    return (
+        f"[rank0]:[E1129 10:02:11.512316 412 ProcessGroupNCCL.cpp:616] [Rank 0] Watchdog caught collective "
+        f"operation timeout: WorkNCCL(SeqNum=2143, OpType=ALLREDUCE, NumelIn=659, NumelOut=659, "
+        f"Timeout(ms)={ms}) ran for {ms + 535} milliseconds before timing out."
+    )
 
 
 @pytest.mark.parametrize("ms, interval", [(600_000, 450), (1_800_000, 1500), (3_600_000, 3000), (900_000, 750)])
@@ -335,6 +394,7 @@ def test_no_watchdog_line_means_no_suggestion():
 
 # ---- the suggestion from the step cadence -----------------------------------------------
 
+
 def stamped(steps_and_seconds) -> str:
     """DDP example lines at the given seconds after 2026-11-29T23:00:00Z."""
     lines = []
@@ -346,11 +406,13 @@ def stamped(steps_and_seconds) -> str:
 
 
 def test_step_times_are_read_from_timestamped_step_lines_only():
-    text = ("2026-11-29T23:00:00.500000Z step=3 rank=0\n"
-            "loading checkpoint step 9 without a time\n"
-            "2026-11-29 23:00:02,250 INFO iteration 4 done\n"
-            "2026-11-29T23:00:03Z epoch=1\n"
-            "2026-13-45T23:00:03Z step=5\n")
+    text = (
+        "2026-11-29T23:00:00.500000Z step=3 rank=0\n"
+        "loading checkpoint step 9 without a time\n"
+        "2026-11-29 23:00:02,250 INFO iteration 4 done\n"
+        "2026-11-29T23:00:03Z epoch=1\n"
+        "2026-13-45T23:00:03Z step=5\n"
+    )
     base = 1795993200.0  # 2026-11-29T23:00:00Z
     assert step_times_from_log(text) == [(base + 0.5, 3), (base + 2.25, 4)]
     assert step_times_from_log(text.encode()) == step_times_from_log(text)

@@ -29,7 +29,8 @@ def reader_of(data: bytes, chunk_reads: list | None = None):
     def read(offset, limit):
         if chunk_reads is not None:
             chunk_reads.append(limit)
-        return data[offset:offset + limit]
+        return data[offset : offset + limit]
+
     return read
 
 

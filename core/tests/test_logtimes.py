@@ -2,7 +2,7 @@ from core import logtimes
 
 
 def reader(data: bytes):
-    return lambda offset, limit: data[offset:offset + limit]
+    return lambda offset, limit: data[offset : offset + limit]
 
 
 def test_each_line_takes_the_time_of_the_first_record_that_covers_its_end():

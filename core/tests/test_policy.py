@@ -21,12 +21,16 @@ from core.policy import (
     decide,
 )
 
-SYNC_PYTORCH = "--job-execution-mode=Sync --enable-job-restart=True --max-num-of-job-restart=3 " \
-               "--fault-tolerant-policy=ExitCodeAndErrorMsg"
+SYNC_PYTORCH = (
+    "--job-execution-mode=Sync --enable-job-restart=True --max-num-of-job-restart=3 "
+    "--fault-tolerant-policy=ExitCodeAndErrorMsg"
+)
 ASYNC_TF = "--job-execution-mode=Async --fault-tolerant-policy=OnFailure"
 
-NCCL_TAIL = ("[rank1]: torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/"
-             "ProcessGroupNCCL.cpp:1970, unhandled system error (run with NCCL_DEBUG=INFO for details), NCCL version 2.19.3\n")
+NCCL_TAIL = (
+    "[rank1]: torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/"
+    "ProcessGroupNCCL.cpp:1970, unhandled system error (run with NCCL_DEBUG=INFO for details), NCCL version 2.19.3\n"
+)
 BUG_TAIL = "[rank1]: ValueError: expected 3 dimensions, got 2\n"
 
 
@@ -57,6 +61,7 @@ HANG = DetectedProblem(ErrorSource.HANG, "All 4 running instances have been sile
 
 # ---- rule 1: stopped by a person ---------------------------------------------------
 
+
 def test_job_stopped_by_a_person_is_never_restarted():
     d = decide(sync_restartable(), history(stopped_by_user=True), failure())
     assert (d.action, d.step) == (Action.NOTHING, Step.STOPPED_BY_USER)
@@ -70,6 +75,7 @@ def test_hang_of_a_stopped_job_does_nothing():
 
 # ---- rule 2: policy Never -----------------------------------------------------------
 
+
 def test_policy_never_fails_the_job_even_for_a_retryable_error():
     cfg = sync_restartable(fault_tolerant_policy=FaultTolerantPolicy.NEVER)
     d = decide(cfg, history(), failure(retryable()))
@@ -78,6 +84,7 @@ def test_policy_never_fails_the_job_even_for_a_retryable_error():
 
 
 # ---- rule 3: classification --------------------------------------------------------
+
 
 def test_exit_code_and_error_msg_fails_a_non_retryable_failure_with_its_cause():
     d = decide(sync_restartable(), history(), failure(non_retryable()))
@@ -100,6 +107,7 @@ def test_on_failure_restarts_even_a_non_retryable_failure():
 
 
 # ---- rule 4: --max-num-of-same-error -------------------------------------------------
+
 
 def test_same_error_at_the_limit_is_still_restarted():
     c = retryable()
@@ -129,6 +137,7 @@ def test_same_error_counts_per_instance_and_rule():
 
 # ---- rule 5: --max-tolerated-failure-rate --------------------------------------------
 
+
 def test_failure_rate_over_the_threshold_fails_the_job():
     cfg = sync_restartable(max_tolerated_failure_rate=0.3)
     d = decide(cfg, history(failed_worker_instances_now=2, total_worker_instances=4), failure())
@@ -138,8 +147,10 @@ def test_failure_rate_over_the_threshold_fails_the_job():
 
 def test_failure_rate_at_or_under_the_threshold_restarts():
     cfg = sync_restartable(max_tolerated_failure_rate=0.25)
-    assert decide(cfg, history(failed_worker_instances_now=1, total_worker_instances=4), failure()).action \
+    assert (
+        decide(cfg, history(failed_worker_instances_now=1, total_worker_instances=4), failure()).action
         is Action.RESTART_JOB
+    )
 
 
 def test_failure_rate_minus_one_is_off():
@@ -148,6 +159,7 @@ def test_failure_rate_minus_one_is_off():
 
 
 # ---- rule 6: execution mode ---------------------------------------------------------
+
 
 def test_async_job_restarts_only_the_failed_worker():
     d = decide(parse_flags(ASYNC_TF), history(), failure(non_retryable(), role="Worker", index=3))
@@ -175,6 +187,7 @@ def test_sync_job_restarts_the_whole_job():
 
 # ---- rule 7: --enable-job-restart and --max-num-of-job-restart ----------------------
 
+
 def test_whole_job_restart_needs_enable_job_restart():
     d = decide(FaultToleranceConfig(), history(), failure())
     assert (d.action, d.step) == (Action.FAIL_JOB, Step.RESTART_DISABLED)
@@ -185,7 +198,8 @@ def test_restart_budget_exhausted_fails_the_job():
     d = decide(parse_flags(SYNC_PYTORCH), history(job_restarts_so_far=3), failure())
     assert (d.action, d.step) == (Action.FAIL_JOB, Step.RESTART_BUDGET)
     assert d.reason.startswith(
-        "Not restarted: the job has already been restarted 3 of 3 times (--max-num-of-job-restart=3)")
+        "Not restarted: the job has already been restarted 3 of 3 times (--max-num-of-job-restart=3)"
+    )
 
 
 def test_last_restart_within_the_budget_is_allowed():
@@ -199,6 +213,7 @@ def test_max_num_of_job_restart_zero_never_restarts_the_job():
 
 
 # ---- the restart-loop breaker (SPEC 9) ----------------------------------------------
+
 
 def test_three_restarts_in_a_row_without_progress_fail_the_job():
     cfg = sync_restartable(max_num_of_job_restart=10)
@@ -219,6 +234,7 @@ def test_breaker_does_not_stop_async_instance_restarts():
 
 
 # ---- hang, exit hang and C4D triggers: rules 1 and 7 only -------------------------
+
 
 @pytest.mark.parametrize("source", [ErrorSource.HANG, ErrorSource.EXIT_HANG, ErrorSource.C4D])
 def test_detected_problem_restarts_the_whole_job_when_allowed(source):
@@ -241,21 +257,29 @@ def test_hang_ignores_the_policy_the_same_error_limit_and_the_failure_rate():
 
 def test_hang_respects_the_budget_and_the_breaker():
     assert decide(parse_flags(SYNC_PYTORCH), history(job_restarts_so_far=3), HANG).step is Step.RESTART_BUDGET
-    assert decide(parse_flags(SYNC_PYTORCH), history(consecutive_restarts_without_progress=RESTART_LOOP_LIMIT),
-                  HANG).step is Step.RESTART_LOOP
+    assert (
+        decide(parse_flags(SYNC_PYTORCH), history(consecutive_restarts_without_progress=RESTART_LOOP_LIMIT), HANG).step
+        is Step.RESTART_LOOP
+    )
 
 
 # ---- bad input ----------------------------------------------------------------------
+
 
 def test_detected_problem_accepts_only_hang_exit_hang_and_c4d():
     with pytest.raises(ValueError, match="source"):
         DetectedProblem(ErrorSource.LOG, "x")
 
 
-@pytest.mark.parametrize("field, value", [
-    ("job_restarts_so_far", -1), ("total_worker_instances", "4"), ("stopped_by_user", 1),
-    ("failed_worker_instances_now", 9),
-])
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("job_restarts_so_far", -1),
+        ("total_worker_instances", "4"),
+        ("stopped_by_user", 1),
+        ("failed_worker_instances_now", 9),
+    ],
+)
 def test_malformed_history_is_rejected_naming_the_field(field, value):
     with pytest.raises(ValueError, match=field):
         history(**{field: value})
@@ -287,9 +311,13 @@ def histories(draw, stopped=st.booleans()):
     return JobHistory(
         stopped_by_user=draw(stopped),
         job_restarts_so_far=draw(st.integers(0, 8)),
-        same_error_counts=draw(st.dictionaries(
-            st.tuples(st.sampled_from([retryable().rule, non_retryable().rule]), roles, st.integers(0, 3)),
-            st.integers(0, 8), max_size=4)),
+        same_error_counts=draw(
+            st.dictionaries(
+                st.tuples(st.sampled_from([retryable().rule, non_retryable().rule]), roles, st.integers(0, 3)),
+                st.integers(0, 8),
+                max_size=4,
+            )
+        ),
         failed_worker_instances_now=draw(st.integers(0, total)),
         total_worker_instances=total,
         consecutive_restarts_without_progress=draw(st.integers(0, 5)),
@@ -297,10 +325,19 @@ def histories(draw, stopped=st.booleans()):
 
 
 triggers = st.one_of(
-    st.builds(InstanceFailure, instance=st.just("x-0"), role=roles, index=st.integers(0, 3),
-              node=st.just("node-a"), classification=classifications),
-    st.builds(DetectedProblem, source=st.sampled_from([ErrorSource.HANG, ErrorSource.EXIT_HANG, ErrorSource.C4D]),
-              message=st.just("silent for 2000 s")),
+    st.builds(
+        InstanceFailure,
+        instance=st.just("x-0"),
+        role=roles,
+        index=st.integers(0, 3),
+        node=st.just("node-a"),
+        classification=classifications,
+    ),
+    st.builds(
+        DetectedProblem,
+        source=st.sampled_from([ErrorSource.HANG, ErrorSource.EXIT_HANG, ErrorSource.C4D]),
+        message=st.just("silent for 2000 s"),
+    ),
 )
 
 
@@ -344,6 +381,7 @@ def test_policy_never_never_restarts_after_an_instance_failure(config, hist, tri
 
 # ---- issue 13: retry once, and the repeated-failure guard ---------------------------
 
+
 def sigkill_without_evidence() -> Classification:
     return classify_failure(FailureInput(137, None, "step 3 loss 0.5\n"))
 
@@ -360,8 +398,11 @@ def test_a_sigkill_without_evidence_is_retried_once_per_instance():
     other = decide(config, history(same_error_counts={("killed-by-signal", "Worker", 0): 1}), failure(c))
     assert other.action == Action.RESTART_JOB
     # with OnFailure every failure qualifies, as rule 3 says
-    on_failure = decide(sync_restartable(fault_tolerant_policy=FaultTolerantPolicy.ON_FAILURE),
-                        history(same_error_counts={("killed-by-signal", "Worker", 1): 1}), failure(c))
+    on_failure = decide(
+        sync_restartable(fault_tolerant_policy=FaultTolerantPolicy.ON_FAILURE),
+        history(same_error_counts={("killed-by-signal", "Worker", 1): 1}),
+        failure(c),
+    )
     assert on_failure.action == Action.RESTART_JOB
 
 
@@ -373,14 +414,17 @@ def _previous(**kw):
     return PreviousFailure(**base)
 
 
-@pytest.mark.parametrize("previous, repeated", [
-    (dict(), True),                                                  # no progress between
-    (dict(progress_since=True), False),                              # trained in between
-    (dict(progress_since=True, step=40, step_now=40), True),         # trained back to the same step
-    (dict(progress_since=True, step=40, step_now=55), False),
-    (dict(index=0), False),                                          # another rank
-    (dict(rule="connection-reset"), False),                          # another signature
-])
+@pytest.mark.parametrize(
+    "previous, repeated",
+    [
+        (dict(), True),  # no progress between
+        (dict(progress_since=True), False),  # trained in between
+        (dict(progress_since=True, step=40, step_now=40), True),  # trained back to the same step
+        (dict(progress_since=True, step=40, step_now=55), False),
+        (dict(index=0), False),  # another rank
+        (dict(rule="connection-reset"), False),  # another signature
+    ],
+)
 def test_the_repeated_failure_guard_needs_the_same_failure_at_the_same_point(previous, repeated):
     from core.policy import REPEATED_FAILURE_REASON
 
@@ -393,7 +437,9 @@ def test_the_repeated_failure_guard_needs_the_same_failure_at_the_same_point(pre
 
 
 def test_the_guard_leaves_preemptions_and_scheduler_reasons_alone():
-    preempted = classify_failure(FailureInput(None, 15, "*** JOB 7 ON n1 CANCELLED AT 2021-06-18T13:05:36 DUE TO PREEMPTION ***\n"))
+    preempted = classify_failure(
+        FailureInput(None, 15, "*** JOB 7 ON n1 CANCELLED AT 2021-06-18T13:05:36 DUE TO PREEMPTION ***\n")
+    )
     assert preempted.family == "preemption" and preempted.retryable
     evicted = classify_failure(FailureInput(None, None, "", backend_reason="Evicted"))
     for c in (preempted, evicted):
@@ -417,8 +463,9 @@ def test_the_guard_reads_an_instance_restarted_alone_by_its_own_previous_failure
     d = decide(config, history(instance_failures=(_previous(index=2),)), failure())
     assert d.action == Action.RESTART_INSTANCE
     # and its own failure is the later one: it wins over the whole-job restart's root cause
-    d = decide(config, history(previous_failure=_previous(rule="connection-reset"), instance_failures=(own,)),
-               failure())
+    d = decide(
+        config, history(previous_failure=_previous(rule="connection-reset"), instance_failures=(own,)), failure()
+    )
     assert d.step == Step.REPEATED_FAILURE
 
 

@@ -1,8 +1,15 @@
 """Progress on the job page: points from report_progress samples or step lines,
 step N of M, steps/s, time since the last progress, the loss chart's geometry."""
 
-from core.progress import (ProgressPoint, RestartMark, loss_chart, point_from_sample, points_from_log, sparkline,
-                           summarize)
+from core.progress import (
+    ProgressPoint,
+    RestartMark,
+    loss_chart,
+    point_from_sample,
+    points_from_log,
+    sparkline,
+    summarize,
+)
 
 LOG = """\
 2026-11-29T10:00:00Z step=10 rank=0 loss=2.5 step_time=0.5
@@ -39,8 +46,13 @@ def test_one_point_has_no_rate_and_none_has_no_summary():
 
 
 def test_the_chart_spans_the_steps_and_losses_and_marks_each_restart_where_it_resumed():
-    points = [ProgressPoint(1, 0, 0, 4.0), ProgressPoint(1, 10, 100, 2.0), ProgressPoint(1, 20, 150, 1.5),
-              ProgressPoint(2, 40, 100, 2.0), ProgressPoint(2, 50, 200, 0.0)]
+    points = [
+        ProgressPoint(1, 0, 0, 4.0),
+        ProgressPoint(1, 10, 100, 2.0),
+        ProgressPoint(1, 20, 150, 1.5),
+        ProgressPoint(2, 40, 100, 2.0),
+        ProgressPoint(2, 50, 200, 0.0),
+    ]
     chart = loss_chart(points, [RestartMark(2, "NCCL_ERROR", failed_at_step=150), RestartMark(3, "OOM")], 200, 40)
     assert chart is not None and (chart.first_step, chart.last_step, chart.min_loss, chart.max_loss) == (0, 200, 0, 4)
     assert chart.lines == ("0.0,0.0 100.0,20.0 150.0,25.0", "100.0,20.0 200.0,40.0")

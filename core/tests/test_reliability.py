@@ -38,8 +38,13 @@ def test_the_cause_is_the_family_when_the_verdict_had_one_else_the_error_code():
 
 
 def test_counts_come_most_frequent_first_with_ties_by_name():
-    restarts = [seen(1, 10, node="b"), seen(2, 20, node="a"), seen(3, 30, node="c"), seen(4, 40, node="c"),
-                seen(5, 50, node="")]
+    restarts = [
+        seen(1, 10, node="b"),
+        seen(2, 20, node="a"),
+        seen(3, 30, node="c"),
+        seen(4, 40, node="c"),
+        seen(5, 50, node=""),
+    ]
     assert count_by(restarts, "node") == [("c", 2), ("a", 1), ("b", 1), ("unknown", 1)]
     assert count_by(restarts, "error_code") == [("NCCL_ERROR", 5)]
 

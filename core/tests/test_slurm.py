@@ -4,16 +4,24 @@ nodes from sinfo, refusals told transient or permanent."""
 from __future__ import annotations
 
 from core.slurm import (
-    SlurmJob, is_transient, job_from_sacct, job_from_scontrol, job_from_squeue_json, nodes_from_sinfo_json,
+    SlurmJob,
+    is_transient,
+    job_from_sacct,
+    job_from_scontrol,
+    job_from_squeue_json,
+    nodes_from_sinfo_json,
     nodes_from_sinfo_text,
 )
 
 
 def test_squeue_json_of_both_generations_gives_state_and_pending_reason():
-    old = {"jobs": [{"job_id": 3, "job_state": "RUNNING", "state_reason": "None"},
-                    {"job_id": 4, "job_state": "PENDING", "state_reason": "Resources", "nodes": ""}]}
-    new = {"jobs": [{"job_id": {"set": True, "number": 4}, "job_state": ["PENDING"],
-                     "state_reason": "Priority"}]}
+    old = {
+        "jobs": [
+            {"job_id": 3, "job_state": "RUNNING", "state_reason": "None"},
+            {"job_id": 4, "job_state": "PENDING", "state_reason": "Resources", "nodes": ""},
+        ]
+    }
+    new = {"jobs": [{"job_id": {"set": True, "number": 4}, "job_state": ["PENDING"], "state_reason": "Priority"}]}
     assert job_from_squeue_json(old, "4") == SlurmJob("4", "PENDING", "Resources", "")
     assert job_from_squeue_json(new, "4").reason == "Priority"
     assert job_from_squeue_json(old, "3").reason == ""
@@ -27,16 +35,20 @@ def test_scontrol_and_sacct_lines_give_the_job_state():
 
 
 def test_drained_and_down_nodes_are_not_schedulable_in_json_and_text():
-    data = {"nodes": [
-        {"name": "a", "cpus": 8, "state": "idle", "state_flags": ["DRAIN"], "reason": "Vigil: job 4"},
-        {"name": "b", "cpus": {"set": True, "number": 4}, "state": ["MIXED"], "reason": ""},
-    ]}
-    assert [(n.name, n.slots, n.schedulable) for n in nodes_from_sinfo_json(data)] == [
-        ("a", 8, False), ("b", 4, True)]
+    data = {
+        "nodes": [
+            {"name": "a", "cpus": 8, "state": "idle", "state_flags": ["DRAIN"], "reason": "Vigil: job 4"},
+            {"name": "b", "cpus": {"set": True, "number": 4}, "state": ["MIXED"], "reason": ""},
+        ]
+    }
+    assert [(n.name, n.slots, n.schedulable) for n in nodes_from_sinfo_json(data)] == [("a", 8, False), ("b", 4, True)]
     text = "a|8|drained|Vigil: job 4\na|8|drained|Vigil: job 4\nb|4|mixed|none\nc|2|idle*|none\n"
     nodes = nodes_from_sinfo_text(text)
     assert [(n.name, n.schedulable, n.reason) for n in nodes] == [
-        ("a", False, "Vigil: job 4"), ("b", True, ""), ("c", False, "")]
+        ("a", False, "Vigil: job 4"),
+        ("b", True, ""),
+        ("c", False, ""),
+    ]
 
 
 def test_a_job_is_waiting_active_or_unknown_by_its_state():

@@ -15,12 +15,18 @@ import pytest
 
 from core import stacks
 from core.stacks import (
-    Frame, ProcessStacks, StackSnapshot, ThreadStack, aggregate_stacks, dump_process_stacks,
-    dump_processes, find_python_processes, parse_py_spy_json,
+    Frame,
+    ProcessStacks,
+    StackSnapshot,
+    ThreadStack,
+    aggregate_stacks,
+    dump_process_stacks,
+    dump_processes,
+    find_python_processes,
+    parse_py_spy_json,
 )
 
-needs_py_spy = pytest.mark.skipif(stacks.find_py_spy() is None,
-                                  reason="py-spy is not installed (pip install py-spy)")
+needs_py_spy = pytest.mark.skipif(stacks.find_py_spy() is None, reason="py-spy is not installed (pip install py-spy)")
 
 STUCK = textwrap.dedent("""\
     import sys, threading, time
@@ -149,8 +155,9 @@ def test_a_process_that_is_not_python_gives_a_not_python_result(procs):
 def test_no_ptrace_permission_gives_a_permission_result(procs, stuck_script, tmp_path):
     proc = start_stuck(procs, stuck_script, "odd")
     as_nobody = tmp_path / "py-spy-as-nobody"
-    as_nobody.write_text("#!/bin/sh\nexec setpriv --reuid=65534 --regid=65534 --clear-groups "
-                         f"{stacks.find_py_spy()} \"$@\"\n")
+    as_nobody.write_text(
+        f'#!/bin/sh\nexec setpriv --reuid=65534 --regid=65534 --clear-groups {stacks.find_py_spy()} "$@"\n'
+    )
     as_nobody.chmod(0o755)
     dump = dump_process_stacks(proc.pid, timeout=10, py_spy=str(as_nobody))
     assert dump.error_code == stacks.PERMISSION_DENIED, dump.error
@@ -174,9 +181,14 @@ def test_a_dump_that_takes_too_long_gives_a_timeout_result(procs, tmp_path):
 
 
 def test_python_processes_under_a_shell_are_found_and_the_shell_is_not(procs):
-    shell = procs.start(["/bin/sh", "-c",
-                         f"{sys.executable} -c 'import time; time.sleep(30)' & "
-                         f"{sys.executable} -c 'import time; time.sleep(30)' & sleep 30; wait"])
+    shell = procs.start(
+        [
+            "/bin/sh",
+            "-c",
+            f"{sys.executable} -c 'import time; time.sleep(30)' & "
+            f"{sys.executable} -c 'import time; time.sleep(30)' & sleep 30; wait",
+        ]
+    )
     deadline = time.monotonic() + 10
     found: list[int] = []
     while time.monotonic() < deadline and len(found) < 2:
@@ -197,26 +209,30 @@ def test_bad_py_spy_output_is_a_dump_failed_result():
 
 
 def thread(name, *frames) -> ThreadStack:
-    return ThreadStack(thread_id=hash(name) & 0xFFFF, thread_name=name,
-                       frames=tuple(Frame(f, "train.py", line) for f, line in frames))
+    return ThreadStack(
+        thread_id=hash(name) & 0xFFFF, thread_name=name, frames=tuple(Frame(f, "train.py", line) for f, line in frames)
+    )
 
 
 C10D = "torch/distributed/distributed_c10d.py"
+
+
 def test_aggregation_sorts_suspects_first_then_by_count_and_keeps_idle_threads():
     def dump(rank, main_frames, idle=True):
         threads = [ThreadStack(0, "MainThread", tuple(Frame(*f) for f in main_frames))]
         if idle:
             threads.append(ThreadStack(1, "pool", (Frame("Condition.wait", "threading.py", 327),)))
-        return ProcessStacks(pid=100 + rank, instance=f"worker-{rank}", rank=rank,
-                             threads=tuple(threads))
+        return ProcessStacks(pid=100 + rank, instance=f"worker-{rank}", rank=rank, threads=tuple(threads))
 
     in_all_reduce = [("all_reduce", C10D, 3252), ("main", "train.py", 50)]
     dumps = [dump(r, in_all_reduce) for r in range(4)]
-    dumps += [dump(r, [("backward", "torch/autograd/__init__.py", 395), ("main", "train.py", 51)])
-              for r in (4, 5)]
+    dumps += [dump(r, [("backward", "torch/autograd/__init__.py", 395), ("main", "train.py", 51)]) for r in (4, 5)]
     dumps += [dump(6, [("compute_forever", "train.py", 30), ("main", "train.py", 52)], idle=False)]
-    dumps += [ProcessStacks(pid=999, instance="worker-7", rank=7, error_code=stacks.TIMEOUT,
-                            error="py-spy took longer than 5 s")]
+    dumps += [
+        ProcessStacks(
+            pid=999, instance="worker-7", rank=7, error_code=stacks.TIMEOUT, error="py-spy took longer than 5 s"
+        )
+    ]
     result = aggregate_stacks(dumps)
     # Ranks 4-6 are all outside the collective ranks 0-3 wait in: suspects, in rank order.
     assert [(s.frames[0].function, s.count, s.suspect, s.idle) for s in result] == [
@@ -236,9 +252,11 @@ def test_a_single_thread_alone_is_not_a_suspect():
 
 
 def test_the_same_code_under_different_install_prefixes_groups_together():
-    raw = ('[{"thread_id": 1, "thread_name": "MainThread", "frames": [{"name": "all_reduce", '
-           '"filename": "%s/torch/distributed/distributed_c10d.py", "short_filename": '
-           '"torch/distributed/distributed_c10d.py", "line": 2800}]}]')
+    raw = (
+        '[{"thread_id": 1, "thread_name": "MainThread", "frames": [{"name": "all_reduce", '
+        '"filename": "%s/torch/distributed/distributed_c10d.py", "short_filename": '
+        '"torch/distributed/distributed_c10d.py", "line": 2800}]}]'
+    )
     a = parse_py_spy_json(raw % "/home/a/venv/lib", pid=1, rank=0)
     b = parse_py_spy_json(raw % "/opt/venv/lib", pid=2, rank=1)
     [group] = aggregate_stacks([a, b])
@@ -257,11 +275,16 @@ def start_ddp(procs, world: int, **env) -> list[subprocess.Popen]:
     started = []
     for rank in range(world):
         full = {k: v for k, v in os.environ.items() if not k.startswith(("FAULT", "VIGIL_"))}
-        full.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), WORLD_SIZE=str(world),
-                    RANK=str(rank), VIGIL_EXAMPLE_STEPS="30", VIGIL_EXAMPLE_PG_TIMEOUT="120",
-                    **env)
-        started.append(procs.start([sys.executable, str(EXAMPLE)], env=full,
-                                   stderr=subprocess.DEVNULL))
+        full.update(
+            MASTER_ADDR="127.0.0.1",
+            MASTER_PORT=str(port),
+            WORLD_SIZE=str(world),
+            RANK=str(rank),
+            VIGIL_EXAMPLE_STEPS="30",
+            VIGIL_EXAMPLE_PG_TIMEOUT="120",
+            **env,
+        )
+        started.append(procs.start([sys.executable, str(EXAMPLE)], env=full, stderr=subprocess.DEVNULL))
     return started
 
 
@@ -278,8 +301,9 @@ def wait_for_line(proc, needle: str, timeout: float = 180) -> None:
 
 @needs_py_spy
 @pytest.mark.torch
-@pytest.mark.parametrize("fault, culprit", [("hang_compute", "compute_forever"),
-                                            ("hang_collective", "collective_forever")])
+@pytest.mark.parametrize(
+    "fault, culprit", [("hang_compute", "compute_forever"), ("hang_collective", "collective_forever")]
+)
 def test_the_hung_ddp_rank_is_the_suspect_and_its_stack_names_where_it_hangs(procs, fault, culprit):
     pytest.importorskip("torch", reason="PyTorch is not installed: pip install torch==2.13.0 (CPU)")
     ranks = start_ddp(procs, 4, FAULT=fault, FAULT_RANK="1", FAULT_STEP="4")
@@ -289,12 +313,10 @@ def test_the_hung_ddp_rank_is_the_suspect_and_its_stack_names_where_it_hangs(pro
     # The healthy ranks need a moment to reach the collective they will wait in.
     deadline = time.monotonic() + 60
     while True:
-        dumps = dump_processes([(f"worker-{r}", r, p.pid) for r, p in enumerate(ranks)],
-                               timeout=15)
+        dumps = dump_processes([(f"worker-{r}", r, p.pid) for r, p in enumerate(ranks)], timeout=15)
         assert all(d.ok for d in dumps), [d.error for d in dumps if not d.ok]
         snapshot = StackSnapshot.of(dumps)
-        if any(s.count == 3 and not s.idle for s in snapshot.stacks) \
-                or time.monotonic() > deadline:
+        if any(s.count == 3 and not s.idle for s in snapshot.stacks) or time.monotonic() > deadline:
             break
         time.sleep(0.5)
     suspects = [s for s in snapshot.suspects if not s.idle]
@@ -308,17 +330,23 @@ def test_the_hung_ddp_rank_is_the_suspect_and_its_stack_names_where_it_hangs(pro
 
 # The SDK's threads run as in a managed job (progress reporter on rank 0, C4D recorder on
 # every rank), reporting to a console that is not there: they must be shown, never suspected.
-SDK_ENV = {"PYTHONPATH": str(EXAMPLE.parents[1] / "sdk" / "src"), "VIGIL_JOB_ID": "1",
-           "VIGIL_JOB_TOKEN": "not-a-token", "VIGIL_CONSOLE_URL": "http://127.0.0.1:9",
-           "VIGIL_SDK_TIMEOUT": "0.5", "VIGIL_C4D": "1"}
+SDK_ENV = {
+    "PYTHONPATH": str(EXAMPLE.parents[1] / "sdk" / "src"),
+    "VIGIL_JOB_ID": "1",
+    "VIGIL_JOB_TOKEN": "not-a-token",
+    "VIGIL_CONSOLE_URL": "http://127.0.0.1:9",
+    "VIGIL_SDK_TIMEOUT": "0.5",
+    "VIGIL_C4D": "1",
+}
 
 
 def snapshot_when(procs_by_rank, settled, timeout: float = 60) -> StackSnapshot:
     """Dump every rank until `settled(snapshot)` (peers need a moment to reach their wait)."""
     deadline = time.monotonic() + timeout
     while True:
-        dumps = dump_processes([("master-0" if r == 0 else f"worker-{r - 1}", r, p.pid)
-                                for r, p in enumerate(procs_by_rank)], timeout=15)
+        dumps = dump_processes(
+            [("master-0" if r == 0 else f"worker-{r - 1}", r, p.pid) for r, p in enumerate(procs_by_rank)], timeout=15
+        )
         assert all(d.ok for d in dumps), [d.error for d in dumps if not d.ok]
         snapshot = StackSnapshot.of(dumps)
         if settled(snapshot) or time.monotonic() > deadline:
@@ -327,8 +355,12 @@ def snapshot_when(procs_by_rank, settled, timeout: float = 60) -> StackSnapshot:
 
 
 def in_collective(snapshot: StackSnapshot, op: str) -> set[int | None]:
-    return {t.rank for s in snapshot.stacks for t in s.threads
-            if t.thread_name == "MainThread" and s.frames and s.frames[0].function == op}
+    return {
+        t.rank
+        for s in snapshot.stacks
+        for t in s.threads
+        if t.thread_name == "MainThread" and s.frames and s.frames[0].function == op
+    }
 
 
 def assert_vigil_threads_shown_never_suspected(snapshot: StackSnapshot, ranks: set[int]) -> None:
@@ -336,8 +368,7 @@ def assert_vigil_threads_shown_never_suspected(snapshot: StackSnapshot, ranks: s
     assert {t.rank for s in vigil for t in s.threads} == ranks, snapshot.summary_text()
     assert not any(s.suspect for s in vigil)
     suspected = {(r.pid, r.thread_id) for s in snapshot.stacks if s.suspect for r in s.threads}
-    assert not any(t.vigil for d in snapshot.dumps for t in d.threads
-                   if (d.pid, t.thread_id) in suspected)
+    assert not any(t.vigil for d in snapshot.dumps for t in d.threads if (d.pid, t.thread_id) in suspected)
 
 
 @needs_py_spy
@@ -347,14 +378,21 @@ def test_two_ranks_the_rank_hung_in_compute_is_the_only_suspect_not_the_one_wait
     ranks = start_ddp(procs, 2, FAULT="hang_compute", FAULT_RANK="1", FAULT_STEP="4", **SDK_ENV)
     wait_for_line(ranks[1], "entering compute_forever")
     wait_for_line(ranks[0], "step=3 ")
-    snapshot = snapshot_when(ranks, lambda s: in_collective(s, "all_reduce") == {0} and any(
-        t.thread_name == "vigil-progress" for d in s.dumps for t in d.threads))
+    snapshot = snapshot_when(
+        ranks,
+        lambda s: (
+            in_collective(s, "all_reduce") == {0}
+            and any(t.thread_name == "vigil-progress" for d in s.dumps for t in d.threads)
+        ),
+    )
     assert [(s.thread.rank, s.rule, s.where) for s in snapshot.culprits.suspects] == [
-        (1, stacks.RULE_OUTSIDE_COLLECTIVE, "compute_forever")], snapshot.summary_text()
+        (1, stacks.RULE_OUTSIDE_COLLECTIVE, "compute_forever")
+    ], snapshot.summary_text()
     [suspect] = snapshot.suspects
     assert [t.rank for t in suspect.threads] == [1] and suspect.frames[0].function == "compute_forever"
     assert snapshot.culprits.cause == (
-        "worker-0 stopped making progress in `compute_forever` while master-0 waited in `all_reduce`")
+        "worker-0 stopped making progress in `compute_forever` while master-0 waited in `all_reduce`"
+    )
     assert suspect.why.startswith("worker-0 (rank 1) is not inside any collective")
     assert_vigil_threads_shown_never_suspected(snapshot, {0, 1})
 
@@ -367,13 +405,17 @@ def test_four_ranks_the_rank_that_skipped_a_collective_is_the_only_suspect(procs
     wait_for_line(ranks[1], "skipping the loss all_reduce")
     for rank in (0, 2, 3):
         wait_for_line(ranks[rank], "step=3 ")
-    snapshot = snapshot_when(ranks, lambda s: in_collective(s, "all_reduce") == {0, 2, 3}
-                             and in_collective(s, "barrier") == {1})
+    snapshot = snapshot_when(
+        ranks, lambda s: in_collective(s, "all_reduce") == {0, 2, 3} and in_collective(s, "barrier") == {1}
+    )
     assert [(s.thread.rank, s.rule, s.where) for s in snapshot.culprits.suspects] == [
-        (1, stacks.RULE_DESYNC, "barrier")], snapshot.summary_text()
+        (1, stacks.RULE_DESYNC, "barrier")
+    ], snapshot.summary_text()
     [suspect] = snapshot.suspects
     assert [t.rank for t in suspect.threads] == [1]
     assert "skip_collective" in [f.function for f in suspect.frames]
-    assert suspect.why.startswith("worker-0 (rank 1) waits in barrier while master-0 (rank 0), "
-                                  "worker-1 (rank 2) and worker-2 (rank 3) are in all_reduce")
+    assert suspect.why.startswith(
+        "worker-0 (rank 1) waits in barrier while master-0 (rank 0), "
+        "worker-1 (rank 2) and worker-2 (rank 3) are in all_reduce"
+    )
     assert_vigil_threads_shown_never_suspected(snapshot, {0, 1, 2, 3})

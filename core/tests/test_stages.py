@@ -19,19 +19,31 @@ def at(seconds):
 def test_first_output_before_the_launch_stamp_counts_as_zero_seconds_of_starting():
     # what the API showed: "starting": -0.311 (an instance printed before starting_at was stamped)
     stamps = {"queued": at(0), "preparing": at(0.1), "starting": at(0.5), "running": at(0.189)}
-    assert durations(stamps, ended=None) == {"queued": 0.1, "preparing": 0.4, "starting": 0.0, "running": None,
-                                             "stopping": None}
+    assert durations(stamps, ended=None) == {
+        "queued": 0.1,
+        "preparing": 0.4,
+        "starting": 0.0,
+        "running": None,
+        "stopping": None,
+    }
     assert durations(stamps, ended=at(10))["running"] == 9.5
 
 
 def test_open_and_missing_stages_are_none_and_in_order_stamps_are_kept():
     stamps = {"queued": at(0), "preparing": at(1), "starting": at(2), "running": at(5), "stopping": at(9)}
     assert monotonic(stamps) == stamps
-    assert durations(stamps, at(10)) == {"queued": 1.0, "preparing": 1.0, "starting": 3.0, "running": 4.0,
-                                         "stopping": 1.0}
+    assert durations(stamps, at(10)) == {
+        "queued": 1.0,
+        "preparing": 1.0,
+        "starting": 3.0,
+        "running": 4.0,
+        "stopping": 1.0,
+    }
     assert durations({"queued": at(0)}, None) == dict.fromkeys(STAGES, None)
     # an end stamped before the last stage (another clock) ends it at zero, not below
-    assert durations({"queued": at(0), "preparing": at(1), "starting": at(2), "running": at(5)}, at(4))["running"] == 0.0
+    assert (
+        durations({"queued": at(0), "preparing": at(1), "starting": at(2), "running": at(5)}, at(4))["running"] == 0.0
+    )
 
 
 def test_clamp():

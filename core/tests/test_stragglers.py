@@ -57,26 +57,30 @@ def test_too_few_steps_are_not_judged():
 
 def test_one_slow_step_is_not_a_straggler():
     fast = log(0.1)
-    spiky = [f"{iso(START + timedelta(seconds=0.1 * n + (2.0 if n >= 10 else 0)))} step={n}"
-             for n in range(1, 21)]
+    spiky = [f"{iso(START + timedelta(seconds=0.1 * n + (2.0 if n >= 10 else 0)))} step={n}" for n in range(1, 21)]
     assert find_stragglers({0: fast, 1: spiky, 2: fast}) == []
 
 
 def test_only_the_recent_window_counts():
-    became_slow = [f"{iso(START + timedelta(seconds=(0.1 * n if n <= 40 else 4 + 0.5 * (n - 40))))} "
-                   f"step={n}" for n in range(1, 61)]
+    became_slow = [
+        f"{iso(START + timedelta(seconds=(0.1 * n if n <= 40 else 4 + 0.5 * (n - 40))))} step={n}" for n in range(1, 61)
+    ]
     fast = log(0.1, steps=60)
     assert find_stragglers({0: fast, 1: became_slow, 2: fast}, window=20)[0].rank == 1
     assert find_stragglers({0: fast, 1: became_slow, 2: fast}, window=60) == []
 
 
-@pytest.mark.parametrize("fmt", [
-    lambda t, n: f"{iso(t)} step={n} rank=1 loss=0.4312",
-    lambda t, n: f"[{t.strftime('%Y-%m-%d %H:%M:%S')},{t.microsecond // 1000:03d}] INFO Step {n}/500 loss 0.43",
-    lambda t, n: f"{t.strftime('%Y-%m-%d %H:%M:%S.%f')} iteration {n} lr 0.1",
-    lambda t, n: f"{t.isoformat()} | Iter: {n} | loss 0.1",
-    lambda t, n: f"[rank1]: {iso(t)} step: {n}",
-], ids=["vigil-example", "python-logging", "iteration", "offset-iter", "torchrun-prefix"])
+@pytest.mark.parametrize(
+    "fmt",
+    [
+        lambda t, n: f"{iso(t)} step={n} rank=1 loss=0.4312",
+        lambda t, n: f"[{t.strftime('%Y-%m-%d %H:%M:%S')},{t.microsecond // 1000:03d}] INFO Step {n}/500 loss 0.43",
+        lambda t, n: f"{t.strftime('%Y-%m-%d %H:%M:%S.%f')} iteration {n} lr 0.1",
+        lambda t, n: f"{t.isoformat()} | Iter: {n} | loss 0.1",
+        lambda t, n: f"[rank1]: {iso(t)} step: {n}",
+    ],
+    ids=["vigil-example", "python-logging", "iteration", "offset-iter", "torchrun-prefix"],
+)
 def test_common_log_formats_give_the_same_step_times(fmt):
     times = step_times(step_marks(log(0.25, steps=8, fmt=fmt)), use_step_time=False)
     assert times == pytest.approx([0.25] * 7, abs=0.002)
@@ -88,8 +92,7 @@ def test_logging_every_k_steps_gives_per_step_times():
 
 
 def test_a_restart_that_starts_the_steps_again_is_not_a_negative_step_time():
-    lines = log(0.1, steps=5) + [f"{iso(START + timedelta(seconds=30 + 0.1 * n))} step={n}"
-                                 for n in range(1, 6)]
+    lines = log(0.1, steps=5) + [f"{iso(START + timedelta(seconds=30 + 0.1 * n))} step={n}" for n in range(1, 6)]
     assert step_times(step_marks(lines), use_step_time=False) == pytest.approx([0.1] * 8, abs=1e-4)
 
 
@@ -103,9 +106,10 @@ def test_lines_without_a_timestamp_or_a_step_are_ignored():
 
 def test_the_ranks_own_step_time_is_used_when_every_rank_prints_it():
     """Synchronous DDP: all ranks' lines advance together; step_time tells who is slow."""
+
     def sync_log(own: float):
-        return [f"{iso(START + timedelta(seconds=0.25 * n))} step={n} step_time={own:.3f}"
-                for n in range(1, 21)]
+        return [f"{iso(START + timedelta(seconds=0.25 * n))} step={n} step_time={own:.3f}" for n in range(1, 21)]
+
     [v] = find_stragglers({0: sync_log(0.01), 1: sync_log(0.22), 2: sync_log(0.012)})
     assert v.rank == 1 and v.source == "step_time" and v.severity == C4DLogLevel.WARNING
 
@@ -130,14 +134,28 @@ def test_the_slow_rank_of_a_real_ddp_job_is_found_from_its_log(tmp_path):
     try:
         for rank in range(4):
             env = {k: v for k, v in os.environ.items() if not k.startswith(("FAULT", "VIGIL_"))}
-            env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), WORLD_SIZE="4",
-                       RANK=str(rank), VIGIL_EXAMPLE_STEPS="16", FAULT="slow", FAULT_RANK="2",
-                       FAULT_STEP="2", VIGIL_EXAMPLE_SLOW_SECONDS="0.15",
-                       VIGIL_EXAMPLE_PG_TIMEOUT="120")
-            procs.append(subprocess.Popen([sys.executable, str(EXAMPLE)], env=env, text=True,
-                                          stdout=subprocess.PIPE, stderr=subprocess.DEVNULL))
-        outs = {f"worker-{r}": p.communicate(timeout=240)[0].splitlines()
-                for r, p in enumerate(procs)}
+            env.update(
+                MASTER_ADDR="127.0.0.1",
+                MASTER_PORT=str(port),
+                WORLD_SIZE="4",
+                RANK=str(rank),
+                VIGIL_EXAMPLE_STEPS="16",
+                FAULT="slow",
+                FAULT_RANK="2",
+                FAULT_STEP="2",
+                VIGIL_EXAMPLE_SLOW_SECONDS="0.15",
+                VIGIL_EXAMPLE_PG_TIMEOUT="120",
+            )
+            procs.append(
+                subprocess.Popen(
+                    [sys.executable, str(EXAMPLE)],
+                    env=env,
+                    text=True,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.DEVNULL,
+                )
+            )
+        outs = {f"worker-{r}": p.communicate(timeout=240)[0].splitlines() for r, p in enumerate(procs)}
         assert [p.returncode for p in procs] == [0, 0, 0, 0]
     finally:
         for p in procs:

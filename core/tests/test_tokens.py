@@ -9,7 +9,11 @@ NOW = datetime(2026, 12, 1, 12, 0, tzinfo=timezone.utc)
 
 def test_each_choice_gives_its_lifetime_and_never_gives_none():
     assert [expiry_from(value, NOW) for value, _ in EXPIRY_CHOICES] == [
-        NOW + timedelta(days=7), NOW + timedelta(days=30), NOW + timedelta(days=90), None]
+        NOW + timedelta(days=7),
+        NOW + timedelta(days=30),
+        NOW + timedelta(days=90),
+        None,
+    ]
 
 
 @pytest.mark.parametrize("bad", ["", "0", "-7", "365", "7.0", "Never", " 7"])

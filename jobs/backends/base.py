@@ -62,9 +62,7 @@ class InstanceState(StrEnum):
         return self in _FINISHED
 
 
-_FINISHED = frozenset(
-    {InstanceState.SUCCEEDED, InstanceState.FAILED, InstanceState.STOPPED, InstanceState.LOST}
-)
+_FINISHED = frozenset({InstanceState.SUCCEEDED, InstanceState.FAILED, InstanceState.STOPPED, InstanceState.LOST})
 
 
 @dataclass(frozen=True)
@@ -284,8 +282,9 @@ class Backend(ABC):
     def handle_for(self, job_id, attempt: int) -> dict:
         """The handle of an attempt this backend launched, found again without the
         caller's copy (a console that lost it)."""
-        raise BackendError(f"backend {self.name or type(self).__name__} cannot find attempt {attempt} "
-                           f"of job {job_id} again")
+        raise BackendError(
+            f"backend {self.name or type(self).__name__} cannot find attempt {attempt} of job {job_id} again"
+        )
 
     @property
     def exit_channel(self) -> str | None:

@@ -206,9 +206,7 @@ def framework_setup(
         for role in ROLES[TENSORFLOW]:
             members = sorted((i for i in ordered if i.role == role), key=lambda i: i.index)
             if members:
-                cluster[role.lower()] = [
-                    f"{placements[i.name].host}:{placements[i.name].port}" for i in members
-                ]
+                cluster[role.lower()] = [f"{placements[i.name].host}:{placements[i.name].port}" for i in members]
         for inst in ordered:
             tf_config = {"cluster": cluster, "task": {"type": inst.role.lower(), "index": inst.index}}
             result[inst.name].env["TF_CONFIG"] = json.dumps(tf_config, separators=(",", ":"))
@@ -276,7 +274,5 @@ def overridden_names(
     """Names the user set that the framework replaced (to tell the user)."""
     user = set(attempt_env) | set(instance_env)
     return sorted(
-        k
-        for k in user & set(framework_env)
-        if str({**attempt_env, **instance_env}[k]) != str(framework_env[k])
+        k for k in user & set(framework_env) if str({**attempt_env, **instance_env}[k]) != str(framework_env[k])
     )

@@ -77,8 +77,18 @@ from core.warmstart import EntryKind, startup_env_difference, warm_entry
 from . import frameworks, osuser, shim
 from .noderedis import redis_target
 from .. import faults
-from .base import (AttemptLaunch, Backend, BackendError, InstanceState, PolledInstance, LaunchInProgress, Node,
-                   read_log_file, tail_log_file, SAFE_NAME)
+from .base import (
+    AttemptLaunch,
+    Backend,
+    BackendError,
+    InstanceState,
+    PolledInstance,
+    LaunchInProgress,
+    Node,
+    read_log_file,
+    tail_log_file,
+    SAFE_NAME,
+)
 
 SHIM_PATH = shim.__file__
 DEFAULT_INHERIT = ("PATH", "HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR", "SHELL")
@@ -182,8 +192,10 @@ class LocalBackend(Backend):
             name = node.get("name") if isinstance(node, dict) else None
             slots = node.get("slots") if isinstance(node, dict) else None
             if not isinstance(name, str) or not SAFE_NAME.match(name):
-                raise BackendError(f"local backend option 'nodes[{i}].name': {name!r} is not a node name "
-                                   "(letters, digits, '_', '.', '-')")
+                raise BackendError(
+                    f"local backend option 'nodes[{i}].name': {name!r} is not a node name "
+                    "(letters, digits, '_', '.', '-')"
+                )
             if not isinstance(slots, int) or isinstance(slots, bool) or slots < 1:
                 raise BackendError(f"local backend option 'nodes[{i}].slots': {slots!r} is not an integer >= 1")
             if name in seen:
@@ -240,10 +252,16 @@ class LocalBackend(Backend):
                     return handle
             os.mkdir(attempt_dir)  # the claim
             os.chmod(attempt_dir, _dir_mode(who))
-            shim.write_json_atomic(os.path.join(attempt_dir, LAUNCH), {
-                "pid": os.getpid(), "start": shim.proc_start_ticks(os.getpid()), "boot_id": _BOOT_ID,
-                "claimed_at": time.time(), "launched_at": None,
-            })
+            shim.write_json_atomic(
+                os.path.join(attempt_dir, LAUNCH),
+                {
+                    "pid": os.getpid(),
+                    "start": shim.proc_start_ticks(os.getpid()),
+                    "boot_id": _BOOT_ID,
+                    "claimed_at": time.time(),
+                    "launched_at": None,
+                },
+            )
             faults.point("launch.after_claim")
             try:
                 handle = self._launch_claimed(spec, attempt_dir, who)
@@ -300,9 +318,11 @@ class LocalBackend(Backend):
         if who.switch:
             blocked = osuser.blocked_ancestor(job_dir, who)
             if blocked:
-                raise BackendError(f"jobs run as OS user {who.name!r}, who cannot pass through {blocked}: "
-                                   f"give it the search (x) permission or move the data dir "
-                                   f"({self.data_dir})")
+                raise BackendError(
+                    f"jobs run as OS user {who.name!r}, who cannot pass through {blocked}: "
+                    f"give it the search (x) permission or move the data dir "
+                    f"({self.data_dir})"
+                )
 
     def _job_owned_dir(self, path: str, who: osuser.RunAs) -> None:
         """A directory the job writes to: 0700 and the job user's (files moved on if the
@@ -335,8 +355,11 @@ class LocalBackend(Backend):
         yet). Shims are frozen first, so none can start a rank while we look."""
         prefix = attempt_dir.rstrip(os.sep) + os.sep
         shims, groups, pids = set(), set(), set()
-        for state in (shim.read_json(os.path.join(attempt_dir, e, shim.STATE)) for e in _listdir(attempt_dir)
-                      if os.path.isdir(os.path.join(attempt_dir, e))):
+        for state in (
+            shim.read_json(os.path.join(attempt_dir, e, shim.STATE))
+            for e in _listdir(attempt_dir)
+            if os.path.isdir(os.path.join(attempt_dir, e))
+        ):
             if not state:
                 continue
             pgid, found = self._processes(state)
@@ -390,8 +413,11 @@ class LocalBackend(Backend):
         ports = self._free_ports(len(spec.instances), avoid=set((previous.get("ports") or {}).values()))
         placements = {
             inst.name: frameworks.Placement(
-                node=placement[inst.name][0], host=self.host, port=port,
-                dir=os.path.join(attempt_dir, inst.name), slots=1,
+                node=placement[inst.name][0],
+                host=self.host,
+                port=port,
+                dir=os.path.join(attempt_dir, inst.name),
+                slots=1,
             )
             for inst, port in zip(spec.instances, ports)
         }
@@ -415,8 +441,7 @@ class LocalBackend(Backend):
             for path, content in setup.files.items():
                 with open(path, "w") as f:  # the MPI hostfile: the job reads it, nothing secret
                     f.write(content)
-            env = frameworks.instance_environment({**base, **self._home_env(idir, who)}, spec.env, inst.env,
-                                                  setup.env)
+            env = frameworks.instance_environment({**base, **self._home_env(idir, who)}, spec.env, inst.env, setup.env)
             if env.get("VIGIL_C4D") == "1":
                 env.update(self._flight_recorder_env(idir, env, who))
             start = self._warm_start(spec, inst, env, workdir, who) if spec.warm else {}
@@ -435,11 +460,20 @@ class LocalBackend(Backend):
             "run_as": who.name,
             "ports": {inst.name: p.port for inst, p in ((i, placements[i.name]) for i in spec.instances)},
             # PyTorch's rendezvous port (rank 0's), kept on the Attempt row; None for other frameworks.
-            "master_port": (placements[min(spec.instances, key=lambda i: i.rank).name].port
-                            if spec.job_type == frameworks.PYTORCH else None),
+            "master_port": (
+                placements[min(spec.instances, key=lambda i: i.rank).name].port
+                if spec.job_type == frameworks.PYTORCH
+                else None
+            ),
             "instances": [
-                {"name": i.name, "role": i.role, "index": i.index, "rank": i.rank,
-                 "node": placement[i.name][0], "placement_reason": placement[i.name][1]}
+                {
+                    "name": i.name,
+                    "role": i.role,
+                    "index": i.index,
+                    "rank": i.rank,
+                    "node": placement[i.name][0],
+                    "placement_reason": placement[i.name][1],
+                }
                 for i in spec.instances
             ],
         }
@@ -473,8 +507,14 @@ class LocalBackend(Backend):
         self._job_owned_dir(home, who)
         for sub in ("tmp", ".cache"):
             self._job_owned_dir(os.path.join(home, sub), who)
-        return {"HOME": home, "TMPDIR": os.path.join(home, "tmp"), "XDG_CACHE_HOME": os.path.join(home, ".cache"),
-                "USER": who.name, "LOGNAME": who.name, "SHELL": "/bin/sh"}
+        return {
+            "HOME": home,
+            "TMPDIR": os.path.join(home, "tmp"),
+            "XDG_CACHE_HOME": os.path.join(home, ".cache"),
+            "USER": who.name,
+            "LOGNAME": who.name,
+            "SHELL": "/bin/sh",
+        }
 
     def _flight_recorder_env(self, idir: str, env: dict, who: osuser.RunAs) -> dict:
         """C4D without code changes (core/flight_recorder.py): PyTorch's Flight Recorder on
@@ -490,14 +530,15 @@ class LocalBackend(Backend):
         os.chmod(boot, 0o755)
         _install_readable(FR_BOOT_PATH, os.path.join(boot, "sitecustomize.py"))
         prefix = os.path.join(fr_dir, NCCL_DUMP_PREFIX)
-        out = {"VIGIL_FR_DIR": fr_dir,
-               "PYTHONPATH": os.pathsep.join(filter(None, [boot, env.get("PYTHONPATH", "")]))}
+        out = {"VIGIL_FR_DIR": fr_dir, "PYTHONPATH": os.pathsep.join(filter(None, [boot, env.get("PYTHONPATH", "")]))}
         out.update(self._sdk_copy(boot))
-        for name, value in (("TORCH_FR_BUFFER_SIZE", str(FR_BUFFER_SIZE)),
-                            ("TORCH_NCCL_TRACE_BUFFER_SIZE", str(FR_BUFFER_SIZE)),
-                            ("TORCH_NCCL_DUMP_ON_TIMEOUT", "1"),
-                            ("TORCH_FR_DUMP_TEMP_FILE", prefix),
-                            ("TORCH_NCCL_DEBUG_INFO_TEMP_FILE", prefix)):
+        for name, value in (
+            ("TORCH_FR_BUFFER_SIZE", str(FR_BUFFER_SIZE)),
+            ("TORCH_NCCL_TRACE_BUFFER_SIZE", str(FR_BUFFER_SIZE)),
+            ("TORCH_NCCL_DUMP_ON_TIMEOUT", "1"),
+            ("TORCH_FR_DUMP_TEMP_FILE", prefix),
+            ("TORCH_NCCL_DEBUG_INFO_TEMP_FILE", prefix),
+        ):
             if not env.get(name):
                 out[name] = value
         return out
@@ -529,8 +570,9 @@ class LocalBackend(Backend):
             "log": LOG,
             "leftover_grace": self.leftover_grace,
             "redis": self.redis,
-            "user": ({"name": who.name, "uid": who.uid, "gid": who.gid, "groups": list(who.groups)}
-                     if who.switch else None),
+            "user": (
+                {"name": who.name, "uid": who.uid, "gid": who.gid, "groups": list(who.groups)} if who.switch else None
+            ),
         }
         shim.write_json_atomic(os.path.join(idir, shim.SPEC), data)
 
@@ -555,8 +597,12 @@ class LocalBackend(Backend):
             with os.fdopen(shim_log_fd, "ab") as shim_log:
                 proc = subprocess.Popen(
                     [self.python, "-I", "-S", SHIM_PATH, idir, str(wfd)],
-                    stdin=subprocess.DEVNULL, stdout=shim_log, stderr=shim_log,
-                    pass_fds=(wfd,), start_new_session=True, close_fds=True,
+                    stdin=subprocess.DEVNULL,
+                    stdout=shim_log,
+                    stderr=shim_log,
+                    pass_fds=(wfd,),
+                    start_new_session=True,
+                    close_fds=True,
                 )
             os.close(wfd)
             launchers.append(proc)
@@ -572,8 +618,9 @@ class LocalBackend(Backend):
             while pending:
                 left = deadline - time.monotonic()
                 if left <= 0:
-                    errors += [f"{n}: the shim did not start within {self.start_timeout:g} s"
-                               for n, _, _ in pending.values()]
+                    errors += [
+                        f"{n}: the shim did not start within {self.start_timeout:g} s" for n, _, _ in pending.values()
+                    ]
                     break
                 ready, _, _ = select.select(list(pending), [], [], left)
                 for rfd in ready:
@@ -585,8 +632,10 @@ class LocalBackend(Backend):
                     del pending[rfd]
                     os.close(rfd)
                     if not buf.startswith(b"ok"):
-                        errors.append(f"{name}: {buf.decode(errors='replace').strip() or 'the shim died'}"
-                                      f" (see {os.path.join(where, name, 'shim.log')})")
+                        errors.append(
+                            f"{name}: {buf.decode(errors='replace').strip() or 'the shim died'}"
+                            f" (see {os.path.join(where, name, 'shim.log')})"
+                        )
                     else:
                         if count_faults:
                             faults.point("launch.after_shim_ready", ready_count)
@@ -652,8 +701,15 @@ class LocalBackend(Backend):
             why = f"{entry.target} is not a file in the working directory"  # the cold start reports it
         if why:
             return {"start_reason": why}
-        return {"warm": {"kind": entry.kind.value, "target": entry.target, "argv": entry.argv,
-                         "path0": _path0(entry, workdir)}, "standby": park_dir}
+        return {
+            "warm": {
+                "kind": entry.kind.value,
+                "target": entry.target,
+                "argv": entry.argv,
+                "path0": _path0(entry, workdir),
+            },
+            "standby": park_dir,
+        }
 
     def _hand_over(self, park_dir, idir, ready_wfd) -> bool:
         """Give the instance to its parked shim with the ready pipe; False if it did not take it."""
@@ -705,18 +761,35 @@ class LocalBackend(Backend):
                     os.makedirs(d, mode=0o700, exist_ok=True)
                     os.chmod(d, 0o700)
                 user = ispec.get("user")
-                shim.write_json_atomic(os.path.join(park_dir, shim.PARK_SPEC), {
-                    "python": python, "command": ispec.get("command"), "cwd": cwd, "env": env, "user": user,
-                    "uid": user["uid"] if user else None, "modules": list(spec.warm_modules),
-                    "nice": STANDBY_NICE, "path0": _path0(decision.entry, cwd), "linger": self.standby_linger,
-                    "watch_dir": handle["dir"], "job_id": str(spec.job_id), "attempt": nxt, "instance": name,
-                })
+                shim.write_json_atomic(
+                    os.path.join(park_dir, shim.PARK_SPEC),
+                    {
+                        "python": python,
+                        "command": ispec.get("command"),
+                        "cwd": cwd,
+                        "env": env,
+                        "user": user,
+                        "uid": user["uid"] if user else None,
+                        "modules": list(spec.warm_modules),
+                        "nice": STANDBY_NICE,
+                        "path0": _path0(decision.entry, cwd),
+                        "linger": self.standby_linger,
+                        "watch_dir": handle["dir"],
+                        "job_id": str(spec.job_id),
+                        "attempt": nxt,
+                        "instance": name,
+                    },
+                )
                 rfd, wfd = os.pipe()
                 with open(os.path.join(park_dir, "shim.log"), "ab") as shim_log:
                     proc = subprocess.Popen(
                         [self.python, "-I", "-S", SHIM_PATH, "--park", park_dir, str(wfd)],
-                        stdin=subprocess.DEVNULL, stdout=shim_log, stderr=shim_log,
-                        pass_fds=(wfd,), start_new_session=True, close_fds=True,
+                        stdin=subprocess.DEVNULL,
+                        stdout=shim_log,
+                        stderr=shim_log,
+                        pass_fds=(wfd,),
+                        start_new_session=True,
+                        close_fds=True,
                     )
                 os.close(wfd)
             except OSError:
@@ -724,8 +797,9 @@ class LocalBackend(Backend):
             launchers.append(proc)
             pending[rfd] = (name, proc, b"")
         try:
-            self._wait_ready(os.path.dirname(self._standby_dir(spec.job_id, nxt, "x")), pending, launchers,
-                             count_faults=False)
+            self._wait_ready(
+                os.path.dirname(self._standby_dir(spec.job_id, nxt, "x")), pending, launchers, count_faults=False
+            )
         except BackendError:
             pass  # those standbys are missing: their instances restart cold
 
@@ -749,8 +823,10 @@ class LocalBackend(Backend):
         deadline = time.monotonic() + self.kill_wait
         pids = []
         for park_dir, state in ended:
-            while (_same_process(state["shim_pid"], state["shim_start"], state.get("boot_id"))
-                   and time.monotonic() < deadline):
+            while (
+                _same_process(state["shim_pid"], state["shim_start"], state.get("boot_id"))
+                and time.monotonic() < deadline
+            ):
                 time.sleep(0.01)
             now = shim.read_json(os.path.join(park_dir, shim.PARK_STATE)) or {}
             if now.get("taken_by"):
@@ -775,8 +851,15 @@ class LocalBackend(Backend):
                     rss = psutil.Process(state["child_pid"]).memory_info().rss
                 except psutil.Error:
                     rss = None
-                out.append({"instance": name, "attempt": int(gen.rpartition("-")[2]), "pid": state["child_pid"],
-                            "parked": bool(state.get("parked_at")), "rss": rss})
+                out.append(
+                    {
+                        "instance": name,
+                        "attempt": int(gen.rpartition("-")[2]),
+                        "pid": state["child_pid"],
+                        "parked": bool(state.get("parked_at")),
+                        "rss": rss,
+                    }
+                )
         return out
 
     # -- placement & ports -----------------------------------------------------
@@ -795,7 +878,9 @@ class LocalBackend(Backend):
                 node, reason = free[0], ""
             else:
                 node = min(usable, key=lambda n: (used[n.name] + 1) / n.slots)
-                reason = f"oversubscribed: node {node.name} has {node.slots} slots, {used[node.name] + 1} instances placed"
+                reason = (
+                    f"oversubscribed: node {node.name} has {node.slots} slots, {used[node.name] + 1} instances placed"
+                )
             used[node.name] += 1
             out[inst.name] = (node.name, reason)
         return out
@@ -854,8 +939,12 @@ class LocalBackend(Backend):
     def list_nodes(self) -> list[Node]:
         isolated = self._isolated()
         return [
-            Node(n["name"], n["slots"], schedulable=n["name"] not in isolated,
-                 reason=isolated.get(n["name"], {}).get("reason", ""))
+            Node(
+                n["name"],
+                n["slots"],
+                schedulable=n["name"] not in isolated,
+                reason=isolated.get(n["name"], {}).get("reason", ""),
+            )
             for n in self.nodes
         ]
 
@@ -892,7 +981,11 @@ class LocalBackend(Backend):
         state = shim.read_json(os.path.join(idir, shim.STATE))
         ended = shim.read_json(os.path.join(idir, shim.EXIT))
         stop = shim.read_json(os.path.join(idir, STOP))
-        run = (shim.read_json(os.path.join(idir, shim.SPEC)) or {}).get("run", 1) if state is None else state.get("run", 1)
+        run = (
+            (shim.read_json(os.path.join(idir, shim.SPEC)) or {}).get("run", 1)
+            if state is None
+            else state.get("run", 1)
+        )
         pid = state.get("child_pid") if state else None
         started = state.get("started_at") if state else None
         stopped = stop is not None and stop.get("run") == run
@@ -907,43 +1000,83 @@ class LocalBackend(Backend):
                 st, reason = InstanceState.SUCCEEDED, ""
             else:
                 st, reason = InstanceState.FAILED, ended.get("reason", "")
-            return PolledInstance(state=st, exit_code=code, signal=sig, started_at=ended.get("started_at", started),
-                                  exited_at=ended.get("exited_at"), last_output_at=last_output, reason=reason,
-                                  pid=pid, **common)
+            return PolledInstance(
+                state=st,
+                exit_code=code,
+                signal=sig,
+                started_at=ended.get("started_at", started),
+                exited_at=ended.get("exited_at"),
+                last_output_at=last_output,
+                reason=reason,
+                pid=pid,
+                **common,
+            )
         if state is None:
             launched = handle.get("launched_at") or 0
             if stopped:
-                return PolledInstance(state=InstanceState.STOPPED, reason="stopped before it started",
-                                      last_output_at=last_output, **common)
+                return PolledInstance(
+                    state=InstanceState.STOPPED,
+                    reason="stopped before it started",
+                    last_output_at=last_output,
+                    **common,
+                )
             if time.time() - launched < max(START_GRACE, self.start_timeout):
                 return PolledInstance(state=InstanceState.PENDING, last_output_at=last_output, **common)
-            return PolledInstance(state=InstanceState.LOST, reason="the shim never started",
-                                  last_output_at=last_output, **common)
+            return PolledInstance(
+                state=InstanceState.LOST, reason="the shim never started", last_output_at=last_output, **common
+            )
         shim_alive = _same_process(state.get("shim_pid"), state.get("shim_start"), state.get("boot_id"))
         child_alive = _same_process(pid, state.get("child_start"), state.get("boot_id"))
         running_reason = inst.get("placement_reason", "")
         if shim_alive and child_alive:
-            return PolledInstance(state=InstanceState.RUNNING, started_at=started, last_output_at=last_output,
-                                  reason=running_reason, pid=pid, **common)
+            return PolledInstance(
+                state=InstanceState.RUNNING,
+                started_at=started,
+                last_output_at=last_output,
+                reason=running_reason,
+                pid=pid,
+                **common,
+            )
         # The shim writes exit.json the moment the child ends: look again before concluding.
         ended = shim.read_json(os.path.join(idir, shim.EXIT))
         if ended is not None and ended.get("run", 1) == run:
             return self._status(handle, inst)
         if shim_alive:  # child just ended, exit.json is being written
-            return PolledInstance(state=InstanceState.RUNNING, started_at=started, last_output_at=last_output,
-                                  reason=running_reason, pid=pid, **common)
+            return PolledInstance(
+                state=InstanceState.RUNNING,
+                started_at=started,
+                last_output_at=last_output,
+                reason=running_reason,
+                pid=pid,
+                **common,
+            )
         if child_alive:
-            return PolledInstance(state=InstanceState.RUNNING, started_at=started, last_output_at=last_output,
-                                  reason="shim lost; the instance still runs but its exit code will be unknown",
-                                  pid=pid, **common)
+            return PolledInstance(
+                state=InstanceState.RUNNING,
+                started_at=started,
+                last_output_at=last_output,
+                reason="shim lost; the instance still runs but its exit code will be unknown",
+                pid=pid,
+                **common,
+            )
         if stopped:
-            return PolledInstance(state=InstanceState.STOPPED, started_at=started, last_output_at=last_output,
-                                  reason="stopped on request; the shim had died, exit code unknown", pid=pid,
-                                  **common)
-        return PolledInstance(state=InstanceState.LOST, started_at=started, last_output_at=last_output,
-                              reason="shim lost: the instance and its shim are gone and no exit was recorded "
-                                     "(or the recorded PIDs now belong to other processes)",
-                              pid=pid, **common)
+            return PolledInstance(
+                state=InstanceState.STOPPED,
+                started_at=started,
+                last_output_at=last_output,
+                reason="stopped on request; the shim had died, exit code unknown",
+                pid=pid,
+                **common,
+            )
+        return PolledInstance(
+            state=InstanceState.LOST,
+            started_at=started,
+            last_output_at=last_output,
+            reason="shim lost: the instance and its shim are gone and no exit was recorded "
+            "(or the recorded PIDs now belong to other processes)",
+            pid=pid,
+            **common,
+        )
 
     # -- stop -------------------------------------------------------------------------
     def stop(self, handle: dict, grace: float | None = None) -> None:
@@ -980,8 +1113,7 @@ class LocalBackend(Backend):
                     pass
         remaining = self._wait_ended({n: targets[n] for n in remaining}, self.kill_wait, signalled)
         if remaining:
-            raise BackendError(f"instances still running after SIGKILL: {', '.join(sorted(remaining))}",
-                               retryable=True)
+            raise BackendError(f"instances still running after SIGKILL: {', '.join(sorted(remaining))}", retryable=True)
 
     @staticmethod
     def _processes(state) -> tuple[int | None, list[int]]:
@@ -1056,8 +1188,10 @@ class LocalBackend(Backend):
         with open(log, "ab") as f:
             needs_newline = f.tell() > 0 and _last_byte(log) != b"\n"
             stamp = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-            f.write((b"\n" if needs_newline else b"")
-                    + f"===== vigil: {name} restarted (run {run + 1} of attempt {handle['attempt']}) at {stamp} =====\n".encode())
+            f.write(
+                (b"\n" if needs_newline else b"")
+                + f"===== vigil: {name} restarted (run {run + 1} of attempt {handle['attempt']}) at {stamp} =====\n".encode()
+            )
         spec["run"] = run + 1
         spec["redis"] = self.redis
         shim.write_json_atomic(os.path.join(idir, shim.SPEC), spec)

@@ -79,12 +79,26 @@ class MemoryBackend(Backend):
         att.statuses[name] = status
         return status
 
-    def finish(self, handle: dict, name: str, exit_code: int | None = 0, signal: int | None = None,
-               reason: str = "", now: float | None = None) -> PolledInstance:
+    def finish(
+        self,
+        handle: dict,
+        name: str,
+        exit_code: int | None = 0,
+        signal: int | None = None,
+        reason: str = "",
+        now: float | None = None,
+    ) -> PolledInstance:
         """End an instance as a process would: SUCCEEDED on code 0, FAILED otherwise."""
         state = InstanceState.SUCCEEDED if exit_code == 0 and signal is None else InstanceState.FAILED
-        return self.set_instance(handle, name, state=state, exit_code=exit_code, signal=signal, reason=reason,
-                                 exited_at=time.time() if now is None else now)
+        return self.set_instance(
+            handle,
+            name,
+            state=state,
+            exit_code=exit_code,
+            signal=signal,
+            reason=reason,
+            exited_at=time.time() if now is None else now,
+        )
 
     def write_log(self, handle: dict, name: str, data: bytes | str, now: float | None = None) -> None:
         att, _ = self._get(handle, name)
@@ -112,15 +126,25 @@ class MemoryBackend(Backend):
         for i, inst in enumerate(sorted(spec.instances, key=lambda x: x.rank)):
             node = usable[i % len(usable)]["name"]
             att.statuses[inst.name] = PolledInstance(
-                name=inst.name, role=inst.role, index=inst.index, state=self.initial_state,
+                name=inst.name,
+                role=inst.role,
+                index=inst.index,
+                state=self.initial_state,
                 started_at=now if self.initial_state == InstanceState.RUNNING else None,
-                last_output_at=None, node=node,
+                last_output_at=None,
+                node=node,
             )
             att.logs[inst.name] = bytearray()
-            instances.append({"name": inst.name, "role": inst.role, "index": inst.index, "rank": inst.rank,
-                              "node": node})
-        handle = {"backend": self.name, "job_id": key[0], "attempt": spec.attempt, "job_type": spec.job_type,
-                  "instances": instances}
+            instances.append(
+                {"name": inst.name, "role": inst.role, "index": inst.index, "rank": inst.rank, "node": node}
+            )
+        handle = {
+            "backend": self.name,
+            "job_id": key[0],
+            "attempt": spec.attempt,
+            "job_type": spec.job_type,
+            "instances": instances,
+        }
         att.handle = handle
         self.attempts[key] = att
         self.launched.append(spec)
@@ -133,7 +157,8 @@ class MemoryBackend(Backend):
         status = att.statuses[name]
         if not status.state.finished:
             att.statuses[name] = dataclasses.replace(
-                status, state=InstanceState.STOPPED, signal=15, exited_at=now, reason="stopped on request")
+                status, state=InstanceState.STOPPED, signal=15, exited_at=now, reason="stopped on request"
+            )
 
     def stop(self, handle: dict, grace: float | None = None) -> None:
         att = self._attempt(handle)
@@ -150,8 +175,12 @@ class MemoryBackend(Backend):
     def restart_instance(self, handle: dict, name: str) -> dict:
         att, status = self._get(handle, name)
         att.statuses[name] = PolledInstance(
-            name=status.name, role=status.role, index=status.index, state=InstanceState.RUNNING,
-            started_at=time.time(), node=status.node,
+            name=status.name,
+            role=status.role,
+            index=status.index,
+            state=InstanceState.RUNNING,
+            started_at=time.time(),
+            node=status.node,
         )
         att.logs[name] += f"===== vigil: {name} restarted =====\n".encode()
         self.restarted.append((handle["job_id"], handle["attempt"], name))
@@ -160,12 +189,12 @@ class MemoryBackend(Backend):
     def read_log(self, handle: dict, name: str, offset: int = 0, limit: int | None = None) -> bytes:
         att, _ = self._get(handle, name)
         log = att.logs[name]
-        return bytes(log[offset:] if limit is None else log[offset:offset + limit])
+        return bytes(log[offset:] if limit is None else log[offset : offset + limit])
 
     def tail_log(self, handle: dict, name: str, nbytes: int) -> bytes:
         att, _ = self._get(handle, name)
         log = att.logs[name]
-        return bytes(log[max(0, len(log) - nbytes):])
+        return bytes(log[max(0, len(log) - nbytes) :])
 
     def handle_for(self, job_id, attempt: int) -> dict:
         try:
@@ -180,8 +209,10 @@ class MemoryBackend(Backend):
         return []  # no processes
 
     def list_nodes(self) -> list[Node]:
-        return [Node(n["name"], n["slots"], n["name"] not in self.isolated, self.isolated.get(n["name"], ""))
-                for n in self.nodes]
+        return [
+            Node(n["name"], n["slots"], n["name"] not in self.isolated, self.isolated.get(n["name"], ""))
+            for n in self.nodes
+        ]
 
     def isolate_node(self, name: str, reason: str) -> None:
         if name not in {n["name"] for n in self.nodes}:

@@ -49,9 +49,15 @@ def _user_name(uid: int) -> str:
         return str(uid)
 
 
-def resolve_run_as(requested: str, *, default: str = DEFAULT_RUN_AS, allow_root: bool = False,
-                   setting: str = "VIGIL_LOCAL_RUN_AS", allow_setting: str = "VIGIL_LOCAL_ALLOW_ROOT",
-                   euid: int | None = None) -> RunAs:
+def resolve_run_as(
+    requested: str,
+    *,
+    default: str = DEFAULT_RUN_AS,
+    allow_root: bool = False,
+    setting: str = "VIGIL_LOCAL_RUN_AS",
+    allow_setting: str = "VIGIL_LOCAL_ALLOW_ROOT",
+    euid: int | None = None,
+) -> RunAs:
     """The user a job runs as. `requested` is the workspace's `run_as` ("" = none)."""
     euid = os.geteuid() if euid is None else euid
     if euid != 0:
@@ -60,7 +66,8 @@ def resolve_run_as(requested: str, *, default: str = DEFAULT_RUN_AS, allow_root:
             raise BackendError(
                 f"the workspace's jobs must run as OS user {requested!r}, but the console runs as {me!r}, "
                 "not root, so it cannot switch users: clear the workspace's run_as or run the console's "
-                "worker as root")
+                "worker as root"
+            )
         return RunAs(me, euid, os.getegid(), tuple(os.getgroups()), switch=False)
     if not requested and allow_root:
         return RunAs("root", 0, 0, (0,), switch=False)

@@ -75,7 +75,7 @@ SPEC = "spec.json"
 TIMES_SUFFIX = ".times"  # core.logtimes.SUFFIX (the shim runs with the standard library only)
 MARK_INTERVAL = 0.05  # seconds between looks at the log's size: a line's capture time is at most this late
 REDIS_DEADLINE = 0.5  # seconds; the exit is already on disk, this only speeds the monitor up
-PARK_SPEC = "park.json"    # what a parked shim starts (written by the backend)
+PARK_SPEC = "park.json"  # what a parked shim starts (written by the backend)
 PARK_STATE = "park-state.json"  # its PIDs and what became of it (written by the parked shim)
 CTL = "ctl.sock"
 BOOT_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "warm_boot.py")
@@ -255,8 +255,14 @@ def run(instance_dir, ready_fd, standby=None):
         pid, error = _start_cold(spec, user, log_fd, instance_dir)
     if pid is None:  # could not start at all: recorded as exit 127
         exited_at = time.time()
-        record = {"exit_code": 127, "signal": None, "exited_at": exited_at, "started_at": started_at,
-                  "run": run_no, "reason": error}
+        record = {
+            "exit_code": 127,
+            "signal": None,
+            "exited_at": exited_at,
+            "started_at": started_at,
+            "run": run_no,
+            "reason": error,
+        }
         write_json_atomic(exit_path, record)
         _tell_launcher(ready_fd, b"ok 0\n")
         _announce(spec, record)
@@ -293,8 +299,7 @@ def run(instance_dir, ready_fd, standby=None):
         exit_code, sig = None, os.WTERMSIG(status)
     else:
         exit_code, sig = os.WEXITSTATUS(status), None
-    record = {"exit_code": exit_code, "signal": sig, "exited_at": exited_at, "started_at": started_at,
-              "run": run_no}
+    record = {"exit_code": exit_code, "signal": sig, "exited_at": exited_at, "started_at": started_at, "run": run_no}
     write_json_atomic(exit_path, record)  # on disk before anyone is told
     _announce(spec, record)
     _end_leftovers(pid, float(spec.get("leftover_grace", 2.0)))
@@ -306,8 +311,11 @@ def _identity(user):
     # after the fork and chdir, so the shim stays root.
     if not user:
         return {}
-    return {"user": int(user["uid"]), "group": int(user["gid"]),
-            "extra_groups": [int(g) for g in user.get("groups") or ()]}
+    return {
+        "user": int(user["uid"]),
+        "group": int(user["gid"]),
+        "extra_groups": [int(g) for g in user.get("groups") or ()],
+    }
 
 
 def _start_cold(spec, user, log_fd, instance_dir):
@@ -509,10 +517,18 @@ class _Standby:
             mine = os.getpriority(os.PRIO_PROCESS, 0)
             for tid in os.listdir(f"/proc/{self.child.pid}/task"):
                 os.setpriority(os.PRIO_PROCESS, int(tid), mine)
-            send_message(self.sock, {
-                "env": spec.get("env") or {}, "cwd": spec.get("cwd"), "kind": warm["kind"],
-                "target": warm["target"], "argv": warm["argv"], "path0": warm["path0"],
-            }, fds=[log_fd])
+            send_message(
+                self.sock,
+                {
+                    "env": spec.get("env") or {},
+                    "cwd": spec.get("cwd"),
+                    "kind": warm["kind"],
+                    "target": warm["target"],
+                    "argv": warm["argv"],
+                    "path0": warm["path0"],
+                },
+                fds=[log_fd],
+            )
         except OSError as exc:
             self.discard()
             return None, f"the parked interpreter could not be started ({exc})"
@@ -534,8 +550,15 @@ def park(park_dir, ready_fd):
     try:
         child = subprocess.Popen(
             [spec["python"], BOOT_PATH, str(theirs.fileno()), str(os.getpid())],
-            cwd=spec["cwd"], env=spec["env"], stdin=subprocess.DEVNULL, stdout=log_fd, stderr=log_fd,
-            process_group=0, close_fds=True, pass_fds=(theirs.fileno(),), **_identity(spec.get("user")),
+            cwd=spec["cwd"],
+            env=spec["env"],
+            stdin=subprocess.DEVNULL,
+            stdout=log_fd,
+            stderr=log_fd,
+            process_group=0,
+            close_fds=True,
+            pass_fds=(theirs.fileno(),),
+            **_identity(spec.get("user")),
         )
     except (OSError, subprocess.SubprocessError) as exc:
         _tell_launcher(ready_fd, f"error cannot start the parked interpreter: {exc}\n".encode())
@@ -559,9 +582,16 @@ def park(park_dir, ready_fd):
     with short_socket_path(park_dir, CTL) as short:
         listener.bind(short)
     listener.listen(4)
-    state = {"shim_pid": os.getpid(), "shim_start": proc_start_ticks(os.getpid()), "child_pid": child.pid,
-             "child_start": proc_start_ticks(child.pid), "boot_id": boot_id(), "started_at": time.time(),
-             "parked_at": None, "ended": None}
+    state = {
+        "shim_pid": os.getpid(),
+        "shim_start": proc_start_ticks(os.getpid()),
+        "child_pid": child.pid,
+        "child_start": proc_start_ticks(child.pid),
+        "boot_id": boot_id(),
+        "started_at": time.time(),
+        "parked_at": None,
+        "ended": None,
+    }
     write_json_atomic(os.path.join(park_dir, PARK_STATE), state)
     _tell_launcher(ready_fd, b"ok %d\n" % child.pid)
 

@@ -54,13 +54,31 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from core.slurm import (
-    SLURM_FAILURE_STATES, SLURM_VERDICTS, SlurmJob, SlurmNode, is_transient, job_from_sacct,
-    job_from_scontrol, job_from_squeue_json, nodes_from_sinfo_json, nodes_from_sinfo_text,
+    SLURM_FAILURE_STATES,
+    SLURM_VERDICTS,
+    SlurmJob,
+    SlurmNode,
+    is_transient,
+    job_from_sacct,
+    job_from_scontrol,
+    job_from_squeue_json,
+    nodes_from_sinfo_json,
+    nodes_from_sinfo_text,
 )
 
 from . import osuser
 from . import slurm_step as step
-from .base import AttemptLaunch, Backend, BackendError, InstanceLaunch, InstanceState, PolledInstance, Node, read_log_file, tail_log_file
+from .base import (
+    AttemptLaunch,
+    Backend,
+    BackendError,
+    InstanceLaunch,
+    InstanceState,
+    PolledInstance,
+    Node,
+    read_log_file,
+    tail_log_file,
+)
 
 # scancel exits with Slurm's errno truncated to a byte, at times without a word on stderr
 # (seen on CI: a late stop of an ended job exited 229 silently): ESLURM_ALREADY_DONE (2021)
@@ -107,8 +125,10 @@ def check_options(options: dict) -> dict:
     """Merged with the defaults and checked; a bad option names itself and what it accepts."""
     unknown = sorted(set(options) - set(DEFAULTS))
     if unknown:
-        raise BackendError(f"JOB_BACKENDS['slurm']['OPTIONS'] has unknown option(s) {', '.join(unknown)} "
-                           f"(accepted: {', '.join(sorted(DEFAULTS))})")
+        raise BackendError(
+            f"JOB_BACKENDS['slurm']['OPTIONS'] has unknown option(s) {', '.join(unknown)} "
+            f"(accepted: {', '.join(sorted(DEFAULTS))})"
+        )
     o = {**DEFAULTS, **options}
     if not o["log_dir"] or not os.path.isabs(str(o["log_dir"])):
         raise _option_error("log_dir", "an absolute path shared by the console and all nodes", o["log_dir"])
@@ -127,11 +147,14 @@ def check_options(options: dict) -> dict:
     for name in ("command_timeout", "grace", "linger", "stop_poll_interval"):
         if not isinstance(o[name], (int, float)) or o[name] < 0:
             raise _option_error(name, "a number of seconds >= 0", o[name])
-    if not isinstance(o["port_base"], int) or not isinstance(o["port_span"], int) or not (
-        1024 <= o["port_base"] and o["port_span"] >= 1 and o["port_base"] + o["port_span"] <= 65536
+    if (
+        not isinstance(o["port_base"], int)
+        or not isinstance(o["port_span"], int)
+        or not (1024 <= o["port_base"] and o["port_span"] >= 1 and o["port_base"] + o["port_span"] <= 65536)
     ):
-        raise _option_error("port_base/port_span", "1024 <= port_base, port_base + port_span <= 65536",
-                            (o["port_base"], o["port_span"]))
+        raise _option_error(
+            "port_base/port_span", "1024 <= port_base, port_base + port_span <= 65536", (o["port_base"], o["port_span"])
+        )
     if not isinstance(o["commands"], dict) or set(o["commands"]) - set(TOOLS):
         raise _option_error("commands", f"a dict with keys among {', '.join(TOOLS)}", o["commands"])
     if not isinstance(o["use_json"], bool):
@@ -143,8 +166,10 @@ def check_options(options: dict) -> dict:
 
 # The part of base.py that frameworks.py needs on the nodes, from the class itself (one
 # definition); base.py as a whole wants Python 3.11 (StrEnum), the nodes' Python may be older.
-RUNTIME_BASE = ("# Written by jobs/backends/slurm.py: the part of base.py that frameworks.py needs on the nodes.\n"
-                "from dataclasses import dataclass, field\n\n\n" + inspect.getsource(InstanceLaunch))
+RUNTIME_BASE = (
+    "# Written by jobs/backends/slurm.py: the part of base.py that frameworks.py needs on the nodes.\n"
+    "from dataclasses import dataclass, field\n\n\n" + inspect.getsource(InstanceLaunch)
+)
 
 
 # -- instance status (pure) ------------------------------------------------------------------
@@ -167,9 +192,15 @@ def instance_status(inst: dict, files: InstanceFiles, job: SlurmJob, batch_said:
     `batch_said` is the last line of the batch script's log, which explains an
     allocation that ended before its instances started (the supervisor failed)."""
     started = files.started or {}
-    base = dict(name=inst["name"], role=inst["role"], index=inst["index"],
-                started_at=started.get("started_at"), last_output_at=files.last_output_at,
-                node=started.get("node", ""), pid=started.get("pid"))
+    base = dict(
+        name=inst["name"],
+        role=inst["role"],
+        index=inst["index"],
+        started_at=started.get("started_at"),
+        last_output_at=files.last_output_at,
+        node=started.get("node", ""),
+        pid=started.get("pid"),
+    )
     stop_at = files.stop_requested_at
     if files.exited is not None:
         ex = files.exited
@@ -206,18 +237,25 @@ def instance_status(inst: dict, files: InstanceFiles, job: SlurmJob, batch_said:
     if stop_at is not None:
         return PolledInstance(**base, state=InstanceState.STOPPED, exited_at=ended, reason="stopped")
     if not job.known:
-        return PolledInstance(**base, state=InstanceState.LOST, exited_at=ended,
-                              reason=f"Slurm no longer knows job {job.job_id} and the instance left no exit record")
+        return PolledInstance(
+            **base,
+            state=InstanceState.LOST,
+            exited_at=ended,
+            reason=f"Slurm no longer knows job {job.job_id} and the instance left no exit record",
+        )
     if job.state in SLURM_VERDICTS:
         state = InstanceState.FAILED if job.state == "NODE_FAIL" else InstanceState.LOST
         base["node"] = base["node"] or job.nodes
         return PolledInstance(**base, state=state, exited_at=ended, reason=job.state)
     said = f": {batch_said}" if batch_said and not files.started else ""
-    return PolledInstance(**base, state=InstanceState.LOST, exited_at=ended,
-                          reason=f"Slurm job {job.job_id} ended ({job.state}) before this instance "
-                                 + ("reported an exit" if files.started else "started") + said)
-
-
+    return PolledInstance(
+        **base,
+        state=InstanceState.LOST,
+        exited_at=ended,
+        reason=f"Slurm job {job.job_id} ended ({job.state}) before this instance "
+        + ("reported an exit" if files.started else "started")
+        + said,
+    )
 
 
 def _nodes(found: list[SlurmNode]) -> list[Node]:
@@ -246,25 +284,38 @@ class SlurmBackend(Backend):
         return self.opts["commands"].get(name) or name
 
     def _env(self) -> dict:
-        env = {k: v for k, v in os.environ.items()
-               if not k.startswith(("SLURM_", "SBATCH_", "SRUN_", "SQUEUE_", "SINFO_", "SACCT_"))
-               or k == "SLURM_CONF"}
+        env = {
+            k: v
+            for k, v in os.environ.items()
+            if not k.startswith(("SLURM_", "SBATCH_", "SRUN_", "SQUEUE_", "SINFO_", "SACCT_")) or k == "SLURM_CONF"
+        }
         env.update({str(k): str(v) for k, v in self.opts["environment"].items()})
         return env
 
-    def _run(self, tool: str, *args: str, check: bool = True, timeout: float | None = None
-             ) -> subprocess.CompletedProcess:
+    def _run(
+        self, tool: str, *args: str, check: bool = True, timeout: float | None = None
+    ) -> subprocess.CompletedProcess:
         argv = [self._tool(tool), *args]
         try:
-            res = subprocess.run(argv, capture_output=True, text=True, env=self._env(),
-                                 timeout=timeout or self.opts["command_timeout"], stdin=subprocess.DEVNULL)
+            res = subprocess.run(
+                argv,
+                capture_output=True,
+                text=True,
+                env=self._env(),
+                timeout=timeout or self.opts["command_timeout"],
+                stdin=subprocess.DEVNULL,
+            )
         except FileNotFoundError:
-            raise BackendError(f"Slurm command {argv[0]!r} not found: install the Slurm client tools on the "
-                               f"console host or set OPTIONS['commands'][{tool!r}]") from None
+            raise BackendError(
+                f"Slurm command {argv[0]!r} not found: install the Slurm client tools on the "
+                f"console host or set OPTIONS['commands'][{tool!r}]"
+            ) from None
         except subprocess.TimeoutExpired:
-            raise BackendError(f"Slurm did not answer: `{shlex.join(argv)}` took longer than "
-                               f"{timeout or self.opts['command_timeout']:.0f}s (is slurmctld up?)",
-                               retryable=True) from None
+            raise BackendError(
+                f"Slurm did not answer: `{shlex.join(argv)}` took longer than "
+                f"{timeout or self.opts['command_timeout']:.0f}s (is slurmctld up?)",
+                retryable=True,
+            ) from None
         if check and res.returncode != 0:
             raise self._refusal(argv, res)
         return res
@@ -308,16 +359,23 @@ class SlurmBackend(Backend):
             raise BackendError(
                 f"the workspace's jobs must run as OS user {requested!r}, but only a console running as "
                 "root may submit Slurm jobs as another user (sbatch --uid): clear the workspace's run_as, "
-                "or run the console's worker as root")
-        return osuser.resolve_run_as(requested, allow_root=False, setting="the workspace's run_as",
-                                     allow_setting="")
+                "or run the console's worker as root"
+            )
+        return osuser.resolve_run_as(requested, allow_root=False, setting="the workspace's run_as", allow_setting="")
 
     def sbatch_argv(self, spec: AttemptLaunch, attempt_dir: Path, who: osuser.RunAs | None = None) -> list[str]:
         o = self.opts
-        argv = ["--parsable", f"--job-name={self.job_name(spec.job_id, spec.attempt)}",
-                f"--ntasks={len(spec.instances)}", f"--cpus-per-task={o['cpus_per_instance']}",
-                f"--output={attempt_dir}/batch.log", f"--chdir={attempt_dir}", "--no-requeue",
-                f"--export={o['export']}", f"--comment=vigil job {spec.job_id} attempt {spec.attempt}"]
+        argv = [
+            "--parsable",
+            f"--job-name={self.job_name(spec.job_id, spec.attempt)}",
+            f"--ntasks={len(spec.instances)}",
+            f"--cpus-per-task={o['cpus_per_instance']}",
+            f"--output={attempt_dir}/batch.log",
+            f"--chdir={attempt_dir}",
+            "--no-requeue",
+            f"--export={o['export']}",
+            f"--comment=vigil job {spec.job_id} attempt {spec.attempt}",
+        ]
         if o["gpus_per_instance"]:
             argv.append(f"--gpus-per-task={o['gpus_per_instance']}")
         if o["partition"]:
@@ -383,22 +441,40 @@ class SlurmBackend(Backend):
             Path(step.log_file(str(attempt_dir), inst.name)).touch()
         o = self.opts
         ranked = [i.name for i in sorted(spec.instances, key=lambda i: i.rank)]
-        ports = dict(zip(ranked, step.attempt_ports(spec.job_id, spec.attempt, len(ranked),
-                                                    o["port_base"], o["port_span"])))
-        step.write_json(str(attempt_dir / "attempt.json"), {
-            **spec.to_dict(),
-            "ports": ports,
-            "options": {k: o[k] for k in ("cpus_per_instance", "gpus_per_instance", "slots_per_instance",
-                                          "python", "linger", "redis_url", "grace")}
-            | {"srun": self._tool("srun"), "srun_options": list(o["srun_options"]),
-               "exit_channel": self.exit_channel},
-        })
+        ports = dict(
+            zip(ranked, step.attempt_ports(spec.job_id, spec.attempt, len(ranked), o["port_base"], o["port_span"]))
+        )
+        step.write_json(
+            str(attempt_dir / "attempt.json"),
+            {
+                **spec.to_dict(),
+                "ports": ports,
+                "options": {
+                    k: o[k]
+                    for k in (
+                        "cpus_per_instance",
+                        "gpus_per_instance",
+                        "slots_per_instance",
+                        "python",
+                        "linger",
+                        "redis_url",
+                        "grace",
+                    )
+                }
+                | {
+                    "srun": self._tool("srun"),
+                    "srun_options": list(o["srun_options"]),
+                    "exit_channel": self.exit_channel,
+                },
+            },
+        )
         script = attempt_dir / "batch.sh"
         script.write_text(
             "#!/bin/bash\n"
             f"# Vigil job {spec.job_id}, attempt {spec.attempt}: supervise one step per instance.\n"
             f"exec {shlex.quote(o['python'])} {shlex.quote(str(attempt_dir / 'runtime' / 'slurm_step.py'))}"
-            f" supervise {shlex.quote(str(attempt_dir))}\n")
+            f" supervise {shlex.quote(str(attempt_dir))}\n"
+        )
         job_name = self.job_name(spec.job_id, spec.attempt)
         step.write_json(str(attempt_dir / SUBMITTING), {"job_name": job_name, "ports": ports, "at": time.time()})
         who = self.identity(spec.run_as)
@@ -416,8 +492,10 @@ class SlurmBackend(Backend):
         directory, which stays 0700, so no other cluster user reads the token in it."""
         blocked = osuser.blocked_ancestor(str(attempt_dir.parent), who)
         if blocked:
-            raise BackendError(f"the workspace's OS user {who.name!r} cannot pass through {blocked} on the "
-                               "way to its attempt's directory: give it the search (x) permission")
+            raise BackendError(
+                f"the workspace's OS user {who.name!r} cannot pass through {blocked} on the "
+                "way to its attempt's directory: give it the search (x) permission"
+            )
         for root, dirs, files in os.walk(attempt_dir):
             for name in dirs + files:
                 os.chown(os.path.join(root, name), who.uid, who.gid, follow_symlinks=False)
@@ -436,8 +514,9 @@ class SlurmBackend(Backend):
             # PyTorch's rendezvous port (rank 0's), kept on the Attempt row; None for other frameworks.
             "master_port": ports[first] if spec.job_type == "PyTorchJob" else None,
             "run_as": spec.run_as or osuser.current_user(),
-            "instances": [{"name": i.name, "role": i.role, "index": i.index, "rank": i.rank, "run": 1}
-                          for i in spec.instances],
+            "instances": [
+                {"name": i.name, "role": i.role, "index": i.index, "rank": i.rank, "run": 1} for i in spec.instances
+            ],
         }
         step.write_json(str(attempt_dir / HANDLE), handle)
         return handle
@@ -472,7 +551,9 @@ class SlurmBackend(Backend):
     def job(self, handle: dict) -> SlurmJob:
         """Slurm's view of the attempt's job: squeue --json, else scontrol, else sacct."""
         job_id = str(handle["slurm_job_id"])
-        res = self._run("squeue", "--json", "--states=all", "-j", job_id, check=False) if self.opts["use_json"] else None
+        res = (
+            self._run("squeue", "--json", "--states=all", "-j", job_id, check=False) if self.opts["use_json"] else None
+        )
         if res is not None and res.returncode == 0:
             try:
                 found = job_from_squeue_json(json.loads(res.stdout), job_id)
@@ -490,8 +571,7 @@ class SlurmBackend(Backend):
         elif "invalid job id" not in (res.stderr or "").lower():
             raise self._refusal([self._tool("scontrol"), "show"], res)
         # Gone from the controller's memory (MinJobAge): accounting may still know.
-        res = self._run("sacct", "-X", "-n", "-P", "-j", job_id, "-o", "JobID,State,Reason,NodeList",
-                        check=False)
+        res = self._run("sacct", "-X", "-n", "-P", "-j", job_id, "-o", "JobID,State,Reason,NodeList", check=False)
         if res.returncode == 0:
             found = job_from_sacct(res.stdout, job_id)
             if found:
@@ -514,8 +594,13 @@ class SlurmBackend(Backend):
         # An empty log has not been written to: its mtime is its creation.
         if mtime is not None and os.path.getsize(step.log_file(d, name)) == 0:
             mtime = None
-        return InstanceFiles(run=run, started=started, exited=step.read_json(step.exit_file(d, name, run)),
-                             stop_requested_at=(stop or {}).get("requested_at"), last_output_at=mtime)
+        return InstanceFiles(
+            run=run,
+            started=started,
+            exited=step.read_json(step.exit_file(d, name, run)),
+            stop_requested_at=(stop or {}).get("requested_at"),
+            last_output_at=mtime,
+        )
 
     @staticmethod
     def _current_run(handle: dict, name: str) -> int:
@@ -538,8 +623,12 @@ class SlurmBackend(Backend):
         deadline = time.monotonic() + grace
         while True:
             d = handle["attempt_dir"]
-            pending = [n for n in names if step.read_json(step.run_file(d, n, self._current_run(handle, n)))
-                       and not step.read_json(step.exit_file(d, n, self._current_run(handle, n)))]
+            pending = [
+                n
+                for n in names
+                if step.read_json(step.run_file(d, n, self._current_run(handle, n)))
+                and not step.read_json(step.exit_file(d, n, self._current_run(handle, n)))
+            ]
             if not pending:
                 return True
             if time.monotonic() >= deadline:
@@ -551,8 +640,11 @@ class SlurmBackend(Backend):
         job_id = str(handle["slurm_job_id"])
         d = handle["attempt_dir"]
         if step.read_json(os.path.join(d, STOP)) is None:
-            ended = [n for n in self.instance_names(handle)
-                     if step.read_json(step.exit_file(d, n, self._current_run(handle, n)))]
+            ended = [
+                n
+                for n in self.instance_names(handle)
+                if step.read_json(step.exit_file(d, n, self._current_run(handle, n)))
+            ]
             step.write_json(os.path.join(d, STOP), {"requested_at": time.time(), "grace": grace, "ended": ended})
         job = self.job(handle)
         if not job.active:
@@ -574,8 +666,11 @@ class SlurmBackend(Backend):
     def _scancel(self, *args: str) -> None:
         res = self._run("scancel", *args, check=False)
         text = (res.stderr or "").lower()
-        if res.returncode != 0 and res.returncode not in SCANCEL_JOB_GONE and not any(
-                w in text for w in ("already completing", "already completed", "invalid job id", "completed")):
+        if (
+            res.returncode != 0
+            and res.returncode not in SCANCEL_JOB_GONE
+            and not any(w in text for w in ("already completing", "already completed", "invalid job id", "completed"))
+        ):
             raise self._refusal([self._tool("scancel"), *args], res)
 
     def stop_instance(self, handle: dict, name: str, grace: float | None = None) -> None:
@@ -599,7 +694,8 @@ class SlurmBackend(Backend):
         if not job.active or job.waiting:
             raise BackendError(
                 f"cannot restart {name} in Slurm job {handle['slurm_job_id']}: the allocation is "
-                f"{job.state or 'gone'}; restart the whole attempt instead")
+                f"{job.state or 'gone'}; restart the whole attempt instead"
+            )
         d = handle["attempt_dir"]
         run = self._current_run(handle, name)
         if step.read_json(step.run_file(d, name, run)) and not step.read_json(step.exit_file(d, name, run)):
@@ -608,8 +704,11 @@ class SlurmBackend(Backend):
         with open(log, "ab") as fh:
             needs_newline = fh.tell() > 0 and self.tail_log(handle, name, 1) != b"\n"
             stamp = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-            fh.write((b"\n" if needs_newline else b"") + f"===== vigil: {name} restarted (run {run + 1} of "
-                     f"attempt {handle['attempt']}) at {stamp} =====\n".encode())
+            fh.write(
+                (b"\n" if needs_newline else b"")
+                + f"===== vigil: {name} restarted (run {run + 1} of "
+                f"attempt {handle['attempt']}) at {stamp} =====\n".encode()
+            )
         step.write_json(step.restart_request(d, name, run + 1), {"requested_at": time.time()})
         new = json.loads(json.dumps(handle))
         for inst in new["instances"]:
@@ -663,8 +762,10 @@ class SlurmBackend(Backend):
         """The instance's PID when it runs on this very host (else [], see dump_stacks)."""
         files = self._files(handle, self.check_instance(handle, name))
         started = files.started or {}
-        if started.get("pid") and not files.exited and started.get("node") in (
-            socket.gethostname(), socket.gethostname().split(".")[0]
+        if (
+            started.get("pid")
+            and not files.exited
+            and started.get("node") in (socket.gethostname(), socket.gethostname().split(".")[0])
         ):
             return [int(started["pid"])]
         return []
@@ -677,12 +778,25 @@ class SlurmBackend(Backend):
         if not started or files.exited:
             raise BackendError(f"{name} is not running (no stack to dump)")
         script = os.path.join(handle["attempt_dir"], "runtime", "slurm_step.py")
-        res = self._run("srun", "--overlap", f"--jobid={handle['slurm_job_id']}", "--ntasks=1", "--nodes=1",
-                        f"--nodelist={started['node']}", "--export=ALL", "--quiet",
-                        self.opts["python"], script, "stacks", str(started["pid"]), self.opts["py_spy"],
-                        timeout=timeout)
+        res = self._run(
+            "srun",
+            "--overlap",
+            f"--jobid={handle['slurm_job_id']}",
+            "--ntasks=1",
+            "--nodes=1",
+            f"--nodelist={started['node']}",
+            "--export=ALL",
+            "--quiet",
+            self.opts["python"],
+            script,
+            "stacks",
+            str(started["pid"]),
+            self.opts["py_spy"],
+            timeout=timeout,
+        )
         try:
             return json.loads(res.stdout)
         except json.JSONDecodeError:
-            raise BackendError(f"the stack dump of {name} gave no JSON: {res.stdout[-300:]} "
-                               f"{res.stderr[-300:]}") from None
+            raise BackendError(
+                f"the stack dump of {name} gave no JSON: {res.stdout[-300:]} {res.stderr[-300:]}"
+            ) from None

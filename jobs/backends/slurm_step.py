@@ -178,8 +178,9 @@ def expand_hostlist(text: str) -> list[str]:
 
 def _hostnames(nodelist: str) -> list[str]:
     try:
-        out = subprocess.run(["scontrol", "show", "hostnames", nodelist], capture_output=True, text=True,
-                             check=True, timeout=30)
+        out = subprocess.run(
+            ["scontrol", "show", "hostnames", nodelist], capture_output=True, text=True, check=True, timeout=30
+        )
         return out.stdout.split()
     except (OSError, subprocess.SubprocessError):
         return expand_hostlist(nodelist)  # scontrol not on this node's PATH
@@ -198,8 +199,11 @@ def allocate(attempt_dir: str, spec: dict) -> dict:
     node_of = place_instances(ranked, nodes, slots)
     placements = {
         name: Placement(
-            node=node_of[name], host=node_of[name], port=spec["ports"][name],
-            dir=instance_dir(attempt_dir, name), slots=opts["slots_per_instance"],
+            node=node_of[name],
+            host=node_of[name],
+            port=spec["ports"][name],
+            dir=instance_dir(attempt_dir, name),
+            slots=opts["slots_per_instance"],
         )
         for name in ranked
     }
@@ -222,9 +226,16 @@ def allocate(attempt_dir: str, spec: dict) -> dict:
 def srun_argv(attempt_dir: str, spec: dict, name: str, node: str, run: int) -> list[str]:
     opts = spec["options"]
     argv = [
-        opts["srun"], "--export=ALL", "--exact", "--ntasks=1", "--nodes=1", f"--nodelist={node}",
-        f"--cpus-per-task={opts['cpus_per_instance']}", f"--job-name={name}",
-        "--kill-on-bad-exit=0", "--quiet",
+        opts["srun"],
+        "--export=ALL",
+        "--exact",
+        "--ntasks=1",
+        "--nodes=1",
+        f"--nodelist={node}",
+        f"--cpus-per-task={opts['cpus_per_instance']}",
+        f"--job-name={name}",
+        "--kill-on-bad-exit=0",
+        "--quiet",
         f"--output={instance_dir(attempt_dir, name)}/srun-{run}.log",
     ]
     if opts.get("gpus_per_instance"):
@@ -249,16 +260,20 @@ def supervise(attempt_dir: str) -> int:
     signal.signal(signal.SIGTERM, lambda *_: os._exit(143))
 
     def start(name: str, run: int) -> None:
-        if os.path.exists(stop_file(attempt_dir, name, run)) or os.path.exists(
-            os.path.join(attempt_dir, "stop.json")
-        ):
-            write_json(exit_file(attempt_dir, name, run), {
-                "run": run, "exit_code": None, "signal": None, "exited_at": time.time(),
-                "reason": "stopped before it started"})
+        if os.path.exists(stop_file(attempt_dir, name, run)) or os.path.exists(os.path.join(attempt_dir, "stop.json")):
+            write_json(
+                exit_file(attempt_dir, name, run),
+                {
+                    "run": run,
+                    "exit_code": None,
+                    "signal": None,
+                    "exited_at": time.time(),
+                    "reason": "stopped before it started",
+                },
+            )
             return
         node = allocation["placements"][name]["node"]
-        steps[name] = (run, subprocess.Popen(srun_argv(attempt_dir, spec, name, node, run),
-                                             stdin=subprocess.DEVNULL))
+        steps[name] = (run, subprocess.Popen(srun_argv(attempt_dir, spec, name, node, run), stdin=subprocess.DEVNULL))
 
     for inst in spec["instances"]:
         start(inst["name"], 1)
@@ -273,10 +288,17 @@ def supervise(attempt_dir: str) -> int:
             if read_json(exit_file(attempt_dir, name, run)) is None:
                 # The wrapper was killed (SIGKILL, OOM killer) or never ran: say so, in srun's words.
                 said = last_line(os.path.join(instance_dir(attempt_dir, name), f"srun-{run}.log"))
-                write_json(exit_file(attempt_dir, name, run), {
-                    "run": run, "exit_code": None, "signal": None, "exited_at": time.time(),
-                    "reason": f"step ended without a report from the instance (srun exit {rc})"
-                              + (f": {said}" if said else "")})
+                write_json(
+                    exit_file(attempt_dir, name, run),
+                    {
+                        "run": run,
+                        "exit_code": None,
+                        "signal": None,
+                        "exited_at": time.time(),
+                        "reason": f"step ended without a report from the instance (srun exit {rc})"
+                        + (f": {said}" if said else ""),
+                    },
+                )
         for name in current:
             nxt = current[name] + 1
             req = restart_request(attempt_dir, name, nxt)
@@ -313,8 +335,12 @@ def run_instance(attempt_dir: str, name: str, run: int) -> int:
     if spec["job_type"] == "PyTorchJob":
         # Tools that read Slurm's task variables (Lightning, submitit) see the
         # instance's place in the job, not the single task of its own step.
-        fw_env.update(SLURM_PROCID=fw_env["RANK"], SLURM_NTASKS=fw_env["WORLD_SIZE"],
-                      SLURM_LOCALID=fw_env["LOCAL_RANK"], SLURM_NODEID=fw_env["NODE_RANK"])
+        fw_env.update(
+            SLURM_PROCID=fw_env["RANK"],
+            SLURM_NTASKS=fw_env["WORLD_SIZE"],
+            SLURM_LOCALID=fw_env["LOCAL_RANK"],
+            SLURM_NODEID=fw_env["NODE_RANK"],
+        )
     # Unbuffered Python output: the log's mtime is what hang detection watches.
     base = {**os.environ, "PYTHONUNBUFFERED": "1"}
     env = instance_environment(base, spec.get("env") or {}, inst.get("env") or {}, fw_env)
@@ -324,27 +350,43 @@ def run_instance(attempt_dir: str, name: str, run: int) -> int:
 
     if os.path.exists(stop_file(attempt_dir, name, run)) or os.path.exists(os.path.join(attempt_dir, "stop.json")):
         # Asked to stop while its step was being created: do not start it at all.
-        write_json(exit_file(attempt_dir, name, run), {
-            "run": run, "exit_code": None, "signal": None, "exited_at": time.time(),
-            "reason": "stopped before it started"})
+        write_json(
+            exit_file(attempt_dir, name, run),
+            {
+                "run": run,
+                "exit_code": None,
+                "signal": None,
+                "exited_at": time.time(),
+                "reason": "stopped before it started",
+            },
+        )
         return 0
     log = open(log_file(attempt_dir, name), "ab", buffering=0)
     started_at = time.time()  # before the child can write its first line
     try:
         # Its own process group, so that a signal reaches everything the command started;
         # and killed if this wrapper is, as Slurm's process tracking may miss orphans.
-        child = subprocess.Popen(command_argv(inst["command"]), cwd=workdir, env=env, stdout=log,
-                                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
-                                 preexec_fn=_die_with_parent)
+        child = subprocess.Popen(
+            command_argv(inst["command"]),
+            cwd=workdir,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            preexec_fn=_die_with_parent,
+        )
     except OSError as exc:
         log.write(f"vigil: cannot start {inst['command']!r}: {exc}\n".encode())
-        write_json(exit_file(attempt_dir, name, run), {
-            "run": run, "exit_code": 127, "signal": None, "exited_at": time.time(),
-            "reason": f"cannot start: {exc}"})
+        write_json(
+            exit_file(attempt_dir, name, run),
+            {"run": run, "exit_code": 127, "signal": None, "exited_at": time.time(), "reason": f"cannot start: {exc}"},
+        )
         return 127
-    write_json(run_file(attempt_dir, name, run), {
-        "run": run, "node": node, "pid": child.pid, "started_at": started_at,
-        "step": env["VIGIL_SLURM_STEP"]})
+    write_json(
+        run_file(attempt_dir, name, run),
+        {"run": run, "node": node, "pid": child.pid, "started_at": started_at, "step": env["VIGIL_SLURM_STEP"]},
+    )
 
     kill_at: list[float] = []
 
@@ -368,12 +410,25 @@ def run_instance(attempt_dir: str, name: str, run: int) -> int:
     exited_at = time.time()
     log.close()
     code, sig = (None, -rc) if rc < 0 else (rc, None)
-    write_json(exit_file(attempt_dir, name, run), {
-        "run": run, "exit_code": code, "signal": sig, "exited_at": exited_at, "reason": ""})
+    write_json(
+        exit_file(attempt_dir, name, run),
+        {"run": run, "exit_code": code, "signal": sig, "exited_at": exited_at, "reason": ""},
+    )
     redis = redis_target(spec["options"].get("redis_url", ""), spec["options"].get("exit_channel") or EXIT_CHANNEL)
-    publish(redis, json.dumps({
-        "job_id": spec["job_id"], "attempt": spec["attempt"], "instance": name,
-        "exit_code": code, "signal": sig, "exited_at": exited_at}), ANNOUNCE_DEADLINE)
+    publish(
+        redis,
+        json.dumps(
+            {
+                "job_id": spec["job_id"],
+                "attempt": spec["attempt"],
+                "instance": name,
+                "exit_code": code,
+                "signal": sig,
+                "exited_at": exited_at,
+            }
+        ),
+        ANNOUNCE_DEADLINE,
+    )
     return rc if rc >= 0 else 128 - rc
 
 
@@ -418,7 +473,7 @@ def descendants(root: int) -> list[int]:
                 stat = fh.read()
         except OSError:
             continue
-        ppid = int(stat[stat.rindex(")") + 2:].split()[1])
+        ppid = int(stat[stat.rindex(")") + 2 :].split()[1])
         children.setdefault(ppid, []).append(int(entry))
     out, todo = [], [root]
     while todo:
@@ -438,11 +493,13 @@ def dump_stacks(root: int, py_spy: str, timeout: float = 10.0) -> list[dict]:
         except OSError:
             continue
         try:
-            done = subprocess.run([py_spy, "dump", "--json", "--pid", str(pid)], capture_output=True,
-                                  text=True, timeout=timeout)
+            done = subprocess.run(
+                [py_spy, "dump", "--json", "--pid", str(pid)], capture_output=True, text=True, timeout=timeout
+            )
         except subprocess.TimeoutExpired:
-            result.append({"pid": pid, "cmdline": cmdline, "stacks": None,
-                           "error": f"py-spy took longer than {timeout:g} s"})
+            result.append(
+                {"pid": pid, "cmdline": cmdline, "stacks": None, "error": f"py-spy took longer than {timeout:g} s"}
+            )
             continue
         except OSError as exc:
             return [{"pid": root, "cmdline": "", "stacks": None, "error": f"cannot run {py_spy}: {exc}"}]
@@ -471,8 +528,10 @@ def main(argv: list[str]) -> int:
     if len(argv) >= 3 and argv[0] == "stacks":
         print(json.dumps(dump_stacks(int(argv[1]), argv[2])))
         return 0
-    print("usage: slurm_step.py supervise <attempt_dir> | instance <attempt_dir> <name> <run>"
-          " | stacks <pid> <py-spy>", file=sys.stderr)
+    print(
+        "usage: slurm_step.py supervise <attempt_dir> | instance <attempt_dir> <name> <run> | stacks <pid> <py-spy>",
+        file=sys.stderr,
+    )
     return 2
 
 

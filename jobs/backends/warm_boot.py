@@ -162,8 +162,13 @@ def _run_script(path):
 
     main = _fresh_main()
     filename = os.path.abspath(path)
-    main.__dict__.update({"__file__": filename, "__cached__": None,
-                          "__loader__": importlib.machinery.SourceFileLoader("__main__", filename)})
+    main.__dict__.update(
+        {
+            "__file__": filename,
+            "__cached__": None,
+            "__loader__": importlib.machinery.SourceFileLoader("__main__", filename),
+        }
+    )
     with io.open_code(filename) as f:
         source = f.read()
     code = compile(source, filename, "exec", dont_inherit=True)

@@ -60,12 +60,14 @@ class JobTokenAuthentication(BaseAuthentication):
         if not raw.startswith(Job.TOKEN_PREFIX) or len(raw) <= len(Job.TOKEN_PREFIX):
             raise exceptions.AuthenticationFailed(
                 f"SDK endpoints take the job's own token ({Job.TOKEN_PREFIX}..., VIGIL_JOB_TOKEN), "
-                "not a personal API token.")
+                "not a personal API token."
+            )
         digest = token_digest(raw)
         job = Job.objects.filter(token_digest=digest).first()
         if job is None or not hmac.compare_digest(job.token_digest.encode(), digest.encode()):
             raise exceptions.AuthenticationFailed(
-                "Invalid job token: it was reset or never existed. A restarted instance receives the current one.")
+                "Invalid job token: it was reset or never existed. A restarted instance receives the current one."
+            )
         return JobCaller(job.pk), job
 
     def authenticate_header(self, request: Any) -> str:
@@ -77,8 +79,11 @@ class JobTokenScheme(OpenApiAuthenticationExtension):
     name = "jobToken"
 
     def get_security_definition(self, auto_schema: Any) -> dict:
-        return {"type": "http", "scheme": "bearer",
-                "description": "The job's own token (vjt_...), given to its instances as VIGIL_JOB_TOKEN."}
+        return {
+            "type": "http",
+            "scheme": "bearer",
+            "description": "The job's own token (vjt_...), given to its instances as VIGIL_JOB_TOKEN.",
+        }
 
 
 class OwnJobOnly(permissions.BasePermission):
@@ -90,7 +95,8 @@ class OwnJobOnly(permissions.BasePermission):
             return False
         if str(job.pk) != str(view.kwargs.get("job_id")):
             raise exceptions.NotFound(
-                f"job {view.kwargs.get('job_id')!r} not found for this token; a job token reaches only its own job.")
+                f"job {view.kwargs.get('job_id')!r} not found for this token; a job token reaches only its own job."
+            )
         return True
 
 

@@ -73,7 +73,8 @@ class InstanceName(serializers.CharField):
     def to_internal_value(self, data: Any) -> str:
         if not isinstance(data, str) or len(data) > MAX_INSTANCE_CHARS:
             raise serializers.ValidationError(
-                f"instance must be a name of at most {MAX_INSTANCE_CHARS} characters, e.g. \"worker-0\".")
+                f'instance must be a name of at most {MAX_INSTANCE_CHARS} characters, e.g. "worker-0".'
+            )
         return _storable(data, "instance")
 
 
@@ -81,14 +82,20 @@ def started_attempt(job: Any, attempt: int | None) -> int | None:
     """The attempt a call names, None when it did not say (0 is the SDK's "not known")."""
     if attempt is not None and attempt > job.current_attempt:
         raise serializers.ValidationError(
-            f"attempt {attempt} has not started; the job is on attempt {job.current_attempt}.")
+            f"attempt {attempt} has not started; the job is on attempt {job.current_attempt}."
+        )
     return attempt or None
 
 
 def _attempt() -> Count:
-    return Count(min_value=0, max_value=MAX_STEP, required=False, allow_null=True,
-                 refusal="attempt must be a whole number >= 1 (VIGIL_ATTEMPT); got {value!r}.",
-                 help_text="VIGIL_ATTEMPT; 0 means not known (the current attempt)")
+    return Count(
+        min_value=0,
+        max_value=MAX_STEP,
+        required=False,
+        allow_null=True,
+        refusal="attempt must be a whole number >= 1 (VIGIL_ATTEMPT); got {value!r}.",
+        help_text="VIGIL_ATTEMPT; 0 means not known (the current attempt)",
+    )
 
 
 class SdkBodySerializer(serializers.Serializer):
@@ -98,10 +105,21 @@ class SdkBodySerializer(serializers.Serializer):
 class SdkSenderSerializer(SdkBodySerializer):
     """Who in the job made the call, as far as it said."""
 
-    rank = Count(min_value=0, max_value=MAX_RANK, required=False, allow_null=True,
-                 refusal=f"rank must be a whole number from 0 to {MAX_RANK}; got {{value!r}}.")
-    instance = InstanceName(required=False, allow_null=True, allow_blank=True, trim_whitespace=False,
-                            max_length=MAX_INSTANCE_CHARS, help_text="e.g. worker-0")
+    rank = Count(
+        min_value=0,
+        max_value=MAX_RANK,
+        required=False,
+        allow_null=True,
+        refusal=f"rank must be a whole number from 0 to {MAX_RANK}; got {{value!r}}.",
+    )
+    instance = InstanceName(
+        required=False,
+        allow_null=True,
+        allow_blank=True,
+        trim_whitespace=False,
+        max_length=MAX_INSTANCE_CHARS,
+        help_text="e.g. worker-0",
+    )
     attempt = _attempt()
 
     def validate_instance(self, value: str | None) -> str:
@@ -109,7 +127,6 @@ class SdkSenderSerializer(SdkBodySerializer):
 
     def validate_attempt(self, attempt: int | None) -> int | None:
         return started_attempt(self.context["job"], attempt)
-
 
 
 def sender_source(body: dict) -> str:
@@ -134,7 +151,8 @@ class MessageText(serializers.CharField):
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(max_length=MAX_MESSAGE_CHARS, trim_whitespace=False, **kwargs)
         self.error_messages["required"] = self.error_messages["null"] = (
-            f"content is required: a string of at most {MAX_MESSAGE_CHARS} characters.")
+            f"content is required: a string of at most {MAX_MESSAGE_CHARS} characters."
+        )
 
     def run_validation(self, data: Any = serializers.empty) -> Any:
         if isinstance(data, str) and not data.strip():  # before CharField's own "blank"
@@ -146,7 +164,8 @@ class MessageText(serializers.CharField):
             self.fail("required")
         if len(data) > MAX_MESSAGE_CHARS:
             raise serializers.ValidationError(
-                f"content is {len(data)} characters; at most {MAX_MESSAGE_CHARS} are accepted.")
+                f"content is {len(data)} characters; at most {MAX_MESSAGE_CHARS} are accepted."
+            )
         return _storable(data, "content")
 
 
@@ -162,7 +181,8 @@ class Keywords(serializers.ListField):
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(child=serializers.CharField(max_length=MAX_KEYWORD_CHARS), max_length=MAX_KEYWORDS, **kwargs)
         self.error_messages["required"] = self.error_messages["null"] = (
-            "keywords is required: a list of strings, e.g. [\"connect timeout\"] ([] clears the list).")
+            'keywords is required: a list of strings, e.g. ["connect timeout"] ([] clears the list).'
+        )
 
     def to_internal_value(self, data: Any) -> list[str]:
         if not isinstance(data, list):
@@ -174,8 +194,9 @@ class Keywords(serializers.ListField):
             if not isinstance(keyword, str) or not keyword.strip():
                 raise at_item(i, [f"keywords[{i}] must be a non-empty string; got {keyword!r}."])
             if len(keyword) > MAX_KEYWORD_CHARS:
-                raise at_item(i, [
-                    f"keywords[{i}] is {len(keyword)} characters; at most {MAX_KEYWORD_CHARS} are accepted."])
+                raise at_item(
+                    i, [f"keywords[{i}] is {len(keyword)} characters; at most {MAX_KEYWORD_CHARS} are accepted."]
+                )
             try:
                 _storable(keyword, f"keywords[{i}]")
             except serializers.ValidationError as exc:
@@ -194,9 +215,14 @@ class SdkRetryableErrorsSerializer(SdkSenderSerializer):
 class SdkConfigSerializer(SdkSenderSerializer):
     """reset_config(job_hang_interval=N) and hang_detect(N)."""
 
-    job_hang_interval = HangInterval(accept_digits=False, refusal_prefix="job_hang_interval ", error_messages={
-        "required": "job_hang_interval is required: seconds > 0, or -1 to suspend hang detection.",
-        "null": "job_hang_interval may not be null here."})
+    job_hang_interval = HangInterval(
+        accept_digits=False,
+        refusal_prefix="job_hang_interval ",
+        error_messages={
+            "required": "job_hang_interval is required: seconds > 0, or -1 to suspend hang detection.",
+            "null": "job_hang_interval may not be null here.",
+        },
+    )
 
     def to_internal_value(self, data: Any) -> Any:
         if isinstance(data, dict):
@@ -204,7 +230,8 @@ class SdkConfigSerializer(SdkSenderSerializer):
             unknown = sorted(k for k in data if k not in accepted)
             if unknown:
                 raise serializers.ValidationError(
-                    {unknown[0]: [f"unknown parameter {unknown[0]!r}; accepted: {', '.join(RUNTIME_PARAMETERS)}."]})
+                    {unknown[0]: [f"unknown parameter {unknown[0]!r}; accepted: {', '.join(RUNTIME_PARAMETERS)}."]}
+                )
         return super().to_internal_value(data)
 
 
@@ -214,13 +241,14 @@ class Metrics(serializers.DictField):
 
     def to_internal_value(self, data: Any) -> dict:
         if not isinstance(data, dict):
-            raise serializers.ValidationError("metrics must be an object of name to number, e.g. {\"loss\": 0.31}.")
+            raise serializers.ValidationError('metrics must be an object of name to number, e.g. {"loss": 0.31}.')
         if len(data) > MAX_METRICS:
             raise serializers.ValidationError(f"{len(data)} metrics given; at most {MAX_METRICS} are accepted.")
         for name, value in data.items():
             if not name or len(name) > MAX_METRIC_NAME_CHARS:
                 raise serializers.ValidationError(
-                    f"metric names are 1 to {MAX_METRIC_NAME_CHARS} characters; got {name[:40]!r}.")
+                    f"metric names are 1 to {MAX_METRIC_NAME_CHARS} characters; got {name[:40]!r}."
+                )
             if not (_is_int(value) or isinstance(value, float)) or not math.isfinite(value):
                 raise serializers.ValidationError({name: [f"metric {name!r} must be a finite number; got {value!r}."]})
         return data
@@ -230,15 +258,22 @@ class SdkProgressSerializer(SdkSenderSerializer):
     """report_progress(step, metrics)."""
 
     step = Count(min_value=0, max_value=MAX_STEP, refusal="step is required: a whole number >= 0; got {value!r}.")
-    metrics = Metrics(help_text="name to a finite number, e.g. {\"loss\": 0.31}; \"loss\" and \"total_steps\" "
-                              "(the M of step N of M) are kept for the job page's progress, the rest checked only")
+    metrics = Metrics(
+        help_text='name to a finite number, e.g. {"loss": 0.31}; "loss" and "total_steps" '
+        "(the M of step N of M) are kept for the job page's progress, the rest checked only"
+    )
 
     def validate(self, data: dict) -> dict:
         data = super().validate(data)
         total = (data.get("metrics") or {}).get("total_steps")
         if total is not None and not (_is_int(total) and 0 < total <= MAX_STEP):
-            raise serializers.ValidationError({"metrics": {"total_steps": [
-                f"total_steps must be a whole number from 1 to {MAX_STEP}; got {total!r}."]}})
+            raise serializers.ValidationError(
+                {
+                    "metrics": {
+                        "total_steps": [f"total_steps must be a whole number from 1 to {MAX_STEP}; got {total!r}."]
+                    }
+                }
+            )
         return data
 
 
@@ -246,25 +281,34 @@ class Records(serializers.ListField):
     """Collective records, parsed by the C4D consumer's own parser so that stored records always parse."""
 
     def __init__(self, **kwargs: Any) -> None:
-        super().__init__(child=serializers.DictField(), max_length=MAX_C4D_RECORDS_PER_CALL,
-                         help_text="[{seq, op, enter, exit}]", **kwargs)
+        super().__init__(
+            child=serializers.DictField(),
+            max_length=MAX_C4D_RECORDS_PER_CALL,
+            help_text="[{seq, op, enter, exit}]",
+            **kwargs,
+        )
         self.error_messages["required"] = self.error_messages["null"] = (
-            "records is required: a list of {{\"seq\", \"op\", \"enter\", \"exit\"}}.")  # {{ }}: fail() formats it
+            'records is required: a list of {{"seq", "op", "enter", "exit"}}.'  # {{ }}: fail() formats it
+        )
 
     def to_internal_value(self, data: Any) -> list[dict]:
         if not isinstance(data, list):
             self.fail("required")
         if len(data) > MAX_C4D_RECORDS_PER_CALL:
             raise serializers.ValidationError(
-                f"{len(data)} records given; at most {MAX_C4D_RECORDS_PER_CALL} are accepted per call.")
+                f"{len(data)} records given; at most {MAX_C4D_RECORDS_PER_CALL} are accepted per call."
+            )
         parsed = []
         for i, raw in enumerate(data):
             try:
                 rec = CollectiveRecord.from_dict(raw)
             except ValueError as exc:
                 name = str(exc).split(":", 1)[0]
-                error = {name: [f"records[{i}]: {exc}"]} if name in ("seq", "op", "enter", "exit") else [
-                    f"records[{i}]: {exc}"]
+                error = (
+                    {name: [f"records[{i}]: {exc}"]}
+                    if name in ("seq", "op", "enter", "exit")
+                    else [f"records[{i}]: {exc}"]
+                )
                 raise at_item(i, error) from None
             if not math.isfinite(rec.enter) or (rec.exit is not None and not math.isfinite(rec.exit)):
                 raise at_item(i, [f"records[{i}]: enter and exit must be finite epoch seconds."])
@@ -279,8 +323,11 @@ class Records(serializers.ListField):
 class SdkC4DSerializer(SdkBodySerializer):
     """One rank's collective records (C4D input)."""
 
-    rank = Count(min_value=0, max_value=MAX_RANK,
-                 refusal=f"rank is required: a whole number from 0 to {MAX_RANK}; got {{value!r}}.")
+    rank = Count(
+        min_value=0,
+        max_value=MAX_RANK,
+        refusal=f"rank is required: a whole number from 0 to {MAX_RANK}; got {{value!r}}.",
+    )
     attempt = _attempt()
     records = Records()
 

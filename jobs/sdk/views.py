@@ -98,7 +98,8 @@ class SdkView(APIView):
         raise exceptions.Throttled(
             wait=seconds,
             detail=f"rate limit: job {self.job.pk} may make {rate} SDK calls per process ({n} "
-                   f"process{'es' if n != 1 else ''} counted); retry after {seconds} s.")
+            f"process{'es' if n != 1 else ''} counted); retry after {seconds} s.",
+        )
 
     def valid(self, serializer_class: type[serializers.Serializer]) -> dict:
         """The body as serializer_class accepts it; a refusal names its field."""
@@ -107,7 +108,9 @@ class SdkView(APIView):
         return body.validated_data
 
 
-_ERROR = inline_serializer("SdkError", {"detail": serializers.CharField(), "field": serializers.CharField(required=False)})
+_ERROR = inline_serializer(
+    "SdkError", {"detail": serializers.CharField(), "field": serializers.CharField(required=False)}
+)
 ERROR_ANSWERS = {400: _ERROR, 401: _ERROR, 404: _ERROR, 409: _ERROR, 413: _ERROR, 429: _ERROR}
 
 
@@ -124,9 +127,13 @@ class MessageView(SdkView):
         body = self.valid(SdkMessageSerializer)
         source = sender_source(body)
         event = actions.record_event(
-            self.job, EventType.CUSTOM_MESSAGE, body["content"], level=EventLevel.INFO,
+            self.job,
+            EventType.CUSTOM_MESSAGE,
+            body["content"],
+            level=EventLevel.INFO,
             payload={"source": source, **sender_payload(body)},
-            attempt=body.get("attempt") or self.job.current_attempt, instance=body.get("instance", ""),
+            attempt=body.get("attempt") or self.job.current_attempt,
+            instance=body.get("instance", ""),
         )
         return Response({"id": event.pk if event else None}, status=status.HTTP_201_CREATED)
 
@@ -139,7 +146,16 @@ class RetryableErrorsView(SdkView):
 
     @extend_schema(
         request=SdkRetryableErrorsSerializer,
-        responses={200: inline_serializer("SdkRetryableErrorsAnswer", {"keywords": serializers.ListField(child=serializers.CharField()), "changed": serializers.BooleanField()}), **ERROR_ANSWERS},
+        responses={
+            200: inline_serializer(
+                "SdkRetryableErrorsAnswer",
+                {
+                    "keywords": serializers.ListField(child=serializers.CharField()),
+                    "changed": serializers.BooleanField(),
+                },
+            ),
+            **ERROR_ANSWERS,
+        },
     )
     def post(self, request: Request, job_id: str) -> Response:
         body = self.valid(SdkRetryableErrorsSerializer)
@@ -149,13 +165,22 @@ class RetryableErrorsView(SdkView):
             changed = job.sdk_retryable_keywords != keywords
             if changed:
                 Job.objects.filter(pk=job.pk).update(sdk_retryable_keywords=keywords, updated_at=timezone.now())
-                shown = ", ".join(repr(k) for k in keywords[:10]) + (f" and {len(keywords) - 10} more"
-                                                                     if len(keywords) > 10 else "")
-                text = (f"Retryable error keywords set by {source}: {shown}." if keywords
-                        else f"Retryable error keywords cleared by {source}.")
-                actions.record_event(job, EventType.DECISION, text, attempt=body.get("attempt") or job.current_attempt,
-                                     instance=body.get("instance", ""),
-                                     payload={"sdk_retryable_keywords": keywords, "source": source})
+                shown = ", ".join(repr(k) for k in keywords[:10]) + (
+                    f" and {len(keywords) - 10} more" if len(keywords) > 10 else ""
+                )
+                text = (
+                    f"Retryable error keywords set by {source}: {shown}."
+                    if keywords
+                    else f"Retryable error keywords cleared by {source}."
+                )
+                actions.record_event(
+                    job,
+                    EventType.DECISION,
+                    text,
+                    attempt=body.get("attempt") or job.current_attempt,
+                    instance=body.get("instance", ""),
+                    payload={"sdk_retryable_keywords": keywords, "source": source},
+                )
         return Response({"keywords": keywords, "changed": changed}, status=status.HTTP_200_OK)
 
 
@@ -166,7 +191,13 @@ class ConfigView(SdkView):
 
     @extend_schema(
         request=SdkConfigSerializer,
-        responses={200: inline_serializer("SdkConfigAnswer", {"job_hang_interval": serializers.IntegerField(), "changed": serializers.BooleanField()}), **ERROR_ANSWERS},
+        responses={
+            200: inline_serializer(
+                "SdkConfigAnswer",
+                {"job_hang_interval": serializers.IntegerField(), "changed": serializers.BooleanField()},
+            ),
+            **ERROR_ANSWERS,
+        },
     )
     def post(self, request: Request, job_id: str) -> Response:
         body = self.valid(SdkConfigSerializer)
@@ -184,7 +215,12 @@ class ProgressView(SdkView):
 
     @extend_schema(
         request=SdkProgressSerializer,
-        responses={202: inline_serializer("SdkProgressAnswer", {"step": serializers.IntegerField(), "attempt": serializers.IntegerField()}), **ERROR_ANSWERS},
+        responses={
+            202: inline_serializer(
+                "SdkProgressAnswer", {"step": serializers.IntegerField(), "attempt": serializers.IntegerField()}
+            ),
+            **ERROR_ANSWERS,
+        },
     )
     def post(self, request: Request, job_id: str) -> Response:
         body = self.valid(SdkProgressSerializer)
@@ -223,7 +259,17 @@ class C4DView(SdkView):
 
     @extend_schema(
         request=SdkC4DSerializer,
-        responses={202: inline_serializer("SdkC4DAnswer", {"rank": serializers.IntegerField(), "attempt": serializers.IntegerField(), "kept": serializers.IntegerField()}), **ERROR_ANSWERS},
+        responses={
+            202: inline_serializer(
+                "SdkC4DAnswer",
+                {
+                    "rank": serializers.IntegerField(),
+                    "attempt": serializers.IntegerField(),
+                    "kept": serializers.IntegerField(),
+                },
+            ),
+            **ERROR_ANSWERS,
+        },
     )
     def post(self, request: Request, job_id: str) -> Response:
         batch = self.valid(SdkC4DSerializer)
@@ -234,5 +280,6 @@ class C4DView(SdkView):
             report.records = merge_c4d_records(report.records or [], batch["records"])
             report.updated_at = timezone.now()
             report.save(update_fields=["records", "updated_at"])
-        return Response({"rank": batch["rank"], "attempt": attempt, "kept": len(report.records)},
-                        status=status.HTTP_202_ACCEPTED)
+        return Response(
+            {"rank": batch["rank"], "attempt": attempt, "kept": len(report.records)}, status=status.HTTP_202_ACCEPTED
+        )

@@ -63,14 +63,22 @@ def status_badge(status, live=False):
     icon = STATUS_ICONS.get(status, "•")
     return format_html(
         '<span class="badge st-{}"{}><span class="icon" aria-hidden="true">{}</span> {}</span>',
-        str(status).lower(), mark_safe(' data-status-badge') if live else "", icon, status,
+        str(status).lower(),
+        mark_safe(" data-status-badge") if live else "",
+        icon,
+        status,
     )
 
 
 @register.simple_tag
 def level_badge(level):
-    return format_html('<span class="lvl lvl-{}" title="{}"><span aria-hidden="true">{}</span>'
-                       '<span class="sr-only">{}</span></span>', level, level, LEVEL_ICONS.get(level, "•"), level)
+    return format_html(
+        '<span class="lvl lvl-{}" title="{}"><span aria-hidden="true">{}</span><span class="sr-only">{}</span></span>',
+        level,
+        level,
+        LEVEL_ICONS.get(level, "•"),
+        level,
+    )
 
 
 def ago_text(value: datetime, now: datetime) -> str:
@@ -122,8 +130,13 @@ def restarts(job):
     budget = job.restart_budget
     if not job.fault_tolerance:
         return format_html('<span class="restarts" title="fault tolerance off">{}/–</span>', job.restart_count)
-    return format_html('<span class="restarts" title="{} of {} whole-job restarts used">{}/{}</span>',
-                       job.restart_count, budget, job.restart_count, budget)
+    return format_html(
+        '<span class="restarts" title="{} of {} whole-job restarts used">{}/{}</span>',
+        job.restart_count,
+        budget,
+        job.restart_count,
+        budget,
+    )
 
 
 # --- attempt timeline ---------------------------------------------------------------------
@@ -198,21 +211,44 @@ def attempt_timeline(job, attempts, records, now=None):
             w = max(x1 - x0, 2.0)
             secs = (seg.end - seg.start).total_seconds()
             open_end = seg.end == now and not attempt.ended_at
-            title = (f"Attempt {attempt.number} · {seg.stage} · {_fmt(secs)}"
-                     f"{' so far' if open_end else ''} (from {seg.start:%H:%M:%S} UTC)")
+            title = (
+                f"Attempt {attempt.number} · {seg.stage} · {_fmt(secs)}"
+                f"{' so far' if open_end else ''} (from {seg.start:%H:%M:%S} UTC)"
+            )
             # data-from/data-to (epoch ms) let static/js/timeline.js redraw the bars as time
             # passes; an open stage (data-open) grows to the browser's now.
-            parts.append(format_html(
-                '<a href="?attempt={}#logs" aria-label="{}"><rect class="seg seg-{}" x="{}" y="{}" width="{}" '
-                'height="{}" data-from="{}" data-to="{}"{}><title>{}</title></rect></a>',
-                attempt.number, title, seg.stage, f"{x0:.1f}", y + 3, f"{w:.1f}", row_h - 8, _ms(seg.start),
-                _ms(seg.end), mark_safe(" data-open") if open_end else "", title))
+            parts.append(
+                format_html(
+                    '<a href="?attempt={}#logs" aria-label="{}"><rect class="seg seg-{}" x="{}" y="{}" width="{}" '
+                    'height="{}" data-from="{}" data-to="{}"{}><title>{}</title></rect></a>',
+                    attempt.number,
+                    title,
+                    seg.stage,
+                    f"{x0:.1f}",
+                    y + 3,
+                    f"{w:.1f}",
+                    row_h - 8,
+                    _ms(seg.start),
+                    _ms(seg.end),
+                    mark_safe(" data-open") if open_end else "",
+                    title,
+                )
+            )
             if w > 44 or open_end:
-                parts.append(format_html('<text class="seg-text" x="{}" y="{}" data-from="{}"{}>{}</text>',
-                                         f"{x0 + 4:.1f}", y + 16, _ms(seg.start),
-                                         "" if w > 44 else mark_safe(' visibility="hidden"'), seg.stage))
-        desc.append(f"Attempt {attempt.number}: {attempt.status}, "
-                    + ", ".join(f"{s.stage} {_fmt((s.end - s.start).total_seconds())}" for s in segments))
+                parts.append(
+                    format_html(
+                        '<text class="seg-text" x="{}" y="{}" data-from="{}"{}>{}</text>',
+                        f"{x0 + 4:.1f}",
+                        y + 16,
+                        _ms(seg.start),
+                        "" if w > 44 else mark_safe(' visibility="hidden"'),
+                        seg.stage,
+                    )
+                )
+        desc.append(
+            f"Attempt {attempt.number}: {attempt.status}, "
+            + ", ".join(f"{s.stage} {_fmt((s.end - s.start).total_seconds())}" for s in segments)
+        )
         end = attempt.ended_at
         causes = by_attempt.get(attempt.number, [])
         if causes and end:
@@ -221,20 +257,45 @@ def attempt_timeline(job, attempts, records, now=None):
             label = cause.error_code or cause.rule or "restart"
             text = f"Restart {cause.number}: {label}"
             # Drawn at x=0 and moved by its transform, so the page can move it as the scale changes.
-            parts.append(format_html(
-                '<g class="restart-mark" transform="translate({} 0)" data-at="{}"><line x1="0" x2="0" y1="{}" y2="{}"/>'
-                '<path d="M0 {} l5 -7 h-10 z"/><text x="6" y="{}">{}</text><title>{}</title></g>',
-                f"{xm:.1f}", _ms(end), y, y + row_h, y + 2, y + 16, text[:28], f"{text} — {cause.reason}"))
+            parts.append(
+                format_html(
+                    '<g class="restart-mark" transform="translate({} 0)" data-at="{}"><line x1="0" x2="0" y1="{}" y2="{}"/>'
+                    '<path d="M0 {} l5 -7 h-10 z"/><text x="6" y="{}">{}</text><title>{}</title></g>',
+                    f"{xm:.1f}",
+                    _ms(end),
+                    y,
+                    y + row_h,
+                    y + 2,
+                    y + 16,
+                    text[:28],
+                    f"{text} — {cause.reason}",
+                )
+            )
             desc.append(f"restart {cause.number} after attempt {attempt.number}: {cause.reason}")
     # time axis: start and end
     parts.append(format_html('<text class="tl-axis" x="{}" y="12">{} UTC</text>', label_w, f"{t0:%H:%M:%S}"))
-    parts.append(format_html('<text class="tl-axis tl-end" x="{}" y="12" text-anchor="end">{}</text>', label_w + plot_w,
-                             f"{t1:%H:%M:%S}" + (" (now)" if t1 == now else "")))
+    parts.append(
+        format_html(
+            '<text class="tl-axis tl-end" x="{}" y="12" text-anchor="end">{}</text>',
+            label_w + plot_w,
+            f"{t1:%H:%M:%S}" + (" (now)" if t1 == now else ""),
+        )
+    )
     # data-live: an attempt is open, so the right edge is "now" and the page keeps it there.
     return format_html(
         '<svg class="timeline" viewBox="0 0 {} {}" aria-labelledby="tl-title tl-desc" '
         'preserveAspectRatio="xMinYMin meet" data-t0="{}" data-t1="{}" data-now="{}" data-plot-x="{}" '
         'data-plot-w="{}"{}><title id="tl-title">Attempt timeline of {}</title>'
         '<desc id="tl-desc">{}</desc>{}</svg>',
-        width, height, _ms(t0), _ms(t1), _ms(now), label_w, plot_w, mark_safe(" data-live") if t1 == now else "",
-        job.display_name, "; ".join(desc), format_html_join("", "{}", ((p,) for p in parts)))
+        width,
+        height,
+        _ms(t0),
+        _ms(t1),
+        _ms(now),
+        label_w,
+        plot_w,
+        mark_safe(" data-live") if t1 == now else "",
+        job.display_name,
+        "; ".join(desc),
+        format_html_join("", "{}", ((p,) for p in parts)),
+    )

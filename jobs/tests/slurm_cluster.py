@@ -38,8 +38,7 @@ def why_cluster_cannot_run() -> str | None:
         return "the Slurm test cluster needs root to run slurmd and munged"
     missing = [b for b in DAEMONS + CLIENTS if shutil.which(b) is None and not Path("/usr/sbin", b).exists()]
     if missing:
-        return ("Slurm binaries missing: " + ", ".join(missing)
-                + " (apt-get install -y slurm-wlm munge)")
+        return "Slurm binaries missing: " + ", ".join(missing) + " (apt-get install -y slurm-wlm munge)"
     return None
 
 
@@ -163,8 +162,14 @@ PartitionName={self.partition} Nodes={self.hostname} Default=YES MaxTime=INFINIT
         log = open(self.root / "log" / f"{name}.out", "ab")
         try:
             self.processes[name] = subprocess.Popen(
-                argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                env=self.client_env(), cwd=self.root, start_new_session=True)
+                argv,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=self.client_env(),
+                cwd=self.root,
+                start_new_session=True,
+            )
         finally:
             log.close()
 
@@ -174,13 +179,15 @@ PartitionName={self.partition} Nodes={self.hostname} Default=YES MaxTime=INFINIT
             for name, proc in self.processes.items():
                 if proc.poll() is not None:
                     raise ClusterUnavailable(
-                        f"{name} exited with {proc.returncode} while waiting for {what}; "
-                        f"log:\n{self.log_tail(name)}")
+                        f"{name} exited with {proc.returncode} while waiting for {what}; log:\n{self.log_tail(name)}"
+                    )
             if ready():
                 return
             time.sleep(0.2)
-        raise ClusterUnavailable(f"timed out after {timeout:.0f}s waiting for {what}; logs:\n"
-                                 + "\n".join(self.log_tail(n) for n in self.processes))
+        raise ClusterUnavailable(
+            f"timed out after {timeout:.0f}s waiting for {what}; logs:\n"
+            + "\n".join(self.log_tail(n) for n in self.processes)
+        )
 
     def log_tail(self, name: str, nbytes: int = 3000) -> str:
         out = []
@@ -190,8 +197,7 @@ PartitionName={self.partition} Nodes={self.hostname} Default=YES MaxTime=INFINIT
         return "\n".join(out)
 
     def run(self, *argv: str, check: bool = True, timeout: float = 20) -> subprocess.CompletedProcess:
-        return subprocess.run(argv, env=self.client_env(), capture_output=True, text=True,
-                              timeout=timeout, check=check)
+        return subprocess.run(argv, env=self.client_env(), capture_output=True, text=True, timeout=timeout, check=check)
 
     def node_state(self) -> str:
         try:
@@ -202,17 +208,23 @@ PartitionName={self.partition} Nodes={self.hostname} Default=YES MaxTime=INFINIT
 
     def start(self, timeout: float = 60) -> None:
         self.write_files()
-        self._spawn("munged", [_binary("munged"), "--foreground", "--force",
-                               f"--socket={self.munge_socket}",
-                               f"--key-file={self.root}/munge/munge.key",
-                               f"--log-file={self.root}/log/munged.log",
-                               f"--pid-file={self.root}/munge/munged.pid",
-                               f"--seed-file={self.root}/munge/munged.seed"])
+        self._spawn(
+            "munged",
+            [
+                _binary("munged"),
+                "--foreground",
+                "--force",
+                f"--socket={self.munge_socket}",
+                f"--key-file={self.root}/munge/munge.key",
+                f"--log-file={self.root}/log/munged.log",
+                f"--pid-file={self.root}/munge/munged.pid",
+                f"--seed-file={self.root}/munge/munged.seed",
+            ],
+        )
         self._wait_for("the munge socket", self.munge_socket.exists, 15)
         self._spawn("slurmctld", [_binary("slurmctld"), "-D", "-i", "-f", str(self.conf)])
         self._spawn("slurmd", [_binary("slurmd"), "-D", "-f", str(self.conf), "-N", self.hostname])
-        self._wait_for(f"node {self.hostname} to be idle in sinfo",
-                       lambda: self.node_state() == "idle", timeout)
+        self._wait_for(f"node {self.hostname} to be idle in sinfo", lambda: self.node_state() == "idle", timeout)
 
     def cancel_all_jobs(self, timeout: float = 20) -> None:
         """Cancel every job and wait until slurmd has ended their processes."""

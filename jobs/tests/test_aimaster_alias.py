@@ -38,25 +38,35 @@ def as_the_seed_wrote_it(tmp_path: Path, name: str) -> Path:
 
 
 def test_the_seeds_examples_run_unchanged_under_the_aimaster_name(
-        alice, alice_ws, api_as, live_server, settings, local_backend, tmp_path):
+    alice, alice_ws, api_as, live_server, settings, local_backend, tmp_path
+):
     settings.VIGIL_CONSOLE_URL = live_server.url
     api = api_as(alice)
-    names = ["custom_message.py", "retryable_errors_pytorch.py", "retryable_errors_tf.py",
-             "reset_config.py", "staged_hang_detection.py"]
+    names = [
+        "custom_message.py",
+        "retryable_errors_pytorch.py",
+        "retryable_errors_tf.py",
+        "reset_config.py",
+        "staged_hang_detection.py",
+    ]
     scripts = [as_the_seed_wrote_it(tmp_path, n) for n in names]
     # The alias and the real module are one object: one default monitor per process.
     check = tmp_path / "same_module.py"
     check.write_text(f"{SEED_IMPORT}\nimport vigil.job_monitor\nassert jm is vigil.job_monitor\n")
     command = " && ".join(f"{sys.executable} {s}" for s in [check, *scripts])
     body = {
-        "workspace": alice_ws.slug, "display_name": "seed-aimaster", "job_type": "PyTorchJob",
+        "workspace": alice_ws.slug,
+        "display_name": "seed-aimaster",
+        "job_type": "PyTorchJob",
         "job_specs": [{"type": "Master", "pod_count": 1}],
         "user_command": command,
         "envs": {"PYTHONPATH": str(SDK / "src")},  # the SDK distribution's packages: vigil and aimaster
         "backend": "local",
-        "settings": {"enable_error_monitoring_in_aimaster": True,
-                     "error_monitoring_args": "--job-execution-mode=Sync --enable-job-hang-detection=True "
-                                              "--job-hang-interval=600"},
+        "settings": {
+            "enable_error_monitoring_in_aimaster": True,
+            "error_monitoring_args": "--job-execution-mode=Sync --enable-job-hang-detection=True "
+            "--job-hang-interval=600",
+        },
     }
     r = api.post("/api/v1/jobs/", body, format="json")
     assert r.status_code == 201, r.content

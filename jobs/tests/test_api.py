@@ -72,7 +72,12 @@ def test_stop_moves_the_job_to_stopped_and_records_who(alice_ws, alice, api_as, 
         ({"user_command": ""}, "user_command", "required"),
         ({"display_name": "x" * 200}, "display_name", "at most 128"),
         (
-            {"settings": {"enable_error_monitoring_in_aimaster": True, "error_monitoring_args": "--job-execution-mode=Sink"}},
+            {
+                "settings": {
+                    "enable_error_monitoring_in_aimaster": True,
+                    "error_monitoring_args": "--job-execution-mode=Sink",
+                }
+            },
             "settings.error_monitoring_args",
             "--job-execution-mode",
         ),
@@ -84,7 +89,9 @@ def test_stop_moves_the_job_to_stopped_and_records_who(alice_ws, alice, api_as, 
         ({"backend": "kubernetes"}, "backend", "local"),
     ],
 )
-def test_bad_submissions_get_400_naming_the_field_and_store_nothing(alice_ws, alice, api_as, job_body, change, field, words):
+def test_bad_submissions_get_400_naming_the_field_and_store_nothing(
+    alice_ws, alice, api_as, job_body, change, field, words
+):
     r = api_as(alice).post("/api/v1/jobs/", job_body(alice_ws, **change), format="json")
     assert r.status_code == 400, r.content
     errors = r.json()
@@ -96,33 +103,58 @@ def test_bad_submissions_get_400_naming_the_field_and_store_nothing(alice_ws, al
 def test_the_startup_interval_is_parsed_shown_and_refused_like_the_other_flags(alice_ws, alice, api_as, job_body):
     api = api_as(alice)
     args = "--enable-job-hang-detection=True --job-hang-interval=6 --job-hang-startup-interval=45"
-    r = api.post("/api/v1/jobs/", job_body(alice_ws, settings={"enable_error_monitoring_in_aimaster": True,
-                                                               "error_monitoring_args": args}), format="json")
+    r = api.post(
+        "/api/v1/jobs/",
+        job_body(alice_ws, settings={"enable_error_monitoring_in_aimaster": True, "error_monitoring_args": args}),
+        format="json",
+    )
     assert r.status_code == 201, r.content
     assert r.json()["settings"]["parsed"]["job_hang_startup_interval"] == 45
     left_out = "--enable-job-hang-detection=True --job-hang-interval=6"
-    r = api.post("/api/v1/jobs/", job_body(alice_ws, settings={"enable_error_monitoring_in_aimaster": True,
-                                                               "error_monitoring_args": left_out}), format="json")
+    r = api.post(
+        "/api/v1/jobs/",
+        job_body(alice_ws, settings={"enable_error_monitoring_in_aimaster": True, "error_monitoring_args": left_out}),
+        format="json",
+    )
     assert r.json()["settings"]["parsed"]["job_hang_startup_interval"] is None  # derived: max(600, 6)
-    bad = api.post("/api/v1/jobs/", job_body(alice_ws, settings={
-        "enable_error_monitoring_in_aimaster": True, "error_monitoring_args": "--job-hang-startup-interval=0"}),
-        format="json")
+    bad = api.post(
+        "/api/v1/jobs/",
+        job_body(
+            alice_ws,
+            settings={
+                "enable_error_monitoring_in_aimaster": True,
+                "error_monitoring_args": "--job-hang-startup-interval=0",
+            },
+        ),
+        format="json",
+    )
     assert bad.status_code == 400 and "--job-hang-startup-interval" in str(bad.json())
 
 
 def test_warm_restart_flags_are_parsed_shown_and_a_bad_module_list_is_a_400_naming_the_flag(
-        alice_ws, alice, api_as, job_body):
+    alice_ws, alice, api_as, job_body
+):
     api = api_as(alice)
     args = "--enable-job-restart=True --enable-warm-restart=True --warm-modules=torch,mypkg.models"
-    r = api.post("/api/v1/jobs/", job_body(alice_ws, settings={"enable_error_monitoring_in_aimaster": True,
-                                                               "error_monitoring_args": args}), format="json")
+    r = api.post(
+        "/api/v1/jobs/",
+        job_body(alice_ws, settings={"enable_error_monitoring_in_aimaster": True, "error_monitoring_args": args}),
+        format="json",
+    )
     assert r.status_code == 201, r.content
     parsed = r.json()["settings"]["parsed"]
     assert parsed["enable_warm_restart"] is True and parsed["warm_modules"] == ["torch", "mypkg.models"]
-    for bad_args, flag in (("--warm-modules=torch,os/path", "--warm-modules"),
-                           ("--enable-warm-restart=maybe", "--enable-warm-restart")):
-        bad = api.post("/api/v1/jobs/", job_body(alice_ws, settings={
-            "enable_error_monitoring_in_aimaster": True, "error_monitoring_args": bad_args}), format="json")
+    for bad_args, flag in (
+        ("--warm-modules=torch,os/path", "--warm-modules"),
+        ("--enable-warm-restart=maybe", "--enable-warm-restart"),
+    ):
+        bad = api.post(
+            "/api/v1/jobs/",
+            job_body(
+                alice_ws, settings={"enable_error_monitoring_in_aimaster": True, "error_monitoring_args": bad_args}
+            ),
+            format="json",
+        )
         assert bad.status_code == 400, bad.content
         assert bad.json()["settings.error_monitoring_args"][0].startswith(f"{flag}: ")
     assert Job.objects.count() == 1
@@ -132,8 +164,13 @@ def test_a_workspace_default_turns_warm_restarts_on_for_jobs_that_do_not_say(ali
     api = api_as(alice)
 
     def submit(args, monitoring=True):
-        r = api.post("/api/v1/jobs/", job_body(alice_ws, settings={
-            "enable_error_monitoring_in_aimaster": monitoring, "error_monitoring_args": args}), format="json")
+        r = api.post(
+            "/api/v1/jobs/",
+            job_body(
+                alice_ws, settings={"enable_error_monitoring_in_aimaster": monitoring, "error_monitoring_args": args}
+            ),
+            format="json",
+        )
         assert r.status_code == 201, r.content
         return Job.objects.get(pk=r.json()["id"])
 
@@ -151,7 +188,11 @@ def test_a_workspace_default_turns_warm_restarts_on_for_jobs_that_do_not_say(ali
 def test_the_seeds_example_configurations_are_accepted(alice_ws, alice, api_as, job_body):
     api = api_as(alice)
     sync = "--job-execution-mode=Sync --enable-job-restart=True --max-num-of-job-restart=3 --fault-tolerant-policy=ExitCodeAndErrorMsg"
-    r = api.post("/api/v1/jobs/", job_body(alice_ws, settings={"enable_error_monitoring_in_aimaster": True, "error_monitoring_args": sync}), format="json")
+    r = api.post(
+        "/api/v1/jobs/",
+        job_body(alice_ws, settings={"enable_error_monitoring_in_aimaster": True, "error_monitoring_args": sync}),
+        format="json",
+    )
     assert r.status_code == 201, r.content
     parsed = r.json()["settings"]["parsed"]
     assert parsed["enable_job_restart"] is True and parsed["max_num_of_job_restart"] == 3
@@ -159,14 +200,20 @@ def test_the_seeds_example_configurations_are_accepted(alice_ws, alice, api_as, 
         alice_ws,
         job_type="TFJob",
         job_specs=[{"type": "PS", "pod_count": 1}, {"type": "Worker", "pod_count": 2}],
-        settings={"enable_error_monitoring_in_aimaster": True, "error_monitoring_args": "--job-execution-mode=Async --fault-tolerant-policy=OnFailure"},
+        settings={
+            "enable_error_monitoring_in_aimaster": True,
+            "error_monitoring_args": "--job-execution-mode=Async --fault-tolerant-policy=OnFailure",
+        },
     )
     assert api.post("/api/v1/jobs/", tf, format="json").status_code == 201
     eb = job_body(
         alice_ws,
         job_type="ElasticBatchJob",
         job_specs=[{"type": "Worker", "pod_count": 3}],
-        settings={"enable_error_monitoring_in_aimaster": True, "error_monitoring_args": "--job-execution-mode=Async --fault-tolerant-policy=OnFailure"},
+        settings={
+            "enable_error_monitoring_in_aimaster": True,
+            "error_monitoring_args": "--job-execution-mode=Async --fault-tolerant-policy=OnFailure",
+        },
     )
     assert api.post("/api/v1/jobs/", eb, format="json").status_code == 201
 
@@ -178,7 +225,9 @@ def test_every_job_endpoint_is_404_across_the_workspace_boundary(alice_ws, bob_w
     for suffix in ("", "attempts/", "restarts/", "events/", "diagnoses/", "logs/?instance=worker-0"):
         assert as_bob.get(f"/api/v1/jobs/{job_id}/{suffix}").status_code == 404, suffix
     for suffix in ("stop/", "reset-token/", "runtime/"):
-        assert as_bob.post(f"/api/v1/jobs/{job_id}/{suffix}", {"job_hang_interval": 5}, format="json").status_code == 404
+        assert (
+            as_bob.post(f"/api/v1/jobs/{job_id}/{suffix}", {"job_hang_interval": 5}, format="json").status_code == 404
+        )
     assert as_bob.get("/api/v1/jobs/").json()["count"] == 0
     assert as_bob.get(f"/api/v1/workspaces/{alice_ws.pk}/").status_code == 404
     r = as_bob.post("/api/v1/jobs/", job_body(alice_ws), format="json")
@@ -237,8 +286,9 @@ def test_createapitoken_prints_a_working_token(alice_ws, alice):
     assert c.get("/api/v1/workspaces/").json()["results"][0]["slug"] == "alice-lab"
 
 
-def test_workspaces_list_only_the_callers_and_creating_one_makes_the_caller_owner(alice_ws, bob_ws, alice, api_as,
-                                                                                 settings):
+def test_workspaces_list_only_the_callers_and_creating_one_makes_the_caller_owner(
+    alice_ws, bob_ws, alice, api_as, settings
+):
     settings.VIGIL_WORKSPACE_CREATION = "anyone"  # creation is for staff by default (tests/security)
     api = api_as(alice)
     slugs = [w["slug"] for w in api.get("/api/v1/workspaces/").json()["results"]]
@@ -274,7 +324,12 @@ def test_the_hang_interval_can_be_changed_at_run_time_and_bad_values_are_named(a
     job_id = api.post("/api/v1/jobs/", job_body(alice_ws), format="json").json()["id"]
     r = api.patch(f"/api/v1/jobs/{job_id}/runtime/", {"job_hang_interval": 10}, format="json")
     assert r.status_code == 200 and r.json()["hang_interval_override"] == 10
-    assert api.patch(f"/api/v1/jobs/{job_id}/runtime/", {"job_hang_interval": -1}, format="json").json()["hang_interval_override"] == -1
+    assert (
+        api.patch(f"/api/v1/jobs/{job_id}/runtime/", {"job_hang_interval": -1}, format="json").json()[
+            "hang_interval_override"
+        ]
+        == -1
+    )
     bad = api.patch(f"/api/v1/jobs/{job_id}/runtime/", {"job_hang_interval": 0}, format="json")
     assert bad.status_code == 400 and "job_hang_interval" in bad.json()
 
@@ -295,18 +350,32 @@ def test_the_schema_describes_every_request_body_from_its_serializer(alice, api_
     assert set(components["ResourceConfig"]["properties"]) == {"cpu", "memory", "gpu"}
     assert "retryable_errors" in components["SubmissionSettings"]["properties"]
     assert "job_hang_interval" in components["Runtime"]["properties"]
-    for name, fields in {"SdkMessage": {"content", "rank", "instance", "attempt"}, "SdkRetryableErrors": {"keywords"},
-                         "SdkConfig": {"job_hang_interval"}, "SdkProgress": {"step", "metrics"},
-                         "SdkC4D": {"rank", "attempt", "records"}}.items():
+    for name, fields in {
+        "SdkMessage": {"content", "rank", "instance", "attempt"},
+        "SdkRetryableErrors": {"keywords"},
+        "SdkConfig": {"job_hang_interval"},
+        "SdkProgress": {"step", "metrics"},
+        "SdkC4D": {"rank", "attempt", "records"},
+    }.items():
         assert fields <= set(components[name]["properties"]), name
 
 
 def test_nested_serializer_errors_are_named_by_the_path_the_caller_sent():
     from jobs.inputs import flat_errors
 
-    nested = {"job_specs": [{}, {"resource_config": {"gpu": ["bad"]}}], "settings": {"non_field_errors": ["obj"]},
-              "non_field_errors": ["body"], "records": {0: {"op": ["empty"]}}}
-    assert flat_errors(nested) == {"job_specs.1.resource_config.gpu": ["bad"], "settings": ["obj"],
-                                   "non_field_errors": ["body"], "records.0.op": ["empty"]}
+    nested = {
+        "job_specs": [{}, {"resource_config": {"gpu": ["bad"]}}],
+        "settings": {"non_field_errors": ["obj"]},
+        "non_field_errors": ["body"],
+        "records": {0: {"op": ["empty"]}},
+    }
+    assert flat_errors(nested) == {
+        "job_specs.1.resource_config.gpu": ["bad"],
+        "settings": ["obj"],
+        "non_field_errors": ["body"],
+        "records.0.op": ["empty"],
+    }
     assert flat_errors({"records": {0: {"op": ["empty"]}}, "keywords": {2: ["long"]}}, brackets=True) == {
-        "records[0].op": ["empty"], "keywords[2]": ["long"]}
+        "records[0].op": ["empty"],
+        "keywords[2]": ["long"],
+    }

@@ -57,12 +57,15 @@ def test_grant_and_revoke_to_a_group(nobody):
     assert not fresh(nobody).has_perm("jobs.run_on_slurm")
 
 
-@pytest.mark.parametrize("args, words", [
-    (["grant", "moon", "--user", "nobody"], "not known"),
-    (["grant", "local"], "--user or --group"),
-    (["grant", "local", "--user", "ghost"], "no user 'ghost'"),
-    (["revoke", "local", "--group", "ghosts"], "no group 'ghosts'"),
-])
+@pytest.mark.parametrize(
+    "args, words",
+    [
+        (["grant", "moon", "--user", "nobody"], "not known"),
+        (["grant", "local"], "--user or --group"),
+        (["grant", "local", "--user", "ghost"], "no user 'ghost'"),
+        (["revoke", "local", "--group", "ghosts"], "no group 'ghosts'"),
+    ],
+)
 def test_bad_arguments_are_named(nobody, args, words):
     with pytest.raises(CommandError, match=words):
         call_command("backendaccess", *args, stdout=StringIO())

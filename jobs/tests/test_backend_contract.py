@@ -63,7 +63,7 @@ def test_every_backend_takes_the_contract_s_arguments(cls):
             continue
         want = list(inspect.signature(declared).parameters)
         got = list(inspect.signature(mine).parameters)
-        assert got[:len(want)] == want, f"{cls.__name__}.{name}{got} differs from the contract's {want}"
+        assert got[: len(want)] == want, f"{cls.__name__}.{name}{got} differs from the contract's {want}"
 
 
 def test_what_a_backend_cannot_do_is_a_backend_error_naming_it():

@@ -24,15 +24,19 @@ def placements(instances, nodes=("n0",), host_of=None, port0=30000, dirs=False, 
     for inst in sorted(instances, key=lambda i: i.rank):
         node = nodes[min(inst.rank // per_node, len(nodes) - 1)]
         host = host_of(node) if host_of else f"{node}.cluster"
-        out[inst.name] = Placement(node=node, host=host, port=port0 + inst.rank,
-                                   dir=f"/data/{inst.name}" if dirs else "", slots=slots)
+        out[inst.name] = Placement(
+            node=node, host=host, port=port0 + inst.rank, dir=f"/data/{inst.name}" if dirs else "", slots=slots
+        )
     return out
 
 
 def test_instances_are_named_after_role_and_index_with_master_at_rank_zero():
     insts = build_instances("PyTorchJob", {"Worker": 2, "Master": 1}, "python train.py")
     assert [(i.name, i.role, i.index, i.rank) for i in insts] == [
-        ("master-0", "Master", 0, 0), ("worker-0", "Worker", 0, 1), ("worker-1", "Worker", 1, 2)]
+        ("master-0", "Master", 0, 0),
+        ("worker-0", "Worker", 0, 1),
+        ("worker-1", "Worker", 1, 2),
+    ]
     assert all(i.command == "python train.py" for i in insts)
 
 
@@ -42,8 +46,13 @@ def test_pytorch_variables_are_exactly_right_for_every_instance():
 
     def expect(rank, local, node):
         return {
-            "MASTER_ADDR": "a.cluster", "MASTER_PORT": "30000", "WORLD_SIZE": "4", "RANK": str(rank),
-            "LOCAL_RANK": str(local), "LOCAL_WORLD_SIZE": "2", "NODE_RANK": str(node),
+            "MASTER_ADDR": "a.cluster",
+            "MASTER_PORT": "30000",
+            "WORLD_SIZE": "4",
+            "RANK": str(rank),
+            "LOCAL_RANK": str(local),
+            "LOCAL_WORLD_SIZE": "2",
+            "NODE_RANK": str(node),
         }
 
     got = {name: {k: v for k, v in s.env.items() if not k.startswith("VIGIL_")} for name, s in setup.items()}
@@ -66,8 +75,13 @@ def test_every_instance_gets_its_vigil_identity():
     insts = build_instances("TFJob", {"PS": 1, "Worker": 2}, "x")
     env = framework_setup("TFJob", 3, insts, placements(insts))["worker-1"].env
     assert {k: v for k, v in env.items() if k.startswith("VIGIL_")} == {
-        "VIGIL_ATTEMPT": "3", "VIGIL_ROLE": "Worker", "VIGIL_INDEX": "1", "VIGIL_RANK": "2",
-        "VIGIL_INSTANCE": "worker-1", "VIGIL_NODE": "n0"}
+        "VIGIL_ATTEMPT": "3",
+        "VIGIL_ROLE": "Worker",
+        "VIGIL_INDEX": "1",
+        "VIGIL_RANK": "2",
+        "VIGIL_INSTANCE": "worker-1",
+        "VIGIL_NODE": "n0",
+    }
 
 
 def test_tf_config_lists_every_role_in_lower_case_and_the_instances_own_task():
@@ -82,7 +96,9 @@ def test_tf_config_lists_every_role_in_lower_case_and_the_instances_own_task():
     }
     for inst in insts:
         assert json.loads(setup[inst.name].env["TF_CONFIG"]) == {
-            "cluster": cluster, "task": {"type": inst.role.lower(), "index": inst.index}}
+            "cluster": cluster,
+            "task": {"type": inst.role.lower(), "index": inst.index},
+        }
 
 
 def test_tf_config_leaves_out_roles_that_have_no_replicas():
@@ -94,15 +110,19 @@ def test_tf_config_leaves_out_roles_that_have_no_replicas():
 def test_the_mpi_launcher_gets_a_hostfile_with_the_workers_slots_merged_per_host():
     insts = build_instances("MPIJob", {"Launcher": 1, "Worker": 3}, "mpirun python train.py")
     where = {"launcher-0": "h0", "worker-0": "h1", "worker-1": "h1", "worker-2": "h2"}
-    pl = {i.name: Placement(node=where[i.name], host=where[i.name], port=1, dir=f"/d/{i.name}", slots=4)
-          for i in insts}
+    pl = {i.name: Placement(node=where[i.name], host=where[i.name], port=1, dir=f"/d/{i.name}", slots=4) for i in insts}
 
     setup = framework_setup("MPIJob", 1, insts, pl)
 
     launcher = setup["launcher-0"]
     assert launcher.files == {"/d/launcher-0/hostfile": "h1 slots=8\nh2 slots=4\n"}
-    for var in ("OMPI_MCA_orte_default_hostfile", "PRTE_MCA_prte_default_hostfile", "HYDRA_HOST_FILE",
-                "I_MPI_HYDRA_HOST_FILE", "VIGIL_MPI_HOSTFILE"):
+    for var in (
+        "OMPI_MCA_orte_default_hostfile",
+        "PRTE_MCA_prte_default_hostfile",
+        "HYDRA_HOST_FILE",
+        "I_MPI_HYDRA_HOST_FILE",
+        "VIGIL_MPI_HOSTFILE",
+    ):
         assert launcher.env[var] == "/d/launcher-0/hostfile"
     assert launcher.env["VIGIL_MPI_NUM_PROCS"] == "12"
     assert setup["worker-0"].files == {} and "VIGIL_MPI_HOSTFILE" not in setup["worker-0"].env
@@ -111,17 +131,29 @@ def test_the_mpi_launcher_gets_a_hostfile_with_the_workers_slots_merged_per_host
 def test_elastic_batch_instances_know_their_index_and_count():
     insts = build_instances("ElasticBatchJob", {"Worker": 3}, "x")
     setup = framework_setup("ElasticBatchJob", 1, insts, placements(insts))
-    got = [(s.env["VIGIL_INSTANCE_INDEX"], s.env["VIGIL_INSTANCE_COUNT"],
-            s.env["ELASTICBATCH_INSTANCE_INDEX"], s.env["ELASTICBATCH_INSTANCE_COUNT"]) for s in setup.values()]
+    got = [
+        (
+            s.env["VIGIL_INSTANCE_INDEX"],
+            s.env["VIGIL_INSTANCE_COUNT"],
+            s.env["ELASTICBATCH_INSTANCE_INDEX"],
+            s.env["ELASTICBATCH_INSTANCE_COUNT"],
+        )
+        for s in setup.values()
+    ]
     assert got == [("0", "3", "0", "3"), ("1", "3", "1", "3"), ("2", "3", "2", "3")]
 
 
 def test_framework_variables_win_over_the_users_and_the_override_is_reported():
-    env = instance_environment({"PATH": "/bin", "RANK": "base"}, {"RANK": "9", "LR": "0.1"},
-                               {"MASTER_PORT": "1"}, {"RANK": "2", "MASTER_PORT": "30000"})
+    env = instance_environment(
+        {"PATH": "/bin", "RANK": "base"},
+        {"RANK": "9", "LR": "0.1"},
+        {"MASTER_PORT": "1"},
+        {"RANK": "2", "MASTER_PORT": "30000"},
+    )
     assert env == {"PATH": "/bin", "RANK": "2", "LR": "0.1", "MASTER_PORT": "30000"}
-    assert overridden_names({"RANK": "9", "LR": "0.1"}, {"MASTER_PORT": "1"},
-                            {"RANK": "2", "MASTER_PORT": "30000"}) == ["MASTER_PORT", "RANK"]
+    assert overridden_names(
+        {"RANK": "9", "LR": "0.1"}, {"MASTER_PORT": "1"}, {"RANK": "2", "MASTER_PORT": "30000"}
+    ) == ["MASTER_PORT", "RANK"]
     assert overridden_names({"RANK": "2"}, {}, {"RANK": "2"}) == []
 
 

@@ -76,8 +76,9 @@ def backends(tmp_path):
     made.teardown()
 
 
-def attempt(command: str | dict, job_id="job1", number=1, job_type="ElasticBatchJob", replicas=None, env=None,
-            **kw) -> AttemptLaunch:
+def attempt(
+    command: str | dict, job_id="job1", number=1, job_type="ElasticBatchJob", replicas=None, env=None, **kw
+) -> AttemptLaunch:
     replicas = replicas or {"Worker": 1}
     return AttemptLaunch(job_id, number, job_type, build_instances(job_type, replicas, command), env or {}, **kw)
 
@@ -107,15 +108,26 @@ def test_launch_starts_every_instance_with_its_own_log_in_the_attempt_layout(bac
 
 def test_exit_codes_zero_and_one_are_recorded_as_succeeded_and_failed(backends):
     backend = backends()
-    handle = backend.launch(attempt({"Master": "exit 0", "Worker": "echo boom >&2; exit 1"},
-                                    job_type="PyTorchJob", replicas={"Master": 1, "Worker": 1}))
+    handle = backend.launch(
+        attempt(
+            {"Master": "exit 0", "Worker": "echo boom >&2; exit 1"},
+            job_type="PyTorchJob",
+            replicas={"Master": 1, "Worker": 1},
+        )
+    )
 
     status = by_name(wait_finished(backend, handle))
 
     assert (status["master-0"].state, status["master-0"].exit_code, status["master-0"].signal) == (
-        InstanceState.SUCCEEDED, 0, None)
+        InstanceState.SUCCEEDED,
+        0,
+        None,
+    )
     assert (status["worker-0"].state, status["worker-0"].exit_code, status["worker-0"].signal) == (
-        InstanceState.FAILED, 1, None)
+        InstanceState.FAILED,
+        1,
+        None,
+    )
     assert backend.tail_log(handle, "worker-0", 100) == b"boom\n"
     assert status["worker-0"].exited_at >= status["worker-0"].started_at
 
@@ -134,10 +146,14 @@ def test_a_process_killed_by_a_signal_is_recorded_with_that_signal_and_no_exit_c
 def test_stop_kills_grandchildren_in_the_group_and_those_that_left_it(backends):
     backend = backends()
     pidfile = Path(job_writable(backends.data_dir.parent / "shared")) / "pids"
-    handle = backend.launch(attempt(
-        f"sleep 30 & echo $! >> {pidfile}; setsid sleep 31 & echo $! >> {pidfile}; sleep 32"))
-    grandchildren = wait_until(lambda: pidfile.exists() and len(pidfile.read_text().split()) == 2
-                               and [int(p) for p in pidfile.read_text().split()])
+    handle = backend.launch(
+        attempt(f"sleep 30 & echo $! >> {pidfile}; setsid sleep 31 & echo $! >> {pidfile}; sleep 32")
+    )
+    grandchildren = wait_until(
+        lambda: (
+            pidfile.exists() and len(pidfile.read_text().split()) == 2 and [int(p) for p in pidfile.read_text().split()]
+        )
+    )
     procs = [psutil.Process(p) for p in grandchildren]
     assert all(p.is_running() for p in procs)
 
@@ -185,8 +201,9 @@ def test_the_shim_outlives_its_launcher_and_a_fresh_backend_adopts_the_instance(
         f"h = b.launch(AttemptLaunch.from_dict(json.loads({json.dumps(json.dumps(spec.to_dict()))})))\n"
         "print(json.dumps(h))\n"
     )
-    launcher = subprocess.Popen([sys.executable, "-c", script], cwd=REPO, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True)
+    launcher = subprocess.Popen(
+        [sys.executable, "-c", script], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     out, err = launcher.communicate(timeout=30)
     assert launcher.returncode == 0, err  # the launching process is gone
     handle = json.loads(out)
@@ -252,8 +269,11 @@ def test_every_instance_gets_exactly_its_pytorch_variables(backends):
 
 def test_every_instance_gets_exactly_its_tf_config(backends):
     backend = backends()
-    handle = backend.launch(attempt('printf "%s" "$TF_CONFIG"', job_type="TFJob",
-                                    replicas={"Chief": 1, "PS": 1, "Worker": 2, "Evaluator": 1}))
+    handle = backend.launch(
+        attempt(
+            'printf "%s" "$TF_CONFIG"', job_type="TFJob", replicas={"Chief": 1, "PS": 1, "Worker": 2, "Evaluator": 1}
+        )
+    )
     wait_finished(backend, handle)
 
     p = handle["ports"]
@@ -271,8 +291,13 @@ def test_every_instance_gets_exactly_its_tf_config(backends):
 
 def test_the_mpi_launcher_finds_a_hostfile_with_the_workers_slots(backends):
     backend = backends()
-    handle = backend.launch(attempt('cat "$OMPI_MCA_orte_default_hostfile"; echo "np=$VIGIL_MPI_NUM_PROCS"',
-                                    job_type="MPIJob", replicas={"Launcher": 1, "Worker": 3}))
+    handle = backend.launch(
+        attempt(
+            'cat "$OMPI_MCA_orte_default_hostfile"; echo "np=$VIGIL_MPI_NUM_PROCS"',
+            job_type="MPIJob",
+            replicas={"Launcher": 1, "Worker": 3},
+        )
+    )
     wait_finished(backend, handle)
 
     assert backend.read_log(handle, "launcher-0") == b"127.0.0.1 slots=3\nnp=3\n"
@@ -289,17 +314,25 @@ def test_a_new_attempt_never_reuses_the_previous_attempts_master_port(backends):
 
 def test_user_env_reaches_the_instance_but_cannot_override_framework_variables(backends):
     backend = backends()
-    handle = backend.launch(attempt('printf "%s %s %s" "$RANK" "$MY_FLAG" "$VIGIL_JOB_ID"', job_type="PyTorchJob",
-                                    replicas={"Master": 1}, env={"RANK": "7", "MY_FLAG": "on", "VIGIL_JOB_ID": "j"}))
+    handle = backend.launch(
+        attempt(
+            'printf "%s %s %s" "$RANK" "$MY_FLAG" "$VIGIL_JOB_ID"',
+            job_type="PyTorchJob",
+            replicas={"Master": 1},
+            env={"RANK": "7", "MY_FLAG": "on", "VIGIL_JOB_ID": "j"},
+        )
+    )
     wait_finished(backend, handle)
     assert backend.read_log(handle, "master-0") == b"0 on j"
 
 
 def test_a_10_mb_line_and_binary_bytes_do_not_break_reading_the_log(backends):
     backend = backends()
-    code = ("import sys; w = sys.stdout.buffer.write; w(bytes(range(256)) * 4); "
-            "w(b'x' * (10 * 1024 * 1024)); w(b'\\xff\\xfe\\x00 tail end')")
-    handle = backend.launch(attempt(f"{sys.executable} -c \"{code}\""))
+    code = (
+        "import sys; w = sys.stdout.buffer.write; w(bytes(range(256)) * 4); "
+        "w(b'x' * (10 * 1024 * 1024)); w(b'\\xff\\xfe\\x00 tail end')"
+    )
+    handle = backend.launch(attempt(f'{sys.executable} -c "{code}"'))
     wait_finished(backend, handle, timeout=10)
 
     whole = backend.read_log(handle, "worker-0")
@@ -339,7 +372,12 @@ def test_an_exit_is_on_disk_and_announced_over_redis_within_milliseconds(backend
     assert message is not None, "no exit announcement"
     payload = json.loads(message["data"])
     assert {k: payload[k] for k in ("job_id", "attempt", "instance", "exit_code", "signal")} == {
-        "job_id": "job-redis", "attempt": 1, "instance": "worker-0", "exit_code": 3, "signal": None}
+        "job_id": "job-redis",
+        "attempt": 1,
+        "instance": "worker-0",
+        "exit_code": 3,
+        "signal": None,
+    }
     [status] = backend.poll(handle)
     assert status.state == InstanceState.FAILED and status.exited_at == payload["exited_at"]
     child_exit = float(backend.read_log(handle, "worker-0"))
@@ -372,8 +410,10 @@ def test_restarting_one_instance_starts_a_fresh_process_and_marks_the_log(backen
     after = by_name(backend.poll(handle))
     assert after["worker-1"].state == InstanceState.RUNNING and after["worker-1"].pid != before["worker-1"].pid
     assert after["worker-0"].pid == before["worker-0"].pid  # the peer is untouched
-    assert not psutil.pid_exists(before["worker-1"].pid) or \
-        psutil.Process(before["worker-1"].pid).status() == psutil.STATUS_ZOMBIE
+    assert (
+        not psutil.pid_exists(before["worker-1"].pid)
+        or psutil.Process(before["worker-1"].pid).status() == psutil.STATUS_ZOMBIE
+    )
     log = wait_until(lambda: (b := backend.read_log(handle, "worker-1")).count(b"run 1\n") == 2 and b)
     lines = log.splitlines()
     assert lines[0] == b"run 1" and lines[1].startswith(b"===== vigil: worker-1 restarted (run 2 of attempt 1)")
@@ -441,7 +481,10 @@ def test_launching_the_same_attempt_twice_starts_nothing_new(backends):
     again = backend.launch(attempt("sleep 30"))
     assert again == first
     assert sorted(p.name for p in (backends.data_dir / "jobs/job1/attempt-1").iterdir()) == [
-        "attempt.json", "launch.json", "worker-0"]
+        "attempt.json",
+        "launch.json",
+        "worker-0",
+    ]
 
 
 def test_the_instance_runs_in_the_job_workdir_shared_by_attempts(backends):
@@ -468,8 +511,12 @@ def test_bad_options_and_specs_get_errors_naming_the_field(backends):
 
 
 def test_get_backend_builds_the_configured_backend_once(settings, tmp_path, backends):
-    settings.JOB_BACKENDS = {"local": {"BACKEND": "jobs.backends.local.LocalBackend",
-                                       "OPTIONS": {"data_dir": str(backends.data_dir), "redis_url": None}}}
+    settings.JOB_BACKENDS = {
+        "local": {
+            "BACKEND": "jobs.backends.local.LocalBackend",
+            "OPTIONS": {"data_dir": str(backends.data_dir), "redis_url": None},
+        }
+    }
     reset_backends()
     try:
         backend = get_backend("local")
@@ -501,6 +548,7 @@ def test_a_launch_that_fails_half_way_can_be_tried_again(backends):
 
 # --- a launcher killed at each step of the launch (jobs.faults) -------------------------
 
+
 def launch_killed_at(backends, spec, fault: str) -> None:
     """Launch `spec` in a process of its own that SIGKILLs itself at the fault point."""
     script = (
@@ -511,8 +559,15 @@ def launch_killed_at(backends, spec, fault: str) -> None:
         f"b.launch(AttemptLaunch.from_dict(json.loads({json.dumps(json.dumps(spec.to_dict()))})))\n"
     )
     env = dict(os.environ, VIGIL_FAULT_POINT=faults.check(fault))
-    out = subprocess.run([sys.executable, "-c", script], cwd=REPO, env=env, capture_output=True, text=True,
-                         timeout=30, start_new_session=True)
+    out = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        start_new_session=True,
+    )
     assert out.returncode == -signal.SIGKILL, (out.returncode, out.stderr)
     assert f"vigil fault point {fault}" in out.stderr
 
@@ -524,8 +579,9 @@ def processes_under(data_dir: Path) -> set[int]:
         try:
             if p.info["status"] == psutil.STATUS_ZOMBIE:
                 continue
-            if any(str(data_dir) in a for a in p.info["cmdline"] or ()) or \
-                    p.environ().get("VIGIL_TEST_DATA") == str(data_dir):
+            if any(str(data_dir) in a for a in p.info["cmdline"] or ()) or p.environ().get("VIGIL_TEST_DATA") == str(
+                data_dir
+            ):
                 found.add(p.pid)
         except psutil.Error:
             pass
@@ -540,8 +596,9 @@ def test_a_shim_whose_launcher_died_runs_on_and_the_next_launch_completes_the_at
     spec = ranks(backends, n=1)
     launch_killed_at(backends, spec, "launch.after_shim_start")
     idir = backends.data_dir / "jobs/job1/attempt-1/worker-0"
-    state = wait_until(lambda: json.loads((idir / "state.json").read_text()) if (idir / "state.json").exists()
-                       else None)
+    state = wait_until(
+        lambda: json.loads((idir / "state.json").read_text()) if (idir / "state.json").exists() else None
+    )
     # Its ready pipe broke, yet it keeps its rank and stays the one to record the exit.
     wait_until(lambda: b"the launcher is gone" in (idir / "shim.log").read_bytes())
     assert proc_start_ticks(state["shim_pid"]) == state["shim_start"]
@@ -556,8 +613,9 @@ def test_a_shim_whose_launcher_died_runs_on_and_the_next_launch_completes_the_at
     assert status.state == InstanceState.STOPPED and status.signal == signal.SIGTERM  # the shim recorded it
 
 
-@pytest.mark.parametrize("fault", ["launch.after_claim", "launch.after_spec", "launch.after_attempt_json",
-                                   "launch.after_shim_start"])
+@pytest.mark.parametrize(
+    "fault", ["launch.after_claim", "launch.after_spec", "launch.after_attempt_json", "launch.after_shim_start"]
+)
 def test_a_launch_killed_half_way_is_cleaned_up_and_launched_again_from_the_start(backends, fault):
     spec = ranks(backends)
     launch_killed_at(backends, spec, fault)
@@ -571,8 +629,9 @@ def test_a_launch_killed_half_way_is_cleaned_up_and_launched_again_from_the_star
     statuses = backend.poll(handle)
     assert [s.state for s in statuses] == [InstanceState.RUNNING] * 2
     assert not before & processes_under(backends.data_dir), "a rank of the half-launch still runs"
-    live = {s.pid for s in statuses} | {json.loads((Path(handle["dir"]) / n / "state.json").read_text())["shim_pid"]
-                                        for n in ("worker-0", "worker-1")}
+    live = {s.pid for s in statuses} | {
+        json.loads((Path(handle["dir"]) / n / "state.json").read_text())["shim_pid"] for n in ("worker-0", "worker-1")
+    }
     assert processes_under(backends.data_dir) == live  # two shims, two ranks, nothing else
     aside = [p.name for p in (backends.data_dir / "jobs/job1").iterdir() if p.name.startswith("failed-attempt-1-")]
     assert len(aside) == 1
@@ -583,10 +642,17 @@ def test_a_launch_in_progress_in_another_process_is_left_to_it(backends):
     backend = backends()
     job_dir = backends.data_dir / "jobs" / "job1"
     job_dir.mkdir(parents=True)
-    holder = subprocess.Popen([sys.executable, "-c", "import fcntl, os, sys, time\n"
-                               f"fd = os.open({str(job_dir)!r}, os.O_RDONLY)\n"
-                               "fcntl.flock(fd, fcntl.LOCK_EX); print('locked', flush=True); time.sleep(60)"],
-                              stdout=subprocess.PIPE, text=True)
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import fcntl, os, sys, time\n"
+            f"fd = os.open({str(job_dir)!r}, os.O_RDONLY)\n"
+            "fcntl.flock(fd, fcntl.LOCK_EX); print('locked', flush=True); time.sleep(60)",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert holder.stdout.readline().strip() == "locked"
         with pytest.raises(LaunchInProgress, match="being launched by another process"):
@@ -613,8 +679,9 @@ def test_the_shim_stamps_every_line_with_its_capture_time_without_slowing_a_fast
     backend = backends()
     before = time.time()
     # 20,000 lines as fast as the shell prints them, then a pause and one more.
-    handle = backend.launch(attempt('i=0; while [ $i -lt 20000 ]; do echo "line $i"; i=$((i+1)); done; '
-                                    'sleep 0.5; echo "after the pause"'))
+    handle = backend.launch(
+        attempt('i=0; while [ $i -lt 20000 ]; do echo "line $i"; i=$((i+1)); done; sleep 0.5; echo "after the pause"')
+    )
     wait_finished(backend, handle, timeout=30)
     log = InstanceLog(backend, handle, "worker-0")
     data = log.read(0, None)
@@ -647,10 +714,15 @@ def test_c4d_on_gives_every_rank_the_flight_recorder_and_the_hook_and_the_dumps_
     start-up hook first on PYTHONPATH before the job's own entries, and the dumps read back
     by rank, never through a link the job planted."""
     backend = backends()
-    cmd = f"{sys.executable} -c \"$PROBE\""
-    handle = backend.launch(attempt(cmd, job_type="PyTorchJob", replicas={"Master": 1},
-                                    env={"VIGIL_C4D": "1", "PROBE": FR_PROBE, "PYTHONPATH": "/opt/mine",
-                                         "TORCH_FR_BUFFER_SIZE": "5000"}))
+    cmd = f'{sys.executable} -c "$PROBE"'
+    handle = backend.launch(
+        attempt(
+            cmd,
+            job_type="PyTorchJob",
+            replicas={"Master": 1},
+            env={"VIGIL_C4D": "1", "PROBE": FR_PROBE, "PYTHONPATH": "/opt/mine", "TORCH_FR_BUFFER_SIZE": "5000"},
+        )
+    )
     wait_finished(backend, handle)
     idir = Path(handle["dir"]) / "master-0"
     lines = backend.read_log(handle, "master-0").decode().splitlines()
@@ -664,13 +736,16 @@ def test_c4d_on_gives_every_rank_the_flight_recorder_and_the_hook_and_the_dumps_
     assert lines[4] == str(sdk.parent)
     repo_sdk = Path(__file__).resolve().parents[2] / "sdk" / "src" / "vigil"
     assert sorted(p.name for p in sdk.iterdir()) == ["__init__.py", "_client.py", "c4d.py", "job_monitor.py"]
-    assert all(p.read_bytes() == (repo_sdk / p.name).read_bytes() and stat.S_IMODE(p.stat().st_mode) == 0o644
-               for p in sdk.iterdir())
+    assert all(
+        p.read_bytes() == (repo_sdk / p.name).read_bytes() and stat.S_IMODE(p.stat().st_mode) == 0o644
+        for p in sdk.iterdir()
+    )
     assert stat.S_IMODE(sdk.stat().st_mode) == 0o755
     assert backend.flight_recorder_dumps(handle) == {3: b"written by the job"}
 
-    plain = backend.launch(attempt(cmd, job_id="job2", job_type="PyTorchJob", replicas={"Master": 1},
-                                   env={"PROBE": FR_PROBE}))
+    plain = backend.launch(
+        attempt(cmd, job_id="job2", job_type="PyTorchJob", replicas={"Master": 1}, env={"PROBE": FR_PROBE})
+    )
     wait_finished(backend, plain)
     assert backend.read_log(plain, "master-0").decode().splitlines() == ["- - -", "-", "- -", "no hook", "-"]
     assert backend.flight_recorder_dumps(plain) == {}

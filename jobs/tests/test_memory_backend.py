@@ -12,8 +12,14 @@ from jobs.backends.memory import MemoryBackend
 
 
 def spec(job_id="j1", attempt=1, workers=2, **kw):
-    return AttemptLaunch(job_id, attempt, "PyTorchJob",
-                         build_instances("PyTorchJob", {"Master": 1, "Worker": workers}, "python t.py"), {}, **kw)
+    return AttemptLaunch(
+        job_id,
+        attempt,
+        "PyTorchJob",
+        build_instances("PyTorchJob", {"Master": 1, "Worker": workers}, "python t.py"),
+        {},
+        **kw,
+    )
 
 
 def test_a_launched_attempt_runs_every_instance_until_the_test_ends_one():
@@ -25,8 +31,12 @@ def test_a_launched_attempt_runs_every_instance_until_the_test_ends_one():
 
     status = {s.name: s for s in backend.poll(handle)}
     assert status["master-0"].state == InstanceState.RUNNING
-    assert (status["worker-1"].state, status["worker-1"].exit_code, status["worker-1"].exited_at,
-            status["worker-1"].last_output_at) == (InstanceState.FAILED, 1, 101.0, 100.0)
+    assert (
+        status["worker-1"].state,
+        status["worker-1"].exit_code,
+        status["worker-1"].exited_at,
+        status["worker-1"].last_output_at,
+    ) == (InstanceState.FAILED, 1, 101.0, 100.0)
     assert backend.tail_log(handle, "worker-1", 6) == b"error\n"
     assert backend.read_log(handle, "worker-1", offset=0, limit=4) == b"NCCL"
     assert backend.launched == [spec()]
@@ -46,8 +56,11 @@ def test_stop_stops_what_runs_and_keeps_what_ended():
     backend.finish(handle, "worker-0", exit_code=0)
     backend.stop(handle, grace=3)
     states = {s.name: s.state for s in backend.poll(handle)}
-    assert states == {"master-0": InstanceState.STOPPED, "worker-0": InstanceState.SUCCEEDED,
-                      "worker-1": InstanceState.STOPPED}
+    assert states == {
+        "master-0": InstanceState.STOPPED,
+        "worker-0": InstanceState.SUCCEEDED,
+        "worker-1": InstanceState.STOPPED,
+    }
     assert backend.stopped == [("j1", 1, None, 3)]
 
 
@@ -65,8 +78,10 @@ def test_restarting_one_instance_runs_it_again_and_is_recorded():
 def test_isolated_nodes_are_avoided_and_a_launch_error_can_be_injected():
     backend = MemoryBackend(nodes=[{"name": "a", "slots": 4}, {"name": "b", "slots": 4}])
     backend.isolate_node("a", "C4D error")
-    assert [(n.name, n.schedulable, n.reason) for n in backend.list_nodes()] == [("a", False, "C4D error"),
-                                                                                  ("b", True, "")]
+    assert [(n.name, n.schedulable, n.reason) for n in backend.list_nodes()] == [
+        ("a", False, "C4D error"),
+        ("b", True, ""),
+    ]
     handle = backend.launch(spec())
     assert {s.node for s in backend.poll(handle)} == {"b"}
 

@@ -85,7 +85,8 @@ def test_a_transition_stamps_updated_at_on_a_job_only(job):
 
 def test_ft_is_the_parsed_flags_and_follows_a_changed_config(job):
     assert job.ft.max_num_of_job_restart == 3 and job.restart_budget == 3  # the flags' defaults
-    job.ft_config = parse_flags("--job-execution-mode=Sync --enable-job-restart=True "
-                                "--max-num-of-job-restart=5").to_dict()
+    job.ft_config = parse_flags(
+        "--job-execution-mode=Sync --enable-job-restart=True --max-num-of-job-restart=5"
+    ).to_dict()
     assert job.ft.job_execution_mode is ExecutionMode.SYNC
     assert job.restart_budget == 5

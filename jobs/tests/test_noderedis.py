@@ -17,9 +17,19 @@ REDIS_URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
 
 def test_a_redis_url_becomes_a_target_a_spec_file_can_hold():
     assert redis_target("redis://bob:p%40ss@cache:6380/2", "vigil:instance-exit") == {
-        "host": "cache", "port": 6380, "username": "bob", "password": "p@ss", "channel": "vigil:instance-exit"}
+        "host": "cache",
+        "port": 6380,
+        "username": "bob",
+        "password": "p@ss",
+        "channel": "vigil:instance-exit",
+    }
     assert redis_target("redis://:secret@", "c") == {
-        "host": "127.0.0.1", "port": 6379, "username": None, "password": "secret", "channel": "c"}
+        "host": "127.0.0.1",
+        "port": 6379,
+        "username": None,
+        "password": "secret",
+        "channel": "c",
+    }
     assert redis_target("", "c") is None
     assert redis_target("rediss://cache:6380/0", "c") is None  # TLS is not spoken here
 

@@ -30,10 +30,20 @@ def submit(user, body) -> Job:
 
 def record(job, n, **fields) -> RestartRecord:
     values = dict(
-        job=job, number=n, kind="job", attempt=n, new_attempt=n + 1, node_name="node-a", instance_name="worker-0",
-        error_code="NCCL_ERROR", error_message="NCCL error: unhandled system error", error_source="Log",
-        reason=f"worker-0 failed with a retryable NCCL error (restart {n})", result="Succeeded",
-        duration_seconds=4.2, idempotency_key=f"rr-{job.pk}-{n}",
+        job=job,
+        number=n,
+        kind="job",
+        attempt=n,
+        new_attempt=n + 1,
+        node_name="node-a",
+        instance_name="worker-0",
+        error_code="NCCL_ERROR",
+        error_message="NCCL error: unhandled system error",
+        error_source="Log",
+        reason=f"worker-0 failed with a retryable NCCL error (restart {n})",
+        result="Succeeded",
+        duration_seconds=4.2,
+        idempotency_key=f"rr-{job.pk}-{n}",
     )
     values.update(fields)
     return RestartRecord.objects.create(**values)
@@ -41,9 +51,16 @@ def record(job, n, **fields) -> RestartRecord:
 
 @pytest.fixture
 def job(alice, alice_ws, job_body):
-    return submit(alice, job_body(alice_ws, settings={
-        "enable_error_monitoring_in_aimaster": True,
-        "error_monitoring_args": "--enable-job-restart=True --max-num-of-job-restart=3"}))
+    return submit(
+        alice,
+        job_body(
+            alice_ws,
+            settings={
+                "enable_error_monitoring_in_aimaster": True,
+                "error_monitoring_args": "--enable-job-restart=True --max-num-of-job-restart=3",
+            },
+        ),
+    )
 
 
 def snapshot(job) -> Diagnosis:
@@ -139,15 +156,36 @@ def test_owner_stops_a_job_from_its_page(client, alice, alice_ws, job, django_ca
 
 def form_data(**overrides) -> dict:
     data = {
-        "display_name": "bert-pretrain", "job_type": "PyTorchJob", "backend": "local",
-        "user_command": "python train.py", "envs": "EPOCHS=3\nLR=0.1",
-        "role_0_type": "Master", "role_0_replicas": "1", "role_0_cpu": "1", "role_0_memory": "1Gi", "role_0_gpu": "0",
-        "role_1_type": "Worker", "role_1_replicas": "2", "role_1_cpu": "2", "role_1_memory": "2Gi", "role_1_gpu": "1",
-        "fault_tolerance": "on", "job_execution_mode": "Sync", "enable_job_restart": "on",
-        "max_num_of_job_restart": "5", "fault_tolerant_policy": "ExitCodeAndErrorMsg", "max_num_of_same_error": "10",
-        "max_tolerated_failure_rate": "-1", "enable_job_hang_detection": "on", "job_hang_interval": "900",
-        "job_exit_hang_interval": "600", "c4d_log_level": "Warning", "c4d_hang_timeout": "10000000",
-        "c4d_hang_times": "18", "c4d_conn_bw_check_period": "10", "c4d_runtime_log_level": "INFO",
+        "display_name": "bert-pretrain",
+        "job_type": "PyTorchJob",
+        "backend": "local",
+        "user_command": "python train.py",
+        "envs": "EPOCHS=3\nLR=0.1",
+        "role_0_type": "Master",
+        "role_0_replicas": "1",
+        "role_0_cpu": "1",
+        "role_0_memory": "1Gi",
+        "role_0_gpu": "0",
+        "role_1_type": "Worker",
+        "role_1_replicas": "2",
+        "role_1_cpu": "2",
+        "role_1_memory": "2Gi",
+        "role_1_gpu": "1",
+        "fault_tolerance": "on",
+        "job_execution_mode": "Sync",
+        "enable_job_restart": "on",
+        "max_num_of_job_restart": "5",
+        "fault_tolerant_policy": "ExitCodeAndErrorMsg",
+        "max_num_of_same_error": "10",
+        "max_tolerated_failure_rate": "-1",
+        "enable_job_hang_detection": "on",
+        "job_hang_interval": "900",
+        "job_exit_hang_interval": "600",
+        "c4d_log_level": "Warning",
+        "c4d_hang_timeout": "10000000",
+        "c4d_hang_times": "18",
+        "c4d_conn_bw_check_period": "10",
+        "c4d_runtime_log_level": "INFO",
         "error_monitoring_args": "",
     }
     for i in (2, 3):
@@ -184,12 +222,15 @@ def test_bad_values_show_their_errors_beside_their_fields_all_in_one_pass(client
     """Issue 15: a flag, an environment line, a reserved variable, a GPU count and a missing
     name are all named by one submission, each at its field (they came in three rounds)."""
     client.force_login(alice)
-    response = client.post(reverse("pages:job-new", args=[alice_ws.slug]), form_data(
-        role_1_gpu="6", job_hang_interval="0", display_name="", envs="NOT A PAIR\nPATH=/tmp"))
+    response = client.post(
+        reverse("pages:job-new", args=[alice_ws.slug]),
+        form_data(role_1_gpu="6", job_hang_interval="0", display_name="", envs="NOT A PAIR\nPATH=/tmp"),
+    )
     assert response.status_code == 400
     html = response.content.decode()
     assert _error_beside(html, "id_job_hang_interval").endswith(
-        "'0' is not accepted; use a positive whole number of seconds, at most 2592000 (30 days)")
+        "'0' is not accepted; use a positive whole number of seconds, at most 2592000 (30 days)"
+    )
     assert _error_beside(html, "id_role_1_gpu").endswith("Invalid GPU count 6, only supported: [0 1 2 4 8 16]")
     assert "is required" in _error_beside(html, "id_display_name")
     envs = re.findall(r'<p class="field-error" id="id_envs-error">(.*?)</p>', html, re.S)
@@ -212,13 +253,16 @@ def test_the_startup_interval_field_is_optional_checked_like_the_flag_and_cloned
     bad = client.post(url, form_data(job_hang_startup_interval="0"))
     assert bad.status_code == 400
     assert _error_beside(bad.content.decode(), "id_job_hang_startup_interval").endswith(
-        "'0' is not accepted; use a positive whole number of seconds, at most 2592000 (30 days)")
+        "'0' is not accepted; use a positive whole number of seconds, at most 2592000 (30 days)"
+    )
     assert client.post(url, form_data(display_name="given", job_hang_startup_interval="1200")).status_code == 302
     given = Job.objects.get(display_name="given")
     assert given.ft_config["job_hang_startup_interval"] == 1200
     assert "--job-hang-startup-interval=1200" in given.error_monitoring_args
     clone = client.get(url + f"?clone={given.pk}").content.decode()
-    assert re.search(r'id="id_job_hang_startup_interval"[^>]*value="1200"|value="1200"[^>]*id="id_job_hang_startup_interval"', clone)
+    assert re.search(
+        r'id="id_job_hang_startup_interval"[^>]*value="1200"|value="1200"[^>]*id="id_job_hang_startup_interval"', clone
+    )
 
 
 def test_the_warm_restart_fields_are_checked_like_the_flags_stored_and_cloned(client, alice, alice_ws):
@@ -232,33 +276,44 @@ def test_the_warm_restart_fields_are_checked_like_the_flags_stored_and_cloned(cl
     assert cold.ft_config["warm_modules"] == ["torch", "torch.distributed", "torch._dynamo"]
     bad = client.post(url, form_data(enable_warm_restart="on", warm_modules="torch,,numpy"))
     assert bad.status_code == 400
-    assert "is not accepted; use module names separated by commas" in _error_beside(bad.content.decode(),
-                                                                                     "id_warm_modules")
+    assert "is not accepted; use module names separated by commas" in _error_beside(
+        bad.content.decode(), "id_warm_modules"
+    )
     ok = client.post(url, form_data(display_name="warm", enable_warm_restart="on", warm_modules="torch, numpy"))
     assert ok.status_code == 302
     warm = Job.objects.get(display_name="warm")
     assert warm.ft_config["enable_warm_restart"] is True and warm.ft_config["warm_modules"] == ["torch", "numpy"]
     assert "--enable-warm-restart=True --warm-modules=torch,numpy" in warm.error_monitoring_args
     clone = client.get(url + f"?clone={warm.pk}").content.decode()
-    assert re.search(r'id="id_warm_modules"[^>]*value="torch,numpy"|value="torch,numpy"[^>]*id="id_warm_modules"',
-                     clone)
-    assert re.search(r'<input[^>]*id="id_enable_warm_restart"[^>]*checked|<input[^>]*checked[^>]*id="id_enable_warm_restart"', clone)
+    assert re.search(
+        r'id="id_warm_modules"[^>]*value="torch,numpy"|value="torch,numpy"[^>]*id="id_warm_modules"', clone
+    )
+    assert re.search(
+        r'<input[^>]*id="id_enable_warm_restart"[^>]*checked|<input[^>]*checked[^>]*id="id_enable_warm_restart"', clone
+    )
 
 
 def test_c4d_without_hang_detection_is_an_error_beside_the_c4d_toggle(client, alice, alice_ws):
     client.force_login(alice)
-    response = client.post(reverse("pages:job-new", args=[alice_ws.slug]), form_data(
-        enable_job_hang_detection=None, enable_c4d_hang_detection="on"))
+    response = client.post(
+        reverse("pages:job-new", args=[alice_ws.slug]),
+        form_data(enable_job_hang_detection=None, enable_c4d_hang_detection="on"),
+    )
     assert response.status_code == 400
-    assert "needs --enable-job-hang-detection=True" in _error_beside(response.content.decode(),
-                                                                     "id_enable_c4d_hang_detection")
+    assert "needs --enable-job-hang-detection=True" in _error_beside(
+        response.content.decode(), "id_enable_c4d_hang_detection"
+    )
 
 
 def test_the_other_configuration_box_wins_for_the_flags_it_names(client, alice, alice_ws):
     client.force_login(alice)
-    response = client.post(reverse("pages:job-new", args=[alice_ws.slug]), form_data(
-        enable_job_hang_detection=None,
-        error_monitoring_args="--job-execution-mode=Async --fault-tolerant-policy=OnFailure --max-num-of-job-restart 7"))
+    response = client.post(
+        reverse("pages:job-new", args=[alice_ws.slug]),
+        form_data(
+            enable_job_hang_detection=None,
+            error_monitoring_args="--job-execution-mode=Async --fault-tolerant-policy=OnFailure --max-num-of-job-restart 7",
+        ),
+    )
     assert response.status_code == 302
     job = Job.objects.get()
     assert job.ft_config["job_execution_mode"] == "Async"
@@ -266,15 +321,18 @@ def test_the_other_configuration_box_wins_for_the_flags_it_names(client, alice, 
     assert job.ft_config["max_num_of_job_restart"] == 7  # the box, not the field's 5
     assert job.ft_config["enable_job_restart"] is True  # a field the box does not name
     # a bad flag in the box is an error beside the box, naming the flag
-    response = client.post(reverse("pages:job-new", args=[alice_ws.slug]), form_data(
-        error_monitoring_args="--job-hang-interval=soon"))
+    response = client.post(
+        reverse("pages:job-new", args=[alice_ws.slug]), form_data(error_monitoring_args="--job-hang-interval=soon")
+    )
     assert "--job-hang-interval" in _error_beside(response.content.decode(), "id_error_monitoring_args")
 
 
 def test_flag_preview_shows_the_combined_string_and_which_flags_the_box_overrides(client, alice, alice_ws):
     client.force_login(alice)
-    html = client.post(reverse("pages:flags-preview", args=[alice_ws.slug]), form_data(
-        error_monitoring_args="--max-num-of-job-restart=9")).content.decode()
+    html = client.post(
+        reverse("pages:flags-preview", args=[alice_ws.slug]),
+        form_data(error_monitoring_args="--max-num-of-job-restart=9"),
+    ).content.decode()
     assert "--enable-job-restart=True" in html and "--max-num-of-job-restart=9" in html
     assert "overriding their fields" in html
 
@@ -284,10 +342,19 @@ def test_flag_preview_warns_of_a_hang_interval_set_with_hang_detection_off(clien
     url = reverse("pages:flags-preview", args=[alice_ws.slug])
     off = client.post(url, form_data(enable_job_hang_detection=None, job_hang_interval="600")).content.decode()
     assert "--job-hang-interval is set but Hang Detection is off" in off
-    boxed = client.post(url, form_data(enable_job_hang_detection=None, job_hang_interval="1800",
-                                       error_monitoring_args="--job-hang-startup-interval=900")).content.decode()
+    boxed = client.post(
+        url,
+        form_data(
+            enable_job_hang_detection=None,
+            job_hang_interval="1800",
+            error_monitoring_args="--job-hang-startup-interval=900",
+        ),
+    ).content.decode()
     assert "--job-hang-startup-interval is set but Hang Detection is off" in boxed
-    for quiet in (form_data(job_hang_interval="600"), form_data(enable_job_hang_detection=None, job_hang_interval="1800")):
+    for quiet in (
+        form_data(job_hang_interval="600"),
+        form_data(enable_job_hang_detection=None, job_hang_interval="1800"),
+    ):
         assert "ft-warning" not in client.post(url, quiet).content.decode()
 
 
@@ -300,7 +367,8 @@ def test_gpus_are_a_select_of_the_allowed_counts_and_another_count_gets_the_seed
     bad = client.post(url, form_data(role_0_gpu="3"))
     assert bad.status_code == 400
     assert _error_beside(bad.content.decode(), "id_role_0_gpu").endswith(
-        "Invalid GPU count 3, only supported: [0 1 2 4 8 16]")
+        "Invalid GPU count 3, only supported: [0 1 2 4 8 16]"
+    )
 
 
 def test_a_member_may_not_use_the_local_backend_and_is_told_beside_the_backend(client, dave, alice_ws):
@@ -314,7 +382,9 @@ def test_clone_fills_the_form_with_the_jobs_settings(client, alice, alice_ws, jo
     client.force_login(alice)
     html = client.get(reverse("pages:job-new", args=[alice_ws.slug]) + f"?clone={job.pk}").content.decode()
     assert 'value="resnet-ddp-copy"' in html
-    assert re.search(r'id="id_fault_tolerance"[^>]*checked', html) or re.search(r'checked[^>]*id="id_fault_tolerance"', html)
+    assert re.search(r'id="id_fault_tolerance"[^>]*checked', html) or re.search(
+        r'checked[^>]*id="id_fault_tolerance"', html
+    )
     assert re.search(r'name="max_num_of_job_restart" value="3"', html)
 
 
@@ -351,17 +421,34 @@ def test_job_page_shows_instances_timeline_monitor_log_and_token_hint(client, al
 def test_restart_records_open_a_description_and_aggregate_by_code_source_and_node(client, alice, alice_ws, job):
     r1 = record(job, 1)
     record(job, 2, root_cause=False, instance_name="worker-1")
-    record(job, 3, error_code="CUDA_XID", error_source="Log", node_name="node-b",
-           restart_time=timezone.now() + timedelta(seconds=5))
+    record(
+        job,
+        3,
+        error_code="CUDA_XID",
+        error_source="Log",
+        node_name="node-b",
+        restart_time=timezone.now() + timedelta(seconds=5),
+    )
     client.force_login(alice)
     html = client.get(reverse("pages:restarts", args=[alice_ws.slug, job.pk]) + f"?open={r1.pk}").content.decode()
-    for label in ("Restarts", "Restart Time", "Node Name", "Instance Name", "Error Code", "Error Message", "Error Source"):
+    for label in (
+        "Restarts",
+        "Restart Time",
+        "Node Name",
+        "Instance Name",
+        "Error Code",
+        "Error Message",
+        "Error Source",
+    ):
         assert f"<dt>{label}</dt>" in html
     assert "◆</span> Root cause" in html and "◇</span> Cascade" in html
     assert f'aria-controls="rr-desc-{r1.pk}"' in html
     agg = client.get(reverse("pages:restarts-aggregated", args=[alice_ws.slug, job.pk])).content.decode()
-    rows = re.findall(r"<tr>\s*<td class=\"mono\">(\w+)</td><td>(\w+)</td><td class=\"mono\">([\w-]+)</td>\s*"
-                      r"<td class=\"num\">(\d+)</td>", agg)
+    rows = re.findall(
+        r"<tr>\s*<td class=\"mono\">(\w+)</td><td>(\w+)</td><td class=\"mono\">([\w-]+)</td>\s*"
+        r"<td class=\"num\">(\d+)</td>",
+        agg,
+    )
     assert rows == [("NCCL_ERROR", "Log", "node-a", "2"), ("CUDA_XID", "Log", "node-b", "1")]
     assert "1 root" in agg and "1 cascade" in agg
 
@@ -423,17 +510,54 @@ def test_hang_panel_lists_suspect_stacks_first_and_c4d_verdicts_in_words(client,
     from jobs.models import Diagnosis
 
     frame = {"function": "all_reduce", "file": "distributed_c10d.py", "line": 2050, "path": ""}
-    Diagnosis.objects.create(job=job, attempt=1, kind="stacks", summary="2 distinct stacks", data={"stacks": [
-        {"count": 3, "suspect": False, "idle": False, "frames": [frame],
-         "threads": [{"instance": f"worker-{i}", "rank": i, "pid": 1, "thread_id": 1, "thread_name": "MainThread"}
-                     for i in range(3)]},
-        {"count": 1, "suspect": True, "idle": False,
-         "frames": [{"function": "compute_loss", "file": "train.py", "line": 88, "path": ""}],
-         "threads": [{"instance": "worker-3", "rank": 3, "pid": 2, "thread_id": 1, "thread_name": "MainThread"}]},
-    ]})
-    Diagnosis.objects.create(job=job, attempt=1, kind="c4d", summary="c4d", data={"verdicts": [
-        {"rank": 3, "kind": "RankNonCommHang", "severity": "Error", "message": "rank 3 never entered allreduce #41",
-         "evidence": {}, "instance": "worker-3", "node": "node-b"}]})
+    Diagnosis.objects.create(
+        job=job,
+        attempt=1,
+        kind="stacks",
+        summary="2 distinct stacks",
+        data={
+            "stacks": [
+                {
+                    "count": 3,
+                    "suspect": False,
+                    "idle": False,
+                    "frames": [frame],
+                    "threads": [
+                        {"instance": f"worker-{i}", "rank": i, "pid": 1, "thread_id": 1, "thread_name": "MainThread"}
+                        for i in range(3)
+                    ],
+                },
+                {
+                    "count": 1,
+                    "suspect": True,
+                    "idle": False,
+                    "frames": [{"function": "compute_loss", "file": "train.py", "line": 88, "path": ""}],
+                    "threads": [
+                        {"instance": "worker-3", "rank": 3, "pid": 2, "thread_id": 1, "thread_name": "MainThread"}
+                    ],
+                },
+            ]
+        },
+    )
+    Diagnosis.objects.create(
+        job=job,
+        attempt=1,
+        kind="c4d",
+        summary="c4d",
+        data={
+            "verdicts": [
+                {
+                    "rank": 3,
+                    "kind": "RankNonCommHang",
+                    "severity": "Error",
+                    "message": "rank 3 never entered allreduce #41",
+                    "evidence": {},
+                    "instance": "worker-3",
+                    "node": "node-b",
+                }
+            ]
+        },
+    )
     client.force_login(alice)
     html = client.get(reverse("pages:job-part", args=[alice_ws.slug, job.pk, "diagnoses"])).content.decode()
     assert html.index("compute_loss") < html.index("all_reduce")  # the suspect (count 1) first
@@ -443,8 +567,10 @@ def test_hang_panel_lists_suspect_stacks_first_and_c4d_verdicts_in_words(client,
 
 def test_an_attempts_logs_download_as_one_zip_streamed_from_disk(client, alice, alice_ws, job_body, local_backend):
     # Real processes write real files: one instance writes ~6 MB, the others a line.
-    big = ('if [ "$VIGIL_INSTANCE" = "worker-0" ]; then head -c 4500000 /dev/urandom | base64; echo "6 MB done"; '
-           'else echo "hello from $VIGIL_INSTANCE"; fi; sleep 30')
+    big = (
+        'if [ "$VIGIL_INSTANCE" = "worker-0" ]; then head -c 4500000 /dev/urandom | base64; echo "6 MB done"; '
+        'else echo "hello from $VIGIL_INSTANCE"; fi; sleep 30'
+    )
     job = submit(alice, job_body(alice_ws, user_command=big))
     attempt = job.attempts.get(number=1)
     path = local_backend.log_path(attempt.backend_handle, "worker-0")
@@ -487,8 +613,10 @@ def test_a_restart_record_links_to_the_permalink_of_its_classified_line(client, 
     assert f'href="{link}" data-classified-line' in html
     response = client.get(link)
     assert response.status_code == 302
-    assert response["Location"] == reverse("pages:job-detail", args=[alice_ws.slug, job.pk]) + \
-        "?attempt=1&instance=worker-0#L300"
+    assert (
+        response["Location"]
+        == reverse("pages:job-detail", args=[alice_ws.slug, job.pk]) + "?attempt=1&instance=worker-0#L300"
+    )
     # the job page's rows tell the `e` key where the failure is
     page = client.get(reverse("pages:job-detail", args=[alice_ws.slug, job.pk])).content.decode()
     assert f'data-failure-attempt="1" data-failure-instance="worker-0" data-failure-offset="{rec.log_offset}"' in page
@@ -497,7 +625,9 @@ def test_a_restart_record_links_to_the_permalink_of_its_classified_line(client, 
 
 def test_the_job_page_keeps_the_log_filters_of_its_url(client, alice, alice_ws, job):
     client.force_login(alice)
-    html = client.get(reverse("pages:job-detail", args=[alice_ws.slug, job.pk]) + "?attempt=1&instance=worker-0").content.decode()
+    html = client.get(
+        reverse("pages:job-detail", args=[alice_ws.slug, job.pk]) + "?attempt=1&instance=worker-0"
+    ).content.decode()
     assert '<option value="1" selected>Attempt 1</option>' in html
     assert '<option value="worker-0" selected>worker-0</option>' in html
 
@@ -533,14 +663,21 @@ def test_the_archive_of_a_large_log_streams_with_flat_memory(tmp_path):
 def test_the_e_key_knows_which_instance_failed_a_job_without_a_restart(client, alice, alice_ws, job):
     from jobs.models import EventType
 
-    actions.record_event(job, EventType.JOB_FAILED, "worker-0 failed: exit code 1.", attempt=1,
-                         payload={"instance": "worker-0", "rule": "exit-code"})
+    actions.record_event(
+        job,
+        EventType.JOB_FAILED,
+        "worker-0 failed: exit code 1.",
+        attempt=1,
+        payload={"instance": "worker-0", "rule": "exit-code"},
+    )
     client.force_login(alice)
     html = client.get(reverse("pages:job-detail", args=[alice_ws.slug, job.pk])).content.decode()
     assert 'data-failures="[{&quot;attempt&quot;: 1, &quot;instance&quot;: &quot;worker-0&quot;}]"' in html
 
 
-def test_the_short_job_link_in_notifications_leads_to_the_job_page_for_members_only(alice_ws, bob_ws, alice, bob, client):
+def test_the_short_job_link_in_notifications_leads_to_the_job_page_for_members_only(
+    alice_ws, bob_ws, alice, bob, client
+):
     from jobs.models import Job
 
     job = Job.objects.create(workspace=alice_ws, display_name="short", job_type="PyTorchJob", user_command="true")
@@ -552,18 +689,27 @@ def test_the_short_job_link_in_notifications_leads_to_the_job_page_for_members_o
 
 
 def test_the_job_page_shows_the_interval_in_force_and_both_suggestions_agreeing_with_the_data(
-        client, alice, alice_ws, job_body, memory_backend):
+    client, alice, alice_ws, job_body, memory_backend
+):
     from core import hang as core_hang
     from jobs.models import Attempt, EventType, Instance, InstanceStatus, JobEvent
 
-    job = submit(alice, job_body(alice_ws, settings={
-        "enable_error_monitoring_in_aimaster": True,
-        "error_monitoring_args": "--enable-job-hang-detection=True --job-hang-interval=300"}))
+    job = submit(
+        alice,
+        job_body(
+            alice_ws,
+            settings={
+                "enable_error_monitoring_in_aimaster": True,
+                "error_monitoring_args": "--enable-job-hang-detection=True --job-hang-interval=300",
+            },
+        ),
+    )
     attempt = Attempt.objects.get(job=job, number=1)
     now = timezone.now()
     Attempt.objects.filter(pk=attempt.pk).update(starting_at=now - timedelta(seconds=200), first_progress_at=None)
-    Instance.objects.filter(attempt=attempt).update(status=InstanceStatus.RUNNING,
-                                                    last_output_at=now - timedelta(seconds=130))
+    Instance.objects.filter(attempt=attempt).update(
+        status=InstanceStatus.RUNNING, last_output_at=now - timedelta(seconds=130)
+    )
     first = Instance.objects.filter(attempt=attempt).order_by("rank", "role", "index").first()
     # 40 steps of 20 s with one of 30 s: with 40 step times the p99 (nearest rank) is the
     # slowest, 30 s, so 10 x p99 = 300 s, what the job set
@@ -573,10 +719,16 @@ def test_the_job_page_shows_the_interval_in_force_and_both_suggestions_agreeing_
         lines.append(f"2026-11-29T23:{m:02d}:{s:02d}.000000Z step={step} rank=0 loss=0.4\n")
         t += 30.0 if step == 7 else 20.0
     # written 130 s ago, as the rows say (the panel reads the backend's last output too)
-    memory_backend.write_log(attempt.backend_handle, first.name, "".join(lines),
-                             now=(now - timedelta(seconds=130)).timestamp())
-    JobEvent.objects.create(job=job, type=EventType.SUGGESTION, message="The log shows an NCCL watchdog timeout of 600 s.",
-                            payload={"suggested_hang_interval": 450, "watchdog_timeout": 600}, attempt=1)
+    memory_backend.write_log(
+        attempt.backend_handle, first.name, "".join(lines), now=(now - timedelta(seconds=130)).timestamp()
+    )
+    JobEvent.objects.create(
+        job=job,
+        type=EventType.SUGGESTION,
+        message="The log shows an NCCL watchdog timeout of 600 s.",
+        payload={"suggested_hang_interval": 450, "watchdog_timeout": 600},
+        attempt=1,
+    )
     expected = core_hang.suggest_from_cadence(core_hang.step_times_from_log("".join(lines)))
     assert (expected.interval, expected.steps, expected.p99_step_seconds) == (300, 40, 30.0)
 
@@ -588,7 +740,10 @@ def test_the_job_page_shows_the_interval_in_force_and_both_suggestions_agreeing_
     assert status.group(2) == "Waiting for first progress: silent 2 of 10 min"
     cadence = re.search(r'id="hang-cadence" data-seconds="(\d+)" data-steps="(\d+)" data-p99="([\d.]+)"', html)
     assert cadence and (int(cadence.group(1)), int(cadence.group(2)), float(cadence.group(3))) == (
-        expected.interval, expected.steps, expected.p99_step_seconds)
+        expected.interval,
+        expected.steps,
+        expected.p99_step_seconds,
+    )
     assert 'id="hang-watchdog" data-seconds="450"' in html
     assert 'id="hang-set" data-seconds="300"' in html and "the cadence suggestion" in html
     assert html.count("what you set") == 1 and html.index("what you set") > html.index('id="hang-cadence"')
@@ -602,15 +757,23 @@ def test_the_job_page_shows_the_interval_in_force_and_both_suggestions_agreeing_
     assert html.index("what you set") > html.index('id="hang-watchdog"')
 
 
-@pytest.mark.parametrize("form_change, api_change, field_id, path", [
-    ({"display_name": "x" * 129}, {"display_name": "x" * 129}, "id_display_name", "display_name"),
-    ({"role_1_replicas": "²"}, {"job_specs": [{"type": "Master", "pod_count": 1}, {"type": "Worker", "pod_count": "²"}]},
-     "id_role_1_replicas", "job_specs.1.pod_count"),
-    ({"workdir": "relative/dir"}, {"workdir": "relative/dir"}, "id_workdir", "workdir"),
-    ({"envs": "LD_PRELOAD=/tmp/x.so"}, {"envs": {"LD_PRELOAD": "/tmp/x.so"}}, "id_envs", "envs.LD_PRELOAD"),
-])
-def test_the_form_and_the_api_refuse_a_value_with_the_same_words(client, alice, alice_ws, api_as, job_body,
-                                                                  form_change, api_change, field_id, path):
+@pytest.mark.parametrize(
+    "form_change, api_change, field_id, path",
+    [
+        ({"display_name": "x" * 129}, {"display_name": "x" * 129}, "id_display_name", "display_name"),
+        (
+            {"role_1_replicas": "²"},
+            {"job_specs": [{"type": "Master", "pod_count": 1}, {"type": "Worker", "pod_count": "²"}]},
+            "id_role_1_replicas",
+            "job_specs.1.pod_count",
+        ),
+        ({"workdir": "relative/dir"}, {"workdir": "relative/dir"}, "id_workdir", "workdir"),
+        ({"envs": "LD_PRELOAD=/tmp/x.so"}, {"envs": {"LD_PRELOAD": "/tmp/x.so"}}, "id_envs", "envs.LD_PRELOAD"),
+    ],
+)
+def test_the_form_and_the_api_refuse_a_value_with_the_same_words(
+    client, alice, alice_ws, api_as, job_body, form_change, api_change, field_id, path
+):
     """One source of validation: the form has no rules of its own, JobSubmitSerializer speaks for both."""
     client.force_login(alice)
     page = client.post(reverse("pages:job-new", args=[alice_ws.slug]), form_data(**form_change))
@@ -622,12 +785,14 @@ def test_the_form_and_the_api_refuse_a_value_with_the_same_words(client, alice, 
     assert Job.objects.count() == 0
 
 
-def test_without_report_progress_the_progress_panel_reads_the_step_lines_of_the_log(client, alice, alice_ws, job,
-                                                                                    memory_backend):
+def test_without_report_progress_the_progress_panel_reads_the_step_lines_of_the_log(
+    client, alice, alice_ws, job, memory_backend
+):
     """Issue 15: a job without the SDK still shows step N of M, steps/s and its loss chart."""
     handle = job.attempts.get(number=1).backend_handle
-    lines = "".join(f"[2026-11-29 23:00:{i * 2:02d},000] INFO Step {i * 10}/800 loss {2 - i / 20:.3f}\n"
-                    for i in range(20))
+    lines = "".join(
+        f"[2026-11-29 23:00:{i * 2:02d},000] INFO Step {i * 10}/800 loss {2 - i / 20:.3f}\n" for i in range(20)
+    )
     memory_backend.write_log(handle, "worker-0", "Traceback line without a time\n" + lines)
     client.force_login(alice)
     html = client.get(reverse("pages:job-part", args=[alice_ws.slug, job.pk, "progress"])).content.decode()

@@ -19,18 +19,41 @@ pytestmark = pytest.mark.django_db
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 
 
-def test_the_job_page_shows_step_n_of_m_the_rate_and_a_restart_at_the_step_resumed_from(client, alice, alice_ws,
-                                                                                             bob):
-    job = Job.objects.create(workspace=alice_ws, display_name="train", job_type="PyTorchJob", user_command="true",
-                             status=JobStatus.RUNNING, current_attempt=2)
+def test_the_job_page_shows_step_n_of_m_the_rate_and_a_restart_at_the_step_resumed_from(client, alice, alice_ws, bob):
+    job = Job.objects.create(
+        workspace=alice_ws,
+        display_name="train",
+        job_type="PyTorchJob",
+        user_command="true",
+        status=JobStatus.RUNNING,
+        current_attempt=2,
+    )
     t0 = NOW.timestamp() - 300
-    Attempt.objects.create(job=job, number=1, status="Failed", queued_at=NOW - timedelta(seconds=400),
-                           progress_samples=[[t0 + i, i * 10, 3.0 - i * 0.1, 1000] for i in range(10)])
-    Attempt.objects.create(job=job, number=2, status="Running", queued_at=NOW - timedelta(seconds=200),
-                           progress_samples=[[NOW.timestamp() - 40 + i * 10, 50 + i * 20, 2.5 - i * 0.1, 1000]
-                                             for i in range(4)])
-    RestartRecord.objects.create(job=job, number=1, kind="job", attempt=1, new_attempt=2, error_code="NCCL_ERROR",
-                                 progress_step=90, result="Succeeded", idempotency_key=f"pp-{job.pk}")
+    Attempt.objects.create(
+        job=job,
+        number=1,
+        status="Failed",
+        queued_at=NOW - timedelta(seconds=400),
+        progress_samples=[[t0 + i, i * 10, 3.0 - i * 0.1, 1000] for i in range(10)],
+    )
+    Attempt.objects.create(
+        job=job,
+        number=2,
+        status="Running",
+        queued_at=NOW - timedelta(seconds=200),
+        progress_samples=[[NOW.timestamp() - 40 + i * 10, 50 + i * 20, 2.5 - i * 0.1, 1000] for i in range(4)],
+    )
+    RestartRecord.objects.create(
+        job=job,
+        number=1,
+        kind="job",
+        attempt=1,
+        new_attempt=2,
+        error_code="NCCL_ERROR",
+        progress_step=90,
+        result="Succeeded",
+        idempotency_key=f"pp-{job.pk}",
+    )
     client.force_login(alice)
     part = reverse("pages:job-part", args=[alice_ws.slug, job.pk, "progress"])
     with time_machine.travel(NOW, tick=False):
@@ -49,8 +72,9 @@ def test_the_job_page_shows_step_n_of_m_the_rate_and_a_restart_at_the_step_resum
 
 
 def test_no_progress_says_how_to_report_it(client, alice, alice_ws):
-    job = Job.objects.create(workspace=alice_ws, display_name="quiet", job_type="PyTorchJob", user_command="true",
-                             status=JobStatus.RUNNING)
+    job = Job.objects.create(
+        workspace=alice_ws, display_name="quiet", job_type="PyTorchJob", user_command="true", status=JobStatus.RUNNING
+    )
     client.force_login(alice)
     html = client.get(reverse("pages:job-part", args=[alice_ws.slug, job.pk, "progress"])).content.decode()
     assert "No progress yet" in html and "report_progress" in html
@@ -61,15 +85,29 @@ def _listed_jobs(alice, alice_ws, memory_backend, n):
     from testsupport.factory import submit
 
     for i in range(n):
-        job = Job.objects.create(workspace=alice_ws, display_name=f"sdk-{i}", job_type="PyTorchJob",
-                                 user_command="true", status=JobStatus.RUNNING, current_attempt=1)
-        Attempt.objects.create(job=job, number=1, status="Running", queued_at=NOW,
-                               progress_samples=[[NOW.timestamp() + s, s * 10, 3.0 - s * 0.1, 500] for s in range(20)])
+        job = Job.objects.create(
+            workspace=alice_ws,
+            display_name=f"sdk-{i}",
+            job_type="PyTorchJob",
+            user_command="true",
+            status=JobStatus.RUNNING,
+            current_attempt=1,
+        )
+        Attempt.objects.create(
+            job=job,
+            number=1,
+            status="Running",
+            queued_at=NOW,
+            progress_samples=[[NOW.timestamp() + s, s * 10, 3.0 - s * 0.1, 500] for s in range(20)],
+        )
         printed = submit(alice, alice_ws, launch=True, display_name=f"log-{i}")
         attempt = printed.attempts.get(number=1)
         rank0 = attempt.instances.get(rank=0).name
-        memory_backend.write_log(attempt.backend_handle, rank0, "".join(
-            f"2026-11-30T12:00:{s:02d}Z Step {s}/40 loss {2.0 + s * 0.05:.2f}\n" for s in range(30)))
+        memory_backend.write_log(
+            attempt.backend_handle,
+            rank0,
+            "".join(f"2026-11-30T12:00:{s:02d}Z Step {s}/40 loss {2.0 + s * 0.05:.2f}\n" for s in range(30)),
+        )
 
 
 def _list_queries(client, slug):
@@ -82,7 +120,8 @@ def _list_queries(client, slug):
 
 
 def test_the_job_list_draws_each_jobs_loss_sparkline_in_queries_that_do_not_grow_with_the_jobs(
-        client, alice, alice_ws, memory_backend):
+    client, alice, alice_ws, memory_backend
+):
     client.force_login(alice)
     _listed_jobs(alice, alice_ws, memory_backend, 3)
     few, html = _list_queries(client, alice_ws.slug)

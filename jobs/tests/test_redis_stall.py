@@ -32,14 +32,26 @@ def stallable(settings, tmp_path, transactional_db):
     """(console base URL, the private Redis) for one test."""
     redis = PrivateRedis().start()
     port = free_port()
-    env = dict(os.environ, DATABASE_URL=subprocess_database_url(), REDIS_URL=redis.url, CELERY_BROKER_URL=redis.url,
-               SECRET_KEY=settings.SECRET_KEY, VIGIL_DATA_DIR=str(tmp_path / "data"), VIGIL_LOG_LEVEL="WARNING",
-               DJANGO_SETTINGS_MODULE="console.settings")
+    env = dict(
+        os.environ,
+        DATABASE_URL=subprocess_database_url(),
+        REDIS_URL=redis.url,
+        CELERY_BROKER_URL=redis.url,
+        SECRET_KEY=settings.SECRET_KEY,
+        VIGIL_DATA_DIR=str(tmp_path / "data"),
+        VIGIL_LOG_LEVEL="WARNING",
+        DJANGO_SETTINGS_MODULE="console.settings",
+    )
     log_path = tmp_path / "daphne.log"
     with open(log_path, "wb") as log:
-        web = subprocess.Popen([sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port),
-                                "console.asgi:application"], cwd=ROOT, env=env, stdout=log,
-                               stderr=subprocess.STDOUT, start_new_session=True)
+        web = subprocess.Popen(
+            [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "console.asgi:application"],
+            cwd=ROOT,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     base = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 30
@@ -64,9 +76,12 @@ def stallable(settings, tmp_path, transactional_db):
 
 
 def post_job(base, raw_token, body, timeout=30) -> tuple[int, dict, float]:
-    request = urllib.request.Request(base + "/api/v1/jobs/", data=json.dumps(body).encode(), method="POST",
-                                     headers={"Authorization": f"Bearer {raw_token}",
-                                              "Content-Type": "application/json"})
+    request = urllib.request.Request(
+        base + "/api/v1/jobs/",
+        data=json.dumps(body).encode(),
+        method="POST",
+        headers={"Authorization": f"Bearer {raw_token}", "Content-Type": "application/json"},
+    )
     started = time.monotonic()
     with urllib.request.urlopen(request, timeout=timeout) as r:
         return r.status, json.loads(r.read()), time.monotonic() - started
@@ -74,7 +89,8 @@ def post_job(base, raw_token, body, timeout=30) -> tuple[int, dict, float]:
 
 @pytest.mark.timeout(90)
 def test_a_submission_answers_within_2_s_while_redis_stalls_and_the_sweep_launches_it_later(
-        stallable, alice, alice_ws, job_body, settings, memory_backend):
+    stallable, alice, alice_ws, job_body, settings, memory_backend
+):
     base, redis = stallable
     if redis.process is None:
         pytest.skip("needs a redis-server process to freeze")

@@ -21,31 +21,48 @@ NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 
 
 def make_job(ws, name="train"):
-    return Job.objects.create(workspace=ws, display_name=name, job_type="PyTorchJob", user_command="true",
-                              status=JobStatus.RUNNING, created_at=NOW - timedelta(days=2))
+    return Job.objects.create(
+        workspace=ws,
+        display_name=name,
+        job_type="PyTorchJob",
+        user_command="true",
+        status=JobStatus.RUNNING,
+        created_at=NOW - timedelta(days=2),
+    )
 
 
 def restart(job, n, ago, code="NCCL_ERROR", family="", node="node-a"):
     return RestartRecord.objects.create(
-        job=job, number=n, kind="job", attempt=n, new_attempt=n + 1, node_name=node, instance_name="worker-0",
-        error_code=code, family=family, result="Succeeded", idempotency_key=f"rel-{job.pk}-{n}",
-        restart_time=NOW - ago)
+        job=job,
+        number=n,
+        kind="job",
+        attempt=n,
+        new_attempt=n + 1,
+        node_name=node,
+        instance_name="worker-0",
+        error_code=code,
+        family=family,
+        result="Succeeded",
+        idempotency_key=f"rel-{job.pk}-{n}",
+        restart_time=NOW - ago,
+    )
 
 
 def table(html, table_id) -> list[tuple[str, ...]]:
     """The first two cells of each body row of a table, as text."""
     found = re.search(rf'<table class="dense" id="{table_id}">.*?<tbody>(.*?)</tbody>', html, re.S)
     assert found, table_id
-    return [tuple(re.sub(r"<[^>]+>", "", c).strip() for c in re.findall(r"<td[^>]*>(.*?)</td>", row, re.S))[:2]
-            for row in re.findall(r"<tr>(.*?)</tr>", found.group(1), re.S)]
+    return [
+        tuple(re.sub(r"<[^>]+>", "", c).strip() for c in re.findall(r"<td[^>]*>(.*?)</td>", row, re.S))[:2]
+        for row in re.findall(r"<tr>(.*?)</tr>", found.group(1), re.S)
+    ]
 
 
 def url(ws, period=None):
     return reverse("pages:reliability", args=[ws.slug]) + (f"?period={period}" if period is not None else "")
 
 
-def test_the_page_counts_this_workspaces_restarts_in_the_period_by_cause_node_and_code(client, alice, alice_ws,
-                                                                                          bob_ws):
+def test_the_page_counts_this_workspaces_restarts_in_the_period_by_cause_node_and_code(client, alice, alice_ws, bob_ws):
     job = make_job(alice_ws)
     restart(job, 1, timedelta(hours=1), family="nccl", node="node-b")
     restart(job, 2, timedelta(hours=2), code="OOM", node="node-a")
@@ -85,9 +102,14 @@ def test_a_refused_period_is_a_400_naming_the_field_with_the_default_periods_pag
 
 def test_goodput_per_job_is_the_goodput_endpoints_ettr(client, alice, alice_ws):
     job = make_job(alice_ws)
-    attempt = job.attempts.create(number=1, queued_at=NOW - timedelta(seconds=100),
-                                  starting_at=NOW - timedelta(seconds=90), running_at=NOW - timedelta(seconds=80),
-                                  first_progress_at=NOW - timedelta(seconds=75), made_progress=True)
+    attempt = job.attempts.create(
+        number=1,
+        queued_at=NOW - timedelta(seconds=100),
+        starting_at=NOW - timedelta(seconds=90),
+        running_at=NOW - timedelta(seconds=80),
+        first_progress_at=NOW - timedelta(seconds=75),
+        made_progress=True,
+    )
     assert attempt.pk
     client.force_login(alice)
     with time_machine.travel(NOW, tick=False):

@@ -30,9 +30,14 @@ def _fresh_rate_limit():
 
 def make_job(workspace, *, status=JobStatus.RUNNING, attempts=1, job_specs=None, **fields) -> tuple[Job, str]:
     job = Job.objects.create(
-        workspace=workspace, display_name="resnet", job_type="PyTorchJob",
-        job_specs=job_specs or [{"type": "Worker", "pod_count": 2}], user_command="python train.py",
-        status=status, current_attempt=attempts, **fields,
+        workspace=workspace,
+        display_name="resnet",
+        job_type="PyTorchJob",
+        job_specs=job_specs or [{"type": "Worker", "pod_count": 2}],
+        user_command="python train.py",
+        status=status,
+        current_attempt=attempts,
+        **fields,
     )
     for n in range(1, attempts + 1):
         Attempt.objects.create(job=job, number=n)
@@ -79,8 +84,9 @@ def events(job, type_):
 
 
 def test_a_custom_message_becomes_an_info_event_naming_the_rank_that_sent_it(sdk, job):
-    r = post(sdk, job.pk, "messages", {"content": "The training loss for the job is NaN.", "rank": 3,
-                                       "instance": "worker-3"})
+    r = post(
+        sdk, job.pk, "messages", {"content": "The training loss for the job is NaN.", "rank": 3, "instance": "worker-3"}
+    )
     assert r.status_code == 201, r.content
     [event] = events(job, EventType.CUSTOM_MESSAGE)
     assert r.json() == {"id": event.pk}
@@ -151,16 +157,19 @@ def test_minus_one_suspends_hang_detection_and_a_repeat_writes_nothing(sdk, job)
     assert [e.message for e in events(job, EventType.DECISION)] == ["Hang detection suspended by SDK."]
 
 
-@pytest.mark.parametrize("body, field", [
-    ({"job_hang_interval": 0}, "job_hang_interval"),
-    ({"job_hang_interval": -2}, "job_hang_interval"),
-    ({"job_hang_interval": "ten"}, "job_hang_interval"),
-    ({"job_hang_interval": True}, "job_hang_interval"),
-    ({"job_hang_interval": 2.5}, "job_hang_interval"),
-    ({"job_hang_interval": None}, "job_hang_interval"),
-    ({}, "job_hang_interval"),
-    ({"job_hang_interval": 10, "max_num_of_job_restart": 9}, "max_num_of_job_restart"),
-])
+@pytest.mark.parametrize(
+    "body, field",
+    [
+        ({"job_hang_interval": 0}, "job_hang_interval"),
+        ({"job_hang_interval": -2}, "job_hang_interval"),
+        ({"job_hang_interval": "ten"}, "job_hang_interval"),
+        ({"job_hang_interval": True}, "job_hang_interval"),
+        ({"job_hang_interval": 2.5}, "job_hang_interval"),
+        ({"job_hang_interval": None}, "job_hang_interval"),
+        ({}, "job_hang_interval"),
+        ({"job_hang_interval": 10, "max_num_of_job_restart": 9}, "max_num_of_job_restart"),
+    ],
+)
 def test_bad_config_is_refused_naming_the_field_and_changes_nothing(sdk, job, body, field):
     r = post(sdk, job.pk, "config", body)
     assert r.status_code == 400
@@ -198,8 +207,11 @@ def test_progress_reports_give_the_hang_interval_suggestion_from_their_cadence(w
 
     from core.flags import parse_flags
 
-    job, token = make_job(ws, fault_tolerance=True, ft_config=parse_flags(
-        "--enable-job-hang-detection=True --job-hang-interval=300").to_dict())
+    job, token = make_job(
+        ws,
+        fault_tolerance=True,
+        ft_config=parse_flags("--enable-job-hang-detection=True --job-hang-interval=300").to_dict(),
+    )
     sdk = sdk_client(token)
     start, t, expected = timezone.now(), 0.0, []
     for step in range(41):  # 20 s a step, one of 30 s: 10 x p99 = 300 s
@@ -227,14 +239,17 @@ def test_progress_from_an_older_attempt_marks_that_attempt_and_not_the_current_o
     assert job.last_progress_step is None
 
 
-@pytest.mark.parametrize("body, field", [
-    ({}, "step"),
-    ({"step": -1}, "step"),
-    ({"step": "7"}, "step"),
-    ({"step": 1, "metrics": [1, 2]}, "metrics"),
-    ({"step": 1, "metrics": {"loss": "nan"}}, "metrics.loss"),
-    ({"step": 1, "attempt": 3}, "attempt"),
-])
+@pytest.mark.parametrize(
+    "body, field",
+    [
+        ({}, "step"),
+        ({"step": -1}, "step"),
+        ({"step": "7"}, "step"),
+        ({"step": 1, "metrics": [1, 2]}, "metrics"),
+        ({"step": 1, "metrics": {"loss": "nan"}}, "metrics.loss"),
+        ({"step": 1, "attempt": 3}, "attempt"),
+    ],
+)
 def test_bad_progress_is_refused_naming_the_field(sdk, job, body, field):
     r = post(sdk, job.pk, "progress", body)
     assert (r.status_code, r.json()["field"]) == (400, field)
@@ -243,9 +258,14 @@ def test_bad_progress_is_refused_naming_the_field(sdk, job, body, field):
 
 
 def test_c4d_keeps_one_report_per_rank_where_a_later_exit_replaces_the_open_record(sdk, job):
-    open_ = {"rank": 1, "attempt": 1, "records": [
-        {"seq": 1, "op": "all_reduce", "enter": 100.0, "exit": 100.5},
-        {"seq": 2, "op": "all_reduce", "enter": 101.0, "exit": None}]}
+    open_ = {
+        "rank": 1,
+        "attempt": 1,
+        "records": [
+            {"seq": 1, "op": "all_reduce", "enter": 100.0, "exit": 100.5},
+            {"seq": 2, "op": "all_reduce", "enter": 101.0, "exit": None},
+        ],
+    }
     assert post(sdk, job.pk, "c4d", open_).status_code == 202
     closed = {"rank": 1, "attempt": 1, "records": [{"seq": 2, "op": "all_reduce", "enter": 101.0, "exit": 101.2}]}
     r = post(sdk, job.pk, "c4d", closed)
@@ -254,7 +274,8 @@ def test_c4d_keeps_one_report_per_rank_where_a_later_exit_replaces_the_open_reco
     report = C4DReport.objects.get(job=job, attempt=1, rank=1)
     assert report.records == [
         {"seq": 1, "op": "all_reduce", "enter": 100.0, "exit": 100.5},
-        {"seq": 2, "op": "all_reduce", "enter": 101.0, "exit": 101.2}]
+        {"seq": 2, "op": "all_reduce", "enter": 101.0, "exit": 101.2},
+    ]
     # attempt 0 is the SDK's "not known": the current attempt.
     assert sorted(C4DReport.objects.filter(job=job).values_list("attempt", "rank")) == [(1, 0), (1, 1)]
 
@@ -267,16 +288,19 @@ def test_c4d_keeps_only_the_newest_window_of_records_per_rank(sdk, job):
     assert kept[0]["seq"] == 501 and kept[-1]["seq"] == 2500
 
 
-@pytest.mark.parametrize("body, field", [
-    ({"attempt": 1, "records": []}, "rank"),
-    ({"rank": -1, "attempt": 1, "records": []}, "rank"),
-    ({"rank": 0, "attempt": 1}, "records"),
-    ({"rank": 0, "attempt": 1, "records": [{"seq": 1, "op": "", "enter": 1.0, "exit": None}]}, "records[0].op"),
-    ({"rank": 0, "attempt": 1, "records": [{"seq": 1, "op": "x", "enter": 2.0, "exit": 1.0}]}, "records[0].exit"),
-    ({"rank": 0, "attempt": 1, "records": [{"seq": "a", "op": "x", "enter": 1.0}]}, "records[0].seq"),
-    ({"rank": 0, "attempt": 7, "records": []}, "attempt"),
-    ({"rank": 0, "attempt": 1, "records": [{"seq": 1, "op": "x", "enter": 1.0}] * 5001}, "records"),
-])
+@pytest.mark.parametrize(
+    "body, field",
+    [
+        ({"attempt": 1, "records": []}, "rank"),
+        ({"rank": -1, "attempt": 1, "records": []}, "rank"),
+        ({"rank": 0, "attempt": 1}, "records"),
+        ({"rank": 0, "attempt": 1, "records": [{"seq": 1, "op": "", "enter": 1.0, "exit": None}]}, "records[0].op"),
+        ({"rank": 0, "attempt": 1, "records": [{"seq": 1, "op": "x", "enter": 2.0, "exit": 1.0}]}, "records[0].exit"),
+        ({"rank": 0, "attempt": 1, "records": [{"seq": "a", "op": "x", "enter": 1.0}]}, "records[0].seq"),
+        ({"rank": 0, "attempt": 7, "records": []}, "attempt"),
+        ({"rank": 0, "attempt": 1, "records": [{"seq": 1, "op": "x", "enter": 1.0}] * 5001}, "records"),
+    ],
+)
 def test_bad_c4d_reports_are_refused_naming_the_field(sdk, job, body, field):
     r = post(sdk, job.pk, "c4d", body)
     assert (r.status_code, r.json()["field"]) == (400, field), r.content
@@ -302,9 +326,13 @@ def test_a_token_on_another_jobs_endpoints_gets_404_and_changes_nothing_there(ws
     mine, token = make_job(ws)
     theirs, _ = make_job(other_ws)
     sdk = sdk_client(token)
-    for endpoint, body in [("messages", {"content": "hi"}), ("config", {"job_hang_interval": 5}),
-                           ("retryable-errors", {"keywords": ["x"]}), ("progress", {"step": 1}),
-                           ("c4d", {"rank": 0, "attempt": 1, "records": []})]:
+    for endpoint, body in [
+        ("messages", {"content": "hi"}),
+        ("config", {"job_hang_interval": 5}),
+        ("retryable-errors", {"keywords": ["x"]}),
+        ("progress", {"step": 1}),
+        ("c4d", {"rank": 0, "attempt": 1, "records": []}),
+    ]:
         r = post(sdk, theirs.pk, endpoint, body)
         assert r.status_code == 404, (endpoint, r.content)
         assert "only its own job" in r.json()["detail"]
@@ -382,14 +410,20 @@ def test_100_keywords_of_256_characters_are_taken_and_more_are_refused(sdk, job)
     assert job.sdk_retryable_keywords == most
 
 
-@pytest.mark.parametrize("endpoint, raw, field", [
-    ("messages", '{"content": "loss is NaN\\u0000"}', "content"),
-    ("messages", '{"content": "half an emoji \\ud83d"}', "content"),
-    ("messages", '{"content": "ok", "instance": "worker-0\\u0000"}', "instance"),
-    ("retryable-errors", '{"keywords": ["fine", "nul\\u0000"]}', "keywords[1]"),
-    ("c4d", '{"rank": 0, "attempt": 1, "records": [{"seq": 1, "op": "all\\udc00", "enter": 1.0, "exit": null}]}',
-     "records[0].op"),
-])
+@pytest.mark.parametrize(
+    "endpoint, raw, field",
+    [
+        ("messages", '{"content": "loss is NaN\\u0000"}', "content"),
+        ("messages", '{"content": "half an emoji \\ud83d"}', "content"),
+        ("messages", '{"content": "ok", "instance": "worker-0\\u0000"}', "instance"),
+        ("retryable-errors", '{"keywords": ["fine", "nul\\u0000"]}', "keywords[1]"),
+        (
+            "c4d",
+            '{"rank": 0, "attempt": 1, "records": [{"seq": 1, "op": "all\\udc00", "enter": 1.0, "exit": null}]}',
+            "records[0].op",
+        ),
+    ],
+)
 def test_text_the_database_cannot_store_is_refused_naming_the_field(sdk, job, endpoint, raw, field):
     r = sdk.post(f"/api/v1/sdk/jobs/{job.pk}/{endpoint}/", raw, content_type="application/json")
     assert (r.status_code, r.json()["field"]) == (400, field), r.content
@@ -419,8 +453,9 @@ def test_over_the_rate_a_job_gets_429_with_retry_after_and_other_jobs_are_not_sl
     r = post(sdk, busy.pk, "progress", {"step": 1})  # every endpoint counts towards the job's rate
     assert r.status_code == 429
     assert 1 <= int(r["Retry-After"]) <= 60
-    assert r.json()["detail"].startswith(f"rate limit: job {busy.pk} may make 3/min SDK calls per process "
-                                         "(1 process counted); retry after")
+    assert r.json()["detail"].startswith(
+        f"rate limit: job {busy.pk} may make 3/min SDK calls per process (1 process counted); retry after"
+    )
     assert post(sdk_client(calm_token), calm.pk, "messages", {"content": "hi"}).status_code == 201
     assert len(events(busy, EventType.CUSTOM_MESSAGE)) == 3
 
@@ -428,20 +463,28 @@ def test_over_the_rate_a_job_gets_429_with_retry_after_and_other_jobs_are_not_sl
 def test_the_rate_grows_with_the_jobs_processes_so_a_large_job_is_not_starved(settings, ws):
     settings.REST_FRAMEWORK = {**settings.REST_FRAMEWORK, "DEFAULT_THROTTLE_RATES": {"sdk": "2/min"}}
     # 2 workers with 2 GPUs each: torchrun starts 4 ranks.
-    job, token = make_job(ws, job_specs=[{"type": "Master", "pod_count": 1},
-                                         {"type": "Worker", "pod_count": 2, "resource_config": {"gpu": 2}}])
+    job, token = make_job(
+        ws,
+        job_specs=[
+            {"type": "Master", "pod_count": 1},
+            {"type": "Worker", "pod_count": 2, "resource_config": {"gpu": 2}},
+        ],
+    )
     sdk = sdk_client(token)
     codes = [post(sdk, job.pk, "progress", {"step": i}).status_code for i in range(11)]
     assert codes == [202] * 10 + [429]  # 2 per process, 5 processes
 
 
-@pytest.mark.parametrize("specs, n", [
-    ([], 1),
-    ([{"type": "Worker", "pod_count": 3}], 3),
-    ([{"type": "Master", "pod_count": 1}, {"type": "Worker", "pod_count": 2, "resource_config": {"gpu": 8}}], 17),
-    ([{"type": "Worker", "pod_count": "x"}], 1),
-    ([{"type": "Worker", "pod_count": 10_000}], 4096),
-])
+@pytest.mark.parametrize(
+    "specs, n",
+    [
+        ([], 1),
+        ([{"type": "Worker", "pod_count": 3}], 3),
+        ([{"type": "Master", "pod_count": 1}, {"type": "Worker", "pod_count": 2, "resource_config": {"gpu": 8}}], 17),
+        ([{"type": "Worker", "pod_count": "x"}], 1),
+        ([{"type": "Worker", "pod_count": 10_000}], 4096),
+    ],
+)
 def test_processes_of_a_job_count_one_per_instance_or_per_gpu(specs, n):
     assert processes_of(specs) == n
 
@@ -471,9 +514,13 @@ def test_a_finished_jobs_token_writes_nothing_and_every_endpoint_answers_409(ws,
     job, token = make_job(ws, status=status)
     events = JobEvent.objects.filter(job=job).count()
     sdk = sdk_client(token)
-    for endpoint, body in [("messages", {"content": "saved the final checkpoint"}), ("progress", {"step": 100}),
-                           ("c4d", {"rank": 0, "attempt": 1, "records": []}), ("config", {"job_hang_interval": 60}),
-                           ("retryable-errors", {"keywords": ["x"]})]:
+    for endpoint, body in [
+        ("messages", {"content": "saved the final checkpoint"}),
+        ("progress", {"step": 100}),
+        ("c4d", {"rank": 0, "attempt": 1, "records": []}),
+        ("config", {"job_hang_interval": 60}),
+        ("retryable-errors", {"keywords": ["x"]}),
+    ]:
         r = post(sdk, job.pk, endpoint, body)
         assert r.status_code == 409, endpoint
         assert r.json()["detail"].startswith(f"job {job.pk} is {status}; "), r.json()

@@ -57,10 +57,15 @@ def api(alice, alice_ws, api_as):
 def submit(api, workspace, command: str, flags: str | None, **envs) -> Job:
     # The SDK from the source tree; VIGIL_* come from the console, never from envs.
     return factory.submit(
-        api, workspace, display_name="sdk-live", user_command=command, envs={"PYTHONPATH": str(SDK / "src"), **envs},
+        api,
+        workspace,
+        display_name="sdk-live",
+        user_command=command,
+        envs={"PYTHONPATH": str(SDK / "src"), **envs},
         job_specs=[{"type": "Master", "pod_count": 1, "resource_config": {"cpu": 1, "memory": "1Gi", "gpu": 0}}],
         # monitoring is on even with no flags ("" = the defaults): the SDK's reports are read
-        settings={"enable_error_monitoring_in_aimaster": flags is not None, "error_monitoring_args": flags or ""})
+        settings={"enable_error_monitoring_in_aimaster": flags is not None, "error_monitoring_args": flags or ""},
+    )
 
 
 def log_of(backend, job: Job, number: int | None = None) -> str:
@@ -75,8 +80,11 @@ def script(tmp_path: Path, name: str, text: str) -> Path:
 
 
 def hang_intervals_set(job: Job) -> list[int]:
-    return [e.payload["job_hang_interval"] for e in JobEvent.objects.filter(job=job, type=EventType.DECISION)
-            .order_by("id") if "job_hang_interval" in e.payload]
+    return [
+        e.payload["job_hang_interval"]
+        for e in JobEvent.objects.filter(job=job, type=EventType.DECISION).order_by("id")
+        if "job_hang_interval" in e.payload
+    ]
 
 
 # --- the seed's examples -------------------------------------------------------------
@@ -121,10 +129,12 @@ FAIL_ONCE = """
 
 
 def test_keywords_set_by_the_code_make_the_monitor_restart_a_failure_and_the_job_succeeds(
-        api, alice_ws, console, local_backend, tmp_path):
+    api, alice_ws, console, local_backend, tmp_path
+):
     train = script(tmp_path, "train.py", FAIL_ONCE)
-    job = submit(api, alice_ws, f"{PY} {train}", SYNC_RESTART, KEYWORDS="connect timeout,error_yyy",
-                 MARKERS=str(tmp_path))
+    job = submit(
+        api, alice_ws, f"{PY} {train}", SYNC_RESTART, KEYWORDS="connect timeout,error_yyy", MARKERS=str(tmp_path)
+    )
     job = tick_until(job, finished, backend=local_backend, what="finish")
     assert (job.status, job.current_attempt) == (JobStatus.SUCCEEDED, 2), job.reason
     record = RestartRecord.objects.get(job=job)
@@ -165,10 +175,16 @@ SILENT = """
 
 
 def test_reset_config_shortens_the_hang_interval_so_a_silent_job_is_caught(
-        api, alice_ws, console, local_backend, tmp_path):
+    api, alice_ws, console, local_backend, tmp_path
+):
     job = submit(api, alice_ws, f"{PY} {script(tmp_path, 'silent.py', SILENT)}", HANG_600)
-    job = tick_until(job, lambda j: JobEvent.objects.filter(job=j, type=EventType.HANG).exists(), backend=local_backend,
-                     seconds=12, what="show a hang")
+    job = tick_until(
+        job,
+        lambda j: JobEvent.objects.filter(job=j, type=EventType.HANG).exists(),
+        backend=local_backend,
+        seconds=12,
+        what="show a hang",
+    )
     hang = JobEvent.objects.get(job=job, type=EventType.HANG)
     assert "hang interval of 2 s" in hang.message
     assert hang_intervals_set(job) == [2]
@@ -176,7 +192,8 @@ def test_reset_config_shortens_the_hang_interval_so_a_silent_job_is_caught(
 
 
 def test_hang_detect_minus_one_suspends_hang_detection_for_a_silent_step(
-        api, alice_ws, console, local_backend, tmp_path):
+    api, alice_ws, console, local_backend, tmp_path
+):
     job = submit(api, alice_ws, f"{PY} {script(tmp_path, 'silent.py', SILENT)}", HANG_600, SUSPEND="1", SAY_DONE="1")
     job = tick_until(job, finished, backend=local_backend, seconds=15, what="finish")
     assert job.status == JobStatus.SUCCEEDED, job.reason
@@ -187,17 +204,20 @@ def test_hang_detect_minus_one_suspends_hang_detection_for_a_silent_step(
 
 
 def test_leaving_a_suspended_scope_does_not_count_the_silence_inside_it_as_a_hang(
-        api, alice_ws, console, local_backend, tmp_path):
+    api, alice_ws, console, local_backend, tmp_path
+):
     # 4 s silent inside hang_detect(-1), then 1 s silent under the 2 s interval: not a hang.
-    job = submit(api, alice_ws, f"{PY} {script(tmp_path, 'silent.py', SILENT)}", HANG_600, SUSPEND="1",
-                 THEN_SILENT="1")
+    job = submit(api, alice_ws, f"{PY} {script(tmp_path, 'silent.py', SILENT)}", HANG_600, SUSPEND="1", THEN_SILENT="1")
     job = tick_until(job, finished, backend=local_backend, seconds=15, what="finish")
     assert job.status == JobStatus.SUCCEEDED, job.reason
     assert not JobEvent.objects.filter(job=job, type=EventType.HANG).exists()
 
 
 def test_a_hang_detect_scope_restores_the_jobs_own_flag_interval(api, alice_ws, console, local_backend, tmp_path):
-    code = script(tmp_path, "staged.py", """
+    code = script(
+        tmp_path,
+        "staged.py",
+        """
         from vigil import job_monitor as jm
 
         @jm.hang_detect(180)
@@ -205,7 +225,8 @@ def test_a_hang_detect_scope_restores_the_jobs_own_flag_interval(api, alice_ws, 
             print("training", flush=True)
 
         train()
-    """)
+    """,
+    )
     job = submit(api, alice_ws, f"{PY} {code}", HANG_600)
     job = tick_until(job, finished, backend=local_backend, what="finish")
     assert job.status == JobStatus.SUCCEEDED, job.reason
@@ -216,15 +237,20 @@ def test_a_hang_detect_scope_restores_the_jobs_own_flag_interval(api, alice_ws, 
 
 
 def test_progress_reported_by_the_code_marks_the_attempt_for_the_restart_loop_breaker(
-        api, alice_ws, console, local_backend, tmp_path):
-    code = script(tmp_path, "progress.py", """
+    api, alice_ws, console, local_backend, tmp_path
+):
+    code = script(
+        tmp_path,
+        "progress.py",
+        """
         from vigil import job_monitor as jm
 
         monitor = jm.Monitor(config=jm.PyTorchConfig())
         for step in range(1, 4):
             print("report_progress:", monitor.report_progress(step, {"loss": 1.0 / step}).to_string(), flush=True)
         # the newest report is sent at exit
-    """)
+    """,
+    )
     job = submit(api, alice_ws, f"{PY} {code}", SYNC_RESTART)
     job = tick_until(job, finished, backend=local_backend, what="finish")
     assert job.status == JobStatus.SUCCEEDED, job.reason
@@ -237,15 +263,20 @@ def test_progress_reported_by_the_code_marks_the_attempt_for_the_restart_loop_br
 
 
 def test_collective_records_of_a_rank_reach_the_console_as_its_c4d_report(
-        api, alice_ws, console, local_backend, tmp_path):
-    code = script(tmp_path, "collectives.py", """
+    api, alice_ws, console, local_backend, tmp_path
+):
+    code = script(
+        tmp_path,
+        "collectives.py",
+        """
         import vigil.c4d as c4d
 
         for op in ("all_reduce", "broadcast", "all_reduce"):
             with c4d.collective(op):
                 pass
         print("flush:", c4d.flush().to_string(), flush=True)
-    """)
+    """,
+    )
     flags = HANG_600 + " --enable-c4d-hang-detection=True"  # gives the instances VIGIL_C4D=1
     job = submit(api, alice_ws, f"{PY} {code}", flags)
     job = tick_until(job, finished, backend=local_backend, what="finish")
@@ -260,15 +291,20 @@ def test_collective_records_of_a_rank_reach_the_console_as_its_c4d_report(
 
 
 def test_over_the_rate_the_code_gets_a_not_ok_status_with_the_wait_and_goes_on(
-        api, alice_ws, console, local_backend, tmp_path, settings):
+    api, alice_ws, console, local_backend, tmp_path, settings
+):
     settings.REST_FRAMEWORK = {**settings.REST_FRAMEWORK, "DEFAULT_THROTTLE_RATES": {"sdk": "2/min"}}
-    code = script(tmp_path, "chatty.py", """
+    code = script(
+        tmp_path,
+        "chatty.py",
+        """
         from vigil import job_monitor as jm
 
         monitor = jm.Monitor(config=jm.PyTorchConfig())
         for i in range(3):
             print(monitor.send_custom_message(content="message %d" % i).to_string(), flush=True)
-    """)
+    """,
+    )
     job = submit(api, alice_ws, f"{PY} {code}", None)
     job = tick_until(job, finished, backend=local_backend, what="finish")
     assert job.status == JobStatus.SUCCEEDED, job.reason
@@ -277,7 +313,9 @@ def test_over_the_rate_the_code_gets_a_not_ok_status_with_the_wait_and_goes_on(
     assert third.startswith(f"RATE_LIMITED: rate limit: job {job.pk} may make 2/min SDK calls per process")
     assert "(HTTP 429, retry after " in third
     assert [e.message for e in JobEvent.objects.filter(job=job, type=EventType.CUSTOM_MESSAGE).order_by("id")] == [
-        "message 0", "message 1"]
+        "message 0",
+        "message 1",
+    ]
 
 
 RESET_DURING_RUN = """
@@ -300,7 +338,8 @@ RESET_DURING_RUN = """
 
 
 def test_a_token_reset_refuses_the_running_code_at_once_and_the_next_attempt_gets_the_new_token(
-        api, alice_ws, console, local_backend, tmp_path):
+    api, alice_ws, console, local_backend, tmp_path
+):
     code = script(tmp_path, "reset.py", RESET_DURING_RUN)
     job = submit(api, alice_ws, f"{PY} {code}", SYNC_RESTART, MARKERS=str(tmp_path))
 
@@ -319,7 +358,9 @@ def test_a_token_reset_refuses_the_running_code_at_once_and_the_next_attempt_get
     assert "after reset: UNAUTHENTICATED: Invalid job token: it was reset" in first
     assert "attempt 2: OK" in log_of(local_backend, job, 2)
     assert [e.message for e in JobEvent.objects.filter(job=job, type=EventType.CUSTOM_MESSAGE).order_by("id")] == [
-        "before reset", "from attempt 2"]
+        "before reset",
+        "from attempt 2",
+    ]
 
 
 # --- a console that does not answer ---------------------------------------------------------
@@ -332,15 +373,15 @@ def closed_port_url() -> str:
     return f"http://127.0.0.1:{port}"
 
 
-def test_a_console_that_cannot_be_reached_leaves_the_job_running_to_success(
-        api, alice_ws, local_backend, settings):
+def test_a_console_that_cannot_be_reached_leaves_the_job_running_to_success(api, alice_ws, local_backend, settings):
     settings.VIGIL_CONSOLE_URL = closed_port_url()
     job = submit(api, alice_ws, f"{PY} {EXAMPLES / 'custom_message.py'}", None)
     job = tick_until(job, finished, backend=local_backend, what="finish")
     assert job.status == JobStatus.SUCCEEDED, job.reason
     out = log_of(local_backend, job)
-    assert out.startswith(f"failed to send message, error UNAVAILABLE: cannot reach the console at "
-                          f"{settings.VIGIL_CONSOLE_URL}"), out
+    assert out.startswith(
+        f"failed to send message, error UNAVAILABLE: cannot reach the console at {settings.VIGIL_CONSOLE_URL}"
+    ), out
     assert not JobEvent.objects.filter(job=job, type=EventType.CUSTOM_MESSAGE).exists()
 
 
@@ -352,19 +393,37 @@ def test_the_sdk_builds_and_installs_with_pip_into_a_clean_virtual_environment(t
     nothing is downloaded), install it with pip into a venv that has nothing but
     the standard library, and use it from outside the source tree. (With network,
     `python -m venv v && v/bin/pip install ./sdk` does both steps at once.)"""
-    env = {"PATH": os.environ.get("PATH", ""), "HOME": str(tmp_path), "PIP_NO_INDEX": "1",
-           "PIP_DISABLE_PIP_VERSION_CHECK": "1", "PIP_FIND_LINKS": ""}
-    probe = subprocess.run([PY, "-c", "import setuptools, sys; sys.exit(tuple(map(int, "
-                                      "setuptools.__version__.split('.')[:2])) < (70, 1))"], capture_output=True)
+    env = {
+        "PATH": os.environ.get("PATH", ""),
+        "HOME": str(tmp_path),
+        "PIP_NO_INDEX": "1",
+        "PIP_DISABLE_PIP_VERSION_CHECK": "1",
+        "PIP_FIND_LINKS": "",
+    }
+    probe = subprocess.run(
+        [
+            PY,
+            "-c",
+            "import setuptools, sys; sys.exit(tuple(map(int, setuptools.__version__.split('.')[:2])) < (70, 1))",
+        ],
+        capture_output=True,
+    )
     if probe.returncode != 0:
-        pytest.skip(f"{PY} needs setuptools >= 70.1 (it builds wheels without the wheel package) to build "
-                    "the SDK offline")
+        pytest.skip(
+            f"{PY} needs setuptools >= 70.1 (it builds wheels without the wheel package) to build the SDK offline"
+        )
     # Build from a copy: an in-tree build would leave build/ and *.egg-info in sdk/.
     source = tmp_path / "sdk"
     shutil.copytree(SDK, source, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__", "tests"))
     wheels = tmp_path / "wheels"
-    built = subprocess.run([PY, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-w", str(wheels), str(source)],
-                           capture_output=True, text=True, env=env, cwd=tmp_path, timeout=180)
+    built = subprocess.run(
+        [PY, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-w", str(wheels), str(source)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=180,
+    )
     assert built.returncode == 0, built.stdout[-2000:] + built.stderr[-2000:]
     [wheel] = wheels.glob("vigil-*.whl")
     assert wheel.name.endswith("-py3-none-any.whl")  # pure Python: one wheel for every training image
@@ -372,13 +431,28 @@ def test_the_sdk_builds_and_installs_with_pip_into_a_clean_virtual_environment(t
     venv = tmp_path / "clean"
     subprocess.run([PY, "-m", "venv", "--without-pip", str(venv)], check=True, capture_output=True, timeout=60)
     python = venv / "bin" / "python"
-    installed = subprocess.run([PY, "-m", "pip", "--python", str(python), "install", "--no-deps", str(wheel)],
-                               capture_output=True, text=True, env=env, cwd=tmp_path, timeout=180)
+    installed = subprocess.run(
+        [PY, "-m", "pip", "--python", str(python), "install", "--no-deps", str(wheel)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=180,
+    )
     assert installed.returncode == 0, installed.stdout[-2000:] + installed.stderr[-2000:]
     use = subprocess.run(
-        [python, "-c", "import vigil; from vigil import job_monitor as jm; print(vigil.__file__); "
-                       "print(jm.Monitor(config=jm.PyTorchConfig()).send_custom_message(content='hi').to_string())"],
-        capture_output=True, text=True, env=env, cwd=tmp_path, timeout=60)
+        [
+            python,
+            "-c",
+            "import vigil; from vigil import job_monitor as jm; print(vigil.__file__); "
+            "print(jm.Monitor(config=jm.PyTorchConfig()).send_custom_message(content='hi').to_string())",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=60,
+    )
     assert use.returncode == 0, use.stderr
     where, status = use.stdout.splitlines()
     assert where.startswith(str(venv)) and "site-packages" in where  # the installed copy, not the source tree

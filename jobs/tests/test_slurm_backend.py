@@ -69,16 +69,24 @@ def test_a_tf_job_spread_over_two_nodes_gets_the_nodes_in_tf_config(tmp_path, mo
     instances = build_instances("TFJob", {"Chief": 1, "Worker": 2}, "python train.py")
     for i in instances:
         (tmp_path / "instances" / i.name).mkdir(parents=True)
-    spec = {"job_id": "tf", "attempt": 1, "job_type": "TFJob",
-            "instances": [dict(vars(i)) for i in instances],
-            "ports": {"chief-0": 30000, "worker-0": 30001, "worker-1": 30002},
-            "options": {"slots_per_instance": 1}}
+    spec = {
+        "job_id": "tf",
+        "attempt": 1,
+        "job_type": "TFJob",
+        "instances": [dict(vars(i)) for i in instances],
+        "ports": {"chief-0": 30000, "worker-0": 30001, "worker-1": 30002},
+        "options": {"slots_per_instance": 1},
+    }
     allocation = allocate(str(tmp_path), spec)
     assert {n: p["node"] for n, p in allocation["placements"].items()} == {
-        "chief-0": "n1", "worker-0": "n1", "worker-1": "n2"}
+        "chief-0": "n1",
+        "worker-0": "n1",
+        "worker-1": "n2",
+    }
     assert json.loads(allocation["env"]["worker-1"]["TF_CONFIG"]) == {
         "cluster": {"chief": ["n1:30000"], "worker": ["n1:30001", "n2:30002"]},
-        "task": {"type": "worker", "index": 1}}
+        "task": {"type": "worker", "index": 1},
+    }
     assert json.loads((tmp_path / "allocation.json").read_text()) == allocation
 
 
@@ -90,15 +98,25 @@ def test_each_attempt_gets_ports_other_than_the_previous_attempts():
 
 
 def test_an_instance_left_without_exit_record_by_a_node_failure_is_failed_naming_the_node():
-    files = InstanceFiles(run=0, started={"node": "n3", "pid": 5, "started_at": 1.0}, exited=None,
-                          stop_requested_at=None, last_output_at=2.0)
+    files = InstanceFiles(
+        run=0,
+        started={"node": "n3", "pid": 5, "started_at": 1.0},
+        exited=None,
+        stop_requested_at=None,
+        last_output_at=2.0,
+    )
     status = instance_status(WORKER, files, SlurmJob("12", "NODE_FAIL", "", "n3"))
     assert (status.state, status.reason, status.node) == (InstanceState.FAILED, "NODE_FAIL", "n3")
 
 
 def test_an_instance_whose_attempt_was_stopped_is_stopped_not_failed():
-    files = InstanceFiles(run=0, started={"node": "n1"}, stop_requested_at=100.0, last_output_at=None,
-                          exited={"exit_code": None, "signal": 15, "exited_at": 101.0})
+    files = InstanceFiles(
+        run=0,
+        started={"node": "n1"},
+        stop_requested_at=100.0,
+        last_output_at=None,
+        exited={"exit_code": None, "signal": 15, "exited_at": 101.0},
+    )
     assert instance_status(WORKER, files, SlurmJob("1", "COMPLETED")).state == InstanceState.STOPPED
 
 
@@ -129,16 +147,24 @@ def slurm_cluster():
 
 @pytest.fixture
 def backend(slurm_cluster: SlurmCluster):
-    b = SlurmBackend(log_dir=str(slurm_cluster.shared_dir), environment=slurm_cluster.env,
-                     python=sys.executable, py_spy=PY_SPY, grace=2, linger=10, command_timeout=20)
+    b = SlurmBackend(
+        log_dir=str(slurm_cluster.shared_dir),
+        environment=slurm_cluster.env,
+        python=sys.executable,
+        py_spy=PY_SPY,
+        grace=2,
+        linger=10,
+        command_timeout=20,
+    )
     yield b
     # Whatever a test left behind ends with it.
     slurm_cluster.cancel_all_jobs()
 
 
 def launch(backend, job_id, instances, job_type="ElasticBatchJob", **kw):
-    return backend.launch(AttemptLaunch(job_id=job_id, attempt=kw.pop("attempt", 1), job_type=job_type,
-                                        instances=tuple(instances), **kw))
+    return backend.launch(
+        AttemptLaunch(job_id=job_id, attempt=kw.pop("attempt", 1), job_type=job_type, instances=tuple(instances), **kw)
+    )
 
 
 def wait_for(backend, handle, done, timeout=30.0, interval=0.3):
@@ -178,14 +204,18 @@ def wait_for_log(backend, handle, name, text: bytes, timeout=30.0):
 
 @pytest.mark.slurm
 def test_two_instance_pytorch_job_succeeds_with_the_master_on_the_first_node(backend, slurm_cluster):
-    instances = build_instances("PyTorchJob", {"Master": 1, "Worker": 1},
-                                'echo "rank=$RANK world=$WORLD_SIZE master=$MASTER_ADDR:$MASTER_PORT '
-                                'procid=$SLURM_PROCID user=$GREETING"')
+    instances = build_instances(
+        "PyTorchJob",
+        {"Master": 1, "Worker": 1},
+        'echo "rank=$RANK world=$WORLD_SIZE master=$MASTER_ADDR:$MASTER_PORT procid=$SLURM_PROCID user=$GREETING"',
+    )
     handle = launch(backend, "ok", instances, job_type="PyTorchJob", env={"GREETING": "hi"})
     statuses = wait_for(backend, handle, all_finished)
 
     assert {n: (s.state, s.exit_code, s.signal) for n, s in statuses.items()} == {
-        "master-0": (InstanceState.SUCCEEDED, 0, None), "worker-0": (InstanceState.SUCCEEDED, 0, None)}
+        "master-0": (InstanceState.SUCCEEDED, 0, None),
+        "worker-0": (InstanceState.SUCCEEDED, 0, None),
+    }
     master = statuses["master-0"]
     assert master.node == slurm_cluster.hostname
     # File times come from the kernel's coarse clock, a few ms behind time.time().
@@ -193,16 +223,20 @@ def test_two_instance_pytorch_job_succeeds_with_the_master_on_the_first_node(bac
     port = json.loads(Path(handle["attempt_dir"], "allocation.json").read_text())["placements"]["master-0"]["port"]
     for rank, name in enumerate(["master-0", "worker-0"]):
         assert backend.read_log(handle, name) == (
-            f"rank={rank} world=2 master={slurm_cluster.hostname}:{port} procid={rank} user=hi\n".encode())
+            f"rank={rank} world=2 master={slurm_cluster.hostname}:{port} procid={rank} user=hi\n".encode()
+        )
     assert backend.tail_log(handle, "worker-0", 6) == b"er=hi\n"
 
 
-@pytest.mark.parametrize("code, stderr, gone", [
-    (229, "", True),  # ESLURM_ALREADY_DONE, silently (seen on CI for a late stop)
-    (225, "", True),  # ESLURM_INVALID_JOB_ID
-    (1, "scancel: error: Kill job error on job id 5: Job/step already completing or completed", True),
-    (1, "scancel: error: Kill job error on job id 5: Access/permission denied", False),
-])
+@pytest.mark.parametrize(
+    "code, stderr, gone",
+    [
+        (229, "", True),  # ESLURM_ALREADY_DONE, silently (seen on CI for a late stop)
+        (225, "", True),  # ESLURM_INVALID_JOB_ID
+        (1, "scancel: error: Kill job error on job id 5: Job/step already completing or completed", True),
+        (1, "scancel: error: Kill job error on job id 5: Access/permission denied", False),
+    ],
+)
 def test_scancel_of_a_job_that_is_already_gone_is_not_a_refusal(tmp_path, code, stderr, gone):
     fake = tmp_path / "scancel"
     fake.write_text(f"#!/bin/sh\necho '{stderr}' >&2\nexit {code}\n")
@@ -217,8 +251,13 @@ def test_scancel_of_a_job_that_is_already_gone_is_not_a_refusal(tmp_path, code, 
 
 def test_a_workspaces_account_and_os_user_go_to_sbatch(tmp_path, monkeypatch):
     b = SlurmBackend(log_dir=str(tmp_path), account="everyone")
-    spec = AttemptLaunch(job_id="1", attempt=1, job_type="ElasticBatchJob",
-                         instances=(InstanceLaunch("worker-0", "Worker", 0, 0, "true"),), account="team-a")
+    spec = AttemptLaunch(
+        job_id="1",
+        attempt=1,
+        job_type="ElasticBatchJob",
+        instances=(InstanceLaunch("worker-0", "Worker", 0, 0, "true"),),
+        account="team-a",
+    )
     assert "--account=team-a" in b.sbatch_argv(spec, tmp_path)
     nobody = resolve_run_as("nobody", euid=0)
     argv = b.sbatch_argv(spec, tmp_path, nobody)
@@ -233,10 +272,19 @@ def test_a_workspaces_account_and_os_user_go_to_sbatch(tmp_path, monkeypatch):
 @pytest.mark.skipif(os.geteuid() != 0, reason="only root may submit as another user (CI runs as root)")
 def test_a_workspaces_os_user_runs_the_allocation_and_alone_reads_its_files(backend, slurm_cluster):
     let_jobs_reach(slurm_cluster.shared_dir)
-    handle = launch(backend, "as-nobody", [InstanceLaunch("worker-0", "Worker", 0, 0, "echo uid=$(id -u)")],
-                    run_as="nobody", env={"VIGIL_JOB_TOKEN": "the-token"})
+    handle = launch(
+        backend,
+        "as-nobody",
+        [InstanceLaunch("worker-0", "Worker", 0, 0, "echo uid=$(id -u)")],
+        run_as="nobody",
+        env={"VIGIL_JOB_TOKEN": "the-token"},
+    )
     statuses = wait_for(backend, handle, all_finished)
-    assert statuses["worker-0"].state == InstanceState.SUCCEEDED, (statuses, (Path(handle["attempt_dir"]) / "batch.log").read_text(errors="replace"), backend.read_log(handle, "worker-0"))
+    assert statuses["worker-0"].state == InstanceState.SUCCEEDED, (
+        statuses,
+        (Path(handle["attempt_dir"]) / "batch.log").read_text(errors="replace"),
+        backend.read_log(handle, "worker-0"),
+    )
     nobody = pwd.getpwnam("nobody").pw_uid
     assert backend.read_log(handle, "worker-0") == f"uid={nobody}\n".encode()
     attempt_dir = Path(handle["attempt_dir"])
@@ -248,20 +296,32 @@ def test_a_workspaces_os_user_runs_the_allocation_and_alone_reads_its_files(back
 
 @pytest.mark.slurm
 def test_a_failing_instance_reports_its_exit_code_and_a_killed_one_its_signal(backend):
-    handle = launch(backend, "fails", [
-        InstanceLaunch("worker-0", "Worker", 0, 0, "echo about to fail; exit 3"),
-        InstanceLaunch("worker-1", "Worker", 1, 1, "kill -KILL $$"),
-    ])
+    handle = launch(
+        backend,
+        "fails",
+        [
+            InstanceLaunch("worker-0", "Worker", 0, 0, "echo about to fail; exit 3"),
+            InstanceLaunch("worker-1", "Worker", 1, 1, "kill -KILL $$"),
+        ],
+    )
     statuses = wait_for(backend, handle, all_finished)
 
     assert (statuses["worker-0"].state, statuses["worker-0"].exit_code, statuses["worker-0"].signal) == (
-        InstanceState.FAILED, 3, None)
+        InstanceState.FAILED,
+        3,
+        None,
+    )
     assert (statuses["worker-1"].state, statuses["worker-1"].exit_code, statuses["worker-1"].signal) == (
-        InstanceState.FAILED, None, 9)
+        InstanceState.FAILED,
+        None,
+        9,
+    )
     assert backend.tail_log(handle, "worker-0", 100) == b"about to fail\n"
     backend.stop(handle)  # a late stop leaves the real outcome alone
     assert [(s.state, s.exit_code, s.signal) for s in backend.poll(handle)] == [
-        (InstanceState.FAILED, 3, None), (InstanceState.FAILED, None, 9)]
+        (InstanceState.FAILED, 3, None),
+        (InstanceState.FAILED, None, 9),
+    ]
     with pytest.raises(BackendError, match="restart the whole attempt instead") as err:
         backend.restart_instance(handle, "worker-0")  # the allocation is gone
     assert not err.value.retryable
@@ -270,11 +330,16 @@ def test_a_failing_instance_reports_its_exit_code_and_a_killed_one_its_signal(ba
 @pytest.mark.slurm
 def test_a_hung_instance_stacks_are_dumped_on_its_node_and_stop_ends_it(backend, tmp_path):
     program = tmp_path / "hang.py"
-    program.write_text("import time\n\ndef stuck_in_known_function():\n    time.sleep(600)\n\n"
-                       "print('ready', flush=True)\nstuck_in_known_function()\n")
+    program.write_text(
+        "import time\n\ndef stuck_in_known_function():\n    time.sleep(600)\n\n"
+        "print('ready', flush=True)\nstuck_in_known_function()\n"
+    )
     # Python below a shell, as `cd ... && python train.py` commands run.
-    handle = launch(backend, "hangs", [InstanceLaunch("worker-0", "Worker", 0, 0,
-                                                      f"cd {tmp_path} && {sys.executable} {program}; true")])
+    handle = launch(
+        backend,
+        "hangs",
+        [InstanceLaunch("worker-0", "Worker", 0, 0, f"cd {tmp_path} && {sys.executable} {program}; true")],
+    )
     wait_for_log(backend, handle, "worker-0", b"ready")
 
     (dump,) = backend.dump_stacks(handle, "worker-0")  # the shell is no Python: skipped
@@ -293,14 +358,21 @@ def test_a_hung_instance_stacks_are_dumped_on_its_node_and_stop_ends_it(backend,
 @pytest.mark.slurm
 def test_an_instance_ignoring_sigterm_is_killed_after_the_grace_period(backend, tmp_path):
     program = tmp_path / "stubborn.py"
-    program.write_text("import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
-                       "print('ready', flush=True)\ntime.sleep(60)\n")
+    program.write_text(
+        "import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+        "print('ready', flush=True)\ntime.sleep(60)\n"
+    )
     # Below a shell that dies of the SIGTERM at once, leaving the stubborn one behind.
-    handle = launch(backend, "stubborn", [InstanceLaunch("worker-0", "Worker", 0, 0,
-                                                         f"{sys.executable} {program}; true")])
+    handle = launch(
+        backend, "stubborn", [InstanceLaunch("worker-0", "Worker", 0, 0, f"{sys.executable} {program}; true")]
+    )
     wait_for_log(backend, handle, "worker-0", b"ready")
-    (pid,) = [int(p) for p in Path(f"/proc/{backend.poll(handle)[0].pid}/task/"
-                                   f"{backend.poll(handle)[0].pid}/children").read_text().split()]
+    (pid,) = [
+        int(p)
+        for p in Path(f"/proc/{backend.poll(handle)[0].pid}/task/{backend.poll(handle)[0].pid}/children")
+        .read_text()
+        .split()
+    ]
 
     started = time.monotonic()
     backend.stop(handle, grace=1.5)
@@ -332,12 +404,12 @@ def test_isolating_a_node_drains_it_naming_the_job_and_restore_node_undrains_it(
 
 @pytest.mark.slurm
 def test_an_attempt_waiting_for_a_full_node_is_pending_with_slurms_reason(backend, slurm_cluster):
-    blocker = slurm_cluster.run("sbatch", "--parsable", f"--ntasks={slurm_cluster.cpus}", "--output=/dev/null",
-                                "--wrap=sleep 120").stdout.strip()
+    blocker = slurm_cluster.run(
+        "sbatch", "--parsable", f"--ntasks={slurm_cluster.cpus}", "--output=/dev/null", "--wrap=sleep 120"
+    ).stdout.strip()
     try:
         handle = launch(backend, "waits", [InstanceLaunch("worker-0", "Worker", 0, 0, "true")])
-        statuses = wait_for(backend, handle, lambda s: s["worker-0"].reason in ("Resources", "Priority"),
-                            timeout=20)
+        statuses = wait_for(backend, handle, lambda s: s["worker-0"].reason in ("Resources", "Priority"), timeout=20)
         assert statuses["worker-0"].state == InstanceState.PENDING
         backend.stop(handle, grace=1)
         assert wait_for(backend, handle, all_finished, timeout=10)["worker-0"].state == InstanceState.STOPPED
@@ -352,14 +424,14 @@ def test_a_fresh_backend_readopts_a_running_attempt_from_its_handle(backend, slu
     wait_for_log(backend, handle, "worker-0", b"up")
     stored = json.loads(json.dumps(handle))  # as the Attempt row keeps it
 
-    fresh = SlurmBackend(log_dir=str(slurm_cluster.shared_dir), environment=slurm_cluster.env,
-                         python=sys.executable)
+    fresh = SlurmBackend(log_dir=str(slurm_cluster.shared_dir), environment=slurm_cluster.env, python=sys.executable)
     assert fresh.poll(stored)[0].state == InstanceState.RUNNING
     # A re-delivered launch task submits nothing new; a lost handle is found on disk.
     assert launch(fresh, "readopt", instances) == handle
     assert fresh.handle_for("readopt", 1) == handle
     assert slurm_cluster.run("squeue", "-h", "--name=vigil-readopt-a1", "-o", "%i").stdout.split() == [
-        handle["slurm_job_id"]]
+        handle["slurm_job_id"]
+    ]
     done = wait_for(fresh, stored, all_finished)["worker-0"]
     assert (done.state, done.exit_code) == (InstanceState.SUCCEEDED, 0)
 
@@ -367,11 +439,16 @@ def test_a_fresh_backend_readopts_a_running_attempt_from_its_handle(backend, slu
 @pytest.mark.slurm
 def test_async_restart_runs_the_failed_instance_again_as_a_new_step_of_the_same_job(backend, tmp_path):
     marker = tmp_path / "failed-once"
-    handle = launch(backend, "async", [
-        InstanceLaunch("worker-0", "Worker", 0, 0, "sleep 20"),
-        InstanceLaunch("worker-1", "Worker", 1, 1,
-                       f'if [ -e {marker} ]; then echo second run; else touch {marker}; exit 5; fi'),
-    ])
+    handle = launch(
+        backend,
+        "async",
+        [
+            InstanceLaunch("worker-0", "Worker", 0, 0, "sleep 20"),
+            InstanceLaunch(
+                "worker-1", "Worker", 1, 1, f"if [ -e {marker} ]; then echo second run; else touch {marker}; exit 5; fi"
+            ),
+        ],
+    )
     first = wait_for(backend, handle, lambda s: s["worker-1"].state.finished)["worker-1"]
     assert (first.state, first.exit_code) == (InstanceState.FAILED, 5)
 
@@ -381,13 +458,14 @@ def test_async_restart_runs_the_failed_instance_again_as_a_new_step_of_the_same_
     log = backend.read_log(handle, "worker-1")
     assert log.startswith(b"===== vigil: worker-1 restarted (run 2 of attempt 1) at ")
     assert log.endswith(b" =====\nsecond run\n")
-    steps = [json.loads(p.read_text())["step"] for p in sorted(
-        Path(handle["attempt_dir"], "instances", "worker-1").glob("run-*.json"))]
+    steps = [
+        json.loads(p.read_text())["step"]
+        for p in sorted(Path(handle["attempt_dir"], "instances", "worker-1").glob("run-*.json"))
+    ]
     assert [s.split(".")[0] for s in steps] == [handle["slurm_job_id"]] * 2 and steps[0] != steps[1]
     backend.stop(handle, grace=1)
     statuses = wait_for(backend, handle, all_finished, timeout=10)
-    assert (statuses["worker-0"].state, statuses["worker-1"].state) == (
-        InstanceState.STOPPED, InstanceState.SUCCEEDED)
+    assert (statuses["worker-0"].state, statuses["worker-1"].state) == (InstanceState.STOPPED, InstanceState.SUCCEEDED)
 
 
 @pytest.mark.slurm
@@ -395,8 +473,9 @@ def test_a_node_failure_fails_the_instance_with_node_fail_and_the_node(backend, 
     handle = launch(backend, "nodefail", [InstanceLaunch("worker-0", "Worker", 0, 0, "echo up; sleep 60")])
     wait_for_log(backend, handle, "worker-0", b"up")
     try:
-        slurm_cluster.run("scontrol", "update", f"NodeName={slurm_cluster.hostname}", "State=DOWN",
-                          "Reason=test: node lost")
+        slurm_cluster.run(
+            "scontrol", "update", f"NodeName={slurm_cluster.hostname}", "State=DOWN", "Reason=test: node lost"
+        )
         status = wait_for(backend, handle, all_finished, timeout=15)["worker-0"]
     finally:
         backend.restore_node(slurm_cluster.hostname)
@@ -406,8 +485,9 @@ def test_a_node_failure_fails_the_instance_with_node_fail_and_the_node(backend, 
 
 @pytest.mark.slurm
 def test_an_unknown_partition_is_a_permanent_refusal(slurm_cluster):
-    b = SlurmBackend(log_dir=str(slurm_cluster.shared_dir), environment=slurm_cluster.env,
-                     partition="no-such-partition")
+    b = SlurmBackend(
+        log_dir=str(slurm_cluster.shared_dir), environment=slurm_cluster.env, partition="no-such-partition"
+    )
     with pytest.raises(BackendError) as err:
         launch(b, "refused", [InstanceLaunch("worker-0", "Worker", 0, 0, "true")])
     assert not err.value.retryable and "Invalid partition" in str(err.value)
@@ -416,11 +496,14 @@ def test_an_unknown_partition_is_a_permanent_refusal(slurm_cluster):
 @pytest.mark.slurm
 def test_slurm_down_is_a_retryable_error_saying_so(slurm_cluster, tmp_path):
     dead = tmp_path / "dead.conf"
-    dead.write_text("\n".join(
-        "SlurmctldPort=9" if line.startswith("SlurmctldPort=") else line
-        for line in slurm_cluster.conf.read_text().splitlines()) + "\n")
-    b = SlurmBackend(log_dir=str(slurm_cluster.shared_dir), environment={"SLURM_CONF": str(dead)},
-                     command_timeout=20)
+    dead.write_text(
+        "\n".join(
+            "SlurmctldPort=9" if line.startswith("SlurmctldPort=") else line
+            for line in slurm_cluster.conf.read_text().splitlines()
+        )
+        + "\n"
+    )
+    b = SlurmBackend(log_dir=str(slurm_cluster.shared_dir), environment={"SLURM_CONF": str(dead)}, command_timeout=20)
     with pytest.raises(BackendError) as err:
         launch(b, "down", [InstanceLaunch("worker-0", "Worker", 0, 0, "true")])
     assert err.value.retryable
@@ -430,9 +513,13 @@ def test_slurm_down_is_a_retryable_error_saying_so(slurm_cluster, tmp_path):
 @pytest.mark.slurm
 @pytest.mark.redis
 def test_an_exit_on_a_node_is_announced_over_redis_after_it_is_on_disk(slurm_cluster, tmp_path):
-    b = SlurmBackend(log_dir=str(slurm_cluster.shared_dir), environment=slurm_cluster.env,
-                     python=sys.executable, redis_url=REDIS_URL,
-                     channel_prefix=f"vigil-test-{os.getpid()}-{tmp_path.name}")
+    b = SlurmBackend(
+        log_dir=str(slurm_cluster.shared_dir),
+        environment=slurm_cluster.env,
+        python=sys.executable,
+        redis_url=REDIS_URL,
+        channel_prefix=f"vigil-test-{os.getpid()}-{tmp_path.name}",
+    )
     client = redis.Redis.from_url(REDIS_URL)
     pubsub = client.pubsub()
     pubsub.subscribe(b.exit_channel)
@@ -450,15 +537,26 @@ def test_an_exit_on_a_node_is_announced_over_redis_after_it_is_on_disk(slurm_clu
         pubsub.close()
         client.close()
         slurm_cluster.cancel_all_jobs()
-    assert payload == {"job_id": "announce", "attempt": 1, "instance": "worker-0", "exit_code": 4,
-                       "signal": None, "exited_at": status.exited_at}
+    assert payload == {
+        "job_id": "announce",
+        "attempt": 1,
+        "instance": "worker-0",
+        "exit_code": 4,
+        "signal": None,
+        "exited_at": status.exited_at,
+    }
     assert status.state == InstanceState.FAILED
 
 
 @pytest.mark.slurm
 def test_without_json_nodes_and_jobs_are_read_from_slurms_text_output(slurm_cluster):
-    b = SlurmBackend(log_dir=str(slurm_cluster.shared_dir), environment=slurm_cluster.env,
-                     python=sys.executable, use_json=False, partition=slurm_cluster.partition)
+    b = SlurmBackend(
+        log_dir=str(slurm_cluster.shared_dir),
+        environment=slurm_cluster.env,
+        python=sys.executable,
+        use_json=False,
+        partition=slurm_cluster.partition,
+    )
     assert [(n.name, n.slots) for n in b.list_nodes()] == [(slurm_cluster.hostname, slurm_cluster.cpus)]
     try:
         handle = launch(b, "text", [InstanceLaunch("worker-0", "Worker", 0, 0, "sleep 1")])
@@ -476,7 +574,8 @@ def test_without_json_nodes_and_jobs_are_read_from_slurms_text_output(slurm_clus
 
 @pytest.mark.django_db(transaction=True)
 def test_the_ddp_example_on_slurm_restarts_through_the_console_and_its_record_names_the_node(
-        slurm_cluster, settings, alice, alice_ws, api_as, job_body, tmp_path):
+    slurm_cluster, settings, alice, alice_ws, api_as, job_body, tmp_path
+):
     pytest.importorskip("torch", reason="torch is not installed (.ci/run installs torch==2.13.0)")
     from jobs.backends import reset_backends
     from jobs.models import Job, JobStatus, RestartRecord
@@ -484,20 +583,45 @@ def test_the_ddp_example_on_slurm_restarts_through_the_console_and_its_record_na
 
     settings.JOB_BACKENDS = {
         "local": {"BACKEND": "jobs.backends.memory.MemoryBackend", "OPTIONS": {}},
-        "slurm": {"BACKEND": "jobs.backends.slurm.SlurmBackend", "OPTIONS": {
-            "log_dir": str(slurm_cluster.shared_dir), "environment": slurm_cluster.env, "python": sys.executable,
-            "py_spy": PY_SPY, "grace": 2, "linger": 10, "command_timeout": 20}},
+        "slurm": {
+            "BACKEND": "jobs.backends.slurm.SlurmBackend",
+            "OPTIONS": {
+                "log_dir": str(slurm_cluster.shared_dir),
+                "environment": slurm_cluster.env,
+                "python": sys.executable,
+                "py_spy": PY_SPY,
+                "grace": 2,
+                "linger": 10,
+                "command_timeout": 20,
+            },
+        },
     }
     reset_backends()
     marker = slurm_cluster.shared_dir / f"fired-{tmp_path.name}"
     example = Path(__file__).resolve().parents[2] / "examples" / "ddp_train.py"
     try:
-        r = api_as(alice).post("/api/v1/jobs/", job_body(
-            alice_ws, display_name="ddp-on-slurm", backend="slurm", user_command=f"{sys.executable} {example}",
-            envs={"VIGIL_EXAMPLE_STEPS": "8", "VIGIL_EXAMPLE_PG_TIMEOUT": "120", "FAULT": "nccl", "FAULT_RANK": "1",
-                  "FAULT_STEP": "3", "FAULT_ONCE": str(marker)},
-            settings={"enable_error_monitoring_in_aimaster": True,
-                      "error_monitoring_args": "--enable-job-restart=True --max-num-of-job-restart=2"}), format="json")
+        r = api_as(alice).post(
+            "/api/v1/jobs/",
+            job_body(
+                alice_ws,
+                display_name="ddp-on-slurm",
+                backend="slurm",
+                user_command=f"{sys.executable} {example}",
+                envs={
+                    "VIGIL_EXAMPLE_STEPS": "8",
+                    "VIGIL_EXAMPLE_PG_TIMEOUT": "120",
+                    "FAULT": "nccl",
+                    "FAULT_RANK": "1",
+                    "FAULT_STEP": "3",
+                    "FAULT_ONCE": str(marker),
+                },
+                settings={
+                    "enable_error_monitoring_in_aimaster": True,
+                    "error_monitoring_args": "--enable-job-restart=True --max-num-of-job-restart=2",
+                },
+            ),
+            format="json",
+        )
         assert r.status_code == 201, r.content
         job = tick_until(Job.objects.get(pk=r.json()["id"]), finished, seconds=150, what="finish", every=0.3)
         assert job.status == JobStatus.SUCCEEDED, job.reason

@@ -44,14 +44,17 @@ def test_create_shows_the_token_once_lists_it_and_the_api_accepts_it(client, ali
     assert ApiToken.objects.get(user=alice, name="ci").expires_at is None
 
 
-@pytest.mark.parametrize("data, field", [
-    ({"name": "x", "expires": "365"}, "expires"),
-    ({"name": "x", "expires": ""}, "expires"),
-    ({"name": "x"}, "expires"),
-    ({"name": "   ", "expires": "7"}, "name"),
-    ({"expires": "7"}, "name"),
-    ({"name": "x" * 101, "expires": "7"}, "name"),
-])
+@pytest.mark.parametrize(
+    "data, field",
+    [
+        ({"name": "x", "expires": "365"}, "expires"),
+        ({"name": "x", "expires": ""}, "expires"),
+        ({"name": "x"}, "expires"),
+        ({"name": "   ", "expires": "7"}, "name"),
+        ({"expires": "7"}, "name"),
+        ({"name": "x" * 101, "expires": "7"}, "name"),
+    ],
+)
 def test_bad_input_is_400_naming_the_field_and_makes_no_token(client, alice, data, field):
     client.force_login(alice)
     response = client.post(URL, data)

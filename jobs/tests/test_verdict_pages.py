@@ -25,16 +25,28 @@ def offer(client, ws, job, **data):
 
 
 def record(job, **fields):
-    values = dict(job=job, number=1, kind="job", attempt=1, new_attempt=2, instance_name="worker-0",
-                  error_code="NCCL_SYSTEM_ERROR", error_message="NCCL reported an unhandled system error",
-                  error_source="Log", family="network", rule="nccl-system-error",
-                  evidence="RuntimeError: NCCL error in: ProcessGroupNCCL.cpp:1331, unhandled system error",
-                  reason="Restarting the whole job", idempotency_key=f"rr-{job.pk}")
+    values = dict(
+        job=job,
+        number=1,
+        kind="job",
+        attempt=1,
+        new_attempt=2,
+        instance_name="worker-0",
+        error_code="NCCL_SYSTEM_ERROR",
+        error_message="NCCL reported an unhandled system error",
+        error_source="Log",
+        family="network",
+        rule="nccl-system-error",
+        evidence="RuntimeError: NCCL error in: ProcessGroupNCCL.cpp:1331, unhandled system error",
+        reason="Restarting the whole job",
+        idempotency_key=f"rr-{job.pk}",
+    )
     values.update(fields)
     return RestartRecord.objects.create(**values)
 
 
 # ---- the words ---------------------------------------------------------------------
+
 
 def test_describe_says_plainly_when_only_the_exit_status_decided():
     v = describe("ExitCode", "", "", "EXIT_CODE_1")
@@ -51,11 +63,15 @@ def test_a_restart_record_page_shows_family_and_evidence_and_offers_the_line_to_
     body = client.get(reverse("pages:restart", args=[alice_ws.slug, job.pk, r.pk])).content.decode()
     assert "data-family>network<" in body
     assert "unhandled system error</pre>" in body
-    assert 'name="keyword" value="RuntimeError: NCCL error in: ProcessGroupNCCL.cpp:1331, unhandled system error"' in body
+    assert (
+        'name="keyword" value="RuntimeError: NCCL error in: ProcessGroupNCCL.cpp:1331, unhandled system error"' in body
+    )
 
 
 def test_an_exit_status_decision_is_said_plainly_and_a_member_gets_no_offer(client, dave, alice_ws, job):
-    r = record(job, error_source="ExitCode", error_code="EXIT_CODE_1", family="", evidence="", rule="crashed-with-exit-code")
+    r = record(
+        job, error_source="ExitCode", error_code="EXIT_CODE_1", family="", evidence="", rule="crashed-with-exit-code"
+    )
     client.force_login(dave)  # a member: may write, not administer
     body = client.get(reverse("pages:restart", args=[alice_ws.slug, job.pk, r.pk])).content.decode()
     assert "No known signature; decided by exit code 1." in body
@@ -64,9 +80,19 @@ def test_an_exit_status_decision_is_said_plainly_and_a_member_gets_no_offer(clie
 
 def test_a_failed_jobs_page_says_how_sure_the_verdict_was(client, alice, alice_ws, job):
     Job.objects.filter(pk=job.pk).update(status=JobStatus.FAILED, reason="Not restarted: worker-0 crashed.")
-    actions.record_event(job, EventType.JOB_FAILED, "Not restarted", payload={
-        "rule": "crashed-with-exit-code", "error_code": "EXIT_CODE_1", "error_source": "ExitCode",
-        "family": "", "evidence": "", "instance": "worker-0"})
+    actions.record_event(
+        job,
+        EventType.JOB_FAILED,
+        "Not restarted",
+        payload={
+            "rule": "crashed-with-exit-code",
+            "error_code": "EXIT_CODE_1",
+            "error_source": "ExitCode",
+            "family": "",
+            "evidence": "",
+            "instance": "worker-0",
+        },
+    )
     client.force_login(alice)
     body = client.get(reverse("pages:job-detail", args=[alice_ws.slug, job.pk])).content.decode()
     assert "No known signature; decided by exit code 1." in body
@@ -74,6 +100,7 @@ def test_a_failed_jobs_page_says_how_sure_the_verdict_was(client, alice, alice_w
 
 
 # ---- the endpoint ---------------------------------------------------------------------
+
 
 def test_an_owner_adds_a_line_for_the_job_and_the_classifier_then_uses_it(client, alice, alice_ws, job):
     client.force_login(alice)
@@ -93,8 +120,11 @@ def test_an_owner_adds_a_line_for_the_job_and_the_classifier_then_uses_it(client
 def test_a_workspace_keyword_counts_for_every_job_of_the_workspace(client, alice, alice_ws, job, job_body):
     other, _ = actions.submit_job(alice, job_body(alice_ws))
     client.force_login(alice)
-    r = client.post(reverse("pages:retryable-keyword", args=[alice_ws.slug, job.pk]),
-                    {"keyword": "Xid 119", "scope": "workspace"}, HTTP_HX_REQUEST="true")
+    r = client.post(
+        reverse("pages:retryable-keyword", args=[alice_ws.slug, job.pk]),
+        {"keyword": "Xid 119", "scope": "workspace"},
+        HTTP_HX_REQUEST="true",
+    )
     assert r.status_code == 200 and "every job of" in r.content.decode()
     assert Workspace.objects.get(pk=alice_ws.pk).retryable_keywords == ["Xid 119"]
     other = Job.objects.select_related("workspace").get(pk=other.pk)
@@ -103,15 +133,18 @@ def test_a_workspace_keyword_counts_for_every_job_of_the_workspace(client, alice
     assert job.retryable_keywords == []
 
 
-@pytest.mark.parametrize("data, field", [
-    ({"keyword": "", "scope": "job"}, "keyword"),
-    ({"keyword": "   ", "scope": "job"}, "keyword"),
-    ({"keyword": "x" * 257, "scope": "job"}, "keyword"),
-    ({"keyword": "two\nlines", "scope": "job"}, "keyword"),
-    ({"scope": "job"}, "keyword"),
-    ({"keyword": "fine", "scope": "cluster"}, "scope"),
-    ({"keyword": "fine"}, "scope"),
-])
+@pytest.mark.parametrize(
+    "data, field",
+    [
+        ({"keyword": "", "scope": "job"}, "keyword"),
+        ({"keyword": "   ", "scope": "job"}, "keyword"),
+        ({"keyword": "x" * 257, "scope": "job"}, "keyword"),
+        ({"keyword": "two\nlines", "scope": "job"}, "keyword"),
+        ({"scope": "job"}, "keyword"),
+        ({"keyword": "fine", "scope": "cluster"}, "scope"),
+        ({"keyword": "fine"}, "scope"),
+    ],
+)
 def test_bad_input_is_refused_naming_the_field_and_changes_nothing(client, alice, alice_ws, job, data, field):
     client.force_login(alice)
     r = offer(client, alice_ws, job, **data)

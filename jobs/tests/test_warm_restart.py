@@ -21,7 +21,7 @@ from jobs.tests.test_local_backend import Backends, attempt, wait_finished, wait
 # ran (warm) or not (cold), not how long torch takes.
 WARM_MODULES = ("decimal",)
 
-PROBE = textwrap.dedent('''
+PROBE = textwrap.dedent("""
     import json, os, re, signal, sys
     preloaded = "decimal" in sys.modules
     main = sys.modules["__main__"]
@@ -48,7 +48,7 @@ PROBE = textwrap.dedent('''
         raise KeyboardInterrupt
     if how.startswith("signal:"):
         os.kill(os.getpid(), int(how[7:]))
-''')
+""")
 
 
 @pytest.fixture
@@ -64,8 +64,11 @@ def work(tmp_path):
     path = job_writable(str(tmp_path / "work"))
     pkg = os.path.join(path, "pkg")
     os.makedirs(pkg, exist_ok=True)
-    for name, text in (("probe.py", PROBE), (os.path.join("pkg", "__init__.py"), ""),
-                       (os.path.join("pkg", "probe.py"), PROBE)):
+    for name, text in (
+        ("probe.py", PROBE),
+        (os.path.join("pkg", "__init__.py"), ""),
+        (os.path.join("pkg", "probe.py"), PROBE),
+    ):
         with open(os.path.join(path, name), "w") as f:
             f.write(text)
         os.chmod(os.path.join(path, name), 0o644)
@@ -77,8 +80,9 @@ def launch(backend, command, work, number, job_id="warmjob", **kw):
     kw.setdefault("job_type", "PyTorchJob")
     kw.setdefault("replicas", {"Master": 1, "Worker": 1} if kw["job_type"] == "PyTorchJob" else {"Worker": 1})
     kw.setdefault("warm_modules", WARM_MODULES)
-    return backend.launch(attempt(command, job_id=job_id, number=number, workdir=work, warm=True,
-                                  env={"EPOCHS": "3"}, **kw))
+    return backend.launch(
+        attempt(command, job_id=job_id, number=number, workdir=work, warm=True, env={"EPOCHS": "3"}, **kw)
+    )
 
 
 def park_states(backend, job_id, number):
@@ -97,6 +101,7 @@ def wait_parked(backend, job_id, number, count):
         except (OSError, ValueError):
             return None
         return states if len(states) == count and all(s.get("parked_at") for s in states.values()) else None
+
     return wait_until(ready, timeout=60)
 
 
@@ -114,7 +119,7 @@ def reports(backend, handle):
     for inst in handle["instances"]:
         log = backend.read_log(handle, inst["name"]).decode()
         line = next(line for line in log.splitlines() if line.startswith("REPORT "))
-        report = json.loads(line[len("REPORT "):])
+        report = json.loads(line[len("REPORT ") :])
         report["preloaded"] = "PRELOADED True" in log
         report["stderr_in_log"] = "to stderr" in log
         out[inst["name"]] = report
@@ -184,10 +189,17 @@ def test_a_warm_module_entry_point_sees_what_python_dash_m_gives(backends, work)
     assert "ModuleSpec(name='pkg.probe'" in warm["spec"]
 
 
-@pytest.mark.parametrize(("how", "exit_code", "sig"), [
-    ("exit:3", 3, None), ("exit:0", 0, None), ("raise", 1, None), ("kbd", 130, None),
-    ("signal:15", 143, None), ("signal:9", 137, None),  # /bin/sh reports 128+N
-])
+@pytest.mark.parametrize(
+    ("how", "exit_code", "sig"),
+    [
+        ("exit:3", 3, None),
+        ("exit:0", 0, None),
+        ("raise", 1, None),
+        ("kbd", 130, None),
+        ("signal:15", 143, None),
+        ("signal:9", 137, None),  # /bin/sh reports 128+N
+    ],
+)
 def test_a_warm_rank_ends_with_the_exit_code_or_signal_of_a_cold_one(backends, work, how, exit_code, sig):
     backend = backends()
     command = f"{sys.executable} probe.py {how}"
@@ -202,14 +214,14 @@ def test_a_warm_rank_ends_with_the_exit_code_or_signal_of_a_cold_one(backends, w
     if how == "raise":
         log = backend.read_log(second, "worker-0").decode()
         assert "ValueError: boom from the rank" in log and "warm_boot" not in log
-        tb = log[log.index("Traceback"):]
+        tb = log[log.index("Traceback") :]
         cold_log = backend.read_log(first, "worker-0").decode()
-        assert tb == cold_log[cold_log.index("Traceback"):]
+        assert tb == cold_log[cold_log.index("Traceback") :]
 
 
 # A warm module whose import lasts until the test opens its gate: "open" lets it finish,
 # "fail" makes it raise.
-GATED = textwrap.dedent('''
+GATED = textwrap.dedent("""
     import os, time
     gate = os.path.join(os.path.dirname(os.path.abspath(__file__)), "gate")
     while not os.path.exists(gate):
@@ -217,7 +229,7 @@ GATED = textwrap.dedent('''
     with open(gate) as f:
         if f.read() == "fail":
             raise RuntimeError("the gate said fail")
-''')
+""")
 
 
 @pytest.mark.parametrize("gate", ["open", "fail"])
@@ -250,8 +262,10 @@ def test_a_restart_handed_over_while_the_interpreter_still_imports_runs_the_rank
         assert normalised(warm, second) == normalised(cold, first)  # at normal priority, too
     else:  # the launch crossed the failure: the rank says why, as a command /bin/sh cannot start
         assert status.exit_code == 127
-        assert log == ("vigil: the parked interpreter could not start the rank: failed import gated: "
-                       "RuntimeError: the gate said fail\n")
+        assert log == (
+            "vigil: the parked interpreter could not start the rank: failed import gated: "
+            "RuntimeError: the gate said fail\n"
+        )
 
 
 def test_a_command_that_is_not_a_python_entry_point_starts_cold_and_parks_nothing(backends, work):

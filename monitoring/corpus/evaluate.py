@@ -48,13 +48,34 @@ from core.classify import Classification, FailureInput, classify_failure
 from monitoring.corpus.split import is_holdout
 
 __all__ = [
-    "CORPUS_DIR", "FAMILIES", "VERDICTS", "FRESH_BATCH", "Entry", "Outcome", "FamilyScore", "Score",
-    "load_corpus", "failure_input", "run", "score",
+    "CORPUS_DIR",
+    "FAMILIES",
+    "VERDICTS",
+    "FRESH_BATCH",
+    "Entry",
+    "Outcome",
+    "FamilyScore",
+    "Score",
+    "load_corpus",
+    "failure_input",
+    "run",
+    "score",
 ]
 
 CORPUS_DIR = Path(__file__).resolve().parent
-FAMILIES = ("preemption", "startup", "rendezvous", "external-services", "storage", "gpu", "network",
-            "signals", "collective-timeout", "user-error", "nan")
+FAMILIES = (
+    "preemption",
+    "startup",
+    "rendezvous",
+    "external-services",
+    "storage",
+    "gpu",
+    "network",
+    "signals",
+    "collective-timeout",
+    "user-error",
+    "nan",
+)
 VERDICTS = ("retryable", "not-retryable")
 FRESH_BATCH = 2  # gathered after the signatures were written, never seen by their writers
 
@@ -95,11 +116,19 @@ def load_corpus(directory: Path = CORPUS_DIR) -> list[Entry]:
                 raise ValueError(f"{where}: not JSON ({exc})") from exc
             try:
                 entry = Entry(
-                    id=raw["id"], family=raw["family"], source=raw["source"], framework=raw["framework"],
-                    log=raw["log"], exit_code=raw["exit_code"], signal=raw["signal"],
-                    backend_reason=raw["backend_reason"], verdict=raw["verdict"], why=raw["why"],
+                    id=raw["id"],
+                    family=raw["family"],
+                    source=raw["source"],
+                    framework=raw["framework"],
+                    log=raw["log"],
+                    exit_code=raw["exit_code"],
+                    signal=raw["signal"],
+                    backend_reason=raw["backend_reason"],
+                    verdict=raw["verdict"],
+                    why=raw["why"],
                     # Entries not yet marked by split.py are held back by the same rule.
-                    holdout=raw.get("holdout", is_holdout(raw["id"])), marked="holdout" in raw,
+                    holdout=raw.get("holdout", is_holdout(raw["id"])),
+                    marked="holdout" in raw,
                     batch=raw.get("batch", 1),
                 )
             except KeyError as exc:
@@ -108,7 +137,9 @@ def load_corpus(directory: Path = CORPUS_DIR) -> list[Entry]:
                 raise ValueError(f"{where}: verdict {entry.verdict!r} is not one of {VERDICTS}")
             if not isinstance(entry.log, str):
                 raise ValueError(f"{where}: log must be a string")
-            if entry.exit_code is not None and (isinstance(entry.exit_code, bool) or not isinstance(entry.exit_code, int)):
+            if entry.exit_code is not None and (
+                isinstance(entry.exit_code, bool) or not isinstance(entry.exit_code, int)
+            ):
                 raise ValueError(f"{where}: exit_code must be an integer or null")
             if isinstance(entry.batch, bool) or not isinstance(entry.batch, int) or entry.batch < 1:
                 raise ValueError(f"{where}: batch must be a positive integer, not {entry.batch!r}")
@@ -137,8 +168,9 @@ def failure_input(entry: Entry, user_keywords: tuple[str, ...] = ()) -> FailureI
         exit_code = None
     elif exit_code is None and signum is None and not reason:
         exit_code = 1
-    return FailureInput(exit_code=exit_code, signal=signum, log_tail=entry.log, backend_reason=reason,
-                        user_keywords=user_keywords)
+    return FailureInput(
+        exit_code=exit_code, signal=signum, log_tail=entry.log, backend_reason=reason, user_keywords=user_keywords
+    )
 
 
 @dataclass(frozen=True)
@@ -181,8 +213,8 @@ class FamilyScore:
     family: str
     entries: int
     agree: int
-    true_retryable: int    # judged retryable, and retryable
-    false_retryable: int   # judged retryable, but not retryable
+    true_retryable: int  # judged retryable, and retryable
+    false_retryable: int  # judged retryable, but not retryable
     missed_retryable: int  # judged not retryable, but retryable
 
     @property
@@ -300,12 +332,16 @@ class Score:
         rows = []
         for family in sorted({o.entry.family for o in self.outcomes}, key=_family_order):
             part = [o for o in self.outcomes if o.entry.family == family]
-            rows.append(FamilyScore(
-                family=family, entries=len(part), agree=sum(o.agrees for o in part),
-                true_retryable=sum(o.entry.retryable and o.classification.retryable for o in part),
-                false_retryable=sum(not o.entry.retryable and o.classification.retryable for o in part),
-                missed_retryable=sum(o.entry.retryable and not o.classification.retryable for o in part),
-            ))
+            rows.append(
+                FamilyScore(
+                    family=family,
+                    entries=len(part),
+                    agree=sum(o.agrees for o in part),
+                    true_retryable=sum(o.entry.retryable and o.classification.retryable for o in part),
+                    false_retryable=sum(not o.entry.retryable and o.classification.retryable for o in part),
+                    missed_retryable=sum(o.entry.retryable and not o.classification.retryable for o in part),
+                )
+            )
         return rows
 
 

@@ -47,7 +47,7 @@ def mark_file(path: Path, *, check: bool = False) -> tuple[int, int, int]:
         except json.JSONDecodeError as exc:
             raise SystemExit(f"{path.name}:{number}: not JSON ({exc})") from exc
         if not isinstance(entry, dict) or not isinstance(entry.get("id"), str):
-            raise SystemExit(f"{path.name}:{number}: an entry needs a string \"id\"")
+            raise SystemExit(f'{path.name}:{number}: an entry needs a string "id"')
         want = is_holdout(entry["id"])
         held += want
         if entry.get("holdout") is not want:

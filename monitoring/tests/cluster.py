@@ -29,16 +29,30 @@ ROOT = Path(__file__).resolve().parents[2]
 CELERY = ROOT / ".venv" / "bin" / "celery"
 TEARDOWN_GRACE = 6.0  # seconds the worker waits for SIGTERM-ignoring ranks: the kill window
 # One monitor tick in a process of its own, as the Celery task runs it (with the job lock).
-TICK = ("import sys, django; django.setup(); from monitoring.tasks import run_job; "
-        "print('tick:', run_job(int(sys.argv[1])), flush=True)")
+TICK = (
+    "import sys, django; django.setup(); from monitoring.tasks import run_job; "
+    "print('tick:', run_job(int(sys.argv[1])), flush=True)"
+)
 
 
-SEED_SYNC = ("--job-execution-mode=Sync --enable-job-restart=True --max-num-of-job-restart=3 "
-             "--fault-tolerant-policy=ExitCodeAndErrorMsg")
+SEED_SYNC = (
+    "--job-execution-mode=Sync --enable-job-restart=True --max-num-of-job-restart=3 "
+    "--fault-tolerant-policy=ExitCodeAndErrorMsg"
+)
 
 
-def submit_script_job(cluster, user, workspace, script: str, envs: dict, display_name: str, *,
-                      job_type: str = "PyTorchJob", roles=(("Master", 1), ("Worker", 1)), flags: str = SEED_SYNC):
+def submit_script_job(
+    cluster,
+    user,
+    workspace,
+    script: str,
+    envs: dict,
+    display_name: str,
+    *,
+    job_type: str = "PyTorchJob",
+    roles=(("Master", 1), ("Worker", 1)),
+    flags: str = SEED_SYNC,
+):
     """A job (by default 2-rank PyTorch, Sync restarts) running `script` with python;
     launched in the test process (Celery is eager there). FAULT_ONCE names a file the
     script may create to fail only once."""
@@ -98,24 +112,38 @@ def cluster(settings, tmp_path, private_redis_db, _test_wiring, transactional_db
     }
     reset_backends()
     backend = get_backend("local")
-    env = dict(os.environ, DATABASE_URL=subprocess_database_url(), VIGIL_DATA_DIR=str(data_dir), SECRET_KEY=settings.SECRET_KEY,
-               REDIS_URL=private_redis_db, CELERY_BROKER_URL=private_redis_db,
-               VIGIL_RESTART_GRACE_SECONDS=str(TEARDOWN_GRACE), VIGIL_MONITOR_SWEEP_SECONDS="1",
-               # tasks_done() reads Celery's "Task ... succeeded" lines, which the quiet default hides.
-               VIGIL_LOG_LEVEL="INFO")
+    env = dict(
+        os.environ,
+        DATABASE_URL=subprocess_database_url(),
+        VIGIL_DATA_DIR=str(data_dir),
+        SECRET_KEY=settings.SECRET_KEY,
+        REDIS_URL=private_redis_db,
+        CELERY_BROKER_URL=private_redis_db,
+        VIGIL_RESTART_GRACE_SECONDS=str(TEARDOWN_GRACE),
+        VIGIL_MONITOR_SWEEP_SECONDS="1",
+        # tasks_done() reads Celery's "Task ... succeeded" lines, which the quiet default hides.
+        VIGIL_LOG_LEVEL="INFO",
+    )
     env["DJANGO_SETTINGS_MODULE"] = "console.settings"
     workers: list[subprocess.Popen] = []
 
-    def start_worker(name: str, beat: bool = False, extra_env: dict | None = None,
-                     command: str = "worker") -> subprocess.Popen:
+    def start_worker(
+        name: str, beat: bool = False, extra_env: dict | None = None, command: str = "worker"
+    ) -> subprocess.Popen:
         log = open(tmp_path / f"{name}.log", "ab")
         cmd = [str(CELERY), "-A", "console", command, "--loglevel", "INFO"]
         if command == "worker":
             cmd += ["--pool", "solo", "--concurrency", "1", "-n", f"{name}@%h", "--without-mingle", "--without-gossip"]
         if beat or command == "beat":
             cmd += ["--schedule", str(tmp_path / f"{name}-beat-schedule")] + (["--beat"] if command == "worker" else [])
-        proc = subprocess.Popen(cmd, cwd=ROOT, env={**env, **(extra_env or {})}, stdout=log, stderr=subprocess.STDOUT,
-                                start_new_session=True)
+        proc = subprocess.Popen(
+            cmd,
+            cwd=ROOT,
+            env={**env, **(extra_env or {})},
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         log.close()
         proc.log_path = tmp_path / f"{name}.log"  # type: ignore[attr-defined]
         workers.append(proc)
@@ -128,25 +156,43 @@ def cluster(settings, tmp_path, private_redis_db, _test_wiring, transactional_db
         done = 0
         for p in workers:
             log: Path = p.log_path  # type: ignore[attr-defined]
-            done += sum(1 for line in log.read_text(errors="replace").splitlines()
-                        if f"Task {task}[" in line and " succeeded in " in line)
+            done += sum(
+                1
+                for line in log.read_text(errors="replace").splitlines()
+                if f"Task {task}[" in line and " succeeded in " in line
+            )
         return done
 
     def tick_killed_at(job_id: int, fault: str, timeout: float = 60) -> subprocess.CompletedProcess:
         """One monitor tick of the job in a process that SIGKILLs its group at `fault`."""
         marker = tmp_path / f"fault-{fault}-{uuid.uuid4().hex[:6]}"
         tick_env = dict(env, VIGIL_FAULT_POINT=faults.check(fault), VIGIL_FAULT_ONCE=str(marker))
-        proc = subprocess.Popen([sys.executable, "-c", TICK, str(job_id)], cwd=ROOT, env=tick_env,
-                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+        proc = subprocess.Popen(
+            [sys.executable, "-c", TICK, str(job_id)],
+            cwd=ROOT,
+            env=tick_env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
+        )
         workers.append(proc)
         out, _ = proc.communicate(timeout=timeout)
         assert marker.exists() and proc.returncode == -signal.SIGKILL, (
-            f"the tick did not die at {fault} (exit {proc.returncode}):\n{out[-3000:]}")
+            f"the tick did not die at {fault} (exit {proc.returncode}):\n{out[-3000:]}"
+        )
         return subprocess.CompletedProcess(proc.args, proc.returncode, out)
 
-    yield SimpleNamespace(backend=backend, start_worker=start_worker, tmp_path=tmp_path, tasks_done=tasks_done,
-                          send=lambda task, *args: client.send_task(task, args=list(args)), env=env,
-                          tick_killed_at=tick_killed_at, data_dir=data_dir)
+    yield SimpleNamespace(
+        backend=backend,
+        start_worker=start_worker,
+        tmp_path=tmp_path,
+        tasks_done=tasks_done,
+        send=lambda task, *args: client.send_task(task, args=list(args)),
+        env=env,
+        tick_killed_at=tick_killed_at,
+        data_dir=data_dir,
+    )
     try:
         for proc in workers:
             try:  # the worker and anything it forked: it leads its own session

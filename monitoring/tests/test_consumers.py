@@ -36,8 +36,7 @@ def private_channel_layer(settings):
     settings.CHANNEL_LAYERS = {
         "default": {
             "BACKEND": "channels_redis.core.RedisChannelLayer",
-            "CONFIG": {"hosts": [redis_host(settings)],
-                       "prefix": f"vigil-test-{os.getpid()}-{uuid.uuid4().hex[:8]}"},
+            "CONFIG": {"hosts": [redis_host(settings)], "prefix": f"vigil-test-{os.getpid()}-{uuid.uuid4().hex[:8]}"},
         }
     }
 
@@ -117,7 +116,9 @@ def test_member_receives_log_batches_and_events(app, alice, running_job, memory_
         first = await collect(comm, lambda ms: len(log_lines(ms, "worker-0")) >= 5)
         events = [m for m in first if m["type"] == "event"]
         assert [e["message"] for e in events][:2] == [
-            "Job submitted by alice: PyTorchJob with 1 Master, 1 Worker.", "Attempt 1 is running."]
+            "Job submitted by alice: PyTorchJob with 1 Master, 1 Worker.",
+            "Attempt 1 is running.",
+        ]
         assert any(m["type"] == "status" and m["status"] == "Running" and m["max_restarts"] == 3 for m in first)
         batch = next(m for m in first if m["type"] == "log")
         assert batch["attempt"] == 1 and batch["offset"] == 0
@@ -176,8 +177,9 @@ def test_reconnect_with_offsets_resumes_without_a_gap_or_a_duplicate(app, alice,
         memory_backend.write_log(handle, "worker-0", "".join(line + "\n" for line in written[:1000]))
         comm = communicator(app, job.pk, cookie)
         assert (await comm.connect())[0]
-        await comm.send_json_to({"type": "hello", "after_event": None,
-                                 "logs": {"attempt": 1, "instances": ["worker-0"], "offsets": {}}})
+        await comm.send_json_to(
+            {"type": "hello", "after_event": None, "logs": {"attempt": 1, "instances": ["worker-0"], "offsets": {}}}
+        )
         got = await collect(comm, lambda ms: len(log_lines(ms)) >= 1000)
         last_event = max(m["id"] for m in got if m["type"] == "event")
         offset = max(m["next_offset"] for m in got if m["type"] == "log")
@@ -189,8 +191,13 @@ def test_reconnect_with_offsets_resumes_without_a_gap_or_a_duplicate(app, alice,
 
         comm = communicator(app, job.pk, cookie)
         assert (await comm.connect())[0]
-        await comm.send_json_to({"type": "hello", "after_event": last_event,
-                                 "logs": {"attempt": 1, "instances": ["worker-0"], "offsets": {"1:worker-0": offset}}})
+        await comm.send_json_to(
+            {
+                "type": "hello",
+                "after_event": last_event,
+                "logs": {"attempt": 1, "instances": ["worker-0"], "offsets": {"1:worker-0": offset}},
+            }
+        )
         memory_backend.write_log(handle, "worker-0", "".join(line + "\n" for line in written[2000:]))
         again = await collect(comm, lambda ms: len(log_lines(ms)) >= 2000)
         await comm.disconnect()
@@ -203,14 +210,17 @@ def test_reconnect_with_offsets_resumes_without_a_gap_or_a_duplicate(app, alice,
     assert all(a["next_offset"] == b["offset"] for a, b in zip(batches, batches[1:]))
 
 
-
 def workspace_communicator(app, slug, cookie):
-    return WebsocketCommunicator(app, f"/ws/workspaces/{slug}/", headers=[
-        (b"host", b"127.0.0.1"), (b"origin", ORIGIN), (b"cookie", f"sessionid={cookie}".encode())])
+    return WebsocketCommunicator(
+        app,
+        f"/ws/workspaces/{slug}/",
+        headers=[(b"host", b"127.0.0.1"), (b"origin", ORIGIN), (b"cookie", f"sessionid={cookie}".encode())],
+    )
 
 
-def test_workspace_socket_tells_members_of_status_changes_and_refuses_outsiders(app, alice, bob, bob_ws, alice_ws,
-                                                                                running_job):
+def test_workspace_socket_tells_members_of_status_changes_and_refuses_outsiders(
+    app, alice, bob, bob_ws, alice_ws, running_job
+):
     job, _ = running_job
     member, outsider = session_cookie(alice), session_cookie(bob)
 
@@ -236,8 +246,18 @@ def test_batches_carry_line_numbers_and_a_permalink_target_opens_at_its_line(app
     async def scenario():
         comm = communicator(app, job.pk, cookie)
         assert (await comm.connect())[0]
-        await comm.send_json_to({"type": "hello", "after_event": None, "logs": {
-            "attempt": 1, "instances": ["worker-0"], "offsets": {}, "target": {"instance": "worker-0", "line": 700}}})
+        await comm.send_json_to(
+            {
+                "type": "hello",
+                "after_event": None,
+                "logs": {
+                    "attempt": 1,
+                    "instances": ["worker-0"],
+                    "offsets": {},
+                    "target": {"instance": "worker-0", "line": 700},
+                },
+            }
+        )
         got = await collect(comm, lambda ms: len(log_lines(ms)) >= 400)
         target = next(m for m in got if m["type"] == "log_target")
         batches = [m for m in got if m["type"] == "log"]
@@ -248,17 +268,38 @@ def test_batches_carry_line_numbers_and_a_permalink_target_opens_at_its_line(app
 
         # the classifier's byte offset resolves to its line; a missing line says why
         offset = sum(len(f"line {i}\n") for i in range(1, 42))
-        await comm.send_json_to({"type": "logs", "attempt": 1, "instances": ["worker-0"], "offsets": {},
-                                 "target": {"instance": "worker-0", "offset": offset}})
+        await comm.send_json_to(
+            {
+                "type": "logs",
+                "attempt": 1,
+                "instances": ["worker-0"],
+                "offsets": {},
+                "target": {"instance": "worker-0", "offset": offset},
+            }
+        )
         got = await collect(comm, lambda ms: any(m["type"] == "log_target" for m in ms))
         assert next(m for m in got if m["type"] == "log_target")["line"] == 42
-        await comm.send_json_to({"type": "logs", "attempt": 1, "instances": ["worker-0"], "offsets": {},
-                                 "target": {"instance": "worker-0", "line": 5000}})
+        await comm.send_json_to(
+            {
+                "type": "logs",
+                "attempt": 1,
+                "instances": ["worker-0"],
+                "offsets": {},
+                "target": {"instance": "worker-0", "line": 5000},
+            }
+        )
         got = await collect(comm, lambda ms: any(m["type"] == "log_target" for m in ms))
         missing = next(m for m in got if m["type"] == "log_target")
         assert missing["line"] is None and missing["why"] == "the log has 1,000 lines"
-        await comm.send_json_to({"type": "logs", "attempt": 1, "instances": ["worker-9"], "offsets": {},
-                                 "target": {"instance": "worker-9", "line": 1}})
+        await comm.send_json_to(
+            {
+                "type": "logs",
+                "attempt": 1,
+                "instances": ["worker-9"],
+                "offsets": {},
+                "target": {"instance": "worker-9", "line": 1},
+            }
+        )
         got = await collect(comm, lambda ms: any(m["type"] == "log_target" for m in ms))
         unknown = next(m for m in got if m["type"] == "log_target")
         assert unknown["line"] is None and unknown["missing_instance"] is True
@@ -278,14 +319,24 @@ def test_every_log_message_carries_the_subscription_it_answers(app, alice, runni
     async def scenario():
         comm = communicator(app, job.pk, cookie)
         assert (await comm.connect())[0]
-        await comm.send_json_to({"type": "hello", "after_event": None, "logs": {
-            "attempt": 1, "instances": None, "offsets": {}, "sub": 1}})
+        await comm.send_json_to(
+            {"type": "hello", "after_event": None, "logs": {"attempt": 1, "instances": None, "offsets": {}, "sub": 1}}
+        )
         got = await collect(comm, lambda ms: len(log_lines(ms)) >= 200)
         assert {m["sub"] for m in got if m["type"] == "log"} == {1}
-        await comm.send_json_to({"type": "logs", "attempt": 1, "instances": ["worker-0"], "offsets": {}, "sub": 2,
-                                 "target": {"instance": "worker-0", "line": 150}})
-        got = await collect(comm, lambda ms: any(m["type"] == "log" for m in ms)
-                            and any(m["type"] == "log_target" for m in ms))
+        await comm.send_json_to(
+            {
+                "type": "logs",
+                "attempt": 1,
+                "instances": ["worker-0"],
+                "offsets": {},
+                "sub": 2,
+                "target": {"instance": "worker-0", "line": 150},
+            }
+        )
+        got = await collect(
+            comm, lambda ms: any(m["type"] == "log" for m in ms) and any(m["type"] == "log_target" for m in ms)
+        )
         assert {m["sub"] for m in got if m["type"] in ("log", "log_target")} == {2}
         # a client that sends no number (or not an integer) gets null, never an error
         await comm.send_json_to({"type": "logs", "attempt": 1, "instances": ["worker-0"], "offsets": {}, "sub": "x"})
@@ -297,7 +348,8 @@ def test_every_log_message_carries_the_subscription_it_answers(app, alice, runni
 
 
 def test_a_reconnect_after_a_restart_shows_the_end_of_the_failed_attempt_before_the_new_one(
-        app, alice, alice_ws, job_body, memory_backend):
+    app, alice, alice_ws, job_body, memory_backend
+):
     """Issue 20, 6: the failed attempt's last lines (its error) are not skipped."""
     from datetime import timedelta
 
@@ -306,14 +358,23 @@ def test_a_reconnect_after_a_restart_shows_the_end_of_the_failed_attempt_before_
     from jobs.models import Attempt
     from monitoring import restarts, tick
 
-    job, _ = actions.submit_job(alice, job_body(alice_ws, settings={
-        "enable_error_monitoring_in_aimaster": True,
-        "error_monitoring_args": "--job-execution-mode=Sync --enable-job-restart=True --max-num-of-job-restart=3 "
-                                 "--fault-tolerant-policy=ExitCodeAndErrorMsg"}))
+    job, _ = actions.submit_job(
+        alice,
+        job_body(
+            alice_ws,
+            settings={
+                "enable_error_monitoring_in_aimaster": True,
+                "error_monitoring_args": "--job-execution-mode=Sync --enable-job-restart=True --max-num-of-job-restart=3 "
+                "--fault-tolerant-policy=ExitCodeAndErrorMsg",
+            },
+        ),
+    )
     handle = job.attempts.get(number=1).backend_handle
     cookie = session_cookie(alice)
-    nccl = ("RuntimeError: NCCL error in: ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:1331, "
-            "unhandled system error, NCCL version 2.18.1")
+    nccl = (
+        "RuntimeError: NCCL error in: ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:1331, "
+        "unhandled system error, NCCL version 2.18.1"
+    )
 
     def fail_and_restart():
         memory_backend.write_log(handle, "worker-0", nccl + "\n" + "last words without a newline")
@@ -336,15 +397,15 @@ def test_a_reconnect_after_a_restart_shows_the_end_of_the_failed_attempt_before_
 
         comm = communicator(app, job.pk, cookie)
         assert (await comm.connect())[0]
-        await comm.send_json_to({"type": "hello", "after_event": None,
-                                 "logs": {"attempt": None, "offsets": offsets}})
+        await comm.send_json_to({"type": "hello", "after_event": None, "logs": {"attempt": None, "offsets": offsets}})
         again = await collect(comm, lambda ms: "attempt 2 step 1" in log_lines(ms, "worker-0"))
         await comm.disconnect()
         return again
 
     again = async_to_sync(scenario)()
-    batches = [(m["attempt"], line) for m in again if m["type"] == "log" and m["instance"] == "worker-0"
-               for line in m["lines"]]
+    batches = [
+        (m["attempt"], line) for m in again if m["type"] == "log" and m["instance"] == "worker-0" for line in m["lines"]
+    ]
     assert batches == [(1, nccl), (1, "last words without a newline"), (2, "attempt 2 step 1")]
 
 
@@ -376,8 +437,11 @@ def test_a_live_log_stream_counts_as_a_viewer_and_its_lines_as_streamed(app, ali
         assert (await comm.connect())[0]
         await comm.send_json_to({"type": "hello", "after_event": None, "logs": {"attempt": None, "offsets": {}}})
         await collect(comm, lambda ms: len(log_lines(ms, "worker-0")) >= 6)
-        await until(lambda: scraped("vigil_log_viewers") == viewers + 1
-                    and scraped("vigil_log_lines_streamed_total") >= lines + 6)
+        await until(
+            lambda: (
+                scraped("vigil_log_viewers") == viewers + 1 and scraped("vigil_log_lines_streamed_total") >= lines + 6
+            )
+        )
         await comm.disconnect()
         await until(lambda: scraped("vigil_log_viewers") == viewers)
 
@@ -395,8 +459,11 @@ def test_a_kept_report_progress_step_reaches_the_workspace_and_job_sockets_once(
     cookie = session_cookie(alice)
 
     def report(step, rank):
-        r = sdk.post(f"/api/v1/sdk/jobs/{job.pk}/progress/", {"step": step, "rank": rank, "metrics": {"loss": 1.5}},
-                     format="json")
+        r = sdk.post(
+            f"/api/v1/sdk/jobs/{job.pk}/progress/",
+            {"step": step, "rank": rank, "metrics": {"loss": 1.5}},
+            format="json",
+        )
         assert r.status_code == 202, r.content
 
     async def scenario():

@@ -23,6 +23,7 @@ def _misses(outcomes) -> str:
 
 # ---- shape --------------------------------------------------------------------------
 
+
 def test_the_corpus_holds_at_least_250_entries_with_unique_ids():
     assert len(ENTRIES) >= 250
     ids = Counter(e.id for e in ENTRIES)
@@ -95,9 +96,19 @@ def test_the_policys_decisions_stay_above_their_floors():
 
 
 def _entry(verdict: str, exit_code: int = 137, log: str = "") -> evaluate.Entry:
-    return evaluate.Entry(id="signals-999", family="signals", source="https://example.org/", framework="pytorch",
-                          log=log, exit_code=exit_code, signal=None, backend_reason=None, verdict=verdict, why="-",
-                          holdout=False)
+    return evaluate.Entry(
+        id="signals-999",
+        family="signals",
+        source="https://example.org/",
+        framework="pytorch",
+        log=log,
+        exit_code=exit_code,
+        signal=None,
+        backend_reason=None,
+        verdict=verdict,
+        why="-",
+        holdout=False,
+    )
 
 
 def test_a_retry_once_verdict_is_scored_by_what_the_policy_does_on_the_repeat():
@@ -108,7 +119,10 @@ def test_a_retry_once_verdict_is_scored_by_what_the_policy_does_on_the_repeat():
     # The scoring's premise is the policy's: retried once, then the job fails on the repeat.
     bare_kill = classify_failure(evaluate.failure_input(_entry("not-retryable")))
     assert (bare_kill.rule, bare_kill.retryable, bare_kill.retry_limit) == ("killed-by-signal", True, 1)
-    config, failed = FaultToleranceConfig(enable_job_restart=True), InstanceFailure("worker-1", "Worker", 1, "n", bare_kill)
+    config, failed = (
+        FaultToleranceConfig(enable_job_restart=True),
+        InstanceFailure("worker-1", "Worker", 1, "n", bare_kill),
+    )
     assert decide(config, JobHistory(), failed).action is Action.RESTART_JOB
     again = decide(config, JobHistory(same_error_counts={("killed-by-signal", "Worker", 1): 1}), failed)
     assert (again.action, again.step) == (Action.FAIL_JOB, Step.RETRIES_SPENT)
@@ -117,8 +131,9 @@ def test_a_retry_once_verdict_is_scored_by_what_the_policy_does_on_the_repeat():
     assert not deterministic.agrees and deterministic.decision_agrees and deterministic.restarts_spent == 1
     assert transient.agrees and transient.decision_agrees and transient.restarts_spent == 0
     # a verdict retryable without a limit is decided on the first attempt, as before
-    reset = classify_failure(evaluate.failure_input(_entry("not-retryable", exit_code=1,
-                                                           log="RuntimeError: Connection reset by peer\n")))
+    reset = classify_failure(
+        evaluate.failure_input(_entry("not-retryable", exit_code=1, log="RuntimeError: Connection reset by peer\n"))
+    )
     unbounded = evaluate.Outcome(_entry("not-retryable"), reset)
     assert reset.retry_limit is None and not unbounded.decision_agrees and unbounded.restarts_spent == 0
     s = evaluate.score([deterministic, transient, unbounded])

@@ -37,14 +37,26 @@ def test_a_new_entry_or_a_wrong_mark_is_found_by_check_and_fixed(tmp_path):
 
 
 def _entry(entry_id: str, **extra):
-    return {"id": entry_id, "family": "gpu", "source": "https://example.org/issue/1", "framework": "nccl",
-            "log": "some failure", "exit_code": None, "signal": None, "backend_reason": None,
-            "verdict": "retryable", "why": "a stated cause", **extra}
+    return {
+        "id": entry_id,
+        "family": "gpu",
+        "source": "https://example.org/issue/1",
+        "framework": "nccl",
+        "log": "some failure",
+        "exit_code": None,
+        "signal": None,
+        "backend_reason": None,
+        "verdict": "retryable",
+        "why": "a stated cause",
+        **extra,
+    }
 
 
 def test_batch_defaults_to_1_and_the_fresh_batch_is_scored_apart(tmp_path):
-    _write(tmp_path / "gpu.jsonl", [_entry("gpu-001"), _entry("gpu-002", batch=2),
-                                    _entry("gpu-003", batch=2, verdict="not-retryable")])
+    _write(
+        tmp_path / "gpu.jsonl",
+        [_entry("gpu-001"), _entry("gpu-002", batch=2), _entry("gpu-003", batch=2, verdict="not-retryable")],
+    )
     entries = evaluate.load_corpus(tmp_path)
     assert [e.batch for e in entries] == [1, 2, 2]
     s = evaluate.score(evaluate.run(entries))

@@ -19,8 +19,15 @@ SYNC = "--job-execution-mode=Sync --enable-job-restart=True --max-num-of-job-res
 
 def submit_ddp(api, ws, body, envs, args=SYNC):
     envs = {"VIGIL_EXAMPLE_STEPS": "15", "VIGIL_EXAMPLE_PG_TIMEOUT": "60", **envs}
-    return factory.submit(api, ws, flags=args, display_name="ddp-example", user_command=factory.script_command(EXAMPLE),
-                          envs=envs, job_specs=[{"type": "Master", "pod_count": 1}, {"type": "Worker", "pod_count": 3}])
+    return factory.submit(
+        api,
+        ws,
+        flags=args,
+        display_name="ddp-example",
+        user_command=factory.script_command(EXAMPLE),
+        envs=envs,
+        job_specs=[{"type": "Master", "pod_count": 1}, {"type": "Worker", "pod_count": 3}],
+    )
 
 
 def run_to_end(job, seconds=120.0):
@@ -37,9 +44,15 @@ def run_to_end(job, seconds=120.0):
 
 def restarts_of(job, backend) -> list:
     """Each restart with its attempt, instance, message and log tail (for failure messages)."""
-    return [(r.attempt, r.instance_name, r.error_message,
-             backend.tail_log(Attempt.objects.get(job=job, number=r.attempt).backend_handle, r.instance_name, 1500))
-            for r in RestartRecord.objects.filter(job=job)]
+    return [
+        (
+            r.attempt,
+            r.instance_name,
+            r.error_message,
+            backend.tail_log(Attempt.objects.get(job=job, number=r.attempt).backend_handle, r.instance_name, 1500),
+        )
+        for r in RestartRecord.objects.filter(job=job)
+    ]
 
 
 @pytest.fixture
@@ -58,9 +71,17 @@ def test_the_ddp_example_trains_to_succeeded_with_four_processes(api, alice_ws, 
     assert b"step=15" in local_backend.read_log(handle, "worker-2")
 
 
-def test_a_retryable_fault_fails_once_and_succeeds_on_attempt_2_with_a_record(api, alice_ws, job_body, local_backend, tmp_path):
-    job = run_to_end(submit_ddp(api, alice_ws, job_body, {"FAULT": "nccl", "FAULT_RANK": "2", "FAULT_STEP": "3",
-                                                          "FAULT_ONCE": str(tmp_path / "fired")}))
+def test_a_retryable_fault_fails_once_and_succeeds_on_attempt_2_with_a_record(
+    api, alice_ws, job_body, local_backend, tmp_path
+):
+    job = run_to_end(
+        submit_ddp(
+            api,
+            alice_ws,
+            job_body,
+            {"FAULT": "nccl", "FAULT_RANK": "2", "FAULT_STEP": "3", "FAULT_ONCE": str(tmp_path / "fired")},
+        )
+    )
     assert job.status == JobStatus.SUCCEEDED, job.reason
     restarts = restarts_of(job, local_backend)
     assert job.current_attempt == 2, restarts
@@ -80,7 +101,9 @@ def test_a_user_bug_fails_fast_with_its_cause_and_exit_code(api, alice_ws, job_b
 
 
 def test_without_fault_tolerance_a_sigkill_ends_failed_with_the_kill_recorded(api, alice_ws, job_body, local_backend):
-    job = run_to_end(submit_ddp(api, alice_ws, job_body, {"FAULT": "sigkill", "FAULT_RANK": "3", "FAULT_STEP": "2"}, args=""))
+    job = run_to_end(
+        submit_ddp(api, alice_ws, job_body, {"FAULT": "sigkill", "FAULT_RANK": "3", "FAULT_STEP": "2"}, args="")
+    )
     assert job.status == JobStatus.FAILED
     killed = Instance.objects.get(attempt__job=job, name="worker-2")
     # The instance's shell reports its child's SIGKILL as 128 + 9.

@@ -48,14 +48,21 @@ class Ranks:
             for key in ("FAULT", "FAULT_RANK", "FAULT_STEP", "FAULT_ONCE", "VIGIL_JOB_ID"):
                 full.pop(key, None)
             full.update(
-                MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), WORLD_SIZE=str(world),
-                RANK=str(rank), VIGIL_EXAMPLE_STEPS="20", VIGIL_EXAMPLE_PG_TIMEOUT="120",
+                MASTER_ADDR="127.0.0.1",
+                MASTER_PORT=str(port),
+                WORLD_SIZE=str(world),
+                RANK=str(rank),
+                VIGIL_EXAMPLE_STEPS="20",
+                VIGIL_EXAMPLE_PG_TIMEOUT="120",
                 PYTHONUNBUFFERED="1",
             )
             full.update(env)
             proc = subprocess.Popen(
-                [sys.executable, str(EXAMPLE)], env=full, text=True,
-                stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                [sys.executable, str(EXAMPLE)],
+                env=full,
+                text=True,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
             )
             self.procs.append(proc)
             started.append(proc)

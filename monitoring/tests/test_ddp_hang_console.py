@@ -26,15 +26,35 @@ ARGS = (
 
 
 def test_a_hung_ddp_rank_is_the_stack_suspect_and_the_c4d_verdict_on_the_job_page(
-    alice, alice_ws, api_as, job_body, local_backend, live_server, settings, client,
+    alice,
+    alice_ws,
+    api_as,
+    job_body,
+    local_backend,
+    live_server,
+    settings,
+    client,
 ):
     settings.VIGIL_CONSOLE_URL = live_server.url
-    r = api_as(alice).post("/api/v1/jobs/", job_body(
-        alice_ws, display_name="ddp-hang", user_command=f"{sys.executable} {ROOT / 'examples' / 'ddp_train.py'}",
-        envs={"PYTHONPATH": str(ROOT / "sdk" / "src"), "VIGIL_EXAMPLE_STEPS": "200", "VIGIL_EXAMPLE_PG_TIMEOUT": "300",
-              "FAULT": "hang_compute", "FAULT_RANK": "1", "FAULT_STEP": "3"},
-        job_specs=[{"type": "Master", "pod_count": 1}, {"type": "Worker", "pod_count": 2}],
-        settings={"enable_error_monitoring_in_aimaster": True, "error_monitoring_args": ARGS}), format="json")
+    r = api_as(alice).post(
+        "/api/v1/jobs/",
+        job_body(
+            alice_ws,
+            display_name="ddp-hang",
+            user_command=f"{sys.executable} {ROOT / 'examples' / 'ddp_train.py'}",
+            envs={
+                "PYTHONPATH": str(ROOT / "sdk" / "src"),
+                "VIGIL_EXAMPLE_STEPS": "200",
+                "VIGIL_EXAMPLE_PG_TIMEOUT": "300",
+                "FAULT": "hang_compute",
+                "FAULT_RANK": "1",
+                "FAULT_STEP": "3",
+            },
+            job_specs=[{"type": "Master", "pod_count": 1}, {"type": "Worker", "pod_count": 2}],
+            settings={"enable_error_monitoring_in_aimaster": True, "error_monitoring_args": ARGS},
+        ),
+        format="json",
+    )
     assert r.status_code == 201, r.content
     job = tick_until(Job.objects.get(pk=r.json()["id"]), finished, seconds=90, backend=local_backend, what="hang")
     assert job.status == JobStatus.FAILED and "hung" in job.reason
@@ -68,7 +88,7 @@ def unrelated_vigil(tmp_path: Path) -> Path:
 
 
 # A DDP script that knows nothing of Vigil: no import, no SDK call, no switch of its own.
-PLAIN_DDP = '''
+PLAIN_DDP = """
 import os, sys, time
 import torch, torch.distributed as dist
 from torch import nn
@@ -88,21 +108,35 @@ for step in range(1, 500):
     opt.step()
     print(f"step={step} rank={rank}", flush=True)
     time.sleep(0.05)
-'''
+"""
 
 
 def test_a_ddp_script_that_never_imports_vigil_gets_its_hung_rank_named_from_pytorchs_flight_recorder(
-    alice, alice_ws, api_as, job_body, local_backend, live_server, settings, tmp_path,
+    alice,
+    alice_ws,
+    api_as,
+    job_body,
+    local_backend,
+    live_server,
+    settings,
+    tmp_path,
 ):
     settings.VIGIL_CONSOLE_URL = live_server.url
     script = tmp_path / "plain_ddp.py"
     script.write_text(PLAIN_DDP)
     script.chmod(0o644)
-    r = api_as(alice).post("/api/v1/jobs/", job_body(
-        alice_ws, display_name="plain-ddp-hang", user_command=f"{sys.executable} {script}",
-        envs={"PYTHONPATH": str(unrelated_vigil(tmp_path))},
-        job_specs=[{"type": "Master", "pod_count": 1}, {"type": "Worker", "pod_count": 2}],
-        settings={"enable_error_monitoring_in_aimaster": True, "error_monitoring_args": ARGS}), format="json")
+    r = api_as(alice).post(
+        "/api/v1/jobs/",
+        job_body(
+            alice_ws,
+            display_name="plain-ddp-hang",
+            user_command=f"{sys.executable} {script}",
+            envs={"PYTHONPATH": str(unrelated_vigil(tmp_path))},
+            job_specs=[{"type": "Master", "pod_count": 1}, {"type": "Worker", "pod_count": 2}],
+            settings={"enable_error_monitoring_in_aimaster": True, "error_monitoring_args": ARGS},
+        ),
+        format="json",
+    )
     assert r.status_code == 201, r.content
     job = tick_until(Job.objects.get(pk=r.json()["id"]), finished, seconds=90, backend=local_backend, what="hang")
     assert job.status == JobStatus.FAILED and "hung" in job.reason
@@ -111,8 +145,10 @@ def test_a_ddp_script_that_never_imports_vigil_gets_its_hung_rank_named_from_pyt
     # none: nothing was reported, and the hang is the recorder's.
     assert not C4DReport.objects.filter(job=job).exists()
     c4d = list(Diagnosis.objects.filter(job=job, kind="c4d"))
-    assert c4d, ([(e.type, e.message) for e in JobEvent.objects.filter(job=job).order_by("pk")],
-                 {r: len(b) for r, b in local_backend.flight_recorder_dumps(job.attempts.get().backend_handle).items()})
+    assert c4d, (
+        [(e.type, e.message) for e in JobEvent.objects.filter(job=job).order_by("pk")],
+        {r: len(b) for r, b in local_backend.flight_recorder_dumps(job.attempts.get().backend_handle).items()},
+    )
     assert all(d.data["source"] == "flight_recorder" for d in c4d)
     verdicts = {(v["rank"], v["kind"], v["instance"]) for d in c4d for v in d.data["verdicts"]}
     assert verdicts == {(1, "RankNonCommHang", "worker-0")}, verdicts
@@ -126,17 +162,36 @@ PLAIN_WORKER = ROOT / "examples" / "plain_ddp.py"
 
 
 def test_a_rank_slow_in_compute_of_a_job_that_never_imports_vigil_is_non_comm_slow_from_the_injected_sdk(
-    alice, alice_ws, api_as, job_body, local_backend, live_server, settings, tmp_path,
+    alice,
+    alice_ws,
+    api_as,
+    job_body,
+    local_backend,
+    live_server,
+    settings,
+    tmp_path,
 ):
     # gloo's recorder has no completion times, so slowness comes from the SDK's own
     # instrumentation, which the backend's start-up hook injects (the backend's copy).
     settings.VIGIL_CONSOLE_URL = live_server.url
-    r = api_as(alice).post("/api/v1/jobs/", job_body(
-        alice_ws, display_name="plain-slow", user_command=f"{sys.executable} {PLAIN_WORKER}",
-        envs={"PYTHONPATH": str(unrelated_vigil(tmp_path)), "PLAIN_FAULT": "slow_compute", "PLAIN_FAULT_RANK": "1",
-              "PLAIN_STEPS": "80", "PLAIN_SLOW_SECONDS": "0.15"},
-        job_specs=[{"type": "Master", "pod_count": 1}, {"type": "Worker", "pod_count": 2}],
-        settings={"enable_error_monitoring_in_aimaster": True, "error_monitoring_args": ARGS}), format="json")
+    r = api_as(alice).post(
+        "/api/v1/jobs/",
+        job_body(
+            alice_ws,
+            display_name="plain-slow",
+            user_command=f"{sys.executable} {PLAIN_WORKER}",
+            envs={
+                "PYTHONPATH": str(unrelated_vigil(tmp_path)),
+                "PLAIN_FAULT": "slow_compute",
+                "PLAIN_FAULT_RANK": "1",
+                "PLAIN_STEPS": "80",
+                "PLAIN_SLOW_SECONDS": "0.15",
+            },
+            job_specs=[{"type": "Master", "pod_count": 1}, {"type": "Worker", "pod_count": 2}],
+            settings={"enable_error_monitoring_in_aimaster": True, "error_monitoring_args": ARGS},
+        ),
+        format="json",
+    )
     assert r.status_code == 201, r.content
     job = tick_until(Job.objects.get(pk=r.json()["id"]), finished, seconds=150, backend=local_backend, what="end")
     assert job.status == JobStatus.SUCCEEDED, job.reason

@@ -57,10 +57,21 @@ def nodes_backend(settings, tmp_path, _test_wiring):
 
     job_writable(tmp_path)  # the job's script is there
     data = tmp_path / "nodes-backend"
-    settings.JOB_BACKENDS = {"local": {"BACKEND": "jobs.backends.local.LocalBackend", "OPTIONS": {
-        "data_dir": str(data), "redis_url": None, "grace": 1.0,
-        "nodes": [{"name": "node-a", "slots": 1}, {"name": "node-b", "slots": 1}, {"name": "node-c", "slots": 1}],
-    }}}
+    settings.JOB_BACKENDS = {
+        "local": {
+            "BACKEND": "jobs.backends.local.LocalBackend",
+            "OPTIONS": {
+                "data_dir": str(data),
+                "redis_url": None,
+                "grace": 1.0,
+                "nodes": [
+                    {"name": "node-a", "slots": 1},
+                    {"name": "node-b", "slots": 1},
+                    {"name": "node-c", "slots": 1},
+                ],
+            },
+        }
+    }
     reset_backends()
     backend = get_backend("local")
     yield backend
@@ -70,13 +81,27 @@ def nodes_backend(settings, tmp_path, _test_wiring):
 
 
 def submit(api, ws, body, code, path, args, envs=None, specs=None):
-    return factory.submit(api, ws, flags=args, user_command=factory.script_command(path, code), envs=envs or {},
-                          job_specs=specs or [{"type": "Master", "pod_count": 1}, {"type": "Worker", "pod_count": 2}])
+    return factory.submit(
+        api,
+        ws,
+        flags=args,
+        user_command=factory.script_command(path, code),
+        envs=envs or {},
+        job_specs=specs or [{"type": "Master", "pod_count": 1}, {"type": "Worker", "pod_count": 2}],
+    )
 
 
-def test_a_hang_takes_a_stack_snapshot_whose_suspect_names_the_hung_function(api, alice_ws, job_body, local_backend, tmp_path):
-    job = submit(api, alice_ws, job_body, HUNG, tmp_path / "hung.py",
-                 "--enable-job-restart=True --max-num-of-job-restart=1 --enable-job-hang-detection=True --job-hang-interval=2")
+def test_a_hang_takes_a_stack_snapshot_whose_suspect_names_the_hung_function(
+    api, alice_ws, job_body, local_backend, tmp_path
+):
+    job = submit(
+        api,
+        alice_ws,
+        job_body,
+        HUNG,
+        tmp_path / "hung.py",
+        "--enable-job-restart=True --max-num-of-job-restart=1 --enable-job-hang-detection=True --job-hang-interval=2",
+    )
     tick_until(job, lambda j: j.current_attempt == 2)
     diagnosis = Diagnosis.objects.get(job=job, kind="stacks", attempt=1)
     assert diagnosis.trigger == "hang"
@@ -97,19 +122,28 @@ def test_a_hang_takes_a_stack_snapshot_whose_suspect_names_the_hung_function(api
     # The hang's restart record is as good as a crash's: who, why, what next, where to look.
     record = RestartRecord.objects.get(job=job)
     assert (record.error_source, record.rule, record.error_code) == ("Hang", "hang", "HANG")
-    assert record.cause == ("worker-1 stopped making progress in `stuck_in_data_loader` while master-0 "
-                            "and worker-0 were in `wait_for_peers`.")
+    assert record.cause == (
+        "worker-1 stopped making progress in `stuck_in_data_loader` while master-0 "
+        "and worker-0 were in `wait_for_peers`."
+    )
     assert "worker-1" in record.next_step and "stuck_in_data_loader" in record.next_step
     assert record.instance_name == "worker-1" and record.evidence == "step=1"
     assert record.stack_snapshot == diagnosis
     log = local_backend.read_log(Attempt.objects.get(job=job, number=1).backend_handle, "worker-1")
-    assert log[record.log_offset:].rstrip() == b"step=1"
+    assert log[record.log_offset :].rstrip() == b"step=1"
 
 
 def test_the_hang_restart_record_page_shows_cause_next_step_snapshot_link_and_last_line(
-        api, alice, alice_ws, job_body, local_backend, tmp_path, client):
-    job = submit(api, alice_ws, job_body, HUNG, tmp_path / "hung.py",
-                 "--enable-job-restart=True --max-num-of-job-restart=1 --enable-job-hang-detection=True --job-hang-interval=2")
+    api, alice, alice_ws, job_body, local_backend, tmp_path, client
+):
+    job = submit(
+        api,
+        alice_ws,
+        job_body,
+        HUNG,
+        tmp_path / "hung.py",
+        "--enable-job-restart=True --max-num-of-job-restart=1 --enable-job-hang-detection=True --job-hang-interval=2",
+    )
     tick_until(job, lambda j: j.current_attempt == 2)
     record = RestartRecord.objects.get(job=job)
     diagnosis = Diagnosis.objects.get(job=job, kind="stacks", attempt=1)
@@ -118,12 +152,14 @@ def test_the_hang_restart_record_page_shows_cause_next_step_snapshot_link_and_la
     assert "stopped making progress in `stuck_in_data_loader`" in page and "Next step" in page
     link = f"/workspaces/{alice_ws.slug}/jobs/{job.pk}/diagnoses/{diagnosis.pk}/"
     assert f'href="{link}" data-snapshot-link' in page
-    assert "last log line" in page and "data-last-line>step=1</pre>" in page, page[page.find("Stack snapshot"):][:600]
+    assert "last log line" in page and "data-last-line>step=1</pre>" in page, page[page.find("Stack snapshot") :][:600]
     snapshot = client.get(link).content.decode()
     assert "stuck_in_data_loader" in snapshot and "data-culprit>worker-1 (rank 2) is in" in snapshot
 
 
-def test_a_stack_snapshot_can_be_taken_on_demand_through_the_api(api, alice_ws, job_body, local_backend, tmp_path, carol, api_as):
+def test_a_stack_snapshot_can_be_taken_on_demand_through_the_api(
+    api, alice_ws, job_body, local_backend, tmp_path, carol, api_as
+):
     job = submit(api, alice_ws, job_body, HUNG, tmp_path / "hung.py", "")
     tick_until(job, lambda j: j.status == JobStatus.RUNNING)
     time.sleep(0.3)  # let the interpreters start their functions
@@ -145,23 +181,38 @@ def test_a_stack_snapshot_says_why_when_there_is_no_python_process(api, alice_ws
     assert "0 dumped" in diagnosis.summary and "no Python process runs under master-0" in diagnosis.summary
 
 
-def test_a_c4d_error_isolates_the_ranks_virtual_node_and_the_next_attempt_avoids_it(api, alice_ws, job_body, nodes_backend, tmp_path):
-    job = submit(api, alice_ws, job_body, HUNG, tmp_path / "hung.py",
-                 "--enable-job-restart=True --enable-job-hang-detection=True --job-hang-interval=600 "
-                 "--enable-c4d-hang-detection=True --c4d-log-level=Info "
-                 "--c4d-common-envs=C4D_HANG_TIMEOUT=1000000,C4D_HANG_TIMES=1,C4D_CONN_BW_CHECK_PERIOD=1",
-                 specs=[{"type": "Master", "pod_count": 1}, {"type": "Worker", "pod_count": 1}])
+def test_a_c4d_error_isolates_the_ranks_virtual_node_and_the_next_attempt_avoids_it(
+    api, alice_ws, job_body, nodes_backend, tmp_path
+):
+    job = submit(
+        api,
+        alice_ws,
+        job_body,
+        HUNG,
+        tmp_path / "hung.py",
+        "--enable-job-restart=True --enable-job-hang-detection=True --job-hang-interval=600 "
+        "--enable-c4d-hang-detection=True --c4d-log-level=Info "
+        "--c4d-common-envs=C4D_HANG_TIMEOUT=1000000,C4D_HANG_TIMES=1,C4D_CONN_BW_CHECK_PERIOD=1",
+        specs=[{"type": "Master", "pod_count": 1}, {"type": "Worker", "pod_count": 1}],
+    )
     tick_until(job, lambda j: j.status == JobStatus.RUNNING)
     attempt = Attempt.objects.get(job=job, number=1)
     nodes = dict(attempt.instances.values_list("rank", "node"))
     assert set(nodes.values()) == {"node-a", "node-b"}
     # Rank 0 waits in all_reduce #5 for 3 s; rank 1 finished #4 and never entered #5: hung in compute.
     t = time.time()
-    C4DReport.objects.create(job=job, attempt=1, rank=0, records=[
-        {"seq": 4, "op": "all_reduce", "enter": t - 4.0, "exit": t - 3.9},
-        {"seq": 5, "op": "all_reduce", "enter": t - 3.0, "exit": None}])
-    C4DReport.objects.create(job=job, attempt=1, rank=1, records=[
-        {"seq": 4, "op": "all_reduce", "enter": t - 4.0, "exit": t - 3.9}])
+    C4DReport.objects.create(
+        job=job,
+        attempt=1,
+        rank=0,
+        records=[
+            {"seq": 4, "op": "all_reduce", "enter": t - 4.0, "exit": t - 3.9},
+            {"seq": 5, "op": "all_reduce", "enter": t - 3.0, "exit": None},
+        ],
+    )
+    C4DReport.objects.create(
+        job=job, attempt=1, rank=1, records=[{"seq": 4, "op": "all_reduce", "enter": t - 4.0, "exit": t - 3.9}]
+    )
     tick_until(job, lambda j: j.current_attempt == 2)
     c4d = JobEvent.objects.filter(job=job, type="c4d", level="error")
     assert c4d.exists() and "RankNonCommHang" in c4d.first().message
@@ -175,7 +226,9 @@ def test_a_c4d_error_isolates_the_ranks_virtual_node_and_the_next_attempt_avoids
     assert bad not in new_nodes and new_nodes
 
 
-def test_a_slow_rank_is_flagged_from_its_log_timestamps_without_the_sdk(api, alice_ws, job_body, local_backend, tmp_path):
+def test_a_slow_rank_is_flagged_from_its_log_timestamps_without_the_sdk(
+    api, alice_ws, job_body, local_backend, tmp_path
+):
     job = submit(api, alice_ws, job_body, STEPS, tmp_path / "steps.py", "", envs={"SLOW": "worker-0"})
     tick_until(job, lambda j: j.status == JobStatus.RUNNING)
     attempt = Attempt.objects.get(job=job, number=1)
@@ -184,8 +237,9 @@ def test_a_slow_rank_is_flagged_from_its_log_timestamps_without_the_sdk(api, ali
         assert time.monotonic() < deadline, "the slow rank never logged 12 steps"
         time.sleep(0.2)
     job.refresh_from_db()
-    verdicts = checks.check_stragglers(job, attempt, list(attempt.instances.all()), local_backend,
-                                       timezone.now() + timezone.timedelta(hours=1))
+    verdicts = checks.check_stragglers(
+        job, attempt, list(attempt.instances.all()), local_backend, timezone.now() + timezone.timedelta(hours=1)
+    )
     assert [v.rank for v in verdicts] == ["worker-0"]
     event = JobEvent.objects.get(job=job, type="straggler")
     assert event.instance == "worker-0" and "straggler" in event.message

@@ -73,8 +73,14 @@ TRAIN = textwrap.dedent("""
 
 
 def submit(cluster, user, workspace) -> Job:
-    return submit_script_job(cluster, user, workspace, TRAIN, {
-        "DONE": str(cluster.tmp_path / "done"), "CRASH_TEST": str(cluster.tmp_path)}, "fault-point")
+    return submit_script_job(
+        cluster,
+        user,
+        workspace,
+        TRAIN,
+        {"DONE": str(cluster.tmp_path / "done"), "CRASH_TEST": str(cluster.tmp_path)},
+        "fault-point",
+    )
 
 
 def job_processes(cluster) -> set[int]:
@@ -85,8 +91,9 @@ def job_processes(cluster) -> set[int]:
         try:
             if p.info["status"] == psutil.STATUS_ZOMBIE:
                 continue
-            if (any(str(cluster.data_dir) in a for a in p.info["cmdline"] or ())
-                    or p.environ().get("CRASH_TEST") == str(cluster.tmp_path)):
+            if any(str(cluster.data_dir) in a for a in p.info["cmdline"] or ()) or p.environ().get("CRASH_TEST") == str(
+                cluster.tmp_path
+            ):
                 found.add(p.pid)
         except psutil.Error:
             pass
@@ -120,15 +127,19 @@ def second_attempt_runs(cluster, job):
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("fault", FAULTS)
 def test_a_monitor_killed_at_any_step_of_a_restart_leaves_one_running_attempt_and_one_restart(
-        cluster, alice, alice_ws, settings, fault):
+    cluster, alice, alice_ws, settings, fault
+):
     settings.VIGIL_LAUNCH_LEASE_SECONDS = 1.0
     settings.VIGIL_RELAUNCH_AFTER_SECONDS = 1.0
     cluster.env["VIGIL_RESTART_GRACE_SECONDS"] = "2"
     job = submit(cluster, alice, alice_ws)
     first = Attempt.objects.get(job=job, number=1)
     assert first.backend_handle, f"attempt 1 was not launched: {first.reason}"
-    failed = wait_until(lambda: next((s for s in cluster.backend.poll(first.backend_handle)
-                                      if s.state == InstanceState.FAILED), None), 20, "rank 1 of attempt 1 to fail")
+    failed = wait_until(
+        lambda: next((s for s in cluster.backend.poll(first.backend_handle) if s.state == InstanceState.FAILED), None),
+        20,
+        "rank 1 of attempt 1 to fail",
+    )
     # Past the window in which a lone NCCL error waits for its real cause (the tick would decide nothing).
     time.sleep(max(0.0, failed.exited_at + restarts.CASCADE_SETTLE_SECONDS + 0.2 - time.time()))
 
@@ -139,12 +150,13 @@ def test_a_monitor_killed_at_any_step_of_a_restart_leaves_one_running_attempt_an
     job.refresh_from_db()
     assert (job.status, job.current_attempt, job.restart_count) == (JobStatus.RUNNING, 2, 1)
     assert list(Attempt.objects.filter(job=job).values_list("number", "status")) == [
-        (1, AttemptStatus.FAILED), (2, AttemptStatus.RUNNING)]
+        (1, AttemptStatus.FAILED),
+        (2, AttemptStatus.RUNNING),
+    ]
     assert RestartRecord.objects.filter(job=job).count() == 1
     # No orphan: attempt 1's ranks are gone, and so is anything a half-launch started.
     live = attempt_processes(cluster, second.backend_handle)
-    wait_until(lambda: job_processes(cluster) == live, 10,
-               "only attempt 2's ranks and shims to be left", every=0.2)
+    wait_until(lambda: job_processes(cluster) == live, 10, "only attempt 2's ranks and shims to be left", every=0.2)
     # Attempt 1's ranks kept what they really did.
     old = {i.name: i for i in Instance.objects.filter(attempt=first)}
     assert (old["worker-0"].status, old["worker-0"].exit_code) == (InstanceStatus.FAILED, 1)
@@ -153,14 +165,27 @@ def test_a_monitor_killed_at_any_step_of_a_restart_leaves_one_running_attempt_an
     run_tick(job)
     record = RestartRecord.objects.get(job=job)
     assert record.result == RestartResult.SUCCEEDED
-    assert JobEvent.objects.filter(job=job, message__startswith="Restart 1 succeeded: all 2 instances of attempt 2 "
-                                   "started").count() == 1
-    wait_until(lambda: all(b"attempt=2" in cluster.backend.tail_log(second.backend_handle, n, 4096)
-                           for n in ("master-0", "worker-0")), 15, "both ranks of attempt 2 to log a step")
+    assert (
+        JobEvent.objects.filter(
+            job=job, message__startswith="Restart 1 succeeded: all 2 instances of attempt 2 started"
+        ).count()
+        == 1
+    )
+    wait_until(
+        lambda: all(
+            b"attempt=2" in cluster.backend.tail_log(second.backend_handle, n, 4096) for n in ("master-0", "worker-0")
+        ),
+        15,
+        "both ranks of attempt 2 to log a step",
+    )
 
     (cluster.tmp_path / "done").touch()
-    wait_until(lambda: run_tick(job) or Job.objects.get(pk=job.pk).status == JobStatus.SUCCEEDED, 20,
-               "the job to succeed", every=0.2)
+    wait_until(
+        lambda: run_tick(job) or Job.objects.get(pk=job.pk).status == JobStatus.SUCCEEDED,
+        20,
+        "the job to succeed",
+        every=0.2,
+    )
     assert Attempt.objects.get(job=job, number=2).status == AttemptStatus.SUCCEEDED
     assert RestartRecord.objects.filter(job=job).count() == 1 and Attempt.objects.filter(job=job).count() == 2
     wait_until(lambda: not job_processes(cluster), 10, "every process of the job to end")
@@ -186,16 +211,30 @@ TRAIN_ASYNC = textwrap.dedent("""
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("fault", faults.INSTANCE_RESTART_POINTS)
 def test_a_monitor_killed_while_restarting_one_instance_restarts_it_exactly_once(
-        cluster, alice, alice_ws, settings, fault):
+    cluster, alice, alice_ws, settings, fault
+):
     settings.VIGIL_LAUNCH_LEASE_SECONDS = 1.0
-    job = submit_script_job(cluster, alice, alice_ws, TRAIN_ASYNC, {
-        "DONE": str(cluster.tmp_path / "done"), "CRASH_TEST": str(cluster.tmp_path)}, "instance-fault",
-        job_type="ElasticBatchJob", roles=(("Worker", 2),),
-        flags="--job-execution-mode=Async --fault-tolerant-policy=OnFailure")
+    job = submit_script_job(
+        cluster,
+        alice,
+        alice_ws,
+        TRAIN_ASYNC,
+        {"DONE": str(cluster.tmp_path / "done"), "CRASH_TEST": str(cluster.tmp_path)},
+        "instance-fault",
+        job_type="ElasticBatchJob",
+        roles=(("Worker", 2),),
+        flags="--job-execution-mode=Async --fault-tolerant-policy=OnFailure",
+    )
     attempt = Attempt.objects.get(job=job, number=1)
     assert attempt.backend_handle, f"attempt 1 was not launched: {attempt.reason}"
-    wait_until(lambda: any(s.name == "worker-1" and s.state == InstanceState.FAILED
-                           for s in cluster.backend.poll(attempt.backend_handle)), 20, "worker-1 to fail")
+    wait_until(
+        lambda: any(
+            s.name == "worker-1" and s.state == InstanceState.FAILED
+            for s in cluster.backend.poll(attempt.backend_handle)
+        ),
+        20,
+        "worker-1 to fail",
+    )
 
     cluster.tick_killed_at(job.pk, fault)
     record = RestartRecord.objects.get(job=job)
@@ -205,8 +244,11 @@ def test_a_monitor_killed_while_restarting_one_instance_restarts_it_exactly_once
         run_tick(job)
         a = Attempt.objects.get(pk=attempt.pk)
         states = {s.name: s.state for s in cluster.backend.poll(a.backend_handle)}
-        return (RestartRecord.objects.get(pk=record.pk).result == RestartResult.SUCCEEDED
-                and set(states.values()) == {InstanceState.RUNNING} and a)
+        return (
+            RestartRecord.objects.get(pk=record.pk).result == RestartResult.SUCCEEDED
+            and set(states.values()) == {InstanceState.RUNNING}
+            and a
+        )
 
     current = wait_until(restarted, 30, "worker-1 to run again with its restart recorded", every=0.2)
     job.refresh_from_db()
@@ -218,7 +260,11 @@ def test_a_monitor_killed_while_restarting_one_instance_restarts_it_exactly_once
     wait_until(lambda: job_processes(cluster) == live, 10, "one run of each instance and nothing else", every=0.2)
 
     (cluster.tmp_path / "done").touch()
-    wait_until(lambda: run_tick(job) or Job.objects.get(pk=job.pk).status == JobStatus.SUCCEEDED, 20,
-               "the job to succeed", every=0.2)
+    wait_until(
+        lambda: run_tick(job) or Job.objects.get(pk=job.pk).status == JobStatus.SUCCEEDED,
+        20,
+        "the job to succeed",
+        every=0.2,
+    )
     assert RestartRecord.objects.filter(job=job).count() == 1 and Job.objects.get(pk=job.pk).restart_count == 1
     wait_until(lambda: not job_processes(cluster), 10, "every process of the job to end")

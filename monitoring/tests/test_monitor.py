@@ -124,8 +124,15 @@ def test_an_instance_restart_and_a_job_restart_at_once_both_count(alice_ws, owne
     attempt = Attempt.objects.get(job=job, number=1)
     instances = list(attempt.instances.all())
     stale = Job.objects.get(pk=job.pk)  # the job restart's worker read the job here (restart_count 0)
-    record = RestartRecord.objects.create(job=job, number=1, kind=RestartKind.INSTANCE, attempt=1, new_attempt=1,
-                                          instance_name="worker-0", idempotency_key=f"instance:{job.pk}:1:worker-0:0")
+    record = RestartRecord.objects.create(
+        job=job,
+        number=1,
+        kind=RestartKind.INSTANCE,
+        attempt=1,
+        new_attempt=1,
+        instance_name="worker-0",
+        idempotency_key=f"instance:{job.pk}:1:worker-0:0",
+    )
     restarts.complete_instance_restart(job, attempt, record)  # another worker completes an instance restart
     assert Job.objects.get(pk=job.pk).restart_count == 1
     assert restarts.restart_job(stale, attempt, instances, memory_backend, "hang", ErrorSource.HANG, message="m")
@@ -156,8 +163,14 @@ def test_restarts_off_means_a_retryable_failure_still_fails(alice_ws, owner_api,
 
 
 def test_async_job_restarts_only_the_failed_worker(alice_ws, owner_api, job_body, memory_backend):
-    job = submit(owner_api, alice_ws, job_body, args=ASYNC, job_type="TFJob",
-                 job_specs=[{"type": "PS", "pod_count": 1}, {"type": "Worker", "pod_count": 3}])
+    job = submit(
+        owner_api,
+        alice_ws,
+        job_body,
+        args=ASYNC,
+        job_type="TFJob",
+        job_specs=[{"type": "PS", "pod_count": 1}, {"type": "Worker", "pod_count": 3}],
+    )
     h = handle_of(job)
     memory_backend.write_log(h, "worker-1", BUG)
     memory_backend.finish(h, "worker-1", exit_code=1)
@@ -174,8 +187,14 @@ def test_async_job_restarts_only_the_failed_worker(alice_ws, owner_api, job_body
 
 
 def test_async_ps_failure_needs_a_whole_job_restart(alice_ws, owner_api, job_body, memory_backend):
-    job = submit(owner_api, alice_ws, job_body, args=ASYNC + " --enable-job-restart=True", job_type="TFJob",
-                 job_specs=[{"type": "PS", "pod_count": 1}, {"type": "Worker", "pod_count": 2}])
+    job = submit(
+        owner_api,
+        alice_ws,
+        job_body,
+        args=ASYNC + " --enable-job-restart=True",
+        job_type="TFJob",
+        job_specs=[{"type": "PS", "pod_count": 1}, {"type": "Worker", "pod_count": 2}],
+    )
     h = handle_of(job)
     memory_backend.finish(h, "ps-0", exit_code=None, signal=9)
     assert tick.run_job(job.pk).action == "restart_job"
@@ -195,8 +214,14 @@ def test_same_error_cap_counts_across_attempts(alice_ws, owner_api, job_body, me
 
 
 def test_failure_rate_over_the_threshold_fails_an_async_job(alice_ws, owner_api, job_body, memory_backend):
-    job = submit(owner_api, alice_ws, job_body, args=ASYNC + " --max-tolerated-failure-rate=0.3",
-                 job_type="ElasticBatchJob", job_specs=[{"type": "Worker", "pod_count": 4}])
+    job = submit(
+        owner_api,
+        alice_ws,
+        job_body,
+        args=ASYNC + " --max-tolerated-failure-rate=0.3",
+        job_type="ElasticBatchJob",
+        job_specs=[{"type": "Worker", "pod_count": 4}],
+    )
     h = handle_of(job)
     memory_backend.finish(h, "worker-0", exit_code=1)
     assert tick.run_job(job.pk).action == "restart_instance"  # 1 of 4 = 25 %
@@ -221,13 +246,22 @@ def test_a_person_stop_wins_over_a_pending_failure(alice_ws, owner_api, job_body
 
 
 def test_root_cause_first_a_crash_beats_the_peers_connection_resets(alice_ws, owner_api, job_body, memory_backend):
-    job = submit(owner_api, alice_ws, job_body, job_specs=[{"type": "Master", "pod_count": 1}, {"type": "Worker", "pod_count": 3}])
+    job = submit(
+        owner_api,
+        alice_ws,
+        job_body,
+        job_specs=[{"type": "Master", "pod_count": 1}, {"type": "Worker", "pod_count": 3}],
+    )
     h = handle_of(job)
     t = time.time() - 5
     memory_backend.write_log(h, "worker-1", BUG)
     memory_backend.finish(h, "worker-1", exit_code=1, now=t)
     for i, name in enumerate(("master-0", "worker-0", "worker-2")):
-        memory_backend.write_log(h, name, b"RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed by peer [127.0.0.1]:5111\n")
+        memory_backend.write_log(
+            h,
+            name,
+            b"RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed by peer [127.0.0.1]:5111\n",
+        )
         memory_backend.finish(h, name, exit_code=1, now=t + 0.05 * (i + 1))
     tick.run_job(job.pk)
     job.refresh_from_db()
@@ -281,7 +315,9 @@ def test_runtime_interval_override_and_suspension(alice_ws, owner_api, job_body,
 
 
 def test_exit_hang_restarts_when_one_instance_finished_long_ago(alice_ws, owner_api, job_body, memory_backend):
-    job = submit(owner_api, alice_ws, job_body, args=SYNC + " --enable-job-exit-hang-detection=True --job-exit-hang-interval=5")
+    job = submit(
+        owner_api, alice_ws, job_body, args=SYNC + " --enable-job-exit-hang-detection=True --job-exit-hang-interval=5"
+    )
     h = handle_of(job)
     t = time.time()
     memory_backend.finish(h, "worker-0", exit_code=0, now=t)
@@ -308,7 +344,9 @@ def test_restart_loop_breaker_stops_three_restarts_without_progress(alice_ws, ow
     assert RestartRecord.objects.filter(job=job).count() == 3
 
 
-def test_without_fault_tolerance_the_first_failure_fails_the_job_with_its_cause(alice_ws, owner_api, job_body, memory_backend):
+def test_without_fault_tolerance_the_first_failure_fails_the_job_with_its_cause(
+    alice_ws, owner_api, job_body, memory_backend
+):
     job = submit(owner_api, alice_ws, job_body, args="")
     h = handle_of(job)
     memory_backend.write_log(h, "worker-0", NCCL)
@@ -316,13 +354,17 @@ def test_without_fault_tolerance_the_first_failure_fails_the_job_with_its_cause(
     settled(job.pk)
     job.refresh_from_db()
     assert job.status == JobStatus.FAILED and "fault tolerance is off" in job.reason
-    assert ("stopped" in {s.state for s in memory_backend.poll(h)})
+    assert "stopped" in {s.state for s in memory_backend.poll(h)}
 
 
 def test_a_watchdog_timeout_in_a_log_suggests_a_hang_interval(alice_ws, owner_api, job_body, memory_backend):
     job = submit(owner_api, alice_ws, job_body)
     h = handle_of(job)
-    memory_backend.write_log(h, "worker-0", b"[Rank 1] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=5, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600023 milliseconds before timing out.\n")
+    memory_backend.write_log(
+        h,
+        "worker-0",
+        b"[Rank 1] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=5, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600023 milliseconds before timing out.\n",
+    )
     tick.run_job(job.pk)
     event = JobEvent.objects.get(job=job, type="suggestion")
     assert event.payload["suggested_hang_interval"] == 450
@@ -357,7 +399,9 @@ def test_the_goodput_endpoint_accounts_for_a_restart(alice_ws, owner_api, job_bo
     assert body["wall_clock"] >= 0 and "ettr" in body
 
 
-def test_a_backend_briefly_unable_to_launch_keeps_the_job_queued_and_retries(alice_ws, owner_api, job_body, memory_backend):
+def test_a_backend_briefly_unable_to_launch_keeps_the_job_queued_and_retries(
+    alice_ws, owner_api, job_body, memory_backend
+):
     from jobs.backends.base import BackendError
 
     memory_backend.launch_error = BackendError("slurmctld is not answering", retryable=True)
@@ -382,8 +426,10 @@ def test_a_permanent_launch_error_fails_the_job_with_the_backends_words(alice_ws
 
 # ---- the repeated-failure guard (issue 13) -----------------------------------------------
 
+
 def test_the_same_failure_on_the_same_rank_without_progress_twice_is_not_restarted_again(
-        alice_ws, owner_api, job_body, memory_backend):
+    alice_ws, owner_api, job_body, memory_backend
+):
     job = submit(owner_api, alice_ws, job_body, args=SYNC.replace("=3", "=10"))
     for attempt in (1, 2):
         h = handle_of(job, attempt)
@@ -400,11 +446,18 @@ def test_the_same_failure_on_the_same_rank_without_progress_twice_is_not_restart
 
 
 def test_an_instance_restarted_alone_that_fails_the_same_way_without_progress_fails_the_job(
-        alice_ws, owner_api, job_body, memory_backend):
+    alice_ws, owner_api, job_body, memory_backend
+):
     # Async: worker-1 is restarted alone; its next run fails with the same error before any
     # step line, so the guard stops it. A run that trained in between is restarted again.
-    job = submit(owner_api, alice_ws, job_body, args="--job-execution-mode=Async --fault-tolerant-policy=ExitCodeAndErrorMsg",
-                 job_type="TFJob", job_specs=[{"type": "PS", "pod_count": 1}, {"type": "Worker", "pod_count": 3}])
+    job = submit(
+        owner_api,
+        alice_ws,
+        job_body,
+        args="--job-execution-mode=Async --fault-tolerant-policy=ExitCodeAndErrorMsg",
+        job_type="TFJob",
+        job_specs=[{"type": "PS", "pod_count": 1}, {"type": "Worker", "pod_count": 3}],
+    )
     h = handle_of(job)
     for run, before in ((1, b"step=100\n"), (2, b"step=200\n"), (3, b"initialising...\n")):
         memory_backend.write_log(h, "worker-1", before + NCCL)
@@ -432,7 +485,8 @@ def test_the_same_failure_after_progress_is_restarted_again(alice_ws, owner_api,
 
 
 def test_the_same_failure_at_the_same_sdk_step_is_caught_even_after_progress(
-        alice_ws, owner_api, job_body, memory_backend):
+    alice_ws, owner_api, job_body, memory_backend
+):
     from rest_framework.test import APIClient
 
     job = submit(owner_api, alice_ws, job_body, args=SYNC.replace("=3", "=10"))
@@ -481,7 +535,8 @@ def test_a_sigkill_without_evidence_is_restarted_once_and_then_fails(alice_ws, o
 
 
 def test_stopping_an_attempt_keeps_the_exit_of_a_rank_that_ended_while_no_worker_watched(
-        alice, alice_ws, owner_api, job_body, memory_backend):
+    alice, alice_ws, owner_api, job_body, memory_backend
+):
     """Issue 20, 5: a rank's own exit seen by no tick is not overwritten as Stopped by the stop."""
     from jobs import actions
 
@@ -498,7 +553,8 @@ def test_stopping_an_attempt_keeps_the_exit_of_a_rank_that_ended_while_no_worker
 
 
 def test_a_launch_that_ends_after_its_attempt_was_stopped_stops_what_it_started(
-        alice_ws, owner_api, job_body, memory_backend, monkeypatch):
+    alice_ws, owner_api, job_body, memory_backend, monkeypatch
+):
     """A stop that lands while a launch runs elsewhere: the launch must not leave ranks nobody knows."""
     from jobs.models import AttemptStatus
 
@@ -518,7 +574,8 @@ def test_a_launch_that_ends_after_its_attempt_was_stopped_stops_what_it_started(
 
 
 def test_a_restart_whose_new_instance_never_started_is_not_counted_as_succeeded(
-        alice_ws, owner_api, job_body, memory_backend):
+    alice_ws, owner_api, job_body, memory_backend
+):
     """Issue 20: "Restart 1 succeeded: all 2 instances started" was said with an instance Lost."""
     from jobs.backends.base import InstanceState
     from jobs.models import RestartResult
@@ -535,13 +592,18 @@ def test_a_restart_whose_new_instance_never_started_is_not_counted_as_succeeded(
     tick.run_job(job.pk)  # the lost instance is then handled as a failure of its own (restart 2)
     record = RestartRecord.objects.get(job=job, new_attempt=2)
     assert record.result == RestartResult.FAILED
-    assert JobEvent.objects.filter(job=job, message="Restart 1 failed: 1 of 2 instances of attempt 2 never "
-                                   "started (worker-0).").count() == 1
+    assert (
+        JobEvent.objects.filter(
+            job=job, message="Restart 1 failed: 1 of 2 instances of attempt 2 never started (worker-0)."
+        ).count()
+        == 1
+    )
     assert not JobEvent.objects.filter(job=job, message__startswith="Restart 1 succeeded").exists()
 
 
-def test_an_output_stamped_before_the_launch_gives_no_negative_stage_in_the_api(alice_ws, owner_api, job_body,
-                                                                               memory_backend):
+def test_an_output_stamped_before_the_launch_gives_no_negative_stage_in_the_api(
+    alice_ws, owner_api, job_body, memory_backend
+):
     """Issue 15, defect 10: an instance's first output stamped before the console's starting_at
     (a node's clock behind, or a print before launch() returned) made "starting": -0.311."""
     job = submit(owner_api, alice_ws, job_body)

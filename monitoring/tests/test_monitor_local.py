@@ -80,8 +80,14 @@ def script(tmp_path):
 def submit(api, ws, body, script, args, mode, faulty="worker-0", extra_envs=None, **over):
     envs = {"MODE": mode, "FAULTY": faulty, "MARKERS": str(script.parent / "markers"), **(extra_envs or {})}
     # monitoring is on even with no flags ("" = the defaults)
-    return factory.submit(api, ws, user_command=factory.script_command(script), envs=envs,
-                          settings={"enable_error_monitoring_in_aimaster": True, "error_monitoring_args": args}, **over)
+    return factory.submit(
+        api,
+        ws,
+        user_command=factory.script_command(script),
+        envs=envs,
+        settings={"enable_error_monitoring_in_aimaster": True, "error_monitoring_args": args},
+        **over,
+    )
 
 
 @pytest.fixture
@@ -89,9 +95,18 @@ def api(alice, alice_ws, api_as):
     return api_as(alice)
 
 
-def test_sync_pytorch_restarts_on_a_retryable_error_and_succeeds_on_attempt_2(api, alice_ws, job_body, local_backend, script):
-    job = submit(api, alice_ws, job_body, script, SYNC, "nccl",
-                 job_specs=[{"type": "Master", "pod_count": 1}, {"type": "Worker", "pod_count": 2}])
+def test_sync_pytorch_restarts_on_a_retryable_error_and_succeeds_on_attempt_2(
+    api, alice_ws, job_body, local_backend, script
+):
+    job = submit(
+        api,
+        alice_ws,
+        job_body,
+        script,
+        SYNC,
+        "nccl",
+        job_specs=[{"type": "Master", "pod_count": 1}, {"type": "Worker", "pod_count": 2}],
+    )
     job = tick_until(job, finished)
     assert job.status == JobStatus.SUCCEEDED, job.reason
     assert job.current_attempt == 2
@@ -101,7 +116,7 @@ def test_sync_pytorch_restarts_on_a_retryable_error_and_succeeds_on_attempt_2(ap
     assert record.node_name and record.duration_seconds is not None
     assert Attempt.objects.get(job=job, number=1).status == "Failed"
     log = local_backend.read_log(Attempt.objects.get(job=job, number=1).backend_handle, "worker-0")
-    assert record.log_offset is not None and log[record.log_offset:].startswith(b"RuntimeError: NCCL error")
+    assert record.log_offset is not None and log[record.log_offset :].startswith(b"RuntimeError: NCCL error")
 
 
 def test_sync_pytorch_fails_fast_on_a_user_bug_with_the_cause(api, alice_ws, job_body, local_backend, script):
@@ -115,8 +130,17 @@ def test_sync_pytorch_fails_fast_on_a_user_bug_with_the_cause(api, alice_ws, job
 
 
 def test_async_tensorflow_restarts_only_the_failed_worker(api, alice_ws, job_body, local_backend, script):
-    job = submit(api, alice_ws, job_body, script, ASYNC, "nccl", faulty="worker-1", job_type="TFJob",
-                 job_specs=[{"type": "PS", "pod_count": 1}, {"type": "Worker", "pod_count": 2}])
+    job = submit(
+        api,
+        alice_ws,
+        job_body,
+        script,
+        ASYNC,
+        "nccl",
+        faulty="worker-1",
+        job_type="TFJob",
+        job_specs=[{"type": "PS", "pod_count": 1}, {"type": "Worker", "pod_count": 2}],
+    )
     job = tick_until(job, finished)
     assert job.status == JobStatus.SUCCEEDED, job.reason
     assert job.current_attempt == 1
@@ -127,12 +151,24 @@ def test_async_tensorflow_restarts_only_the_failed_worker(api, alice_ws, job_bod
 
 
 def test_elasticbatch_restarts_only_the_failed_instance(api, alice_ws, job_body, local_backend, script):
-    job = submit(api, alice_ws, job_body, script, ASYNC, "nccl", faulty="worker-2", job_type="ElasticBatchJob",
-                 job_specs=[{"type": "Worker", "pod_count": 3}])
+    job = submit(
+        api,
+        alice_ws,
+        job_body,
+        script,
+        ASYNC,
+        "nccl",
+        faulty="worker-2",
+        job_type="ElasticBatchJob",
+        job_specs=[{"type": "Worker", "pod_count": 3}],
+    )
     job = tick_until(job, finished)
     assert job.status == JobStatus.SUCCEEDED, job.reason
     assert {i.name: i.restarts for i in Instance.objects.filter(attempt__job=job)} == {
-        "worker-0": 0, "worker-1": 0, "worker-2": 1}
+        "worker-0": 0,
+        "worker-1": 0,
+        "worker-2": 1,
+    }
 
 
 def test_same_error_cap_fails_the_job_on_real_processes(api, alice_ws, job_body, local_backend, script):
@@ -144,18 +180,31 @@ def test_same_error_cap_fails_the_job_on_real_processes(api, alice_ws, job_body,
 
 
 def test_failure_rate_threshold_on_real_processes(api, alice_ws, job_body, local_backend, script):
-    job = submit(api, alice_ws, job_body, script, ASYNC + " --max-tolerated-failure-rate=0.5", "fail_some",
-                 faulty="worker-0,worker-1,worker-2", job_type="ElasticBatchJob",
-                 job_specs=[{"type": "Worker", "pod_count": 4}])
+    job = submit(
+        api,
+        alice_ws,
+        job_body,
+        script,
+        ASYNC + " --max-tolerated-failure-rate=0.5",
+        "fail_some",
+        faulty="worker-0,worker-1,worker-2",
+        job_type="ElasticBatchJob",
+        job_specs=[{"type": "Worker", "pod_count": 4}],
+    )
     job = tick_until(job, finished)
     assert job.status == JobStatus.FAILED
     assert "--max-tolerated-failure-rate=0.5" in job.reason
 
 
 def test_a_hang_with_a_2_second_interval_is_detected_and_restarted(api, alice_ws, job_body, local_backend, script):
-    job = submit(api, alice_ws, job_body, script,
-                 "--enable-job-restart=True --max-num-of-job-restart=1 --enable-job-hang-detection=True --job-hang-interval=2",
-                 "hang")
+    job = submit(
+        api,
+        alice_ws,
+        job_body,
+        script,
+        "--enable-job-restart=True --max-num-of-job-restart=1 --enable-job-hang-detection=True --job-hang-interval=2",
+        "hang",
+    )
     job = tick_until(job, lambda j: j.current_attempt == 2, seconds=15)
     hang = JobEvent.objects.get(job=job, type="hang")
     assert "2 s" in hang.message
@@ -163,22 +212,39 @@ def test_a_hang_with_a_2_second_interval_is_detected_and_restarted(api, alice_ws
 
 
 def test_a_silent_start_up_is_not_a_hang_but_a_stall_after_the_first_progress_is(
-        api, alice_ws, job_body, local_backend, script):
+    api, alice_ws, job_body, local_backend, script
+):
     # 4 s hang interval, start-up interval left out (so 600 s); every rank is silent for
     # 10 s after its first line, writes one step line, then stalls.
-    job = submit(api, alice_ws, job_body, script,
-                 "--enable-job-restart=True --max-num-of-job-restart=1 --enable-job-hang-detection=True "
-                 "--job-hang-interval=4", "slow_start", extra_envs={"SLOW_START": "10"})
-    job = tick_until(job, lambda j: Attempt.objects.filter(job=j, number=1, first_progress_at__isnull=False).exists(),
-                     seconds=40, backend=local_backend, what="make its first progress")
+    job = submit(
+        api,
+        alice_ws,
+        job_body,
+        script,
+        "--enable-job-restart=True --max-num-of-job-restart=1 --enable-job-hang-detection=True --job-hang-interval=4",
+        "slow_start",
+        extra_envs={"SLOW_START": "10"},
+    )
+    job = tick_until(
+        job,
+        lambda j: Attempt.objects.filter(job=j, number=1, first_progress_at__isnull=False).exists(),
+        seconds=40,
+        backend=local_backend,
+        what="make its first progress",
+    )
     attempt = Attempt.objects.get(job=job, number=1)
     # the silence was real: the script slept 10 s (starting_at is stamped just before the
     # processes start, the step line's time is its log's mtime: a few ms either way)
     assert (attempt.first_progress_at - attempt.starting_at).total_seconds() >= 9.5
     assert not JobEvent.objects.filter(job=job, type="hang").exists() and job.current_attempt == 1
 
-    job = tick_until(job, lambda j: JobEvent.objects.filter(job=j, type="hang").exists(), seconds=15,
-                     backend=local_backend, what="hang after its first progress")
+    job = tick_until(
+        job,
+        lambda j: JobEvent.objects.filter(job=j, type="hang").exists(),
+        seconds=15,
+        backend=local_backend,
+        what="hang after its first progress",
+    )
     event = JobEvent.objects.get(job=job, type="hang")
     last_output = max(i.last_output_at for i in Instance.objects.filter(attempt=attempt))
     assert (event.created_at - last_output).total_seconds() <= 4 + 1
@@ -187,9 +253,15 @@ def test_a_silent_start_up_is_not_a_hang_but_a_stall_after_the_first_progress_is
 
 
 def test_an_exit_hang_is_detected(api, alice_ws, job_body, local_backend, script):
-    job = submit(api, alice_ws, job_body, script,
-                 "--enable-job-restart=False --enable-job-exit-hang-detection=True --job-exit-hang-interval=2",
-                 "exit_hang", faulty="worker-0")
+    job = submit(
+        api,
+        alice_ws,
+        job_body,
+        script,
+        "--enable-job-restart=False --enable-job-exit-hang-detection=True --job-exit-hang-interval=2",
+        "exit_hang",
+        faulty="worker-0",
+    )
     job = tick_until(job, finished, seconds=15)
     assert job.status == JobStatus.FAILED
     assert JobEvent.objects.filter(job=job, type="exit_hang").exists()
@@ -197,8 +269,16 @@ def test_an_exit_hang_is_detected(api, alice_ws, job_body, local_backend, script
 
 
 def test_cascade_is_classified_by_the_rank_that_crashed_first(api, alice_ws, job_body, local_backend, script):
-    job = submit(api, alice_ws, job_body, script, SYNC, "cascade", faulty="worker-1",
-                 job_specs=[{"type": "Master", "pod_count": 1}, {"type": "Worker", "pod_count": 3}])
+    job = submit(
+        api,
+        alice_ws,
+        job_body,
+        script,
+        SYNC,
+        "cascade",
+        faulty="worker-1",
+        job_specs=[{"type": "Master", "pod_count": 1}, {"type": "Worker", "pod_count": 3}],
+    )
     job = tick_until(job, finished)
     assert job.status == JobStatus.FAILED
     failed = JobEvent.objects.get(job=job, type="job_failed")

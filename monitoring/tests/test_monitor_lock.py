@@ -21,15 +21,23 @@ pytestmark = pytest.mark.redis
 
 ROOT = Path(__file__).resolve().parents[2]
 # A tick that holds the lock and never ends (a teardown grace, a hung backend call).
-LONG_TICK = ("import sys, time, django; django.setup(); from monitoring.tasks import with_job_lock; "
-             "with_job_lock(int(sys.argv[1]), lambda: (print('holding', flush=True), time.sleep(120)))")
+LONG_TICK = (
+    "import sys, time, django; django.setup(); from monitoring.tasks import with_job_lock; "
+    "with_job_lock(int(sys.argv[1]), lambda: (print('holding', flush=True), time.sleep(120)))"
+)
 
 
 def test_a_long_tick_keeps_its_lock_and_a_killed_workers_lock_frees_within_seconds():
     job_id = 10**9 + uuid.uuid4().int % 10**6  # no real job: only the lock matters
     env = dict(os.environ, REDIS_URL=settings.REDIS_URL, DJANGO_SETTINGS_MODULE="console.settings")
-    holder = subprocess.Popen([sys.executable, "-c", LONG_TICK, str(job_id)], cwd=ROOT, env=env,
-                              stdout=subprocess.PIPE, text=True, start_new_session=True)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", LONG_TICK, str(job_id)],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     try:
         assert holder.stdout.readline().strip() == "holding"
         deadline = time.monotonic() + 2.5 * tasks.LOCK_SECONDS

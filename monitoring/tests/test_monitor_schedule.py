@@ -22,8 +22,10 @@ from testsupport import factory
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.redis]
 
-HANG = ("--job-execution-mode=Sync --enable-job-restart=True --max-num-of-job-restart=3 "
-        "--fault-tolerant-policy=ExitCodeAndErrorMsg --enable-job-hang-detection=True --job-hang-interval=100")
+HANG = (
+    "--job-execution-mode=Sync --enable-job-restart=True --max-num-of-job-restart=3 "
+    "--fault-tolerant-policy=ExitCodeAndErrorMsg --enable-job-hang-detection=True --job-hang-interval=100"
+)
 NCCL = b"RuntimeError: NCCL error in: ProcessGroupNCCL.cpp:1331, unhandled system error, NCCL version 2.18.1\n"
 
 
@@ -71,7 +73,8 @@ def later(seconds: float):
 
 
 def test_a_steady_job_costs_no_query_of_its_own_until_its_check_is_due(
-        alice, alice_ws, backend, listener_alive, django_assert_max_num_queries, settings):
+    alice, alice_ws, backend, listener_alive, django_assert_max_num_queries, settings
+):
     jobs = steady_jobs(alice, alice_ws, backend, 6)
     assert tasks.sweep(now=later(1)) == 6  # new: every job is ticked, then scheduled
     for job in jobs:
@@ -137,7 +140,8 @@ def test_an_event_after_the_tick_read_the_job_is_never_scheduled_past(alice, ali
 
 
 def test_a_chunk_is_scheduled_in_one_write_that_skips_the_jobs_an_event_woke(
-        alice, alice_ws, backend, django_assert_num_queries):
+    alice, alice_ws, backend, django_assert_num_queries
+):
     jobs = steady_jobs(alice, alice_ws, backend, 3)
     read = list(Job.objects.filter(pk__in=[j.pk for j in jobs]).order_by("pk"))  # a chunk's snapshot
     woken, restarted, steady = read
@@ -167,7 +171,8 @@ def test_a_backend_that_does_not_announce_exits_is_never_scheduled(alice, alice_
 
 
 def test_exits_announced_on_another_channel_than_the_listeners_are_not_events(
-        alice, alice_ws, backend, listener_alive, settings):
+    alice, alice_ws, backend, listener_alive, settings
+):
     settings.VIGIL_EXIT_CHANNEL = "vigil-elsewhere:instance-exit"  # the listener hears another channel
     steady_jobs(alice, alice_ws, backend, 2)
     assert tasks.sweep(now=later(1)) == 2
@@ -218,7 +223,8 @@ def test_a_new_hang_interval_wakes_a_scheduled_job(alice, alice_ws, backend, lis
 
 
 def test_a_steady_job_after_a_restart_costs_what_a_first_attempt_does(
-        alice, alice_ws, backend, listener_alive, django_assert_max_num_queries, settings):
+    alice, alice_ws, backend, listener_alive, django_assert_max_num_queries, settings
+):
     settings.MONITOR_SHARDS = 1
     [job] = steady_jobs(alice, alice_ws, backend, 1)
     handle = Attempt.objects.get(job=job, number=1).backend_handle
@@ -234,5 +240,8 @@ def test_a_steady_job_after_a_restart_costs_what_a_first_attempt_does(
     # Due again 30 s on: the list, four bulk reads, the job's three writes; nothing about the restart.
     with django_assert_max_num_queries(5 + 3) as counted:
         assert tasks.sweep(now=later(34)) == 1
-    assert not [q for q in counted.captured_queries if "jobs_restartrecord" in q["sql"] and "WHERE" in q["sql"]
-                and '"new_attempt" = 2' in q["sql"]], "the finished restart was looked up again"
+    assert not [
+        q
+        for q in counted.captured_queries
+        if "jobs_restartrecord" in q["sql"] and "WHERE" in q["sql"] and '"new_attempt" = 2' in q["sql"]
+    ], "the finished restart was looked up again"

@@ -24,10 +24,12 @@ pytestmark = pytest.mark.redis
 ROOT = Path(__file__).resolve().parents[2]
 # A worker sweeping a shard whose one job's tick never ends (a teardown grace, a hung
 # backend call): the production sweep path with the tick and the reads stubbed out.
-LONG_SWEEP = ("import sys, time, django; django.setup(); from monitoring import tasks, tick; "
-              "tick.live_job_ids = lambda shard, shards, due_at=None: [1]; tick.load_snapshots = lambda ids: {}; "
-              "tick.run_job = lambda *a, **k: (print('sweeping', flush=True), time.sleep(120)); "
-              "tasks.sweep(int(sys.argv[1]))")
+LONG_SWEEP = (
+    "import sys, time, django; django.setup(); from monitoring import tasks, tick; "
+    "tick.live_job_ids = lambda shard, shards, due_at=None: [1]; tick.load_snapshots = lambda ids: {}; "
+    "tick.run_job = lambda *a, **k: (print('sweeping', flush=True), time.sleep(120)); "
+    "tasks.sweep(int(sys.argv[1]))"
+)
 
 
 @pytest.fixture
@@ -60,9 +62,16 @@ def test_every_live_job_is_in_exactly_one_shard(alice, alice_ws, settings):
     settings.MONITOR_SHARDS = 4
     statuses = [JobStatus.RUNNING, JobStatus.QUEUING, JobStatus.RESTARTING, JobStatus.STOPPING, JobStatus.SUCCEEDED]
     for n in range(23):
-        Job.objects.create(workspace=alice_ws, created_by=alice, display_name=f"shard-{n}", job_type="PyTorchJob",
-                           job_specs=[{"type": "Worker", "pod_count": 1}], user_command="true", backend="local",
-                           status=statuses[n % len(statuses)])
+        Job.objects.create(
+            workspace=alice_ws,
+            created_by=alice,
+            display_name=f"shard-{n}",
+            job_type="PyTorchJob",
+            job_specs=[{"type": "Worker", "pod_count": 1}],
+            user_command="true",
+            backend="local",
+            status=statuses[n % len(statuses)],
+        )
     live = tick.live_job_ids()
     by_shard = [tick.live_job_ids(shard, 4) for shard in range(4)]
     assert sorted(j for ids in by_shard for j in ids) == sorted(live)  # each once, none lost
@@ -93,8 +102,14 @@ def test_two_workers_never_sweep_the_same_shard_at_once(stub_ticks):
 def test_a_killed_workers_shard_is_swept_by_another_once_its_lease_runs_out(stub_ticks):
     shard = free_shard()
     env = dict(os.environ, REDIS_URL=settings.REDIS_URL, DJANGO_SETTINGS_MODULE="console.settings")
-    holder = subprocess.Popen([sys.executable, "-c", LONG_SWEEP, str(shard)], cwd=ROOT, env=env,
-                              stdout=subprocess.PIPE, text=True, start_new_session=True)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", LONG_SWEEP, str(shard)],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     try:
         assert holder.stdout.readline().strip() == "sweeping"
         deadline = time.monotonic() + 2.5 * leases.LEASE_SECONDS

@@ -27,8 +27,12 @@ def frozen_redis(settings):
     if redis.process is None:
         redis.stop()
         pytest.skip("needs a redis-server process to freeze")
-    settings.CHANNEL_LAYERS = {"default": {"BACKEND": "console.layers.ResilientRedisChannelLayer",
-                                           "CONFIG": {"hosts": [{"address": redis.url, "socket_timeout": 30}]}}}
+    settings.CHANNEL_LAYERS = {
+        "default": {
+            "BACKEND": "console.layers.ResilientRedisChannelLayer",
+            "CONFIG": {"hosts": [{"address": redis.url, "socket_timeout": 30}]},
+        }
+    }
     yield redis
     try:
         os.killpg(redis.process.pid, signal.SIGCONT)
@@ -38,8 +42,9 @@ def frozen_redis(settings):
 
 
 @pytest.mark.timeout(60)
-def test_logs_keep_streaming_and_the_page_is_told_while_redis_stalls(frozen_redis, alice, alice_ws, job_body,
-                                                                      memory_backend):
+def test_logs_keep_streaming_and_the_page_is_told_while_redis_stalls(
+    frozen_redis, alice, alice_ws, job_body, memory_backend
+):
     from console.asgi import application as app
 
     job, _ = actions.submit_job(alice, job_body(alice_ws))
@@ -55,8 +60,11 @@ def test_logs_keep_streaming_and_the_page_is_told_while_redis_stalls(frozen_redi
 
         os.killpg(frozen_redis.process.pid, signal.SIGSTOP)
         memory_backend.write_log(handle, "worker-0", "during 1\n")
-        during = await collect(comm, lambda ms: "during 1" in log_lines(ms, "worker-0")
-                               and any(m["type"] == "live" for m in ms), timeout=10)
+        during = await collect(
+            comm,
+            lambda ms: "during 1" in log_lines(ms, "worker-0") and any(m["type"] == "live" for m in ms),
+            timeout=10,
+        )
         assert [m["delayed"] for m in during if m["type"] == "live"] == [True]
         missed = await sync_to_async(actions.record_event)(job, EventType.CUSTOM_MESSAGE, "Said while Redis slept.")
 

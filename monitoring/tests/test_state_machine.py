@@ -43,8 +43,10 @@ from core.flags import parse_flags
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-SEED_SYNC = ("--job-execution-mode=Sync --enable-job-restart=True --max-num-of-job-restart=3 "
-             "--fault-tolerant-policy=ExitCodeAndErrorMsg")
+SEED_SYNC = (
+    "--job-execution-mode=Sync --enable-job-restart=True --max-num-of-job-restart=3 "
+    "--fault-tolerant-policy=ExitCodeAndErrorMsg"
+)
 SEED_ASYNC = "--job-execution-mode=Async --fault-tolerant-policy=OnFailure"
 HANG_INTERVAL = 20
 
@@ -53,14 +55,23 @@ CONFIGS = [
     ("PyTorchJob", [("Master", 1), ("Worker", 2)], SEED_SYNC),
     ("TFJob", [("PS", 1), ("Worker", 2)], SEED_ASYNC),
     ("ElasticBatchJob", [("Worker", 3)], SEED_ASYNC),
-    ("PyTorchJob", [("Master", 1), ("Worker", 1)],
-     "--job-execution-mode=Sync --enable-job-restart=True --max-num-of-job-restart=1 --fault-tolerant-policy=OnFailure"),
-    ("PyTorchJob", [("Master", 1), ("Worker", 1)],
-     f"--enable-job-restart=True --max-num-of-job-restart=2 --enable-job-hang-detection=True "
-     f"--job-hang-interval={HANG_INTERVAL} --fault-tolerant-policy=OnFailure"),
+    (
+        "PyTorchJob",
+        [("Master", 1), ("Worker", 1)],
+        "--job-execution-mode=Sync --enable-job-restart=True --max-num-of-job-restart=1 --fault-tolerant-policy=OnFailure",
+    ),
+    (
+        "PyTorchJob",
+        [("Master", 1), ("Worker", 1)],
+        f"--enable-job-restart=True --max-num-of-job-restart=2 --enable-job-hang-detection=True "
+        f"--job-hang-interval={HANG_INTERVAL} --fault-tolerant-policy=OnFailure",
+    ),
     ("PyTorchJob", [("Master", 1), ("Worker", 1)], "--fault-tolerant-policy=OnFailure"),  # restarts off
-    ("TFJob", [("PS", 1), ("Worker", 2)],
-     SEED_ASYNC + " --enable-job-restart=True --max-num-of-job-restart=2 --max-num-of-same-error=2"),
+    (
+        "TFJob",
+        [("PS", 1), ("Worker", 2)],
+        SEED_ASYNC + " --enable-job-restart=True --max-num-of-job-restart=2 --max-num-of-same-error=2",
+    ),
 ]
 
 LOG_SNIPPETS = [
@@ -155,7 +166,8 @@ class MonitorMachine(RuleBasedStateMachine):
         live = live_attempts(job_id)
         assert live <= 1, (
             f"job {job_id}: {live} live attempts after a tick: "
-            f"{list(Attempt.objects.filter(job_id=job_id).values_list('number', 'status'))}")
+            f"{list(Attempt.objects.filter(job_id=job_id).values_list('number', 'status'))}"
+        )
 
     # -- rules ---------------------------------------------------------------------
     @initialize(target=jobs, config=st.sampled_from(CONFIGS))
@@ -167,12 +179,21 @@ class MonitorMachine(RuleBasedStateMachine):
         job_type, roles, flags = config
         job, _ = actions.submit_job(self.user, body_for(self.workspace, job_type, roles, flags))
         cfg = parse_flags(flags)
-        self.known[job.pk] = {"budget": cfg.max_num_of_job_restart if cfg.enable_job_restart else 0,
-                              "stopped_with": None, "finished_as": None}
+        self.known[job.pk] = {
+            "budget": cfg.max_num_of_job_restart if cfg.enable_job_restart else 0,
+            "stopped_with": None,
+            "finished_as": None,
+        }
         return job.pk
 
-    @rule(job_id=jobs, data=st.data(), log=st.sampled_from(LOG_SNIPPETS), exit=st.sampled_from(EXITS),
-          progress=st.booleans(), then=st.sampled_from(["nothing", "tick", "stop", "launch", "poll"]))
+    @rule(
+        job_id=jobs,
+        data=st.data(),
+        log=st.sampled_from(LOG_SNIPPETS),
+        exit=st.sampled_from(EXITS),
+        progress=st.booleans(),
+        then=st.sampled_from(["nothing", "tick", "stop", "launch", "poll"]),
+    )
     def instance_fails(self, job_id, data, log, exit, progress, then):
         handle = self.current_handle(job_id)
         if handle is None:
@@ -225,8 +246,10 @@ class MonitorMachine(RuleBasedStateMachine):
         job = Job.objects.select_related("workspace").get(pk=job_id)
         if actions.stop_job(self.user, job):
             self.known[job_id]["stopped_with"] = (
-                Attempt.objects.filter(job_id=job_id).count(), job_restarts(job_id),
-                RestartRecord.objects.filter(job_id=job_id).count())
+                Attempt.objects.filter(job_id=job_id).count(),
+                job_restarts(job_id),
+                RestartRecord.objects.filter(job_id=job_id).count(),
+            )
 
     @rule(job_id=jobs, where=st.sampled_from(["stop", "launch", "poll"]), offset=st.sampled_from(TICK_OFFSETS))
     def monitor_worker_dies_mid_tick(self, job_id, where, offset):
@@ -253,10 +276,14 @@ class MonitorMachine(RuleBasedStateMachine):
             assert restarts <= memo["budget"], f"job {job_id}: {restarts} whole-job restarts, budget {memo['budget']}"
             assert attempts == restarts + 1, (job_id, attempts, restarts)
             assert job.restart_count == RestartRecord.objects.filter(job_id=job_id).count(), (
-                job_id, job.restart_count, list(RestartRecord.objects.filter(job_id=job_id).values_list("kind", flat=True)))
+                job_id,
+                job.restart_count,
+                list(RestartRecord.objects.filter(job_id=job_id).values_list("kind", flat=True)),
+            )
             if memo["stopped_with"] is not None:
-                assert (attempts, restarts, RestartRecord.objects.filter(job_id=job_id).count()) == memo["stopped_with"], (
-                    f"job {job_id} was restarted after a person stopped it")
+                assert (attempts, restarts, RestartRecord.objects.filter(job_id=job_id).count()) == memo[
+                    "stopped_with"
+                ], f"job {job_id} was restarted after a person stopped it"
                 assert job.status in (JobStatus.STOPPING, JobStatus.STOPPED, JobStatus.SUCCEEDED, JobStatus.FAILED)
             if memo["finished_as"] is not None:
                 assert job.status == memo["finished_as"], f"job {job_id} left {memo['finished_as']} for {job.status}"
@@ -276,8 +303,12 @@ def test_monitor_keeps_its_invariants_under_any_interleaving(alice, alice_ws, cr
     MonitorMachine.user, MonitorMachine.workspace = alice, alice_ws
     run_state_machine_as_test(
         MonitorMachine,
-        settings=settings(max_examples=15, stateful_step_count=30, deadline=None,
-                          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow]),
+        settings=settings(
+            max_examples=15,
+            stateful_step_count=30,
+            deadline=None,
+            suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+        ),
     )
 
 

@@ -36,16 +36,32 @@ def api(alice, api_as):
 def run(api, ws, backend, tmp_path, warm: bool):
     """One job to the end; the logs of both attempts by (attempt, instance)."""
     arm = tmp_path / ("warm" if warm else "cold")
-    envs = {"VIGIL_EXAMPLE_STEPS": str(STEPS), "VIGIL_EXAMPLE_PG_TIMEOUT": "60",
-            "VIGIL_EXAMPLE_CHECKPOINT": str(arm / "ckpt"), "VIGIL_EXAMPLE_CHECKPOINT_EVERY": str(EVERY),
-            "FAULT": "crash", "FAULT_RANK": "1", "FAULT_STEP": str(CRASH), "FAULT_ONCE": str(arm / "fired")}
+    envs = {
+        "VIGIL_EXAMPLE_STEPS": str(STEPS),
+        "VIGIL_EXAMPLE_PG_TIMEOUT": "60",
+        "VIGIL_EXAMPLE_CHECKPOINT": str(arm / "ckpt"),
+        "VIGIL_EXAMPLE_CHECKPOINT_EVERY": str(EVERY),
+        "FAULT": "crash",
+        "FAULT_RANK": "1",
+        "FAULT_STEP": str(CRASH),
+        "FAULT_ONCE": str(arm / "fired"),
+    }
     # Default --warm-modules: the parked interpreters import torch and torch.distributed.
-    job = factory.submit(api, ws, flags=FLAGS.format(warm=warm), display_name="ddp-resume",
-                         user_command=factory.script_command(EXAMPLE), envs=envs,
-                         job_specs=[{"type": "Master", "pod_count": 1}, {"type": "Worker", "pod_count": 1}])
+    job = factory.submit(
+        api,
+        ws,
+        flags=FLAGS.format(warm=warm),
+        display_name="ddp-resume",
+        user_command=factory.script_command(EXAMPLE),
+        envs=envs,
+        job_specs=[{"type": "Master", "pod_count": 1}, {"type": "Worker", "pod_count": 1}],
+    )
     job = tick_until(job, finished, seconds=240)
-    logs = {(a.number, n): backend.read_log(a.backend_handle, n).decode()
-            for a in job.attempts.all() for n in ("master-0", "worker-0")}
+    logs = {
+        (a.number, n): backend.read_log(a.backend_handle, n).decode()
+        for a in job.attempts.all()
+        for n in ("master-0", "worker-0")
+    }
     assert job.status == JobStatus.SUCCEEDED and job.current_attempt == 2, (job.reason, logs)
     starts = {(i.attempt.number, i.name): i.start for i in Instance.objects.filter(attempt__job=job)}
     return starts, logs
@@ -86,7 +102,7 @@ def test_warm_and_cold_restarts_resume_from_the_checkpoint_to_the_same_losses(ap
 # The example run the way a parked interpreter runs it: the default warm modules imported
 # first (torch._dynamo among them, which a cold rank imports only inside DDP's forward),
 # and a look at gloo's worker threads right after the example's destroy_process_group.
-TEARDOWN_PROBE = textwrap.dedent('''
+TEARDOWN_PROBE = textwrap.dedent("""
     import importlib, os, runpy, sys
     for name in sys.argv[2:]:
         importlib.import_module(name)
@@ -101,7 +117,7 @@ TEARDOWN_PROBE = textwrap.dedent('''
     dist.destroy_process_group = probed
     sys.argv = sys.argv[1:2]
     runpy.run_path(sys.argv[0], run_name="__main__")
-''')
+""")
 
 
 def test_a_warm_rank_of_the_example_ends_its_process_group_where_the_gil_is_released(tmp_path):
@@ -111,11 +127,24 @@ def test_a_warm_rank_of_the_example_ends_its_process_group_where_the_gil_is_rele
     # gloo worker that waited for the GIL to drop a finished work. It struck about 1 run in
     # 7; what decides it is seen every time: the group must already be gone, its workers
     # joined, when destroy_process_group returns (that binding releases the GIL).
-    env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "0", "WORLD_SIZE": "1", "RANK": "0",
-           "VIGIL_EXAMPLE_STEPS": "3", "PYTHONUNBUFFERED": "1"}
+    env = {
+        **os.environ,
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": "0",
+        "WORLD_SIZE": "1",
+        "RANK": "0",
+        "VIGIL_EXAMPLE_STEPS": "3",
+        "PYTHONUNBUFFERED": "1",
+    }
     env.pop("VIGIL_JOB_ID", None)
-    done = subprocess.run([sys.executable, "-c", TEARDOWN_PROBE, str(EXAMPLE), *DEFAULT_WARM_MODULES],
-                          env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-c", TEARDOWN_PROBE, str(EXAMPLE), *DEFAULT_WARM_MODULES],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
     assert "done rank=0 steps=3" in done.stdout
     assert "gloo workers after destroy_process_group: 0" in done.stdout, done.stdout

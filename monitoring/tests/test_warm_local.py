@@ -19,8 +19,7 @@ from testsupport.monitor import finished, tick_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-FLAGS = ("--enable-job-restart=True --fault-tolerant-policy=OnFailure --enable-warm-restart=True "
-         "--warm-modules=decimal")
+FLAGS = "--enable-job-restart=True --fault-tolerant-policy=OnFailure --enable-warm-restart=True --warm-modules=decimal"
 SCRIPT = textwrap.dedent("""
     import os, sys
     print("attempt", os.environ["VIGIL_ATTEMPT"], "decimal parked:", "decimal" in sys.modules, flush=True)
@@ -49,15 +48,19 @@ def parked(backend, job, number):
     return out
 
 
-def test_a_restart_runs_in_the_parked_interpreters_and_the_page_says_warm(api, client, alice, alice_ws, local_backend,
-                                                                           tmp_path):
+def test_a_restart_runs_in_the_parked_interpreters_and_the_page_says_warm(
+    api, client, alice, alice_ws, local_backend, tmp_path
+):
     script = tmp_path / "train.py"
     script.write_text(SCRIPT)
     job = factory.submit(api, alice_ws, flags=FLAGS, user_command=factory.script_command(script))
     job = tick_until(job, finished, seconds=60)
     assert job.status == JobStatus.SUCCEEDED, job.reason
-    logs = {(a.number, n): local_backend.read_log(a.backend_handle, n) for a in job.attempts.all()
-            for n in ("master-0", "worker-0")}
+    logs = {
+        (a.number, n): local_backend.read_log(a.backend_handle, n)
+        for a in job.attempts.all()
+        for n in ("master-0", "worker-0")
+    }
     assert job.current_attempt == 2, logs
     starts = {(i.attempt.number, i.name): (i.start, i.start_reason) for i in Instance.objects.filter(attempt__job=job)}
     assert starts[(1, "master-0")][0] == "cold" and "first attempt" in starts[(1, "master-0")][1]
@@ -79,14 +82,17 @@ def wait_for(predicate, seconds):
     raise AssertionError(f"not true within {seconds} s")
 
 
-def test_the_page_shows_the_standby_and_a_stopped_job_keeps_no_parked_interpreter(api, client, alice, alice_ws,
-                                                                                  local_backend, tmp_path):
+def test_the_page_shows_the_standby_and_a_stopped_job_keeps_no_parked_interpreter(
+    api, client, alice, alice_ws, local_backend, tmp_path
+):
     script = tmp_path / "train.py"
     script.write_text(SCRIPT)
-    job = factory.submit(api, alice_ws, flags=FLAGS, user_command=factory.script_command(script),
-                         envs={"WAIT": "1"}, launch=True)
-    states = wait_for(lambda: (s := parked(local_backend, job, 2)) and len(s) == 2
-                      and all(x.get("parked_at") for x in s) and s, 30)
+    job = factory.submit(
+        api, alice_ws, flags=FLAGS, user_command=factory.script_command(script), envs={"WAIT": "1"}, launch=True
+    )
+    states = wait_for(
+        lambda: (s := parked(local_backend, job, 2)) and len(s) == 2 and all(x.get("parked_at") for x in s) and s, 30
+    )
     pids = [(s[k], s[k.replace("pid", "start")]) for s in states for k in ("shim_pid", "child_pid")]
     assert all(proc_start_ticks(p) == t for p, t in pids)
     client.force_login(alice)

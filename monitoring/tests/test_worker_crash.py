@@ -58,15 +58,21 @@ TRAIN = textwrap.dedent("""
 
 
 def submit_training_job(cluster, user, workspace, *, ignore_sigterm: bool) -> Job:
-    return submit_script_job(cluster, user, workspace, TRAIN, {"IGNORE_SIGTERM": "1" if ignore_sigterm else "0"},
-                             "crash-window")
+    return submit_script_job(
+        cluster, user, workspace, TRAIN, {"IGNORE_SIGTERM": "1" if ignore_sigterm else "0"}, "crash-window"
+    )
 
 
 def wait_for_first_failure(cluster, job):
     handle = Attempt.objects.get(job=job, number=1).backend_handle
-    assert handle, f"attempt 1 was not launched: {Job.objects.get(pk=job.pk).status} {Job.objects.get(pk=job.pk).reason} {Attempt.objects.get(job=job, number=1).reason}"
-    wait_until(lambda: any(s.state == InstanceState.FAILED for s in cluster.backend.poll(handle)), 20,
-               "rank 1 of attempt 1 to fail")
+    assert handle, (
+        f"attempt 1 was not launched: {Job.objects.get(pk=job.pk).status} {Job.objects.get(pk=job.pk).reason} {Attempt.objects.get(job=job, number=1).reason}"
+    )
+    wait_until(
+        lambda: any(s.state == InstanceState.FAILED for s in cluster.backend.poll(handle)),
+        20,
+        "rank 1 of attempt 1 to fail",
+    )
     return handle
 
 
@@ -86,21 +92,28 @@ def assert_exactly_one_new_attempt_runs(cluster, job, timeout: float):
     assert Attempt.objects.filter(job=job).count() == 2
     assert RestartRecord.objects.filter(job=job).count() == 1
     old = Attempt.objects.get(job=job, number=1)
-    wait_until(lambda: all(s.state.finished for s in cluster.backend.poll(old.backend_handle)), 15,
-               "every rank of attempt 1 to be gone")
+    wait_until(
+        lambda: all(s.state.finished for s in cluster.backend.poll(old.backend_handle)),
+        15,
+        "every rank of attempt 1 to be gone",
+    )
     attempt_dirs = sorted(p.name for p in Path(new.backend_handle["dir"]).parent.iterdir() if p.name != "work")
     assert attempt_dirs == ["attempt-1", "attempt-2"], attempt_dirs  # launched once, never half-launched aside
     # The new attempt trains: both ranks print steps of attempt 2.
-    wait_until(lambda: all(b"attempt=2" in cluster.backend.tail_log(new.backend_handle, n, 4096)
-                           for n in ("master-0", "worker-0")), 15, "both ranks of attempt 2 to log a step")
+    wait_until(
+        lambda: all(
+            b"attempt=2" in cluster.backend.tail_log(new.backend_handle, n, 4096) for n in ("master-0", "worker-0")
+        ),
+        15,
+        "both ranks of attempt 2 to log a step",
+    )
 
 
 # Needs about 30 s: two Celery worker start-ups, the teardown grace the kill lands in, the
 # dead worker's Redis lock on the job (monitoring.tasks.LOCK_SECONDS), which makes every
 # sweep skip the job until it expires, and RELAUNCH_AFTER before recover() re-launches.
 @pytest.mark.timeout(180)
-def test_worker_killed_between_restart_decision_and_launch_leaves_exactly_one_running_attempt(
-        cluster, alice, alice_ws):
+def test_worker_killed_between_restart_decision_and_launch_leaves_exactly_one_running_attempt(cluster, alice, alice_ws):
     job = submit_training_job(cluster, alice, alice_ws, ignore_sigterm=True)
     wait_for_first_failure(cluster, job)
     first = cluster.start_worker("first")
@@ -126,7 +139,9 @@ def test_worker_killed_between_restart_decision_and_launch_leaves_exactly_one_ru
     assert_exactly_one_new_attempt_runs(cluster, job, timeout=110)
     print(f"attempt 2 ran {time.monotonic() - killed_at:.1f} s after the worker was killed")
     assert list(Attempt.objects.filter(job=job).values_list("number", "status")) == [
-        (1, AttemptStatus.FAILED), (2, AttemptStatus.RUNNING)]
+        (1, AttemptStatus.FAILED),
+        (2, AttemptStatus.RUNNING),
+    ]
 
 
 @pytest.mark.timeout(120)
@@ -146,8 +161,11 @@ def test_the_same_monitor_task_delivered_twice_to_two_workers_restarts_once(clus
 
 
 def sweeps_done(worker) -> int:
-    return sum(1 for line in worker.log_path.read_text(errors="replace").splitlines()
-               if "Task monitoring.tasks.sweep[" in line and " succeeded in " in line)
+    return sum(
+        1
+        for line in worker.log_path.read_text(errors="replace").splitlines()
+        if "Task monitoring.tasks.sweep[" in line and " succeeded in " in line
+    )
 
 
 # Two workers sweep every shard (one beat, both take shard tasks); whichever decides the
@@ -155,15 +173,23 @@ def sweeps_done(worker) -> int:
 # The survivor takes the shard once the lease (2 s here) runs out and finishes the work.
 @pytest.mark.timeout(180)
 def test_two_workers_sweeping_the_same_shards_one_killed_mid_tick_restart_once(cluster, alice, alice_ws):
-    crash = {"VIGIL_FAULT_POINT": "restart.after_decision", "VIGIL_FAULT_ONCE": str(cluster.tmp_path / "died"),
-             "VIGIL_MONITOR_LEASE_SECONDS": "2", "VIGIL_RELAUNCH_AFTER_SECONDS": "2"}
+    crash = {
+        "VIGIL_FAULT_POINT": "restart.after_decision",
+        "VIGIL_FAULT_ONCE": str(cluster.tmp_path / "died"),
+        "VIGIL_MONITOR_LEASE_SECONDS": "2",
+        "VIGIL_RELAUNCH_AFTER_SECONDS": "2",
+    }
     cluster.start_worker("beat", command="beat", extra_env=crash)  # a worker's death must not stop the beat
     workers = [cluster.start_worker(name, extra_env=crash) for name in ("left", "right")]
     wait_until(lambda: all(sweeps_done(w) for w in workers), 90, "both workers to sweep shards", every=0.25)
 
     job = submit_training_job(cluster, alice, alice_ws, ignore_sigterm=False)
-    dead = wait_until(lambda: [w for w in workers if w.poll() is not None], 60,
-                      "the deciding worker to die at its fault point", every=0.1)
+    dead = wait_until(
+        lambda: [w for w in workers if w.poll() is not None],
+        60,
+        "the deciding worker to die at its fault point",
+        every=0.1,
+    )
     assert (cluster.tmp_path / "died").exists() and len(dead) == 1, [w.log_path.read_text()[-2000:] for w in dead]
     survivor = next(w for w in workers if w not in dead)
     assert RestartRecord.objects.filter(job=job).count() == 1  # the decision committed before the death
@@ -171,4 +197,6 @@ def test_two_workers_sweeping_the_same_shards_one_killed_mid_tick_restart_once(c
     assert_exactly_one_new_attempt_runs(cluster, job, timeout=90)
     assert survivor.poll() is None and sweeps_done(survivor) > before
     assert list(Attempt.objects.filter(job=job).values_list("number", "status")) == [
-        (1, AttemptStatus.FAILED), (2, AttemptStatus.RUNNING)]
+        (1, AttemptStatus.FAILED),
+        (2, AttemptStatus.RUNNING),
+    ]

@@ -214,7 +214,9 @@ def make_channel(alice_ws):
         from notifications.models import Channel
 
         workspace = workspace or alice_ws
-        return Channel.objects.create(workspace=workspace, name=name or f"{kind}-{Channel.objects.count()}", kind=kind, url=url)
+        return Channel.objects.create(
+            workspace=workspace, name=name or f"{kind}-{Channel.objects.count()}", kind=kind, url=url
+        )
 
     return make
 

@@ -33,8 +33,9 @@ def objects(alice_ws, make_channel, make_rule, make_event, job):
     channel = make_channel(HOOK, name="ops")
     rule = make_rule(channel, name="restarts")
     event = make_event(job)
-    delivery = Delivery.objects.create(event=event, channel=channel, rule=rule, status=DeliveryStatus.FAILED,
-                                       attempts=3, error="HTTP 500")
+    delivery = Delivery.objects.create(
+        event=event, channel=channel, rule=rule, status=DeliveryStatus.FAILED, attempts=3, error="HTTP 500"
+    )
     delivery.matched_rules.add(rule)
     return channel, rule, delivery
 
@@ -45,14 +46,21 @@ def every_endpoint(channel, rule, delivery):
     body_ch = {"name": "x", "kind": "webhook", "url": HOOK}
     body_ru = {"name": "x", "event_types": ["restart"], "channels": [ch]}
     return [
-        ("get", url(CHANNELS), None), ("post", url(CHANNELS), body_ch),
-        ("get", url(CHANNELS, pk=ch), None), ("patch", url(CHANNELS, pk=ch), {"name": "y"}),
-        ("put", url(CHANNELS, pk=ch), body_ch), ("post", url(CHANNELS, pk=ch, tail="test/"), None),
+        ("get", url(CHANNELS), None),
+        ("post", url(CHANNELS), body_ch),
+        ("get", url(CHANNELS, pk=ch), None),
+        ("patch", url(CHANNELS, pk=ch), {"name": "y"}),
+        ("put", url(CHANNELS, pk=ch), body_ch),
+        ("post", url(CHANNELS, pk=ch, tail="test/"), None),
         ("delete", url(CHANNELS, pk=ch), None),
-        ("get", url(RULES), None), ("post", url(RULES), body_ru),
-        ("get", url(RULES, pk=ru), None), ("patch", url(RULES, pk=ru), {"name": "y"}),
-        ("put", url(RULES, pk=ru), body_ru), ("delete", url(RULES, pk=ru), None),
-        ("get", url(DELIVERIES), None), ("get", url(DELIVERIES, pk=de), None),
+        ("get", url(RULES), None),
+        ("post", url(RULES), body_ru),
+        ("get", url(RULES, pk=ru), None),
+        ("patch", url(RULES, pk=ru), {"name": "y"}),
+        ("put", url(RULES, pk=ru), body_ru),
+        ("delete", url(RULES, pk=ru), None),
+        ("get", url(DELIVERIES), None),
+        ("get", url(DELIVERIES, pk=de), None),
         ("post", url(DELIVERIES, pk=de, tail="redeliver/"), None),
     ]
 
@@ -89,8 +97,9 @@ def test_members_and_viewers_read_with_secrets_masked_and_change_nothing(objects
     assert Delivery.objects.get(pk=delivery.pk).status == DeliveryStatus.FAILED
 
 
-def test_bobs_objects_are_404_through_alices_workspace(alice_api, objects, bob, bob_ws, make_channel, make_rule,
-                                                       make_event):
+def test_bobs_objects_are_404_through_alices_workspace(
+    alice_api, objects, bob, bob_ws, make_channel, make_rule, make_event
+):
     theirs = make_channel(HOOK, name="theirs", workspace=bob_ws)
     rule = make_rule(theirs, workspace=bob_ws)
     job = Job.objects.create(workspace=bob_ws, created_by=bob, display_name="bobs", user_command="true")
@@ -114,19 +123,23 @@ def test_the_workspace_is_found_by_id_or_slug_and_a_login_is_needed(alice_api, a
 
 
 def test_an_admin_creates_reads_updates_tests_and_deletes_a_channel(alice_api, http_sink, loopback_allowed):
-    r = alice_api.post(url(CHANNELS), {"name": " ops ", "kind": "webhook", "url": http_sink.url + "/hook"},
-                       format="json")
+    r = alice_api.post(
+        url(CHANNELS), {"name": " ops ", "kind": "webhook", "url": http_sink.url + "/hook"}, format="json"
+    )
     assert r.status_code == 201, r.content
     created = r.json()
-    assert created["name"] == "ops" and created["url"] == http_sink.url + "/hook" and len(created["signing_secret"]) == 64
+    assert (
+        created["name"] == "ops" and created["url"] == http_sink.url + "/hook" and len(created["signing_secret"]) == 64
+    )
     pk = created["id"]
     assert Channel.objects.get(pk=pk).created_by.username == "alice"
 
     r = alice_api.patch(url(CHANNELS, pk=pk), {"name": "on-call", "rotate_secret": True}, format="json")
     assert r.status_code == 200 and r.json()["name"] == "on-call"
     assert r.json()["signing_secret"] != created["signing_secret"]
-    r = alice_api.put(url(CHANNELS, pk=pk), {"name": "pager", "kind": "webhook", "url": http_sink.url + "/p"},
-                      format="json")
+    r = alice_api.put(
+        url(CHANNELS, pk=pk), {"name": "pager", "kind": "webhook", "url": http_sink.url + "/p"}, format="json"
+    )
     assert r.status_code == 200 and (r.json()["name"], r.json()["url"]) == ("pager", http_sink.url + "/p")
 
     r = alice_api.post(url(CHANNELS, pk=pk, tail="test/"))
@@ -143,22 +156,25 @@ def test_a_test_to_a_refused_address_says_so_in_the_delivery(alice_api, alice_ws
     assert r.status_code == 200 and r.json()["status"] == "failed" and r.json()["error"]
 
 
-@pytest.mark.parametrize("body, field", [
-    ({"kind": "webhook", "url": HOOK}, "name"),
-    ({"name": "   ", "kind": "webhook", "url": HOOK}, "name"),
-    ({"name": ["a"], "kind": "webhook", "url": HOOK}, "name"),
-    ({"name": "x" * 101, "kind": "webhook", "url": HOOK}, "name"),
-    ({"name": "ops", "kind": "webhook", "url": HOOK}, "name"),  # taken (the fixture's channel), any case
-    ({"name": "n", "kind": "pager", "url": HOOK}, "kind"),
-    ({"name": "n", "url": HOOK}, "kind"),
-    ({"name": "n", "kind": "webhook", "url": "ftp://example.com/x"}, "url"),
-    ({"name": "n", "kind": "slack", "url": "http://hooks.example.com/x"}, "url"),
-    # The outbound-address guard of the pages: private, loopback and metadata addresses.
-    ({"name": "n", "kind": "webhook", "url": "http://169.254.169.254/latest/meta-data"}, "url"),
-    ({"name": "n", "kind": "webhook", "url": "http://10.1.2.3/hook"}, "url"),
-    ({"name": "n", "kind": "webhook", "url": None}, "url"),
-    ({"name": "n", "kind": "webhook", "url": HOOK, "rotate_secret": "maybe"}, "rotate_secret"),
-])
+@pytest.mark.parametrize(
+    "body, field",
+    [
+        ({"kind": "webhook", "url": HOOK}, "name"),
+        ({"name": "   ", "kind": "webhook", "url": HOOK}, "name"),
+        ({"name": ["a"], "kind": "webhook", "url": HOOK}, "name"),
+        ({"name": "x" * 101, "kind": "webhook", "url": HOOK}, "name"),
+        ({"name": "ops", "kind": "webhook", "url": HOOK}, "name"),  # taken (the fixture's channel), any case
+        ({"name": "n", "kind": "pager", "url": HOOK}, "kind"),
+        ({"name": "n", "url": HOOK}, "kind"),
+        ({"name": "n", "kind": "webhook", "url": "ftp://example.com/x"}, "url"),
+        ({"name": "n", "kind": "slack", "url": "http://hooks.example.com/x"}, "url"),
+        # The outbound-address guard of the pages: private, loopback and metadata addresses.
+        ({"name": "n", "kind": "webhook", "url": "http://169.254.169.254/latest/meta-data"}, "url"),
+        ({"name": "n", "kind": "webhook", "url": "http://10.1.2.3/hook"}, "url"),
+        ({"name": "n", "kind": "webhook", "url": None}, "url"),
+        ({"name": "n", "kind": "webhook", "url": HOOK, "rotate_secret": "maybe"}, "rotate_secret"),
+    ],
+)
 def test_a_bad_channel_is_a_400_naming_the_field_and_stores_nothing(alice_api, objects, nothing_allowed, body, field):
     before = Channel.objects.count()
     r = alice_api.post(url(CHANNELS), body, format="json")
@@ -175,14 +191,18 @@ def test_the_api_and_the_page_give_the_same_message(alice_api, alice_ws, nothing
     assert alice_api.post(url(CHANNELS), body, format="json").json()["url"] == form.errors["url"]
 
 
-@pytest.mark.parametrize("body, field", [
-    ({"url": "http://10.1.2.3/hook"}, "url"),
-    ({"kind": "discord"}, "url"),  # a webhook URL is not a Discord one
-    ({"name": ""}, "name"),
-    ({"name": "OPS-2"}, "name"),  # another channel's name, other case
-])
+@pytest.mark.parametrize(
+    "body, field",
+    [
+        ({"url": "http://10.1.2.3/hook"}, "url"),
+        ({"kind": "discord"}, "url"),  # a webhook URL is not a Discord one
+        ({"name": ""}, "name"),
+        ({"name": "OPS-2"}, "name"),  # another channel's name, other case
+    ],
+)
 def test_a_bad_channel_update_is_a_400_naming_the_field_and_changes_nothing(
-        alice_api, objects, make_channel, nothing_allowed, body, field):
+    alice_api, objects, make_channel, nothing_allowed, body, field
+):
     make_channel(HOOK, name="ops-2")
     channel = objects[0]
     r = alice_api.patch(url(CHANNELS, pk=channel.pk), body, format="json")
@@ -198,8 +218,17 @@ def test_a_bad_channel_update_is_a_400_naming_the_field_and_changes_nothing(
 
 def test_an_admin_creates_updates_and_deletes_a_rule(alice_api, objects):
     channel = objects[0]
-    r = alice_api.post(url(RULES), {"name": "hangs", "event_types": ["hang", "exit_hang"], "job_scope": "pattern",
-                                    "job_pattern": " resnet-* ", "channels": [channel.pk]}, format="json")
+    r = alice_api.post(
+        url(RULES),
+        {
+            "name": "hangs",
+            "event_types": ["hang", "exit_hang"],
+            "job_scope": "pattern",
+            "job_pattern": " resnet-* ",
+            "channels": [channel.pk],
+        },
+        format="json",
+    )
     assert r.status_code == 201, r.content
     rule = r.json()
     assert (rule["job_pattern"], rule["channels"], rule["enabled"]) == ("resnet-*", [channel.pk], True)
@@ -210,20 +239,23 @@ def test_an_admin_creates_updates_and_deletes_a_rule(alice_api, objects):
     assert not EventRule.objects.filter(pk=rule["id"]).exists()
 
 
-@pytest.mark.parametrize("change, field", [
-    ({"name": ""}, "name"),
-    ({"event_types": []}, "event_types"),
-    ({"event_types": ["reboot"]}, "event_types"),
-    ({"event_types": "restart"}, "event_types"),
-    ({"channels": []}, "channels"),
-    ({"channels": ["ops"]}, "channels"),
-    ({"channels": [999999]}, "channels"),
-    ({"channels": [10 ** 30]}, "channels"),
-    ({"job_scope": "pattern", "job_pattern": ""}, "job_pattern"),
-    ({"job_scope": "pattern", "job_pattern": "x" * 201}, "job_pattern"),
-    ({"job_scope": "some"}, "job_scope"),
-    ({"enabled": "maybe"}, "enabled"),
-])
+@pytest.mark.parametrize(
+    "change, field",
+    [
+        ({"name": ""}, "name"),
+        ({"event_types": []}, "event_types"),
+        ({"event_types": ["reboot"]}, "event_types"),
+        ({"event_types": "restart"}, "event_types"),
+        ({"channels": []}, "channels"),
+        ({"channels": ["ops"]}, "channels"),
+        ({"channels": [999999]}, "channels"),
+        ({"channels": [10**30]}, "channels"),
+        ({"job_scope": "pattern", "job_pattern": ""}, "job_pattern"),
+        ({"job_scope": "pattern", "job_pattern": "x" * 201}, "job_pattern"),
+        ({"job_scope": "some"}, "job_scope"),
+        ({"enabled": "maybe"}, "enabled"),
+    ],
+)
 def test_a_bad_rule_is_a_400_naming_the_field_and_stores_or_changes_nothing(alice_api, objects, change, field):
     channel, rule, _ = objects
     body = {"name": "r", "event_types": ["restart"], "channels": [channel.pk], **change}
@@ -235,7 +267,11 @@ def test_a_bad_rule_is_a_400_naming_the_field_and_stores_or_changes_nothing(alic
     assert r.status_code == 400 and field in r.json(), r.content
     fresh = EventRule.objects.get(pk=rule.pk)
     assert (fresh.name, fresh.event_types, list(fresh.channels.all()), fresh.enabled) == (
-        "restarts", ["restart"], [channel], True)
+        "restarts",
+        ["restart"],
+        [channel],
+        True,
+    )
 
 
 def test_a_rule_cannot_use_another_workspaces_channel(alice_api, objects, bob_ws, make_channel):
@@ -259,15 +295,24 @@ def test_deliveries_filter_by_rule_channel_status_and_type(alice_api, objects):
     assert (one["event_type"], one["channel_kind"], one["matched_rules"]) == ("restart", "webhook", [rule.pk])
 
 
-@pytest.mark.parametrize("query, field", [("?status=lost", "status"), ("?rule=one", "rule"), ("?channel=x", "channel"),
-                                          ("?rule=" + "9" * 30, "rule"), ("?channel=%EF%BC%91", "channel")])
+@pytest.mark.parametrize(
+    "query, field",
+    [
+        ("?status=lost", "status"),
+        ("?rule=one", "rule"),
+        ("?channel=x", "channel"),
+        ("?rule=" + "9" * 30, "rule"),
+        ("?channel=%EF%BC%91", "channel"),
+    ],
+)
 def test_a_bad_delivery_filter_is_a_400_naming_it(alice_api, objects, query, field):
     r = alice_api.get(url(DELIVERIES) + query)
     assert r.status_code == 400 and field in r.json()
 
 
 def test_redeliver_tries_a_finished_delivery_once_more_and_refuses_the_others(
-        alice_api, objects, http_sink, loopback_allowed, django_capture_on_commit_callbacks):
+    alice_api, objects, http_sink, loopback_allowed, django_capture_on_commit_callbacks
+):
     channel, rule, delivery = objects
     Channel.objects.filter(pk=channel.pk).update(url=http_sink.url + "/again")
     with django_capture_on_commit_callbacks(execute=True):  # the task is enqueued after commit
@@ -291,31 +336,44 @@ def test_redeliver_tries_a_finished_delivery_once_more_and_refuses_the_others(
 
 def test_the_openapi_schema_describes_the_notification_endpoints(alice_api):
     text = alice_api.get("/api/schema/", HTTP_ACCEPT="application/json").content.decode()
-    for path in ("/notifications/channels/", "/notifications/channels/{id}/test/", "/notifications/rules/{id}/",
-                 "/notifications/deliveries/", "/notifications/deliveries/{id}/redeliver/"):
+    for path in (
+        "/notifications/channels/",
+        "/notifications/channels/{id}/test/",
+        "/notifications/rules/{id}/",
+        "/notifications/deliveries/",
+        "/notifications/deliveries/{id}/redeliver/",
+    ):
         assert "/api/v1/workspaces/{workspace}" + path in text, path
     assert "ChannelWrite" in text and "EventRuleWrite" in text
 
 
 # --- end to end -----------------------------------------------------------------------------
 
+
 @pytest.mark.django_db(transaction=True)
 def test_a_channel_and_rule_made_through_the_api_hear_about_a_real_restart(
-        alice_api, alice_ws, job_body, local_backend, http_sink, loopback_allowed, tmp_path, client):
+    alice_api, alice_ws, job_body, local_backend, http_sink, loopback_allowed, tmp_path, client
+):
     from prometheus_client.parser import text_string_to_metric_families
 
     def sent_webhooks():
         loopback_allowed.VIGIL_METRICS_TOKEN = "t0ken"
         text = client.get("/metrics", HTTP_AUTHORIZATION="Bearer t0ken").content.decode()
-        return sum(s.value for f in text_string_to_metric_families(text) for s in f.samples
-                   if s.name == "vigil_notification_deliveries_total"
-                   and s.labels == {"status": "sent", "channel_kind": "webhook"})
+        return sum(
+            s.value
+            for f in text_string_to_metric_families(text)
+            for s in f.samples
+            if s.name == "vigil_notification_deliveries_total"
+            and s.labels == {"status": "sent", "channel_kind": "webhook"}
+        )
 
     before = sent_webhooks()
-    channel = alice_api.post(url(CHANNELS), {"name": "on-call", "kind": "webhook", "url": http_sink.url + "/vigil"},
-                             format="json").json()
-    r = alice_api.post(url(RULES), {"name": "restarts", "event_types": ["restart"], "channels": [channel["id"]]},
-                       format="json")
+    channel = alice_api.post(
+        url(CHANNELS), {"name": "on-call", "kind": "webhook", "url": http_sink.url + "/vigil"}, format="json"
+    ).json()
+    r = alice_api.post(
+        url(RULES), {"name": "restarts", "event_types": ["restart"], "channels": [channel["id"]]}, format="json"
+    )
     assert r.status_code == 201, r.content
     rule = r.json()
     job = submit_fault_once(alice_api, job_body(alice_ws, display_name="api-notify"), tmp_path)

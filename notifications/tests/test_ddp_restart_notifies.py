@@ -18,20 +18,44 @@ EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "ddp_train.py"
 
 
 def test_a_ddp_restart_delivers_one_webhook_and_one_email(
-    alice, alice_ws, api_as, job_body, local_backend, loopback_allowed, http_sink, smtp_sink,
-    make_channel, make_rule, tmp_path,
+    alice,
+    alice_ws,
+    api_as,
+    job_body,
+    local_backend,
+    loopback_allowed,
+    http_sink,
+    smtp_sink,
+    make_channel,
+    make_rule,
+    tmp_path,
 ):
     hook = make_channel(http_sink.url + "/vigil")
-    mail = make_channel(f"mailto://{smtp_sink.host}:{smtp_sink.port}?from=vigil@example.com&to=oncall@example.com",
-                        kind="email")
+    mail = make_channel(
+        f"mailto://{smtp_sink.host}:{smtp_sink.port}?from=vigil@example.com&to=oncall@example.com", kind="email"
+    )
     rule = make_rule([hook, mail], event_types=["restart"])
-    r = api_as(alice).post("/api/v1/jobs/", job_body(
-        alice_ws, display_name="ddp-notify", user_command=f"{sys.executable} {EXAMPLE}",
-        envs={"VIGIL_EXAMPLE_STEPS": "12", "FAULT": "sigkill", "FAULT_RANK": "1", "FAULT_STEP": "3",
-              "FAULT_ONCE": str(tmp_path / "fired")},
-        job_specs=[{"type": "Master", "pod_count": 1}, {"type": "Worker", "pod_count": 1}],
-        settings={"enable_error_monitoring_in_aimaster": True,
-                  "error_monitoring_args": "--enable-job-restart=True --max-num-of-job-restart=2"}), format="json")
+    r = api_as(alice).post(
+        "/api/v1/jobs/",
+        job_body(
+            alice_ws,
+            display_name="ddp-notify",
+            user_command=f"{sys.executable} {EXAMPLE}",
+            envs={
+                "VIGIL_EXAMPLE_STEPS": "12",
+                "FAULT": "sigkill",
+                "FAULT_RANK": "1",
+                "FAULT_STEP": "3",
+                "FAULT_ONCE": str(tmp_path / "fired"),
+            },
+            job_specs=[{"type": "Master", "pod_count": 1}, {"type": "Worker", "pod_count": 1}],
+            settings={
+                "enable_error_monitoring_in_aimaster": True,
+                "error_monitoring_args": "--enable-job-restart=True --max-num-of-job-restart=2",
+            },
+        ),
+        format="json",
+    )
     job = Job.objects.get(pk=r.json()["id"])
     deadline = time.monotonic() + 120
     while job.status not in (JobStatus.SUCCEEDED, JobStatus.FAILED):

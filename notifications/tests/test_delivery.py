@@ -233,7 +233,9 @@ def test_dispatch_with_no_rules_creates_nothing(announce, loopback_allowed, job,
     assert Delivery.objects.count() == 0
 
 
-def test_two_rules_to_one_channel_deliver_once(announce, loopback_allowed, http_sink, job, make_event, make_channel, make_rule):
+def test_two_rules_to_one_channel_deliver_once(
+    announce, loopback_allowed, http_sink, job, make_event, make_channel, make_rule
+):
     channel = make_channel(http_sink.url + "/once")
     first = make_rule(channel, event_types=["restart", "hang"])
     second = make_rule(channel, pattern="resnet-*")

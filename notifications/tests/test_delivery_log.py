@@ -16,9 +16,11 @@ from notifications.models import Delivery
 
 pytestmark = pytest.mark.django_db
 
-POOL_REPR = ("could not connect: HTTPConnectionPool(host='127.0.0.1', port=9): Max retries exceeded with url: /h "
-             "(Caused by NewConnectionError(\"HTTPConnection(host='127.0.0.1', port=9): Failed to establish a new "
-             "connection: [Errno 111] Connection refused\"))")
+POOL_REPR = (
+    "could not connect: HTTPConnectionPool(host='127.0.0.1', port=9): Max retries exceeded with url: /h "
+    "(Caused by NewConnectionError(\"HTTPConnection(host='127.0.0.1', port=9): Failed to establish a new "
+    'connection: [Errno 111] Connection refused"))'
+)
 
 
 @pytest.fixture
@@ -41,8 +43,10 @@ def log_url(rule):
 
 
 def redeliver_url(rule, delivery_id, slug=None):
-    return reverse("notifications:redeliver",
-                   kwargs={"slug": slug or rule.workspace.slug, "rule_id": rule.pk, "delivery_id": delivery_id})
+    return reverse(
+        "notifications:redeliver",
+        kwargs={"slug": slug or rule.workspace.slug, "rule_id": rule.pk, "delivery_id": delivery_id},
+    )
 
 
 def closed_port() -> int:
@@ -54,7 +58,8 @@ def closed_port() -> int:
 
 
 def test_a_refused_connection_is_stored_and_shown_as_a_sentence_with_the_payload_sent(
-        alice_ws, alice, carol, job, make_event, make_channel, make_rule, loopback_allowed, client):
+    alice_ws, alice, carol, job, make_event, make_channel, make_rule, loopback_allowed, client
+):
     port = closed_port()
     channel = make_channel(f"http://127.0.0.1:{port}/in", name="nowhere")
     rule = make_rule(channel, ["restart"], name="restarts")
@@ -63,8 +68,9 @@ def test_a_refused_connection_is_stored_and_shown_as_a_sentence_with_the_payload
     assert delivery.error == f"could not connect: connection refused by 127.0.0.1:{port}"
     assert "worker-1 restarted" in json.dumps(json.loads(delivery.payload))  # the webhook's JSON body
     # a row stored before this change reads the same way
-    old = Delivery.objects.create(event=make_event(job, message="older"), channel=channel, rule=rule,
-                                  status="failed", attempts=3, error=POOL_REPR)
+    old = Delivery.objects.create(
+        event=make_event(job, message="older"), channel=channel, rule=rule, status="failed", attempts=3, error=POOL_REPR
+    )
     old.matched_rules.add(rule)
     client.force_login(carol)  # a viewer reads the log, payload included, without the buttons
     html = client.get(log_url(rule)).content.decode()
@@ -74,8 +80,9 @@ def test_a_refused_connection_is_stored_and_shown_as_a_sentence_with_the_payload
     assert "Redeliver" not in html
 
 
-def test_an_admin_redelivers_a_failed_delivery_and_it_is_sent(hook, alice, job, make_event, http_sink, client,
-                                                              django_capture_on_commit_callbacks):
+def test_an_admin_redelivers_a_failed_delivery_and_it_is_sent(
+    hook, alice, job, make_event, http_sink, client, django_capture_on_commit_callbacks
+):
     channel, rule = hook
     http_sink.answer(500)
     delivery = deliver(channel, rule, make_event(job))
@@ -91,8 +98,9 @@ def test_an_admin_redelivers_a_failed_delivery_and_it_is_sent(hook, alice, job, 
     assert "is being sent again" in client.get(response["Location"]).content.decode()
 
 
-def test_redeliver_refuses_bad_requests_and_other_people(hook, alice, carol, dave, bob, bob_ws, job, make_event,
-                                                         make_channel, make_rule, client):
+def test_redeliver_refuses_bad_requests_and_other_people(
+    hook, alice, carol, dave, bob, bob_ws, job, make_event, make_channel, make_rule, client
+):
     channel, rule = hook
     delivery = deliver(channel, rule, make_event(job))
     other_rule = make_rule(channel, ["job_failed"], name="failures")
@@ -125,7 +133,8 @@ def test_redeliver_refuses_bad_requests_and_other_people(hook, alice, carol, dav
 
 
 def test_a_channel_is_shown_failing_after_three_failed_deliveries_and_not_after_one_gets_through(
-        hook, alice, job, make_event, http_sink, client):
+    hook, alice, job, make_event, http_sink, client
+):
     channel, rule = hook
     client.force_login(alice)
     channels_url = reverse("notifications:channels", kwargs={"slug": "alice-lab"})

@@ -264,12 +264,16 @@ UNRESOLVABLE = "https://hooks.vigil.invalid/vigil"  # .invalid never resolves (R
 
 
 def test_a_webhook_whose_name_does_not_resolve_yet_saves_and_its_delivery_says_why(
-        nothing_allowed, alice_ws, alice, api_as, job, make_event, make_rule, announce):
+    nothing_allowed, alice_ws, alice, api_as, job, make_event, make_rule, announce
+):
     from notifications.models import Channel, Delivery, DeliveryStatus
 
     api = api_as(alice)
-    made = api.post(f"/api/v1/workspaces/{alice_ws.slug}/notifications/channels/",
-                    {"name": "later", "kind": "webhook", "url": UNRESOLVABLE}, format="json")
+    made = api.post(
+        f"/api/v1/workspaces/{alice_ws.slug}/notifications/channels/",
+        {"name": "later", "kind": "webhook", "url": UNRESOLVABLE},
+        format="json",
+    )
     assert made.status_code == 201, made.content
     channel = Channel.objects.get(pk=made.json()["id"])
     make_rule(channel)
@@ -281,8 +285,16 @@ def test_a_webhook_whose_name_does_not_resolve_yet_saves_and_its_delivery_says_w
     assert channel.enabled
 
 
-@pytest.mark.parametrize("url", ["http://127.0.0.1:9/x", "http://2130706433/x", "http://[::ffff:10.0.0.1]/x",
-                                 "http://localhost/x", "http://169.254.169.254/latest"])
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://127.0.0.1:9/x",
+        "http://2130706433/x",
+        "http://[::ffff:10.0.0.1]/x",
+        "http://localhost/x",
+        "http://169.254.169.254/latest",
+    ],
+)
 def test_an_address_that_resolves_to_a_private_one_is_still_refused_at_save(nothing_allowed, url):
     from notifications.transports import InvalidChannelURL, WebhookTransport
 
@@ -291,7 +303,8 @@ def test_an_address_that_resolves_to_a_private_one_is_still_refused_at_save(noth
 
 
 def test_a_saved_channel_whose_name_now_resolves_to_a_private_address_is_refused_at_delivery(
-        nothing_allowed, http_sink, job, make_event, make_channel, make_rule, announce):
+    nothing_allowed, http_sink, job, make_event, make_channel, make_rule, announce
+):
     """A name accepted at save (no DNS answer then) that later answers with a loopback address
     (here: the stored URL names it) is refused when sent: the receiver on it gets nothing."""
     from notifications.models import Delivery, DeliveryStatus

@@ -58,7 +58,9 @@ def test_someone_outside_the_workspace_gets_404_everywhere(setup, bob, bob_ws, p
     for url in _all_urls("alice-lab", channel, rule):
         assert client.get(url).status_code == 404, url
         assert client.post(url).status_code == 404, url
-    assert Channel.objects.filter(pk=channel.pk, enabled=True).exists() and EventRule.objects.filter(pk=rule.pk).exists()
+    assert (
+        Channel.objects.filter(pk=channel.pk, enabled=True).exists() and EventRule.objects.filter(pk=rule.pk).exists()
+    )
 
 
 def test_bobs_own_objects_are_not_reachable_through_alices_workspace(setup, alice, bob_ws, make_channel, page_as):
@@ -91,7 +93,12 @@ def test_viewers_and_members_see_rules_but_not_channel_secrets(persona, setup, r
         if "deliveries" in url or url.endswith(("/rules/", "/channels/", "/notifications/")):
             continue
         assert client.post(url).status_code == 403, url
-    assert client.get(reverse("notifications:rule-deliveries", kwargs={"slug": "alice-lab", "rule_id": rule.pk})).status_code == 200
+    assert (
+        client.get(
+            reverse("notifications:rule-deliveries", kwargs={"slug": "alice-lab", "rule_id": rule.pk})
+        ).status_code
+        == 200
+    )
 
 
 def test_the_owner_sees_the_full_url(setup, alice, page_as):
@@ -131,7 +138,9 @@ def test_an_admin_adds_tests_and_edits_a_webhook_channel(alice, alice_ws, page_a
     channel = Channel.objects.get(name="receiver")
     assert channel.created_by == alice
 
-    tested = client.post(reverse("notifications:channel-test", kwargs={"slug": "alice-lab", "channel_id": channel.pk}), follow=True)
+    tested = client.post(
+        reverse("notifications:channel-test", kwargs={"slug": "alice-lab", "channel_id": channel.pk}), follow=True
+    )
     html = tested.content.decode()
     assert "Test of “receiver”" in html and "✓ Sent" in html and "HTTP 200" in html
     assert http_sink.requests[0].headers["X-Vigil-Event"] == "test"
@@ -183,17 +192,34 @@ def test_an_admin_creates_edits_toggles_and_deletes_a_rule(setup, alice, page_as
 
     created = client.post(
         add,
-        {"name": "hangs", "event_types": ["hang", "exit_hang"], "job_scope": "all", "job_pattern": "ignored-*",
-         "channels": [channel.pk], "enabled": "on"},
+        {
+            "name": "hangs",
+            "event_types": ["hang", "exit_hang"],
+            "job_scope": "all",
+            "job_pattern": "ignored-*",
+            "channels": [channel.pk],
+            "enabled": "on",
+        },
     )
     assert created.status_code == 302
     rule = EventRule.objects.get(name="hangs")
-    assert rule.event_types == ["hang", "exit_hang"] and rule.job_pattern == "" and list(rule.channels.all()) == [channel]
+    assert (
+        rule.event_types == ["hang", "exit_hang"] and rule.job_pattern == "" and list(rule.channels.all()) == [channel]
+    )
     assert rule.created_by == alice
 
     edit = reverse("notifications:rule-edit", kwargs={"slug": "alice-lab", "rule_id": rule.pk})
-    client.post(edit, {"name": "hangs", "event_types": ["hang"], "job_scope": "pattern", "job_pattern": "llama-*",
-                       "channels": [channel.pk], "enabled": "on"})
+    client.post(
+        edit,
+        {
+            "name": "hangs",
+            "event_types": ["hang"],
+            "job_scope": "pattern",
+            "job_pattern": "llama-*",
+            "channels": [channel.pk],
+            "enabled": "on",
+        },
+    )
     rule.refresh_from_db()
     assert rule.event_types == ["hang"] and rule.job_pattern == "llama-*" and rule.job_scope == "pattern"
 
@@ -221,10 +247,21 @@ def test_the_delivery_log_of_a_rule_filters_by_event_type(
 ):
     channel, rule = setup
     # Slack cannot be reached from here; the rows are what matters for the log.
-    restart = Delivery.objects.create(event=make_event(job, type="restart", message="restarted after NCCL timeout"),
-                                      channel=channel, rule=rule, status="sent", attempts=1)
-    failed = Delivery.objects.create(event=make_event(job, type="job_failed", message="gave up: OOM"),
-                                     channel=channel, rule=rule, status="failed", attempts=3, error="HTTP 500")
+    restart = Delivery.objects.create(
+        event=make_event(job, type="restart", message="restarted after NCCL timeout"),
+        channel=channel,
+        rule=rule,
+        status="sent",
+        attempts=1,
+    )
+    failed = Delivery.objects.create(
+        event=make_event(job, type="job_failed", message="gave up: OOM"),
+        channel=channel,
+        rule=rule,
+        status="failed",
+        attempts=3,
+        error="HTTP 500",
+    )
     restart.matched_rules.add(rule)
     failed.matched_rules.add(rule)
     url = reverse("notifications:rule-deliveries", kwargs={"slug": "alice-lab", "rule_id": rule.pk})

@@ -210,9 +210,21 @@ def test_email_smtp_host_is_the_checked_host():
 
 @pytest.mark.parametrize(
     "code, verdict",
-    [(200, "ok"), (204, "ok"), (401, "permanent"), (403, "permanent"), (404, "permanent"), (410, "permanent"),
-     (408, "transient"), (429, "transient"), (500, "transient"), (503, "transient"), (400, "rejected"),
-     (422, "rejected"), (302, "rejected")],
+    [
+        (200, "ok"),
+        (204, "ok"),
+        (401, "permanent"),
+        (403, "permanent"),
+        (404, "permanent"),
+        (410, "permanent"),
+        (408, "transient"),
+        (429, "transient"),
+        (500, "transient"),
+        (503, "transient"),
+        (400, "rejected"),
+        (422, "rejected"),
+        (302, "rejected"),
+    ],
 )
 def test_http_statuses_are_classified(code, verdict):
     assert classify_status(code) == verdict

@@ -13,9 +13,20 @@ for path in (SDK_SRC, TESTS):
 
 from loopback_console import LoopbackConsole, SilentConsole, job_env  # noqa: E402
 
-VIGIL_VARS = ("VIGIL_CONSOLE_URL", "VIGIL_JOB_ID", "VIGIL_JOB_TOKEN", "VIGIL_ATTEMPT", "VIGIL_ROLE",
-              "VIGIL_INDEX", "VIGIL_RANK", "VIGIL_INSTANCE", "VIGIL_C4D", "VIGIL_SDK_TIMEOUT",
-              "VIGIL_JOB_HANG_INTERVAL", "VIGIL_C4D_FLUSH_SECONDS")
+VIGIL_VARS = (
+    "VIGIL_CONSOLE_URL",
+    "VIGIL_JOB_ID",
+    "VIGIL_JOB_TOKEN",
+    "VIGIL_ATTEMPT",
+    "VIGIL_ROLE",
+    "VIGIL_INDEX",
+    "VIGIL_RANK",
+    "VIGIL_INSTANCE",
+    "VIGIL_C4D",
+    "VIGIL_SDK_TIMEOUT",
+    "VIGIL_JOB_HANG_INTERVAL",
+    "VIGIL_C4D_FLUSH_SECONDS",
+)
 
 
 @pytest.fixture(autouse=True)
@@ -24,6 +35,7 @@ def no_vigil_env(monkeypatch):
     for name in VIGIL_VARS:
         monkeypatch.delenv(name, raising=False)
     from vigil import c4d, job_monitor
+
     job_monitor._default = None
     yield
     job_monitor._default = None

@@ -18,8 +18,8 @@ PREFIX = "/api/v1/sdk/jobs/"
 ENDPOINTS = {"messages": 201, "retryable-errors": 200, "config": 200, "progress": 202, "c4d": 202}
 
 # Modes: how the console answers every request.
-OK = "ok"                      # follows the contract (validates like the real one)
-ERROR = "error"                # 400 with a detail and a field
+OK = "ok"  # follows the contract (validates like the real one)
+ERROR = "error"  # 400 with a detail and a field
 RATE_LIMITED = "rate_limited"  # 429 with Retry-After
 SERVER_ERROR = "server_error"  # 500 with an HTML body
 
@@ -57,7 +57,7 @@ class LoopbackConsole:
                     body = raw
                 endpoint = ""
                 if self.path.startswith(PREFIX):
-                    parts = self.path[len(PREFIX):].strip("/").split("/")
+                    parts = self.path[len(PREFIX) :].strip("/").split("/")
                     if len(parts) == 2 and parts[0] == JOB_ID:
                         endpoint = parts[1]
                 sender = {}
@@ -70,8 +70,7 @@ class LoopbackConsole:
                 code, payload, extra = console.answer(received)
                 data = json.dumps(payload).encode() if not isinstance(payload, bytes) else payload
                 self.send_response(code)
-                self.send_header("Content-Type", "application/json" if not isinstance(payload, bytes)
-                                 else "text/html")
+                self.send_header("Content-Type", "application/json" if not isinstance(payload, bytes) else "text/html")
                 self.send_header("Content-Length", str(len(data)))
                 for k, v in extra.items():
                     self.send_header(k, v)
@@ -83,8 +82,7 @@ class LoopbackConsole:
 
         self._server = Server(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05},
-                                        daemon=True)
+        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
         self._thread.start()
 
     @property
@@ -188,8 +186,13 @@ def closed_port_url() -> str:
 
 def job_env(url: str, **extra: str) -> Dict[str, str]:
     env = {
-        "VIGIL_CONSOLE_URL": url, "VIGIL_JOB_ID": JOB_ID, "VIGIL_JOB_TOKEN": TOKEN,
-        "VIGIL_ATTEMPT": "1", "VIGIL_ROLE": "Worker", "VIGIL_INDEX": "0", "VIGIL_RANK": "0",
+        "VIGIL_CONSOLE_URL": url,
+        "VIGIL_JOB_ID": JOB_ID,
+        "VIGIL_JOB_TOKEN": TOKEN,
+        "VIGIL_ATTEMPT": "1",
+        "VIGIL_ROLE": "Worker",
+        "VIGIL_INDEX": "0",
+        "VIGIL_RANK": "0",
         "VIGIL_INSTANCE": "worker-0",
     }
     env.update(extra)

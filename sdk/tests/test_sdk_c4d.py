@@ -59,9 +59,10 @@ def test_a_rank_inside_a_collective_is_reported_as_entered_without_exit(console)
     c4d.enable(job_env(console.url), flush_seconds=0.1)
     with c4d.collective("all_reduce"):
         # reported on every flush while it is open, not just once
-        assert console.wait_for(lambda c: sum(
-            1 for b in c.bodies("c4d") for r in b["records"] if r["seq"] == 1 and r["exit"] is None) >= 2,
-            timeout=5)
+        assert console.wait_for(
+            lambda c: sum(1 for b in c.bodies("c4d") for r in b["records"] if r["seq"] == 1 and r["exit"] is None) >= 2,
+            timeout=5,
+        )
     assert console.wait_for(lambda c: records(c).get((0, 1), {}).get("exit") is not None, timeout=5)
 
 
@@ -132,11 +133,22 @@ def run_ranks(console, **extra):
     procs = []
     try:
         for rank in (0, 1):
-            env = subprocess_env(console.url, VIGIL_RANK=str(rank), VIGIL_C4D="1",
-                                 VIGIL_C4D_FLUSH_SECONDS="0.2", MASTER_ADDR="127.0.0.1", MASTER_PORT=port,
-                                 RANK=str(rank), WORLD_SIZE="2", **extra)
-            procs.append(subprocess.Popen([sys.executable, worker], env=env, stdout=subprocess.PIPE,
-                                          stderr=subprocess.PIPE, text=True))
+            env = subprocess_env(
+                console.url,
+                VIGIL_RANK=str(rank),
+                VIGIL_C4D="1",
+                VIGIL_C4D_FLUSH_SECONDS="0.2",
+                MASTER_ADDR="127.0.0.1",
+                MASTER_PORT=port,
+                RANK=str(rank),
+                WORLD_SIZE="2",
+                **extra,
+            )
+            procs.append(
+                subprocess.Popen(
+                    [sys.executable, worker], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+                )
+            )
         outputs = [p.communicate(timeout=120) for p in procs]
         return [p.returncode for p in procs], outputs
     finally:
@@ -163,8 +175,11 @@ def test_a_stalled_rank_shows_its_peer_waiting_inside_the_collective(console):
     codes, outputs = run_ranks(console, VIGIL_TEST_STALL_RANK="1", VIGIL_TEST_STALL_SECONDS="1.5")
     assert codes == [0, 0], outputs
     # While rank 1 computed, rank 0 was reported inside seq 3 with no exit...
-    waiting = [b for b in console.bodies("c4d") if b["rank"] == 0
-               and any(r["seq"] == 3 and r["exit"] is None for r in b["records"])]
+    waiting = [
+        b
+        for b in console.bodies("c4d")
+        if b["rank"] == 0 and any(r["seq"] == 3 and r["exit"] is None for r in b["records"])
+    ]
     assert waiting, console.bodies("c4d")
     # ...and rank 1 entered seq 3 only after its stall, so rank 0 waited about that long.
     r0, r1 = records(console, 0)[(0, 3)], records(console, 1)[(1, 3)]

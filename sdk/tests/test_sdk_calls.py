@@ -30,8 +30,7 @@ def test_a_message_over_the_limit_carries_the_consoles_detail(console, monitor):
     assert not st.ok()
     assert st.code == StatusCode.INVALID_ARGUMENT and st.http_status == 400 and st.field == "content"
     assert st.message == "content is longer than 4096 characters"
-    assert st.to_string() == ("INVALID_ARGUMENT: content is longer than 4096 characters "
-                              "(HTTP 400, field 'content')")
+    assert st.to_string() == ("INVALID_ARGUMENT: content is longer than 4096 characters (HTTP 400, field 'content')")
 
 
 def test_rate_limit_reports_retry_after(console, monitor):
@@ -63,16 +62,21 @@ def test_an_unknown_job_is_not_found(console):
 def test_retryable_errors_replace_the_list(console, monitor):
     assert monitor.set_retryable_errors(["connect timeout", "error_yyy"]).ok()
     assert monitor.set_retryable_errors(("error_zzz",)).ok()
-    assert console.bodies("retryable-errors") == [{"keywords": ["connect timeout", "error_yyy"]},
-                                                   {"keywords": ["error_zzz"]}]
+    assert console.bodies("retryable-errors") == [
+        {"keywords": ["connect timeout", "error_yyy"]},
+        {"keywords": ["error_zzz"]},
+    ]
 
 
-@pytest.mark.parametrize("keywords, says", [
-    ("connect timeout", "keywords must be a list of strings"),
-    (["ok", 3], "each keyword must be a non-empty string; got 3"),
-    (["x" * 257], "at most 256 are accepted"),
-    (["k%d" % i for i in range(101)], "101 keywords given; at most 100 are accepted"),
-])
+@pytest.mark.parametrize(
+    "keywords, says",
+    [
+        ("connect timeout", "keywords must be a list of strings"),
+        (["ok", 3], "each keyword must be a non-empty string; got 3"),
+        (["x" * 257], "at most 256 are accepted"),
+        (["k%d" % i for i in range(101)], "101 keywords given; at most 100 are accepted"),
+    ],
+)
 def test_bad_keywords_are_refused_without_a_request(console, monitor, keywords, says):
     st = monitor.set_retryable_errors(keywords)
     assert st.code == StatusCode.INVALID_ARGUMENT and says in st.message and st.field == "keywords"
@@ -83,8 +87,7 @@ def test_reset_config_takes_keywords_or_a_dict(console, monitor):
     assert monitor.reset_config(job_hang_interval=10).ok()
     assert monitor.reset_config({"job_hang_interval": 20}).ok()
     assert monitor.reset_config(**{"job_hang_interval": -1}).ok()
-    assert console.bodies("config") == [{"job_hang_interval": 10}, {"job_hang_interval": 20},
-                                        {"job_hang_interval": -1}]
+    assert console.bodies("config") == [{"job_hang_interval": 10}, {"job_hang_interval": 20}, {"job_hang_interval": -1}]
     assert monitor.job_hang_interval == -1
 
 
@@ -94,12 +97,15 @@ def test_reset_config_with_nothing_changes_nothing(console, monitor):
     assert console.received() == []
 
 
-@pytest.mark.parametrize("params, says", [
-    ({"job_hang_intervall": 10}, "unknown parameter 'job_hang_intervall'; accepted: job_hang_interval"),
-    ({"job_hang_interval": 0}, "job_hang_interval must be a whole number of seconds > 0, or -1"),
-    ({"job_hang_interval": "600"}, "got '600'"),
-    ({"job_hang_interval": 1.5}, "got 1.5"),
-])
+@pytest.mark.parametrize(
+    "params, says",
+    [
+        ({"job_hang_intervall": 10}, "unknown parameter 'job_hang_intervall'; accepted: job_hang_interval"),
+        ({"job_hang_interval": 0}, "job_hang_interval must be a whole number of seconds > 0, or -1"),
+        ({"job_hang_interval": "600"}, "got '600'"),
+        ({"job_hang_interval": 1.5}, "got 1.5"),
+    ],
+)
 def test_reset_config_refuses_bad_parameters_in_its_status(console, monitor, params, says):
     st = monitor.reset_config(params)
     assert st.code == StatusCode.INVALID_ARGUMENT and says in st.message
@@ -125,8 +131,11 @@ def test_config_without_parameters_sends_nothing(console, monitor):
 
 @pytest.mark.parametrize("config_class", [jm.PyTorchConfig, jm.TFConfig, jm.MPIConfig, jm.ElasticBatchConfig])
 def test_an_unknown_config_keyword_is_a_type_error_naming_it(config_class):
-    with pytest.raises(TypeError, match=r"%s\(\) got an unexpected keyword argument 'job_hang_intrval'; "
-                                        r"accepted: job_hang_interval" % config_class.__name__):
+    with pytest.raises(
+        TypeError,
+        match=r"%s\(\) got an unexpected keyword argument 'job_hang_intrval'; "
+        r"accepted: job_hang_interval" % config_class.__name__,
+    ):
         config_class(job_hang_intrval=10)
 
 
@@ -156,8 +165,10 @@ def test_outside_a_job_every_call_is_a_no_op_that_says_so():
     ]
     for st in statuses:
         assert not st.ok() and st.code == StatusCode.NOT_IN_JOB
-        assert st.to_string() == ("NOT_IN_JOB: not running under Vigil (VIGIL_CONSOLE_URL, VIGIL_JOB_ID, "
-                                  "VIGIL_JOB_TOKEN are not set); nothing was sent")
+        assert st.to_string() == (
+            "NOT_IN_JOB: not running under Vigil (VIGIL_CONSOLE_URL, VIGIL_JOB_ID, "
+            "VIGIL_JOB_TOKEN are not set); nothing was sent"
+        )
     assert not monitor.in_job
 
 
@@ -179,8 +190,11 @@ def test_a_non_string_message_is_refused(monitor):
 
 def test_error_mode_applies_to_every_call(console, monitor):
     console.mode = ERROR
-    for st in (monitor.send_custom_message(content="x"), monitor.set_retryable_errors(["x"]),
-               monitor.reset_config(job_hang_interval=5)):
+    for st in (
+        monitor.send_custom_message(content="x"),
+        monitor.set_retryable_errors(["x"]),
+        monitor.reset_config(job_hang_interval=5),
+    ):
         assert st.code == StatusCode.INVALID_ARGUMENT and st.http_status == 400
 
 

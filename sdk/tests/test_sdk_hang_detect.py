@@ -113,7 +113,7 @@ def test_overlapping_coroutines_end_on_the_base_value(console, monitor):
         gate = asyncio.Event()
         task = asyncio.create_task(first())
         await asyncio.sleep(0.01)
-        await second()          # opens inside first's scope, closes before it
+        await second()  # opens inside first's scope, closes before it
         gate.set()
         await task
 
@@ -208,12 +208,18 @@ def test_outside_a_job_the_decorated_function_just_runs():
     assert work(1) == 2
 
 
-@pytest.mark.parametrize("seconds, error, says", [
-    (0, ValueError, "hang_detect(seconds) must be a whole number of seconds > 0, or -1 to suspend hang "
-                    "detection; got 0"),
-    (-2, ValueError, "got -2"),
-    ("600", TypeError, "got '600'"),
-])
+@pytest.mark.parametrize(
+    "seconds, error, says",
+    [
+        (
+            0,
+            ValueError,
+            "hang_detect(seconds) must be a whole number of seconds > 0, or -1 to suspend hang detection; got 0",
+        ),
+        (-2, ValueError, "got -2"),
+        ("600", TypeError, "got '600'"),
+    ],
+)
 def test_a_bad_interval_is_refused_where_it_is_written(seconds, error, says):
     with pytest.raises(error) as raised:
         jm.hang_detect(seconds)

@@ -10,8 +10,16 @@ import time
 import pytest
 
 from conftest import subprocess_env
-from loopback_console import ERROR, OK, RATE_LIMITED, SERVER_ERROR, LoopbackConsole, SilentConsole, \
-    closed_port_url, job_env
+from loopback_console import (
+    ERROR,
+    OK,
+    RATE_LIMITED,
+    SERVER_ERROR,
+    LoopbackConsole,
+    SilentConsole,
+    closed_port_url,
+    job_env,
+)
 from vigil import c4d
 from vigil import job_monitor as jm
 from vigil._client import Status, StatusCode
@@ -21,6 +29,7 @@ MARGIN = 1.0  # seconds on top of the SDK timeout for thread start-up on a busy 
 
 def every_public_call(monitor):
     """Each way training code talks to the SDK, as (name, call) pairs."""
+
     @monitor.hang_detect(60)
     def scoped():
         return "ran"
@@ -76,8 +85,9 @@ def test_a_closed_port_is_unavailable_at_once():
     assert "refused" in st.message.lower()
 
 
-@pytest.mark.parametrize("mode", [OK, ERROR, RATE_LIMITED, SERVER_ERROR, "silent", "closed", "not in a job",
-                                  "misconfigured"])
+@pytest.mark.parametrize(
+    "mode", [OK, ERROR, RATE_LIMITED, SERVER_ERROR, "silent", "closed", "not in a job", "misconfigured"]
+)
 def test_no_exception_escapes_and_every_call_is_bounded(mode):
     server = None
     if mode == "silent":
@@ -236,32 +246,38 @@ def test_progress_takes_a_metrics_dict_and_leaves_out_nan(console):
     assert monitor.last_progress_status.ok()
 
 
-@pytest.mark.parametrize("kwargs, says", [
-    ({"step": -1}, "step must be an int >= 0; got -1"),
-    ({"step": 1.5}, "step must be an int >= 0; got 1.5"),
-    ({"step": 1, "loss": "low"}, "metric 'loss' must be a number (int or float); got str"),
-    ({"step": 1, "metrics": [1]}, "metrics must be a dict"),
-])
+@pytest.mark.parametrize(
+    "kwargs, says",
+    [
+        ({"step": -1}, "step must be an int >= 0; got -1"),
+        ({"step": 1.5}, "step must be an int >= 0; got 1.5"),
+        ({"step": 1, "loss": "low"}, "metric 'loss' must be a number (int or float); got str"),
+        ({"step": 1, "metrics": [1]}, "metrics must be a dict"),
+    ],
+)
 def test_bad_progress_is_refused_in_the_status(console, kwargs, says):
     st = jm.Monitor(environ=job_env(console.url)).report_progress(**kwargs)
     assert st.code == StatusCode.INVALID_ARGUMENT and says in st.message
 
 
 def test_the_last_progress_report_is_sent_at_exit(console):
-    script = ("from vigil import job_monitor as jm\n"
-              "m = jm.Monitor()\n"
-              "for step in range(5): m.report_progress(step=step)\n")
-    proc = subprocess.run([sys.executable, "-c", script], env=subprocess_env(console.url), timeout=30,
-                          capture_output=True, text=True)
+    script = (
+        "from vigil import job_monitor as jm\nm = jm.Monitor()\nfor step in range(5): m.report_progress(step=step)\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", script], env=subprocess_env(console.url), timeout=30, capture_output=True, text=True
+    )
     assert proc.returncode == 0, proc.stderr
     assert console.bodies("progress")[-1] == {"step": 4, "metrics": {}}
 
 
 def test_a_silent_console_delays_exit_by_at_most_the_timeout(silent_console):
-    script = ("from vigil import job_monitor as jm\n"
-              "m = jm.Monitor()\n"
-              "for step in range(5): m.report_progress(step=step)\n"
-              "m.send_custom_message(content='bye')\n")
+    script = (
+        "from vigil import job_monitor as jm\n"
+        "m = jm.Monitor()\n"
+        "for step in range(5): m.report_progress(step=step)\n"
+        "m.send_custom_message(content='bye')\n"
+    )
     env = subprocess_env(silent_console.url, VIGIL_SDK_TIMEOUT="0.5")
     started = time.monotonic()
     proc = subprocess.run([sys.executable, "-c", script], env=env, timeout=30, capture_output=True, text=True)

@@ -14,8 +14,13 @@ EXAMPLES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "examples")
 
 
 def run_example(name, env, timeout=30):
-    proc = subprocess.Popen([sys.executable, os.path.join(EXAMPLES, name)], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, os.path.join(EXAMPLES, name)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         out, err = proc.communicate(timeout=timeout)
     finally:
@@ -46,8 +51,10 @@ def test_custom_message_example_prints_the_consoles_refusal(console):
     console.mode = ERROR
     code, out, err = run_example("custom_message.py", subprocess_env(console.url))
     assert code == 0 and err == ""
-    assert out.strip() == ("failed to send message, error INVALID_ARGUMENT: content is longer than "
-                           "4096 characters (HTTP 400, field 'content')")
+    assert out.strip() == (
+        "failed to send message, error INVALID_ARGUMENT: content is longer than "
+        "4096 characters (HTTP 400, field 'content')"
+    )
 
 
 def test_custom_message_example_outside_a_job_says_it_is_not_running_under_vigil():
@@ -62,7 +69,8 @@ def test_retryable_error_examples_send_the_keywords(console, example):
     code, out, err = run_example(example, subprocess_env(console.url))
     assert (code, out, err) == (0, "", "")
     assert [(r.endpoint, r.body) for r in console.received()] == [
-        ("retryable-errors", {"keywords": ["connect timeout", "error_yyy", "error_zzz"]})]
+        ("retryable-errors", {"keywords": ["connect timeout", "error_yyy", "error_zzz"]})
+    ]
 
 
 def test_reset_config_example_sends_each_form(console):
@@ -76,8 +84,14 @@ def test_staged_hang_detection_example_scopes_each_function(console):
     code, out, err = run_example("staged_hang_detection.py", subprocess_env(console.url))
     assert (code, out, err) == (0, "", "")
     assert [b["job_hang_interval"] for b in console.bodies("config")] == [
-        1800,                      # Monitor(config=PyTorchConfig(job_hang_interval=1800))
-        180, 1800, -1, 1800,       # epoch 0: train(), test()
-        180, 1800, -1, 1800,       # epoch 1
-        600,                       # the seed's reset_hang_detect(600)
+        1800,  # Monitor(config=PyTorchConfig(job_hang_interval=1800))
+        180,
+        1800,
+        -1,
+        1800,  # epoch 0: train(), test()
+        180,
+        1800,
+        -1,
+        1800,  # epoch 1
+        600,  # the seed's reset_hang_detect(600)
     ]

@@ -33,8 +33,15 @@ from pathlib import Path
 import pytest
 
 CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync", "--no-first-run"]
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
 ROOT = Path(__file__).resolve().parents[2]
 SCREENSHOTS = ROOT / "test-artifacts" / "screenshots"
 
@@ -95,8 +102,10 @@ def browser():
 def channel_prefix(settings):
     prefix = f"vigil-browser-{os.getpid()}-{uuid.uuid4().hex[:8]}"
     settings.CHANNEL_LAYERS = {
-        "default": {"BACKEND": "channels_redis.core.RedisChannelLayer",
-                    "CONFIG": {"hosts": [redis_host(settings)], "prefix": prefix}},
+        "default": {
+            "BACKEND": "channels_redis.core.RedisChannelLayer",
+            "CONFIG": {"hosts": [redis_host(settings)], "prefix": prefix},
+        },
     }
     return prefix
 
@@ -109,19 +118,25 @@ def server(transactional_db, local_backend, channel_prefix, settings, tmp_path):
     port = free_port()
     env = dict(os.environ)
     env.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)  # daphne keeps Django's async safety checks
-    env.update({
-        "DJANGO_SETTINGS_MODULE": "browser_settings",
-        "PYTHONPATH": os.pathsep.join([str(ROOT), str(Path(__file__).parent), env.get("PYTHONPATH", "")]),
-        "VIGIL_BROWSER_DB_NAME": str(connection.settings_dict["NAME"]),
-        "VIGIL_BROWSER_JOB_BACKENDS": json.dumps(settings.JOB_BACKENDS),
-        "VIGIL_BROWSER_CHANNEL_LAYERS": json.dumps(settings.CHANNEL_LAYERS),
-        "VIGIL_LOG_LEVEL": "WARNING",
-    })
+    env.update(
+        {
+            "DJANGO_SETTINGS_MODULE": "browser_settings",
+            "PYTHONPATH": os.pathsep.join([str(ROOT), str(Path(__file__).parent), env.get("PYTHONPATH", "")]),
+            "VIGIL_BROWSER_DB_NAME": str(connection.settings_dict["NAME"]),
+            "VIGIL_BROWSER_JOB_BACKENDS": json.dumps(settings.JOB_BACKENDS),
+            "VIGIL_BROWSER_CHANNEL_LAYERS": json.dumps(settings.CHANNEL_LAYERS),
+            "VIGIL_LOG_LEVEL": "WARNING",
+        }
+    )
     log_path = tmp_path / "daphne.log"
     log = open(log_path, "wb")
     proc = subprocess.Popen(
         [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "console.asgi:application"],
-        cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        cwd=ROOT,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
     )
     base = f"http://127.0.0.1:{port}"
     try:
@@ -158,8 +173,9 @@ def page_for(browser, server):
     contexts = []
 
     def make(user, width=1280, height=900, password=None):
-        context = browser.new_context(viewport={"width": width, "height": height}, base_url=server,
-                                      timezone_id="Asia/Jakarta")
+        context = browser.new_context(
+            viewport={"width": width, "height": height}, base_url=server, timezone_id="Asia/Jakarta"
+        )
         contexts.append(context)
         page = context.new_page()
         page.set_default_timeout(15_000)

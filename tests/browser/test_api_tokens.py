@@ -49,7 +49,8 @@ def test_a_person_makes_sees_once_uses_and_revokes_a_token(page_for, server, ali
     row.get_by_role("button", name="Revoke laptop").click()
     expect(page.locator("#new-token-value")).to_have_count(0)  # shown once: gone after the next load
     expect(page.locator("table.tokens tbody tr", has_text="laptop").locator("td[data-label=State]")).to_have_text(
-        "Revoked")
+        "Revoked"
+    )
     assert api_status(server, raw) == 401
     page.set_viewport_size(PHONE)
     shoot(page, "phone-api-tokens")

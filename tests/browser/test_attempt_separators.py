@@ -19,13 +19,15 @@ pytestmark = [pytest.mark.browser, pytest.mark.redis, pytest.mark.django_db(tran
 
 # worker-0 fails attempt 1 with an NCCL error and attempt 2 with a reset connection (the same
 # failure twice would be judged deterministic); master-0 waits there; attempt 3 trains.
-TWICE = ('echo "attempt $VIGIL_ATTEMPT starts on $VIGIL_INSTANCE"; '
-         'if [ "$VIGIL_ATTEMPT" -lt 3 ]; then '
-         '  if [ "$VIGIL_INSTANCE" = "worker-0" ]; then sleep 0.5; '
-         '    if [ "$VIGIL_ATTEMPT" = 1 ]; then echo "NCCL error in: ProcessGroupNCCL.cpp:1191, unhandled system error (attempt 1)" >&2; '
-         '    else echo "RuntimeError: Connection reset by peer (attempt 2)" >&2; fi; exit 1; fi; '
-         '  sleep 600; fi; '
-         'i=0; while [ $i -lt 100000 ]; do echo "attempt $VIGIL_ATTEMPT step $i"; i=$((i+1)); sleep 0.2; done')
+TWICE = (
+    'echo "attempt $VIGIL_ATTEMPT starts on $VIGIL_INSTANCE"; '
+    'if [ "$VIGIL_ATTEMPT" -lt 3 ]; then '
+    '  if [ "$VIGIL_INSTANCE" = "worker-0" ]; then sleep 0.5; '
+    '    if [ "$VIGIL_ATTEMPT" = 1 ]; then echo "NCCL error in: ProcessGroupNCCL.cpp:1191, unhandled system error (attempt 1)" >&2; '
+    '    else echo "RuntimeError: Connection reset by peer (attempt 2)" >&2; fi; exit 1; fi; '
+    "  sleep 600; fi; "
+    'i=0; while [ $i -lt 100000 ]; do echo "attempt $VIGIL_ATTEMPT step $i"; i=$((i+1)); sleep 0.2; done'
+)
 
 # The log as a reader sees it: separators by their text, and the lines of the finished
 # attempts (1 and 2) in their order; attempt 3 is still growing, so only its place counts.
@@ -42,10 +44,19 @@ SHAPE = """() => {
 
 
 def test_the_attempt_separators_are_the_same_after_a_reload(page_for, alice, alice_ws, job_body, shoot):
-    job, _ = actions.submit_job(alice, job_body(alice_ws, display_name="restarted-twice", user_command=TWICE, settings={
-        "enable_error_monitoring_in_aimaster": True,
-        "error_monitoring_args": "--job-execution-mode=Sync --enable-job-restart=True --max-num-of-job-restart=3 "
-                                 "--fault-tolerant-policy=ExitCodeAndErrorMsg"}))
+    job, _ = actions.submit_job(
+        alice,
+        job_body(
+            alice_ws,
+            display_name="restarted-twice",
+            user_command=TWICE,
+            settings={
+                "enable_error_monitoring_in_aimaster": True,
+                "error_monitoring_args": "--job-execution-mode=Sync --enable-job-restart=True --max-num-of-job-restart=3 "
+                "--fault-tolerant-policy=ExitCodeAndErrorMsg",
+            },
+        ),
+    )
     try:
         page = page_for(alice)
         page.goto(f"/workspaces/{alice_ws.slug}/jobs/{job.pk}/")

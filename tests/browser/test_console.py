@@ -90,17 +90,28 @@ def test_submit_with_fault_tolerance_watch_live_logs_pause_and_stop(page_for, al
     shoot(page, "job-list-stopped-phone")
 
 
-FLAKY_ONCE = ('if [ "$VIGIL_ATTEMPT" = "1" ] && [ "$VIGIL_INSTANCE" = "worker-0" ]; then '
-              'echo "epoch 0 step 1"; echo "NCCL error in: ProcessGroupNCCL.cpp:1191, unhandled system error" >&2; '
-              'exit 1; fi; '
-              'i=0; while [ $i -lt 100000 ]; do echo "attempt $VIGIL_ATTEMPT step $i"; i=$((i+1)); sleep 0.05; done')
+FLAKY_ONCE = (
+    'if [ "$VIGIL_ATTEMPT" = "1" ] && [ "$VIGIL_INSTANCE" = "worker-0" ]; then '
+    'echo "epoch 0 step 1"; echo "NCCL error in: ProcessGroupNCCL.cpp:1191, unhandled system error" >&2; '
+    "exit 1; fi; "
+    'i=0; while [ $i -lt 100000 ]; do echo "attempt $VIGIL_ATTEMPT step $i"; i=$((i+1)); sleep 0.05; done'
+)
 
 
 def test_a_real_fault_restarts_the_job_live_and_fills_the_restart_records(page_for, alice, alice_ws, job_body, shoot):
-    job, _ = actions.submit_job(alice, job_body(alice_ws, display_name="ddp-flaky", user_command=FLAKY_ONCE, settings={
-        "enable_error_monitoring_in_aimaster": True,
-        "error_monitoring_args": "--job-execution-mode=Sync --enable-job-restart=True --max-num-of-job-restart=3 "
-                                 "--fault-tolerant-policy=ExitCodeAndErrorMsg"}))
+    job, _ = actions.submit_job(
+        alice,
+        job_body(
+            alice_ws,
+            display_name="ddp-flaky",
+            user_command=FLAKY_ONCE,
+            settings={
+                "enable_error_monitoring_in_aimaster": True,
+                "error_monitoring_args": "--job-execution-mode=Sync --enable-job-restart=True --max-num-of-job-restart=3 "
+                "--fault-tolerant-policy=ExitCodeAndErrorMsg",
+            },
+        ),
+    )
     page = page_for(alice)
     page.goto(f"/workspaces/{alice_ws.slug}/jobs/{job.pk}/")
     expect(page.locator("#logview")).to_contain_text("NCCL error", timeout=15_000)
@@ -130,7 +141,8 @@ def test_a_real_fault_restarts_the_job_live_and_fills_the_restart_records(page_f
     expect(page.locator("#part-timeline")).to_contain_text("Attempt 2")
     # the new attempt's archive link, its URL taken from the refreshed instances panel
     expect(page.locator("#log-archive")).to_have_attribute(
-        "href", f"/workspaces/{alice_ws.slug}/jobs/{job.pk}/attempts/2/logs.zip")
+        "href", f"/workspaces/{alice_ws.slug}/jobs/{job.pk}/attempts/2/logs.zip"
+    )
     record = RestartRecord.objects.get(job=job)
     assert record.error_code and record.instance_name == "worker-0"
     # the NCCL line decided, so the record knows where it is in the log
@@ -141,7 +153,15 @@ def test_a_real_fault_restarts_the_job_live_and_fills_the_restart_records(page_f
     row.get_by_role("button").click()
     desc = page.locator(f"#rr-desc-{record.pk}")
     expect(desc).to_be_visible()
-    for label in ("Restarts", "Restart Time", "Node Name", "Instance Name", "Error Code", "Error Message", "Error Source"):
+    for label in (
+        "Restarts",
+        "Restart Time",
+        "Node Name",
+        "Instance Name",
+        "Error Code",
+        "Error Message",
+        "Error Source",
+    ):
         expect(desc.locator("dt", has_text=re.compile(f"^{label}$"))).to_have_count(1)
     expect(desc).to_contain_text(record.error_code)
     expect(desc).to_contain_text("Root cause")
@@ -154,7 +174,9 @@ def test_a_real_fault_restarts_the_job_live_and_fills_the_restart_records(page_f
     offer = verdict.locator("[data-keyword-offer]")
     offer.locator("input[name=keyword]").fill("unhandled system error")
     offer.get_by_role("button", name="Add as retryable keyword").click()
-    expect(desc.locator("[data-keyword-offer]")).to_contain_text('"unhandled system error" is now a retryable keyword for this job')
+    expect(desc.locator("[data-keyword-offer]")).to_contain_text(
+        '"unhandled system error" is now a retryable keyword for this job'
+    )
     job.refresh_from_db()
     assert job.retryable_keywords == ["unhandled system error"]
     # the record opens the log at the line that was classified
@@ -220,8 +242,11 @@ def test_another_workspaces_user_gets_404_and_a_refused_socket(page_for, alice, 
     response = page.goto(f"/workspaces/{alice_ws.slug}/jobs/{job.pk}/")
     assert response.status == 404
     expect(page.locator("h1")).to_have_text("Not found")
-    for path in (f"/workspaces/{alice_ws.slug}/", f"/workspaces/{alice_ws.slug}/jobs/",
-                 f"/workspaces/{alice_ws.slug}/jobs/{job.pk}/restarts/"):
+    for path in (
+        f"/workspaces/{alice_ws.slug}/",
+        f"/workspaces/{alice_ws.slug}/jobs/",
+        f"/workspaces/{alice_ws.slug}/jobs/{job.pk}/restarts/",
+    ):
         assert page.goto(path).status == 404, path
     page.goto(f"/workspaces/{bob_ws.slug}/")
     assert page.evaluate(probe, f"/ws/jobs/{job.pk}/") == "refused"

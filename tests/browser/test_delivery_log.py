@@ -34,19 +34,39 @@ def closed_port(monkeypatch):
 def test_an_admin_reads_redelivers_and_unfolds_a_failed_delivery(closed_port, page_for, alice, alice_ws, shoot):
     from notifications.models import Channel, Delivery, EventRule
 
-    channel = Channel.objects.create(workspace=alice_ws, name="ops-webhook", kind="webhook", created_by=alice,
-                                     url=f"http://127.0.0.1:{closed_port}/hook")
+    channel = Channel.objects.create(
+        workspace=alice_ws,
+        name="ops-webhook",
+        kind="webhook",
+        created_by=alice,
+        url=f"http://127.0.0.1:{closed_port}/hook",
+    )
     rule = EventRule.objects.create(workspace=alice_ws, name="failures", event_types=["job_failed"], created_by=alice)
     rule.channels.add(channel)
-    job = Job.objects.create(workspace=alice_ws, display_name="resnet", job_type="PyTorchJob", user_command="true",
-                             status=JobStatus.FAILED, reason="worker-1 failed with NCCL_ERROR")
-    pool_repr = (f"could not connect: HTTPConnectionPool(host='127.0.0.1', port={closed_port}): Max retries exceeded "
-                 f"with url: /hook (Caused by NewConnectionError(\"HTTPConnection(host='127.0.0.1', "
-                 f"port={closed_port}): Failed to establish a new connection: [Errno 111] Connection refused\"))")
+    job = Job.objects.create(
+        workspace=alice_ws,
+        display_name="resnet",
+        job_type="PyTorchJob",
+        user_command="true",
+        status=JobStatus.FAILED,
+        reason="worker-1 failed with NCCL_ERROR",
+    )
+    pool_repr = (
+        f"could not connect: HTTPConnectionPool(host='127.0.0.1', port={closed_port}): Max retries exceeded "
+        f"with url: /hook (Caused by NewConnectionError(\"HTTPConnection(host='127.0.0.1', "
+        f'port={closed_port}): Failed to establish a new connection: [Errno 111] Connection refused"))'
+    )
     for n in range(3):  # three failures in a row: the channel is failing
         event = JobEvent.objects.create(job=job, type="job_failed", level="error", message=f"resnet failed ({n})")
-        delivery = Delivery.objects.create(event=event, channel=channel, rule=rule, status="failed", attempts=3,
-                                           error=pool_repr, last_attempt_at=timezone.now())
+        delivery = Delivery.objects.create(
+            event=event,
+            channel=channel,
+            rule=rule,
+            status="failed",
+            attempts=3,
+            error=pool_repr,
+            last_attempt_at=timezone.now(),
+        )
         delivery.matched_rules.add(rule)
     page = page_for(alice)
     page.goto(f"/workspaces/{alice_ws.slug}/notifications/rules/{rule.pk}/deliveries/")

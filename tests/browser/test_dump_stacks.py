@@ -35,13 +35,20 @@ HUNG = textwrap.dedent("""
 """)
 
 
-def test_dump_stacks_now_adds_a_snapshot_live_naming_the_suspect(page_for, alice, carol, dave, alice_ws, job_body,
-                                                                 tmp_path, shoot):
+def test_dump_stacks_now_adds_a_snapshot_live_naming_the_suspect(
+    page_for, alice, carol, dave, alice_ws, job_body, tmp_path, shoot
+):
     script = job_writable(tmp_path / "jobs") / "hung.py"
     script.write_text(HUNG)
-    job, _ = actions.submit_job(alice, job_body(
-        alice_ws, display_name="hung", user_command=f"{sys.executable} {script}",
-        job_specs=[{"type": "Master", "pod_count": 1}, {"type": "Worker", "pod_count": 2}]))
+    job, _ = actions.submit_job(
+        alice,
+        job_body(
+            alice_ws,
+            display_name="hung",
+            user_command=f"{sys.executable} {script}",
+            job_specs=[{"type": "Master", "pod_count": 1}, {"type": "Worker", "pod_count": 2}],
+        ),
+    )
     tick_until(job, lambda j: j.status == JobStatus.RUNNING, seconds=30)
     page = page_for(dave)  # a member: members and up may take a snapshot
     page.goto(f"/workspaces/{alice_ws.slug}/jobs/{job.pk}/")
@@ -50,7 +57,8 @@ def test_dump_stacks_now_adds_a_snapshot_live_naming_the_suspect(page_for, alice
     # Let the interpreters reach their functions before the dump.
     deadline = time.monotonic() + 20
     while b"step=1" not in actions.get_backend_for(job).tail_log(
-            job.attempts.get(number=1).backend_handle, "worker-0", 100):
+        job.attempts.get(number=1).backend_handle, "worker-0", 100
+    ):
         assert time.monotonic() < deadline, "worker-0 never started"
         time.sleep(0.2)
 
@@ -74,25 +82,36 @@ def test_dump_stacks_now_adds_a_snapshot_live_naming_the_suspect(page_for, alice
     actions.finish_stop(job.pk)
 
 
-def test_the_hang_restart_record_shows_cause_next_step_and_links_to_the_snapshot(page_for, alice, alice_ws, job_body,
-                                                                                 tmp_path, shoot):
+def test_the_hang_restart_record_shows_cause_next_step_and_links_to_the_snapshot(
+    page_for, alice, alice_ws, job_body, tmp_path, shoot
+):
     from jobs.models import RestartRecord
 
     script = job_writable(tmp_path / "jobs") / "hung.py"
     script.write_text(HUNG)
-    job, _ = actions.submit_job(alice, job_body(
-        alice_ws, display_name="hung", user_command=f"{sys.executable} {script}",
-        job_specs=[{"type": "Master", "pod_count": 1}, {"type": "Worker", "pod_count": 2}],
-        settings={"enable_error_monitoring_in_aimaster": True, "error_monitoring_args":
-                  "--enable-job-restart=True --max-num-of-job-restart=1 --enable-job-hang-detection=True "
-                  "--job-hang-interval=2"}))
+    job, _ = actions.submit_job(
+        alice,
+        job_body(
+            alice_ws,
+            display_name="hung",
+            user_command=f"{sys.executable} {script}",
+            job_specs=[{"type": "Master", "pod_count": 1}, {"type": "Worker", "pod_count": 2}],
+            settings={
+                "enable_error_monitoring_in_aimaster": True,
+                "error_monitoring_args": "--enable-job-restart=True --max-num-of-job-restart=1 --enable-job-hang-detection=True "
+                "--job-hang-interval=2",
+            },
+        ),
+    )
     tick_until(job, lambda j: j.current_attempt == 2, seconds=60)
     record = RestartRecord.objects.get(job=job)
     page = page_for(alice)
     page.goto(f"/workspaces/{alice_ws.slug}/jobs/{job.pk}/restarts/{record.pk}/")
     facts = page.locator("section.panel dl.record")
-    expect(facts).to_contain_text("worker-0 stopped making progress in `stuck_in_data_loader` while master-0 "
-                                  "and worker-1 were in `wait_for_peers`.")
+    expect(facts).to_contain_text(
+        "worker-0 stopped making progress in `stuck_in_data_loader` while master-0 "
+        "and worker-1 were in `wait_for_peers`."
+    )
     expect(facts).to_contain_text("Next step")
     expect(facts.locator("[data-last-line]")).to_have_text("step=1")
     shoot(page, "hang-restart-record")

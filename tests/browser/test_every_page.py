@@ -32,47 +32,126 @@ SIZES = {"desktop": {"width": 1440, "height": 900}, "phone": {"width": 390, "hei
 def world(alice, alice_ws, notification_pages):  # noqa: F811 - the fixture imported above
     channel, rule, failed = notification_pages
     now = timezone.now()
-    running = Job.objects.create(workspace=alice_ws, display_name="gpt-pretrain", job_type="PyTorchJob",
-                                 user_command="python train.py --epochs 90", status=JobStatus.RUNNING,
-                                 job_specs=[{"type": "Master", "pod_count": 1}, {"type": "Worker", "pod_count": 1}],
-                                 current_attempt=2, fault_tolerance=True, restart_count=1, created_by=alice,
-                                 started_at=now - timedelta(minutes=16))
+    running = Job.objects.create(
+        workspace=alice_ws,
+        display_name="gpt-pretrain",
+        job_type="PyTorchJob",
+        user_command="python train.py --epochs 90",
+        status=JobStatus.RUNNING,
+        job_specs=[{"type": "Master", "pod_count": 1}, {"type": "Worker", "pod_count": 1}],
+        current_attempt=2,
+        fault_tolerance=True,
+        restart_count=1,
+        created_by=alice,
+        started_at=now - timedelta(minutes=16),
+    )
     start = now.timestamp() - 900  # the newest report 55 s ago
     for number in (1, 2):
         attempt = Attempt.objects.create(
-            job=running, number=number, status="Running" if number == 2 else "Failed",
+            job=running,
+            number=number,
+            status="Running" if number == 2 else "Failed",
             queued_at=now - timedelta(seconds=1000 - number * 300),
             running_at=now - timedelta(seconds=990 - number * 300),
             ended_at=now - timedelta(seconds=360) if number == 1 else None,
-            progress_samples=[[start + number * 300 + i * 5, (number - 1) * 400 + i * 10,
-                               3.0 - ((number - 1) * 400 + i * 10) / 400, 2000] for i in range(50)])
+            progress_samples=[
+                [
+                    start + number * 300 + i * 5,
+                    (number - 1) * 400 + i * 10,
+                    3.0 - ((number - 1) * 400 + i * 10) / 400,
+                    2000,
+                ]
+                for i in range(50)
+            ],
+        )
         for rank, (role, name) in enumerate((("Master", "master-0"), ("Worker", "worker-0"))):
-            Instance.objects.create(attempt=attempt, role=role, index=0, name=name, rank=rank, node="node-a",
-                                    status="Running" if number == 2 else "Failed")
+            Instance.objects.create(
+                attempt=attempt,
+                role=role,
+                index=0,
+                name=name,
+                rank=rank,
+                node="node-a",
+                status="Running" if number == 2 else "Failed",
+            )
     record = RestartRecord.objects.create(
-        job=running, number=1, kind="job", attempt=1, new_attempt=2, node_name="node-a", instance_name="worker-0",
-        error_code="ECONNRESET", error_message="connection reset by peer", reason=REASON, result="Succeeded",
-        progress_step=480, duration_seconds=4.2, idempotency_key=f"every-{running.pk}-1",
-        restart_time=now - timedelta(minutes=5))
+        job=running,
+        number=1,
+        kind="job",
+        attempt=1,
+        new_attempt=2,
+        node_name="node-a",
+        instance_name="worker-0",
+        error_code="ECONNRESET",
+        error_message="connection reset by peer",
+        reason=REASON,
+        result="Succeeded",
+        progress_step=480,
+        duration_seconds=4.2,
+        idempotency_key=f"every-{running.pk}-1",
+        restart_time=now - timedelta(minutes=5),
+    )
     diagnosis = Diagnosis.objects.create(
-        job=running, attempt=1, kind="stacks", summary="2 of 2 ranks dumped; worker-0 waits in allreduce",
-        data={"stacks": [{"instance": "worker-0", "rank": 1, "suspect": True, "text": "File \"train.py\", line 88\n"
-                                                                                   "  dist.all_reduce(t)"}]})
+        job=running,
+        attempt=1,
+        kind="stacks",
+        summary="2 of 2 ranks dumped; worker-0 waits in allreduce",
+        data={
+            "stacks": [
+                {
+                    "instance": "worker-0",
+                    "rank": 1,
+                    "suspect": True,
+                    "text": 'File "train.py", line 88\n  dist.all_reduce(t)',
+                }
+            ]
+        },
+    )
     JobEvent.objects.create(job=running, type="restart", level="warning", message=REASON, attempt=1)
     failed.job_specs = [{"type": "Master", "pod_count": 1}, {"type": "Worker", "pod_count": 2}]
     failed.current_attempt, failed.created_by, failed.fault_tolerance = 1, alice, True
     failed.save()
-    ended = Attempt.objects.create(job=failed, number=1, status="Failed", queued_at=now - timedelta(minutes=30),
-                                   running_at=now - timedelta(minutes=29), ended_at=now - timedelta(minutes=2))
+    ended = Attempt.objects.create(
+        job=failed,
+        number=1,
+        status="Failed",
+        queued_at=now - timedelta(minutes=30),
+        running_at=now - timedelta(minutes=29),
+        ended_at=now - timedelta(minutes=2),
+    )
     for rank, name in enumerate(("master-0", "worker-0", "worker-1")):
-        Instance.objects.create(attempt=ended, role="Master" if rank == 0 else "Worker", index=max(0, rank - 1),
-                                name=name, rank=rank, node=f"node-{'ab'[rank % 2]}",
-                                status="Failed" if name == "worker-1" else "Stopped", exit_code=1 if rank == 2 else None)
-    JobEvent.objects.create(job=failed, type="job_failed", level="error", message=FAILED_REASON, attempt=1,
-                            payload={"error_source": "Log", "family": "nccl", "error_code": "NCCL_ERROR",
-                                     "evidence": "NCCL error: unhandled system error", "instance": "worker-1"})
-    return {"running": running, "failed": failed, "record": record, "diagnosis": diagnosis, "channel": channel,
-            "rule": rule}
+        Instance.objects.create(
+            attempt=ended,
+            role="Master" if rank == 0 else "Worker",
+            index=max(0, rank - 1),
+            name=name,
+            rank=rank,
+            node=f"node-{'ab'[rank % 2]}",
+            status="Failed" if name == "worker-1" else "Stopped",
+            exit_code=1 if rank == 2 else None,
+        )
+    JobEvent.objects.create(
+        job=failed,
+        type="job_failed",
+        level="error",
+        message=FAILED_REASON,
+        attempt=1,
+        payload={
+            "error_source": "Log",
+            "family": "nccl",
+            "error_code": "NCCL_ERROR",
+            "evidence": "NCCL error: unhandled system error",
+            "instance": "worker-1",
+        },
+    )
+    return {
+        "running": running,
+        "failed": failed,
+        "record": record,
+        "diagnosis": diagnosis,
+        "channel": channel,
+        "rule": rule,
+    }
 
 
 def every_page(slug: str, w: dict) -> dict[str, str]:
@@ -114,7 +193,8 @@ def settle(page, name: str) -> None:
 
 
 def test_every_page_at_both_sizes_has_a_screenshot_no_serious_axe_violation_and_fits_the_phone(
-        page_for, browser, server, alice, bob, carol, alice_ws, world, shoot):
+    page_for, browser, server, alice, bob, carol, alice_ws, world, shoot
+):
     pages = every_page(alice_ws.slug, world)
     found: dict[str, list[str]] = {}
     wide: dict[str, int] = {}

@@ -20,8 +20,10 @@ pytestmark = [pytest.mark.browser, pytest.mark.redis, pytest.mark.django_db(tran
 
 SDK = Path(__file__).resolve().parents[2] / "sdk" / "src"
 # Silent training: a report every 0.5 s (the SDK sends the newest at most once a second).
-SILENT = ("python3 -c 'import time\nfrom vigil import job_monitor as jm\n"
-          "for i in range(400):\n    jm.report_progress(i, loss=4.0 - i * 0.005, total_steps=400); time.sleep(0.5)\n'")
+SILENT = (
+    "python3 -c 'import time\nfrom vigil import job_monitor as jm\n"
+    "for i in range(400):\n    jm.report_progress(i, loss=4.0 - i * 0.005, total_steps=400); time.sleep(0.5)\n'"
+)
 
 STEP_OF = "sel => { const e = document.querySelector(sel); return e ? parseInt(e.getAttribute('data-step') || e.textContent) : -1; }"
 
@@ -38,10 +40,12 @@ def sparkline_moves(page, slug: str, job, label: str, timeout: int) -> str:
 
 
 def test_a_job_that_only_reports_progress_moves_the_panel_and_the_list_sparkline_live(
-        page_for, alice, alice_ws, job_body, server, settings):
+    page_for, alice, alice_ws, job_body, server, settings
+):
     settings.VIGIL_CONSOLE_URL = server  # the instances' SDK reports to the console the browser reads
-    job, _ = actions.submit_job(alice, job_body(alice_ws, display_name="silent", user_command=SILENT,
-                                                envs={"PYTHONPATH": str(SDK)}))
+    job, _ = actions.submit_job(
+        alice, job_body(alice_ws, display_name="silent", user_command=SILENT, envs={"PYTHONPATH": str(SDK)})
+    )
     try:
         tick_until(job, lambda j: j.status == JobStatus.RUNNING)
         page = page_for(alice)

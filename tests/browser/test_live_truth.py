@@ -94,10 +94,12 @@ def test_the_running_bar_of_the_timeline_grows_and_now_stays_now(page_for, alice
 
 
 # worker-0 of attempt 1 fails with an NCCL error; every later run prints steps.
-FLAKY_ONCE = ('if [ "$VIGIL_ATTEMPT" = "1" ] && [ "$VIGIL_INSTANCE" = "worker-0" ]; then '
-              'echo "epoch 0 step 1"; echo "NCCL error in: ProcessGroupNCCL.cpp:1191, unhandled system error" >&2; '
-              'exit 1; fi; '
-              'i=0; while [ $i -lt 100000 ]; do echo "attempt $VIGIL_ATTEMPT step $i"; i=$((i+1)); sleep 0.05; done')
+FLAKY_ONCE = (
+    'if [ "$VIGIL_ATTEMPT" = "1" ] && [ "$VIGIL_INSTANCE" = "worker-0" ]; then '
+    'echo "epoch 0 step 1"; echo "NCCL error in: ProcessGroupNCCL.cpp:1191, unhandled system error" >&2; '
+    "exit 1; fi; "
+    'i=0; while [ $i -lt 100000 ]; do echo "attempt $VIGIL_ATTEMPT step $i"; i=$((i+1)); sleep 0.05; done'
+)
 
 # Every change of the header's status, the monitor log and the newest restart
 # record's result, with the page's clock, in the order the page showed them.
@@ -125,10 +127,19 @@ AGREE_MS = 1000
 
 
 def test_status_records_and_monitor_log_agree_through_a_restart(page_for, alice, alice_ws, job_body):
-    job, _ = actions.submit_job(alice, job_body(alice_ws, display_name="flaky", user_command=FLAKY_ONCE, settings={
-        "enable_error_monitoring_in_aimaster": True,
-        "error_monitoring_args": "--job-execution-mode=Sync --enable-job-restart=True --max-num-of-job-restart=3 "
-                                 "--fault-tolerant-policy=ExitCodeAndErrorMsg"}))
+    job, _ = actions.submit_job(
+        alice,
+        job_body(
+            alice_ws,
+            display_name="flaky",
+            user_command=FLAKY_ONCE,
+            settings={
+                "enable_error_monitoring_in_aimaster": True,
+                "error_monitoring_args": "--job-execution-mode=Sync --enable-job-restart=True --max-num-of-job-restart=3 "
+                "--fault-tolerant-policy=ExitCodeAndErrorMsg",
+            },
+        ),
+    )
     page = page_for(alice)
     page.goto(f"/workspaces/{alice_ws.slug}/jobs/{job.pk}/")
     expect(page.locator("#logview")).to_contain_text("NCCL error", timeout=15_000)
@@ -144,14 +155,16 @@ def test_status_records_and_monitor_log_agree_through_a_restart(page_for, alice,
     # to Restarting once the new attempt runs.
     assert "Restarting" in statuses, statuses
     first_restarting = statuses.index("Restarting")
-    assert "Restarting" not in statuses[statuses.index("Running", first_restarting):], statuses
+    assert "Restarting" not in statuses[statuses.index("Running", first_restarting) :], statuses
     # When the monitor log says the restart succeeded, the record says so too
     # (within a second, on a machine shared with other tests), and the header no
     # longer says Restarting.
     said = next(s for s in trace if "Restart 1 succeeded" in s["last"])
     later = [s for s in trace if s["t"] >= said["t"]]
     agreed = next((s for s in later if s["record"] == "Succeeded"), None)
-    assert agreed is not None and agreed["t"] - said["t"] <= AGREE_MS, [(s["t"] - said["t"], s["record"]) for s in later]
+    assert agreed is not None and agreed["t"] - said["t"] <= AGREE_MS, [
+        (s["t"] - said["t"], s["record"]) for s in later
+    ]
     settled = [s for s in later if s["t"] - said["t"] > AGREE_MS]
     assert all(s["status"] != "Restarting" for s in settled), [(s["t"] - said["t"], s["status"]) for s in settled]
     stop(alice, job)
@@ -159,8 +172,10 @@ def test_status_records_and_monitor_log_agree_through_a_restart(page_for, alice,
 
 # Two ranks print in turn, lines with no timestamp of their own at the start (the
 # time inside is for the test to check against).
-TURNS = ('if [ "$VIGIL_INSTANCE" = "worker-0" ]; then sleep 0.15; fi; i=0; '
-         'while [ $i -lt 400 ]; do echo "$VIGIL_INSTANCE line $i printed $(date +%s.%N)"; i=$((i+1)); sleep 0.3; done')
+TURNS = (
+    'if [ "$VIGIL_INSTANCE" = "worker-0" ]; then sleep 0.15; fi; i=0; '
+    'while [ $i -lt 400 ]; do echo "$VIGIL_INSTANCE line $i printed $(date +%s.%N)"; i=$((i+1)); sleep 0.3; done'
+)
 
 SHOWN = """() => Array.from(document.querySelectorAll("#logview .ln:not(.sep)")).map(
   ln => [ln.querySelector(".t").textContent, ln.querySelector(".ts").textContent])"""
@@ -171,7 +186,9 @@ def seconds_of_day(hms: str) -> float:
     return int(hh) * 3600 + int(mm) * 60 + float(ss)
 
 
-def test_all_instances_keep_their_capture_order_and_times_after_a_reload_and_in_the_download(page_for, alice, alice_ws, job_body):
+def test_all_instances_keep_their_capture_order_and_times_after_a_reload_and_in_the_download(
+    page_for, alice, alice_ws, job_body
+):
     job, _ = actions.submit_job(alice, job_body(alice_ws, display_name="turns", user_command=TURNS))
     page = page_for(alice)
     page.goto(f"/workspaces/{alice_ws.slug}/jobs/{job.pk}/")

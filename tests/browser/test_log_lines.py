@@ -22,10 +22,12 @@ AXE = Path(__file__).parent / "vendor" / "axe.min.js"
 
 # worker-0 writes 600 numbered lines with a harmless "Error" at 100 and the real
 # fault at 401; master-0 writes 600 clean lines. Then both wait.
-NUMBERED = ('i=1; while [ $i -le 600 ]; do '
-            'if [ "$VIGIL_INSTANCE" = "worker-0" ] && [ $i -eq 100 ]; then echo "step $i ValueError ignored by the loader"; '
-            'elif [ "$VIGIL_INSTANCE" = "worker-0" ] && [ $i -eq 401 ]; then echo "RuntimeError: CUDA error: out of memory"; '
-            'else echo "step $i"; fi; i=$((i+1)); done; sleep 120')
+NUMBERED = (
+    "i=1; while [ $i -le 600 ]; do "
+    'if [ "$VIGIL_INSTANCE" = "worker-0" ] && [ $i -eq 100 ]; then echo "step $i ValueError ignored by the loader"; '
+    'elif [ "$VIGIL_INSTANCE" = "worker-0" ] && [ $i -eq 401 ]; then echo "RuntimeError: CUDA error: out of memory"; '
+    'else echo "step $i"; fi; i=$((i+1)); done; sleep 120'
+)
 
 
 def wait_for_log(job, instance, text, timeout=20.0):
@@ -43,8 +45,9 @@ def stop(alice, job):
     actions.finish_stop(job.pk)
 
 
-def test_a_line_permalink_opens_the_log_at_that_line_and_line_numbers_link_to_lines(page_for, alice, alice_ws,
-                                                                                     job_body, shoot):
+def test_a_line_permalink_opens_the_log_at_that_line_and_line_numbers_link_to_lines(
+    page_for, alice, alice_ws, job_body, shoot
+):
     job, _ = actions.submit_job(alice, job_body(alice_ws, display_name="numbered", user_command=NUMBERED))
     wait_for_log(job, "worker-0", "step 600")
     page = page_for(alice)
@@ -75,18 +78,21 @@ def test_a_line_permalink_opens_the_log_at_that_line_and_line_numbers_link_to_li
     # a line past the end says so
     page.goto(base + "?attempt=1&instance=worker-0#L9000")
     expect(page.locator("#log-notice")).to_have_text(
-        "Line 9000 is not in worker-0's log of attempt 1: the log has 600 lines. Showing its end.")
+        "Line 9000 is not in worker-0's log of attempt 1: the log has 600 lines. Showing its end."
+    )
     expect(page.locator("#logview")).to_contain_text("step 600")
     # an instance the attempt does not have: told so, not left waiting
     page.goto(base + "?attempt=1&instance=worker-9#L5")
     expect(page.locator("#log-notice")).to_have_text(
-        "Line 5 is not in worker-9's log of attempt 1: attempt 1 has no instance of that name.")
+        "Line 5 is not in worker-9's log of attempt 1: attempt 1 has no instance of that name."
+    )
     expect(page.locator("#log-archive")).to_have_attribute("href", f"{base}attempts/1/logs.zip")
     stop(alice, job)
 
 
-def test_e_jumps_to_the_classified_line_else_the_first_error_line_and_says_when_there_is_none(page_for, alice,
-                                                                                               alice_ws, job_body, shoot):
+def test_e_jumps_to_the_classified_line_else_the_first_error_line_and_says_when_there_is_none(
+    page_for, alice, alice_ws, job_body, shoot
+):
     job, _ = actions.submit_job(alice, job_body(alice_ws, display_name="errors", user_command=NUMBERED))
     backend, handle = wait_for_log(job, "worker-0", "step 600")
     wait_for_log(job, "master-0", "step 600")
@@ -116,9 +122,21 @@ def test_e_jumps_to_the_classified_line_else_the_first_error_line_and_says_when_
     # a restart record with the classifier's line wins over the first "Error"
     log = backend.read_log(handle, "worker-0")
     RestartRecord.objects.create(
-        job=job, number=1, kind="job", attempt=1, new_attempt=2, instance_name="worker-0", node_name="local",
-        error_code="CUDA_OOM", error_message="CUDA error: out of memory", error_source="Log", reason="worker-0 ran out of memory",
-        result="Succeeded", log_offset=log.index(b"RuntimeError: CUDA"), idempotency_key=f"e-key-{job.pk}")
+        job=job,
+        number=1,
+        kind="job",
+        attempt=1,
+        new_attempt=2,
+        instance_name="worker-0",
+        node_name="local",
+        error_code="CUDA_OOM",
+        error_message="CUDA error: out of memory",
+        error_source="Log",
+        reason="worker-0 ran out of memory",
+        result="Succeeded",
+        log_offset=log.index(b"RuntimeError: CUDA"),
+        idempotency_key=f"e-key-{job.pk}",
+    )
     page.goto(base)
     expect(page.locator("#part-restarts tr[data-failure-offset]")).to_have_count(1)
     page.locator("#logview").focus()
@@ -127,21 +145,25 @@ def test_e_jumps_to_the_classified_line_else_the_first_error_line_and_says_when_
     expect(page.locator("#log-target a.n")).to_have_text("401")
     expect(page).to_have_url(re.compile(r"\?attempt=1&instance=worker-0#L401$"))
     expect(page.locator("#log-notice")).to_have_text(
-        "The line the classifier used for attempt 1's failure: line 401 of worker-0.")
+        "The line the classifier used for attempt 1's failure: line 401 of worker-0."
+    )
     shoot(page, "log-first-error")
     stop(alice, job)
 
 
-READABLE = (r"printf '\033[31mred alert\033[0m <b>not bold</b> \033[38;5;196mextended\033[0m \033[5mblink\033[0m done\n'; "
-            r"printf 'progress 10%%\rprogress 50%%\rprogress 100%%\n'; "
-            "echo '2026-01-02T03:04:05.678Z optimizer ready'; "
-            "echo 'RuntimeError: NCCL communicator was aborted on rank 3 while waiting for the allreduce of bucket 17 "
-            "after 1800000 ms, see the NCCL_DEBUG=INFO output of every rank for the first one that failed'; sleep 120")
+READABLE = (
+    r"printf '\033[31mred alert\033[0m <b>not bold</b> \033[38;5;196mextended\033[0m \033[5mblink\033[0m done\n'; "
+    r"printf 'progress 10%%\rprogress 50%%\rprogress 100%%\n'; "
+    "echo '2026-01-02T03:04:05.678Z optimizer ready'; "
+    "echo 'RuntimeError: NCCL communicator was aborted on rank 3 while waiting for the allreduce of bucket 17 "
+    "after 1800000 ms, see the NCCL_DEBUG=INFO output of every rank for the first one that failed'; sleep 120"
+)
 LONG_LINE_END = "for the first one that failed"
 
 
-def test_lines_render_ansi_colours_escaped_progress_bars_and_timestamps_in_local_or_utc(page_for, alice, alice_ws,
-                                                                                        job_body, shoot):
+def test_lines_render_ansi_colours_escaped_progress_bars_and_timestamps_in_local_or_utc(
+    page_for, alice, alice_ws, job_body, shoot
+):
     job, _ = actions.submit_job(alice, job_body(alice_ws, display_name="readable", user_command=READABLE))
     wait_for_log(job, "worker-0", "optimizer ready")
     page = page_for(alice)  # its browser's time zone is Asia/Jakarta (UTC+7)
@@ -224,9 +246,11 @@ def test_axe_finds_no_serious_violation_on_the_list_job_and_rules_pages(page_for
     wait_for_log(job, "worker-0", "optimizer ready")
     page = page_for(alice)
     found = {}
-    for name, path in (("job list", f"/workspaces/{alice_ws.slug}/jobs/"),
-                       ("job page", f"/workspaces/{alice_ws.slug}/jobs/{job.pk}/"),
-                       ("rules page", f"/workspaces/{alice_ws.slug}/notifications/rules/")):
+    for name, path in (
+        ("job list", f"/workspaces/{alice_ws.slug}/jobs/"),
+        ("job page", f"/workspaces/{alice_ws.slug}/jobs/{job.pk}/"),
+        ("rules page", f"/workspaces/{alice_ws.slug}/notifications/rules/"),
+    ):
         page.goto(path)
         if name == "job page":
             expect(page.locator("#logview .ln").first).to_be_visible()

@@ -20,14 +20,20 @@ from test_log_lines import serious_violations
 pytestmark = [pytest.mark.browser, pytest.mark.redis, pytest.mark.django_db(transaction=True)]
 
 PHONE = {"width": 390, "height": 844}
-LONG_ERROR = ("HTTPSConnectionPool(host='hooks.example-receiver.com', port=443): Max retries exceeded with url: "
-              "/services/T000/B000/XXXXXXXXXXXXXXXXXXXXXXXX (Caused by NewConnectionError: Failed to establish "
-              "a new connection: [Errno 111] Connection refused)")
+LONG_ERROR = (
+    "HTTPSConnectionPool(host='hooks.example-receiver.com', port=443): Max retries exceeded with url: "
+    "/services/T000/B000/XXXXXXXXXXXXXXXXXXXXXXXX (Caused by NewConnectionError: Failed to establish "
+    "a new connection: [Errno 111] Connection refused)"
+)
 # core.policy's wording of a whole-job restart and of a failure past the budget
-REASON = ("Restarting the whole job (restart 1 of 3): worker-0 failed with a retryable error: ECONNRESET "
-          "(connection reset by peer while reading from the rendezvous store at master-0:29500).")
-FAILED_REASON = ("Not restarted: the job has already been restarted 3 of 3 times (--max-num-of-job-restart=3); "
-                 "worker-1 failed with NCCL_ERROR (NCCL error: unhandled system error).")
+REASON = (
+    "Restarting the whole job (restart 1 of 3): worker-0 failed with a retryable error: ECONNRESET "
+    "(connection reset by peer while reading from the rendezvous store at master-0:29500)."
+)
+FAILED_REASON = (
+    "Not restarted: the job has already been restarted 3 of 3 times (--max-num-of-job-restart=3); "
+    "worker-1 failed with NCCL_ERROR (NCCL error: unhandled system error)."
+)
 
 
 def overflow(page) -> int:
@@ -51,30 +57,66 @@ def notification_pages(alice_ws, alice):
     from notifications.models import Channel, Delivery, DeliveryStatus, EventRule
 
     channel = Channel.objects.create(
-        workspace=alice_ws, name="ops-webhook", kind="webhook", created_by=alice,
-        url="https://hooks.example-receiver.com/services/T000/B000/XXXXXXXXXXXXXXXXXXXXXXXX?channel=ml-ops-alerts")
+        workspace=alice_ws,
+        name="ops-webhook",
+        kind="webhook",
+        created_by=alice,
+        url="https://hooks.example-receiver.com/services/T000/B000/XXXXXXXXXXXXXXXXXXXXXXXX?channel=ml-ops-alerts",
+    )
     rule = EventRule.objects.create(workspace=alice_ws, name="failures", event_types=["job_failed"], created_by=alice)
     rule.channels.add(channel)
-    job = Job.objects.create(workspace=alice_ws, display_name="resnet-ddp-long-run-name", job_type="PyTorchJob",
-                             user_command="true", status=JobStatus.FAILED, reason=FAILED_REASON)
+    job = Job.objects.create(
+        workspace=alice_ws,
+        display_name="resnet-ddp-long-run-name",
+        job_type="PyTorchJob",
+        user_command="true",
+        status=JobStatus.FAILED,
+        reason=FAILED_REASON,
+    )
     for status in (DeliveryStatus.FAILED, DeliveryStatus.SENT):
         event = JobEvent.objects.create(job=job, type="job_failed", level="error", message=FAILED_REASON)
-        delivery = Delivery.objects.create(event=event, channel=channel, rule=rule, status=status, attempts=3,
-                                           error=LONG_ERROR if status == DeliveryStatus.FAILED else "",
-                                           duration_ms=812.4, last_attempt_at=timezone.now())
+        delivery = Delivery.objects.create(
+            event=event,
+            channel=channel,
+            rule=rule,
+            status=status,
+            attempts=3,
+            error=LONG_ERROR if status == DeliveryStatus.FAILED else "",
+            duration_ms=812.4,
+            last_attempt_at=timezone.now(),
+        )
         delivery.matched_rules.add(rule)
     return channel, rule, job
 
 
-def test_phone_layouts_fit_390px_and_the_restart_reason_reads_in_a_few_lines(page_for, alice, alice_ws,
-                                                                              notification_pages, shoot):
+def test_phone_layouts_fit_390px_and_the_restart_reason_reads_in_a_few_lines(
+    page_for, alice, alice_ws, notification_pages, shoot
+):
     channel, rule, failed = notification_pages
-    job = Job.objects.create(workspace=alice_ws, display_name="bert-restarting", job_type="PyTorchJob",
-                             user_command="true", status=JobStatus.RUNNING, fault_tolerance=True)
+    job = Job.objects.create(
+        workspace=alice_ws,
+        display_name="bert-restarting",
+        job_type="PyTorchJob",
+        user_command="true",
+        status=JobStatus.RUNNING,
+        fault_tolerance=True,
+    )
     RestartRecord.objects.create(
-        job=job, number=1, kind="job", attempt=1, new_attempt=2, node_name="node-a", instance_name="worker-0",
-        error_code="ECONNRESET", error_message="connection reset by peer", reason=REASON, result="Succeeded",
-        duration_seconds=4.2, idempotency_key=f"rr-{job.pk}-1", restart_time=timezone.now() - timedelta(minutes=3))
+        job=job,
+        number=1,
+        kind="job",
+        attempt=1,
+        new_attempt=2,
+        node_name="node-a",
+        instance_name="worker-0",
+        error_code="ECONNRESET",
+        error_message="connection reset by peer",
+        reason=REASON,
+        result="Succeeded",
+        duration_seconds=4.2,
+        idempotency_key=f"rr-{job.pk}-1",
+        restart_time=timezone.now() - timedelta(minutes=3),
+    )
     page = page_for(alice, **PHONE)
     ws = f"/workspaces/{alice_ws.slug}"
     pages = {
@@ -99,22 +141,32 @@ def test_phone_layouts_fit_390px_and_the_restart_reason_reads_in_a_few_lines(pag
         if name == "deliveries":
             # the stored connection-pool repr reads as a sentence (core.delivery_errors)
             error = page.locator("td", has_text="connection refused by hooks.example-receiver.com:443")
-            wide["delivery error right edge"] = error.evaluate("el => el.getBoundingClientRect().right") > PHONE["width"]
+            wide["delivery error right edge"] = (
+                error.evaluate("el => el.getBoundingClientRect().right") > PHONE["width"]
+            )
         if name == "job-list":
             # issue 15, defect 9: a failed job says why, and every cut reason starts with the cause
-            reasons = {row.locator("td").first.locator("a").inner_text(): row.locator("td.reason").inner_text()
-                       for row in page.locator("table.jobs tbody tr").all()}
-            assert reasons == {"resnet-ddp-long-run-name": "NCCL_ERROR on worker-1 — not restarted, restart 3 of 3 used",
-                               "bert-restarting": "ECONNRESET on worker-0 — restart 1 of 3"}, reasons
+            reasons = {
+                row.locator("td").first.locator("a").inner_text(): row.locator("td.reason").inner_text()
+                for row in page.locator("table.jobs tbody tr").all()
+            }
+            assert reasons == {
+                "resnet-ddp-long-run-name": "NCCL_ERROR on worker-1 — not restarted, restart 3 of 3 used",
+                "bert-restarting": "ECONNRESET on worker-0 — restart 1 of 3",
+            }, reasons
         if name == "job-page":
             reason = page.locator("#part-restarts td.reason").first
             expect(reason).to_have_text("ECONNRESET on worker-0 — restart 1 of 3")
             assert axe == {"channels": [], "deliveries": [], "rules": []}  # axe-core: no serious or critical violation
-    # one word per line made the cell ~20 lines tall; a readable cell takes a few
+            # one word per line made the cell ~20 lines tall; a readable cell takes a few
             lines = line_count(reason)
             wide["restart reason lines"] = lines
-    assert wide == {**dict.fromkeys(pages, 0), "channel url right edge": False, "delivery error right edge": False,
-                    "restart reason lines": wide["restart reason lines"]}, f"pages wider than 390 px (px over): {wide}"
+    assert wide == {
+        **dict.fromkeys(pages, 0),
+        "channel url right edge": False,
+        "delivery error right edge": False,
+        "restart reason lines": wide["restart reason lines"],
+    }, f"pages wider than 390 px (px over): {wide}"
     assert axe == {"channels": [], "deliveries": [], "rules": []}  # axe-core: no serious or critical violation
     # one word per line made the cell ~20 lines tall; a readable cell takes a few
     assert wide["restart reason lines"] <= 5, f"the restart reason takes {wide['restart reason lines']} lines"
@@ -189,8 +241,7 @@ def test_notification_forms_look_like_the_job_form(page_for, alice, alice_ws, no
     assert channels_head == header_style(page, "table.jobs th")
 
 
-def test_the_submit_form_keeps_fields_and_flags_in_step_and_names_every_error_at_once(page_for, alice, alice_ws,
-                                                                                      shoot):
+def test_the_submit_form_keeps_fields_and_flags_in_step_and_names_every_error_at_once(page_for, alice, alice_ws, shoot):
     """Issue 15's friction on the submit form, in one page and one submission."""
     page = page_for(alice)
     page.goto(f"/workspaces/{alice_ws.slug}/jobs/new/")
@@ -214,7 +265,9 @@ def test_the_submit_form_keeps_fields_and_flags_in_step_and_names_every_error_at
     page.fill("#id_job_hang_interval", "600")
     page.uncheck("#id_enable_job_hang_detection")
     expect(box).to_have_value(re.compile(r"--enable-job-hang-detection=False"))
-    expect(page.locator("#ft-preview .ft-warning")).to_contain_text("--job-hang-interval is set but Hang Detection is off")
+    expect(page.locator("#ft-preview .ft-warning")).to_contain_text(
+        "--job-hang-interval is set but Hang Detection is off"
+    )
     expect(page.locator("#ft-preview code.flags")).to_contain_text("--max-num-of-job-restart=4")
     shoot(page, "submit-form-in-step")
 
@@ -225,8 +278,10 @@ def test_the_submit_form_keeps_fields_and_flags_in_step_and_names_every_error_at
     page.fill("#id_display_name", "")
     page.click("button:has-text('Submit job')")
     expect(page.locator("#form-errors")).to_be_visible()
-    errors = {field: page.locator(f"#id_{field}-error").all_inner_texts()
-              for field in ("error_monitoring_args", "envs", "display_name")}
+    errors = {
+        field: page.locator(f"#id_{field}-error").all_inner_texts()
+        for field in ("error_monitoring_args", "envs", "display_name")
+    }
     assert len(errors["error_monitoring_args"]) == 1 and "--max-num-of-same-error" in errors["error_monitoring_args"][0]
     assert len(errors["envs"]) == 2 and "NAME=value" in errors["envs"][0] and "PATH" in errors["envs"][1], errors
     assert len(errors["display_name"]) == 1 and "is required" in errors["display_name"][0], errors

@@ -93,8 +93,19 @@ def test_the_form_refuses_a_person_without_any_backend_permission(erin, client):
     page = client.get(url)
     assert page.status_code == 403
     assert "jobs.run_on_local" in page.content.decode()
-    r = client.post(url, {"display_name": "x", "job_type": "PyTorchJob", "user_command": "id", "backend": "local",
-                          "role_0_type": "Master", "role_0_replicas": "1", "role_0_gpu": "0", "role_0_cpu": "1"})
+    r = client.post(
+        url,
+        {
+            "display_name": "x",
+            "job_type": "PyTorchJob",
+            "user_command": "id",
+            "backend": "local",
+            "role_0_type": "Master",
+            "role_0_replicas": "1",
+            "role_0_gpu": "0",
+            "role_0_cpu": "1",
+        },
+    )
     assert r.status_code == 403
     assert Job.objects.count() == 0
 
@@ -115,8 +126,19 @@ def test_the_form_offers_only_the_backends_the_person_may_use(alice_ws, alice, e
     page = client.get(url).content.decode()
     assert '<option value="slurm"' in page
     assert '<option value="local"' not in page
-    r = client.post(url, {"display_name": "x", "job_type": "PyTorchJob", "user_command": "id", "backend": "local",
-                          "role_0_type": "Master", "role_0_replicas": "1", "role_0_gpu": "0", "role_0_cpu": "1"})
+    r = client.post(
+        url,
+        {
+            "display_name": "x",
+            "job_type": "PyTorchJob",
+            "user_command": "id",
+            "backend": "local",
+            "role_0_type": "Master",
+            "role_0_replicas": "1",
+            "role_0_gpu": "0",
+            "role_0_cpu": "1",
+        },
+    )
     assert r.status_code == 400
     assert Job.objects.count() == 0
     client.force_login(alice)
@@ -154,8 +176,11 @@ def test_a_finished_jobs_token_cannot_write_events_or_reports(alice, alice_ws, j
     before = JobEvent.objects.filter(job=job).count()
     sdk = APIClient()
     sdk.credentials(HTTP_AUTHORIZATION=f"Bearer {token}")
-    for endpoint, body in [("messages", {"content": "forged: all good"}), ("progress", {"step": 10**6}),
-                           ("c4d", {"rank": 0, "attempt": 1, "records": []})]:
+    for endpoint, body in [
+        ("messages", {"content": "forged: all good"}),
+        ("progress", {"step": 10**6}),
+        ("c4d", {"rank": 0, "attempt": 1, "records": []}),
+    ]:
         r = sdk.post(f"/api/v1/sdk/jobs/{job.pk}/{endpoint}/", body, format="json")
         assert r.status_code == 409, (endpoint, r.content)
         assert "Succeeded" in r.json()["detail"]
@@ -195,12 +220,19 @@ def test_the_api_schema_and_docs_need_a_login_unless_published(alice, client, se
 # --- secrets in a job's environment ----------------------------------------------------------
 
 
-SECRET_ENVS = {"WANDB_API_KEY": "wandb-1234", "hf_token": "hf-5678", "DB_PASSWORD": "pw", "AWS_CREDENTIALS": "c",
-               "MY_SECRET": "s", "EPOCHS": "10"}
+SECRET_ENVS = {
+    "WANDB_API_KEY": "wandb-1234",
+    "hf_token": "hf-5678",
+    "DB_PASSWORD": "pw",
+    "AWS_CREDENTIALS": "c",
+    "MY_SECRET": "s",
+    "EPOCHS": "10",
+}
 
 
-def test_viewers_see_secret_looking_env_values_masked_and_owners_see_them(alice_ws, alice, carol, dave, api_as,
-                                                                         job_body, client):
+def test_viewers_see_secret_looking_env_values_masked_and_owners_see_them(
+    alice_ws, alice, carol, dave, api_as, job_body, client
+):
     from jobs.access import MASK
 
     job_id = api_as(alice).post("/api/v1/jobs/", job_body(alice_ws, envs=SECRET_ENVS), format="json").json()["id"]
@@ -231,10 +263,15 @@ def private_channel_layer(settings):
     import os
     import uuid
 
-    settings.CHANNEL_LAYERS = {"default": {
-        "BACKEND": "channels_redis.core.RedisChannelLayer",
-        "CONFIG": {"hosts": [{"address": settings.REDIS_URL, "socket_timeout": 30}],
-                   "prefix": f"vigil-sec-{os.getpid()}-{uuid.uuid4().hex[:8]}"}}}
+    settings.CHANNEL_LAYERS = {
+        "default": {
+            "BACKEND": "channels_redis.core.RedisChannelLayer",
+            "CONFIG": {
+                "hosts": [{"address": settings.REDIS_URL, "socket_timeout": 30}],
+                "prefix": f"vigil-sec-{os.getpid()}-{uuid.uuid4().hex[:8]}",
+            },
+        }
+    }
 
 
 def _socket(path, client):
@@ -242,9 +279,15 @@ def _socket(path, client):
 
     from console.asgi import application
 
-    return WebsocketCommunicator(application, path, headers=[
-        (b"host", b"127.0.0.1"), (b"origin", b"http://127.0.0.1"),
-        (b"cookie", f"sessionid={client.cookies['sessionid'].value}".encode())])
+    return WebsocketCommunicator(
+        application,
+        path,
+        headers=[
+            (b"host", b"127.0.0.1"),
+            (b"origin", b"http://127.0.0.1"),
+            (b"cookie", f"sessionid={client.cookies['sessionid'].value}".encode()),
+        ],
+    )
 
 
 async def _until_closed(comm, seconds: float) -> tuple[dict, list[dict], float]:
@@ -276,8 +319,9 @@ def _revoke(how, user, workspace, client):
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.redis
 @pytest.mark.parametrize("how, code", [("logout", 4401), ("membership", 4403), ("deactivated", 4423)])
-def test_an_open_job_socket_stops_streaming_when_access_ends(how, code, alice, dave, alice_ws, job_body,
-                                                             memory_backend, private_channel_layer):
+def test_an_open_job_socket_stops_streaming_when_access_ends(
+    how, code, alice, dave, alice_ws, job_body, memory_backend, private_channel_layer
+):
     from asgiref.sync import async_to_sync, sync_to_async
     from django.test import Client
 

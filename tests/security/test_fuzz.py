@@ -30,8 +30,13 @@ EXAMPLES_PER_OPERATION = 8
 
 def bounded(max_examples: int) -> settings:
     """Deterministic and bounded: the same examples every run, no example database."""
-    return settings(max_examples=max_examples, deadline=None, database=None, derandomize=True,
-                    suppress_health_check=list(HealthCheck))
+    return settings(
+        max_examples=max_examples,
+        deadline=None,
+        database=None,
+        derandomize=True,
+        suppress_health_check=list(HealthCheck),
+    )
 
 
 @pytest.fixture
@@ -53,8 +58,9 @@ def wsgi_app():
 
 @pytest.fixture
 def staff_owner(django_user_model, alice_ws):
-    user = django_user_model.objects.create_user("sam", "sam@example.com", "sam-password-123", is_staff=True,
-                                                 is_superuser=True)
+    user = django_user_model.objects.create_user(
+        "sam", "sam@example.com", "sam-password-123", is_staff=True, is_superuser=True
+    )
     Membership.objects.create(workspace=alice_ws, user=user, role=Role.OWNER)
     return user
 
@@ -67,9 +73,16 @@ def test_no_fuzzed_api_request_gets_a_500(staff_owner, alice_ws, memory_backend,
 
     settings.REST_FRAMEWORK = {**settings.REST_FRAMEWORK, "DEFAULT_THROTTLE_RATES": {"sdk": "100000/s"}}
     memory_backend.nodes = [{"name": "node-a", "slots": 4}]
-    job, job_token = actions.submit_job(staff_owner, {
-        "workspace": alice_ws.slug, "display_name": "fuzz-target", "job_type": "PyTorchJob",
-        "user_command": "true", "job_specs": [{"type": "Worker", "pod_count": 1}]})
+    job, job_token = actions.submit_job(
+        staff_owner,
+        {
+            "workspace": alice_ws.slug,
+            "display_name": "fuzz-target",
+            "job_type": "PyTorchJob",
+            "user_command": "true",
+            "job_specs": [{"type": "Worker", "pod_count": 1}],
+        },
+    )
     actions.launch_attempt(job.pk, 1)
     _, raw = ApiToken.issue(staff_owner)
     person = {"Authorization": f"Bearer {raw}"}
@@ -86,6 +99,7 @@ def test_no_fuzzed_api_request_gets_a_500(staff_owner, alice_ws, memory_backend,
         known = {"id": "local:node-a" if "/nodes/" in operation.path else str(job.pk), "job_id": str(job.pk)}
         headers = {"Authorization": f"Bearer {job_token}"} if sdk else person
         for mode in (GenerationMode.POSITIVE, GenerationMode.NEGATIVE):
+
             @bounded(EXAMPLES_PER_OPERATION)
             @given(case=operation.as_strategy(generation_mode=mode), use_known=st.booleans())
             def call(case, use_known):
@@ -96,8 +110,17 @@ def test_no_fuzzed_api_request_gets_a_500(staff_owner, alice_ws, memory_backend,
                 response = case.call(headers=headers)
                 statuses[response.status_code // 100] += 1
                 if response.status_code >= 500:
-                    failures.append((operation.label, mode.value, case.path_parameters, case.query, case.body,
-                                     response.status_code, response.text[:300]))
+                    failures.append(
+                        (
+                            operation.label,
+                            mode.value,
+                            case.path_parameters,
+                            case.query,
+                            case.body,
+                            response.status_code,
+                            response.text[:300],
+                        )
+                    )
 
             call()
     assert failures == []
@@ -108,45 +131,83 @@ def test_no_fuzzed_api_request_gets_a_500(staff_owner, alice_ws, memory_backend,
 HARMLESS_COMMANDS = st.sampled_from(["true", "echo hello", "exit 0", ":", "printf 'x\\n'"])
 # Any code point, lone surrogates and NUL included: a JSON body can carry them all.
 TEXT = st.text(st.characters(codec=None, categories=None, exclude_categories=()), max_size=40)
-ODD = st.one_of(st.none(), st.booleans(), st.integers(-(1 << 70), 1 << 70), st.floats(allow_nan=False), TEXT,
-                st.lists(st.integers(), max_size=3), st.dictionaries(TEXT, st.integers(), max_size=2))
-ROLE = st.fixed_dictionaries({
-    "type": st.one_of(st.sampled_from(["Master", "Worker", "PS", "Chief", "Launcher", "worker"]), ODD),
-    "pod_count": st.one_of(st.integers(-2, 5), st.sampled_from(["2", "²", "٣", " 1 ", "1e3", ""]), ODD),
-}, optional={
-    "resource_config": st.one_of(st.fixed_dictionaries({}, optional={
-        "gpu": st.one_of(st.sampled_from([0, 1, 3, "2", "²"]), ODD),
-        "cpu": st.one_of(st.sampled_from([1, 0.5, "2", "nan", "inf", -1]), ODD),
-        "memory": st.one_of(st.sampled_from(["1Gi", "٣Gi", "12", "lots"]), ODD)}), ODD),
-    "image": st.one_of(TEXT, ODD),
-})
-SUBMISSION = st.fixed_dictionaries({
-    "workspace": st.one_of(st.just("alice-lab"), st.sampled_from(["²", "0", "-1", "4"]), ODD),
-    "display_name": st.one_of(TEXT, ODD),
-    "job_type": st.one_of(st.sampled_from(["PyTorchJob", "TFJob", "MPIJob", "ElasticBatchJob"]), ODD),
-    "job_specs": st.one_of(st.lists(ROLE, max_size=3), ODD),
-    "user_command": st.one_of(HARMLESS_COMMANDS, ODD),
-}, optional={
-    "envs": st.one_of(st.dictionaries(st.sampled_from(["A", "B_1", "PATH", "1X", "VIGIL_JOB_ID"]),
-                                      st.one_of(TEXT, ODD), max_size=3), ODD),
-    "backend": st.one_of(st.just("local"), ODD),
-    "workdir": st.one_of(st.sampled_from(["/tmp", "relative", ""]), ODD),
-    "settings": st.one_of(st.fixed_dictionaries({}, optional={
-        "enable_error_monitoring_in_aimaster": st.one_of(st.booleans(), ODD),
-        "error_monitoring_args": st.one_of(st.sampled_from(["", "--job-hang-interval=60", "--bogus=1"]), ODD),
-        "retryable_errors": st.one_of(st.lists(TEXT, max_size=3), ODD)}), ODD),
-})
+ODD = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-(1 << 70), 1 << 70),
+    st.floats(allow_nan=False),
+    TEXT,
+    st.lists(st.integers(), max_size=3),
+    st.dictionaries(TEXT, st.integers(), max_size=2),
+)
+ROLE = st.fixed_dictionaries(
+    {
+        "type": st.one_of(st.sampled_from(["Master", "Worker", "PS", "Chief", "Launcher", "worker"]), ODD),
+        "pod_count": st.one_of(st.integers(-2, 5), st.sampled_from(["2", "²", "٣", " 1 ", "1e3", ""]), ODD),
+    },
+    optional={
+        "resource_config": st.one_of(
+            st.fixed_dictionaries(
+                {},
+                optional={
+                    "gpu": st.one_of(st.sampled_from([0, 1, 3, "2", "²"]), ODD),
+                    "cpu": st.one_of(st.sampled_from([1, 0.5, "2", "nan", "inf", -1]), ODD),
+                    "memory": st.one_of(st.sampled_from(["1Gi", "٣Gi", "12", "lots"]), ODD),
+                },
+            ),
+            ODD,
+        ),
+        "image": st.one_of(TEXT, ODD),
+    },
+)
+SUBMISSION = st.fixed_dictionaries(
+    {
+        "workspace": st.one_of(st.just("alice-lab"), st.sampled_from(["²", "0", "-1", "4"]), ODD),
+        "display_name": st.one_of(TEXT, ODD),
+        "job_type": st.one_of(st.sampled_from(["PyTorchJob", "TFJob", "MPIJob", "ElasticBatchJob"]), ODD),
+        "job_specs": st.one_of(st.lists(ROLE, max_size=3), ODD),
+        "user_command": st.one_of(HARMLESS_COMMANDS, ODD),
+    },
+    optional={
+        "envs": st.one_of(
+            st.dictionaries(
+                st.sampled_from(["A", "B_1", "PATH", "1X", "VIGIL_JOB_ID"]), st.one_of(TEXT, ODD), max_size=3
+            ),
+            ODD,
+        ),
+        "backend": st.one_of(st.just("local"), ODD),
+        "workdir": st.one_of(st.sampled_from(["/tmp", "relative", ""]), ODD),
+        "settings": st.one_of(
+            st.fixed_dictionaries(
+                {},
+                optional={
+                    "enable_error_monitoring_in_aimaster": st.one_of(st.booleans(), ODD),
+                    "error_monitoring_args": st.one_of(
+                        st.sampled_from(["", "--job-hang-interval=60", "--bogus=1"]), ODD
+                    ),
+                    "retryable_errors": st.one_of(st.lists(TEXT, max_size=3), ODD),
+                },
+            ),
+            ODD,
+        ),
+    },
+)
 
 
 # Valid bodies with harmless commands, so that the fuzzer also reaches the path that creates a job.
-VALID = st.fixed_dictionaries({
-    "workspace": st.sampled_from(["alice-lab", "ALICE_WS_ID"]),
-    "display_name": st.text(st.characters(categories=["L", "N", "P", "Zs"]), min_size=1, max_size=30),
-    "job_type": st.just("PyTorchJob"),
-    "job_specs": st.just([{"type": "Master", "pod_count": 1}, {"type": "Worker", "pod_count": 1}]),
-    "user_command": HARMLESS_COMMANDS,
-}, optional={"envs": st.dictionaries(st.sampled_from(["A", "B_1", "EPOCHS"]), st.text(max_size=20), max_size=2),
-             "workdir": st.sampled_from(["/tmp", ""])})
+VALID = st.fixed_dictionaries(
+    {
+        "workspace": st.sampled_from(["alice-lab", "ALICE_WS_ID"]),
+        "display_name": st.text(st.characters(categories=["L", "N", "P", "Zs"]), min_size=1, max_size=30),
+        "job_type": st.just("PyTorchJob"),
+        "job_specs": st.just([{"type": "Master", "pod_count": 1}, {"type": "Worker", "pod_count": 1}]),
+        "user_command": HARMLESS_COMMANDS,
+    },
+    optional={
+        "envs": st.dictionaries(st.sampled_from(["A", "B_1", "EPOCHS"]), st.text(max_size=20), max_size=2),
+        "workdir": st.sampled_from(["/tmp", ""]),
+    },
+)
 
 
 def test_fuzzed_submissions_make_a_whole_job_or_a_4xx_and_nothing(alice, alice_ws, api_as, memory_backend):

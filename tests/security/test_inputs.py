@@ -74,19 +74,23 @@ def test_deep_json_is_found_without_recursion():
 # --- submission through the API ------------------------------------------------------------
 
 
-@pytest.mark.parametrize("field, value, where", [
-    ("envs", {"TOKEN": SURROGATE}, "envs.TOKEN"),
-    ("display_name", f"resnet{SURROGATE}", "display_name"),
-    ("user_command", f"echo {SURROGATE}", "user_command"),
-    ("envs", {"X": f"a{NUL}b"}, "envs.X"),
-    ("display_name", f"res{NUL}net", "display_name"),
-    ("user_command", f"echo hi{NUL}", "user_command"),
-    ("workdir", f"/tmp/a{NUL}b", "workdir"),
-    ("settings", {"retryable_errors": [f"NCCL{NUL}"]}, "settings.retryable_errors.0"),
-    ("settings", {"error_monitoring_args": f"--job-hang-interval=60{NUL}"}, "settings.error_monitoring_args"),
-])
+@pytest.mark.parametrize(
+    "field, value, where",
+    [
+        ("envs", {"TOKEN": SURROGATE}, "envs.TOKEN"),
+        ("display_name", f"resnet{SURROGATE}", "display_name"),
+        ("user_command", f"echo {SURROGATE}", "user_command"),
+        ("envs", {"X": f"a{NUL}b"}, "envs.X"),
+        ("display_name", f"res{NUL}net", "display_name"),
+        ("user_command", f"echo hi{NUL}", "user_command"),
+        ("workdir", f"/tmp/a{NUL}b", "workdir"),
+        ("settings", {"retryable_errors": [f"NCCL{NUL}"]}, "settings.retryable_errors.0"),
+        ("settings", {"error_monitoring_args": f"--job-hang-interval=60{NUL}"}, "settings.error_monitoring_args"),
+    ],
+)
 def test_unstorable_text_in_a_submission_is_a_400_naming_the_field_and_stores_nothing(
-        alice_ws, alice, api_as, job_body, field, value, where):
+    alice_ws, alice, api_as, job_body, field, value, where
+):
     api = api_as(alice)
     before = Job.objects.count()
     r = post_json(api, "/api/v1/jobs/", json.dumps(job_body(alice_ws, **{field: value})))
@@ -99,28 +103,36 @@ def test_unstorable_text_in_a_submission_is_a_400_naming_the_field_and_stores_no
 
 def test_a_surrogate_that_reaches_validation_by_another_path_is_refused_there_too(alice_ws, alice, job_body):
     """The form and scripts call submit_job without the JSON parser in front."""
-    for field, value in (("envs", {"A": SURROGATE}), ("display_name", SURROGATE), ("user_command", SURROGATE),
-                         ("workdir", f"/a{SURROGATE}")):
+    for field, value in (
+        ("envs", {"A": SURROGATE}),
+        ("display_name", SURROGATE),
+        ("user_command", SURROGATE),
+        ("workdir", f"/a{SURROGATE}"),
+    ):
         with pytest.raises(ValidationError) as info:
             actions.submit_job(alice, job_body(alice_ws, **{field: value}))
         assert any(k.startswith(field) for k in info.value.detail), info.value.detail
     assert Job.objects.count() == 0
 
 
-@pytest.mark.parametrize("change, where", [
-    (lambda b: b["job_specs"][1].update(pod_count="²"), "job_specs.1.pod_count"),
-    (lambda b: b["job_specs"][1].update(pod_count="٣"), "job_specs.1.pod_count"),
-    (lambda b: b["job_specs"][1]["resource_config"].update(gpu="²"), "job_specs.1.resource_config.gpu"),
-    (lambda b: b["job_specs"][1]["resource_config"].update(memory="٣Gi"), "job_specs.1.resource_config.memory"),
-    (lambda b: b.update(workspace="²"), "workspace"),
-    (lambda b: b.update(workspace={"id": 1}), "workspace"),
-    (lambda b: b.update(job_type={"PyTorchJob": 1}), "job_type"),
-    (lambda b: b.update(job_type=["PyTorchJob"]), "job_type"),
-    (lambda b: b.update(backend=["local"]), "backend"),
-    (lambda b: b.update(envs={"NAME\n": "x"}), "envs.NAME\n"),
-])
+@pytest.mark.parametrize(
+    "change, where",
+    [
+        (lambda b: b["job_specs"][1].update(pod_count="²"), "job_specs.1.pod_count"),
+        (lambda b: b["job_specs"][1].update(pod_count="٣"), "job_specs.1.pod_count"),
+        (lambda b: b["job_specs"][1]["resource_config"].update(gpu="²"), "job_specs.1.resource_config.gpu"),
+        (lambda b: b["job_specs"][1]["resource_config"].update(memory="٣Gi"), "job_specs.1.resource_config.memory"),
+        (lambda b: b.update(workspace="²"), "workspace"),
+        (lambda b: b.update(workspace={"id": 1}), "workspace"),
+        (lambda b: b.update(job_type={"PyTorchJob": 1}), "job_type"),
+        (lambda b: b.update(job_type=["PyTorchJob"]), "job_type"),
+        (lambda b: b.update(backend=["local"]), "backend"),
+        (lambda b: b.update(envs={"NAME\n": "x"}), "envs.NAME\n"),
+    ],
+)
 def test_odd_shapes_and_unicode_digits_in_a_submission_are_400s_naming_the_field(
-        alice_ws, alice, api_as, job_body, change, where):
+    alice_ws, alice, api_as, job_body, change, where
+):
     body = job_body(alice_ws)
     change(body)
     r = api_as(alice).post("/api/v1/jobs/", body, format="json")
@@ -147,18 +159,21 @@ def running_job(alice, alice_ws, job_body):
     return job
 
 
-@pytest.mark.parametrize("path, params, field", [
-    ("/api/v1/jobs/", {"workspace": "²"}, "workspace"),
-    ("/api/v1/jobs/", {"workspace": "-1"}, "workspace"),
-    ("/api/v1/jobs/{id}/events/", {"after": "²"}, "after"),
-    ("/api/v1/jobs/{id}/events/", {"after": "9" * 30}, "after"),
-    ("/api/v1/jobs/{id}/logs/", {"instance": "worker-0", "attempt": "²"}, "attempt"),
-    ("/api/v1/jobs/{id}/logs/", {"instance": "worker-0", "offset": "²"}, "offset"),
-    ("/api/v1/jobs/{id}/logs/", {"instance": "worker-0", "tail": "①"}, "tail"),
-    ("/api/v1/jobs/", {"status": f"Running{NUL}"}, "status"),
-    ("/api/v1/jobs/", {"q": f"res{NUL}"}, "q"),
-    ("/api/v1/jobs/{id}/events/", {"type": f"status{NUL}"}, "type"),
-])
+@pytest.mark.parametrize(
+    "path, params, field",
+    [
+        ("/api/v1/jobs/", {"workspace": "²"}, "workspace"),
+        ("/api/v1/jobs/", {"workspace": "-1"}, "workspace"),
+        ("/api/v1/jobs/{id}/events/", {"after": "²"}, "after"),
+        ("/api/v1/jobs/{id}/events/", {"after": "9" * 30}, "after"),
+        ("/api/v1/jobs/{id}/logs/", {"instance": "worker-0", "attempt": "²"}, "attempt"),
+        ("/api/v1/jobs/{id}/logs/", {"instance": "worker-0", "offset": "²"}, "offset"),
+        ("/api/v1/jobs/{id}/logs/", {"instance": "worker-0", "tail": "①"}, "tail"),
+        ("/api/v1/jobs/", {"status": f"Running{NUL}"}, "status"),
+        ("/api/v1/jobs/", {"q": f"res{NUL}"}, "q"),
+        ("/api/v1/jobs/{id}/events/", {"type": f"status{NUL}"}, "type"),
+    ],
+)
 def test_bad_query_parameters_are_400s_naming_them(alice, api_as, running_job, path, params, field):
     r = api_as(alice).get(path.format(id=running_job.pk), params)
     assert r.status_code == 400, r.content
@@ -177,8 +192,9 @@ def test_a_workspace_id_and_a_slug_are_told_apart(alice, alice_ws, api_as, runni
 
 @pytest.fixture
 def staff(django_user_model):
-    return django_user_model.objects.create_user("sam", "sam@example.com", "sam-password-123", is_staff=True,
-                                                 is_superuser=True)
+    return django_user_model.objects.create_user(
+        "sam", "sam@example.com", "sam-password-123", is_staff=True, is_superuser=True
+    )
 
 
 def test_a_numeric_slug_is_refused_and_a_numeric_name_gets_a_slug_that_starts_with_a_letter(staff, api_as, alice_ws):
@@ -217,9 +233,10 @@ def test_control_characters_in_channel_and_rule_names_are_refused_beside_the_fie
     assert r.status_code == 200 and "control character" in r.content.decode()
     assert not Channel.objects.exists()
     channel = Channel.objects.create(workspace=alice_ws, name="ok", kind="webhook", url="https://hooks.example.com/x")
-    r = client.post(reverse("notifications:rule-add", args=[alice_ws.slug]),
-                    {"name": name, "event_types": ["restart"], "job_scope": "all", "channels": [channel.pk],
-                     "enabled": "on"})
+    r = client.post(
+        reverse("notifications:rule-add", args=[alice_ws.slug]),
+        {"name": name, "event_types": ["restart"], "job_scope": "all", "channels": [channel.pk], "enabled": "on"},
+    )
     assert r.status_code == 200 and "control character" in r.content.decode()
     assert not EventRule.objects.exists()
 
@@ -239,11 +256,14 @@ def test_the_migration_fixes_numeric_slugs_control_characters_and_stored_surroga
 # --- pages ---------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("page, params, field", [
-    ("job-detail", {"attempt": "²"}, "attempt"),
-    ("restarts", {"open": "²"}, "open"),
-    ("job-detail", {"attempt": "1", "instance": f"w{NUL}"}, "instance"),
-])
+@pytest.mark.parametrize(
+    "page, params, field",
+    [
+        ("job-detail", {"attempt": "²"}, "attempt"),
+        ("restarts", {"open": "²"}, "open"),
+        ("job-detail", {"attempt": "1", "instance": f"w{NUL}"}, "instance"),
+    ],
+)
 def test_bad_page_parameters_are_400s_that_say_which(client, alice, alice_ws, running_job, page, params, field):
     client.force_login(alice)
     r = client.get(reverse(f"pages:{page}", args=[alice_ws.slug, running_job.pk]), params)
@@ -261,8 +281,10 @@ def test_the_forms_replica_and_gpu_fields_refuse_unicode_digits_beside_the_field
     from jobs.tests.test_pages import form_data
 
     client.force_login(alice)
-    r = client.post(reverse("pages:job-new", args=[alice_ws.slug]),
-                    form_data(role_1_replicas="²", role_1_gpu="①", role_0_replicas="٣"))
+    r = client.post(
+        reverse("pages:job-new", args=[alice_ws.slug]),
+        form_data(role_1_replicas="²", role_1_gpu="①", role_0_replicas="٣"),
+    )
     assert r.status_code == 400
     errors = r.context["form"].errors
     assert "ASCII digits" in str(errors["role_1_replicas"]) and "ASCII digits" in str(errors["role_0_replicas"])
@@ -312,9 +334,16 @@ def json_operations(api) -> list[tuple[str, str]]:
 def test_json_nested_too_deep_is_a_400_on_every_json_endpoint(staff, alice_ws, api_as, levels, memory_backend):
     memory_backend.nodes = [{"name": "node-a", "slots": 4}]
     Membership.objects.create(workspace=alice_ws, user=staff, role=Role.OWNER)
-    job, token = actions.submit_job(staff, {
-        "workspace": alice_ws.slug, "display_name": "j", "job_type": "PyTorchJob", "user_command": "true",
-        "job_specs": [{"type": "Worker", "pod_count": 1}]})
+    job, token = actions.submit_job(
+        staff,
+        {
+            "workspace": alice_ws.slug,
+            "display_name": "j",
+            "job_type": "PyTorchJob",
+            "user_command": "true",
+            "job_specs": [{"type": "Worker", "pod_count": 1}],
+        },
+    )
     api = api_as(staff)
     sdk = APIClient()
     sdk.credentials(HTTP_AUTHORIZATION=f"Bearer {token}")
@@ -323,7 +352,8 @@ def test_json_nested_too_deep_is_a_400_on_every_json_endpoint(staff, alice_ws, a
     body = deep(levels)
     for method, path in ops:
         url = path.replace("{id}", "local:node-a" if "/nodes/" in path else str(job.pk)).replace(
-            "{job_id}", str(job.pk))
+            "{job_id}", str(job.pk)
+        )
         client = sdk if "/sdk/" in path else api
         r = getattr(client, method)(url, data=body, content_type="application/json")
         assert r.status_code == 400, (method, path, r.status_code, r.content[:300])
@@ -332,21 +362,30 @@ def test_json_nested_too_deep_is_a_400_on_every_json_endpoint(staff, alice_ws, a
 
 
 def test_the_sdk_names_the_field_of_an_unstorable_string_in_its_own_error_shape(alice_ws, alice):
-    job, token = actions.submit_job(alice, {
-        "workspace": alice_ws.slug, "display_name": "j", "job_type": "PyTorchJob", "user_command": "true",
-        "job_specs": [{"type": "Worker", "pod_count": 1}]})
+    job, token = actions.submit_job(
+        alice,
+        {
+            "workspace": alice_ws.slug,
+            "display_name": "j",
+            "job_type": "PyTorchJob",
+            "user_command": "true",
+            "job_specs": [{"type": "Worker", "pod_count": 1}],
+        },
+    )
     sdk = APIClient()
     sdk.credentials(HTTP_AUTHORIZATION=f"Bearer {token}")
-    r = sdk.post(f"/api/v1/sdk/jobs/{job.pk}/messages/", data='{"content": "hi \\udc80"}',
-                 content_type="application/json")
+    r = sdk.post(
+        f"/api/v1/sdk/jobs/{job.pk}/messages/", data='{"content": "hi \\udc80"}', content_type="application/json"
+    )
     assert r.status_code == 400 and r.json()["field"] == "content" and "surrogate" in r.json()["detail"]
 
 
 # --- a log offset past the end -------------------------------------------------------------------------------------
 
 
-def test_a_log_offset_past_the_end_of_the_file_is_a_400_not_a_failed_seek(alice, alice_ws, api_as, job_body,
-                                                                          local_backend):
+def test_a_log_offset_past_the_end_of_the_file_is_a_400_not_a_failed_seek(
+    alice, alice_ws, api_as, job_body, local_backend
+):
     """ext4 refuses to seek past its largest file (EINVAL): that was a 500."""
     job, _ = actions.submit_job(alice, job_body(alice_ws, user_command='echo "hello from $VIGIL_INSTANCE"'))
     actions.launch_attempt(job.pk, 1)
@@ -424,23 +463,42 @@ def echo_server():
     thread.join(timeout=5)
 
 
-@pytest.mark.parametrize("kind, url", [
-    ("webhook", "http://127.0.0.1:{port}/" + SECRET_PATH + "?token=" + SECRET_QUERY),
-    ("webhook", "http://user:" + SECRET_PASSWORD + "@127.0.0.1:{port}/" + SECRET_PATH),
-    ("apprise_json", "json://127.0.0.1:{port}/" + SECRET_PATH + "?token=" + SECRET_QUERY),
-])
+@pytest.mark.parametrize(
+    "kind, url",
+    [
+        ("webhook", "http://127.0.0.1:{port}/" + SECRET_PATH + "?token=" + SECRET_QUERY),
+        ("webhook", "http://user:" + SECRET_PASSWORD + "@127.0.0.1:{port}/" + SECRET_PATH),
+        ("apprise_json", "json://127.0.0.1:{port}/" + SECRET_PATH + "?token=" + SECRET_QUERY),
+    ],
+)
 def test_a_failed_delivery_stores_and_shows_no_part_of_the_destinations_secrets(
-        client, alice, carol, alice_ws, loopback_allowed, echo_server, kind, url):  # noqa: F811
+    client,
+    alice,
+    carol,
+    alice_ws,
+    loopback_allowed,  # noqa: F811
+    echo_server,
+    kind,
+    url,
+):
     from notifications import dispatch
     from notifications.models import Channel, Delivery, DeliveryAttempt
 
-    channel = Channel.objects.create(workspace=alice_ws, name="hook", kind=kind,
-                                     url=url.format(port=echo_server["port"]))
+    channel = Channel.objects.create(
+        workspace=alice_ws, name="hook", kind=kind, url=url.format(port=echo_server["port"])
+    )
     test = dispatch.send_test(channel)  # "Send test": shown to the admin at once
     assert test.status == "failed"
-    job, _ = actions.submit_job(alice, {
-        "workspace": alice_ws.slug, "display_name": "j", "job_type": "PyTorchJob", "user_command": "true",
-        "job_specs": [{"type": "Worker", "pod_count": 1}]})
+    job, _ = actions.submit_job(
+        alice,
+        {
+            "workspace": alice_ws.slug,
+            "display_name": "j",
+            "job_type": "PyTorchJob",
+            "user_command": "true",
+            "job_specs": [{"type": "Worker", "pod_count": 1}],
+        },
+    )
     from jobs.models import JobEvent
 
     event = JobEvent.objects.create(job=job, type="restart", message="restarting", level="warning")
@@ -449,8 +507,12 @@ def test_a_failed_delivery_stores_and_shows_no_part_of_the_destinations_secrets(
     delivery.refresh_from_db()
     channel.refresh_from_db()
     assert delivery.status == "failed" and not channel.enabled
-    stored = [test.error, delivery.error, channel.disabled_reason,
-              *DeliveryAttempt.objects.values_list("error", flat=True)]
+    stored = [
+        test.error,
+        delivery.error,
+        channel.disabled_reason,
+        *DeliveryAttempt.objects.values_list("error", flat=True),
+    ]
     assert all(stored) and "404" in delivery.error
     assert_no_secret(*stored)
     for who in (alice, carol):
@@ -473,8 +535,12 @@ def test_a_connection_error_naming_the_url_is_stored_without_it(alice_ws, loopba
     probe.bind(("127.0.0.1", 0))
     closed_port = probe.getsockname()[1]
     probe.close()  # nothing listens there: connection refused
-    channel = Channel.objects.create(workspace=alice_ws, name="hook", kind="webhook",
-                                     url=f"http://127.0.0.1:{closed_port}/{SECRET_PATH}?token={SECRET_QUERY}")
+    channel = Channel.objects.create(
+        workspace=alice_ws,
+        name="hook",
+        kind="webhook",
+        url=f"http://127.0.0.1:{closed_port}/{SECRET_PATH}?token={SECRET_QUERY}",
+    )
     test = dispatch.send_test(channel)
     assert test.status == "failed" and "could not connect" in test.error
     assert_no_secret(test.error)
@@ -489,31 +555,41 @@ def test_stored_errors_from_before_are_scrubbed_by_the_migration(alice_ws):
     from notifications.models import Channel, Delivery
 
     url = f"https://hooks.example.com/{SECRET_PATH}?token={SECRET_QUERY}"
-    channel = Channel.objects.create(workspace=alice_ws, name="hook", kind="webhook", url=url, enabled=False,
-                                     disabled_reason=f"HTTP 404 from hooks.example.com: no hook {SECRET_PATH}")
+    channel = Channel.objects.create(
+        workspace=alice_ws,
+        name="hook",
+        kind="webhook",
+        url=url,
+        enabled=False,
+        disabled_reason=f"HTTP 404 from hooks.example.com: no hook {SECRET_PATH}",
+    )
     Delivery.objects.create(channel=channel, is_test=True, error=f"could not connect: with url: /{SECRET_PATH}")
     importlib.import_module("notifications.migrations.0003_scrub_stored_delivery_errors").scrub_stored_errors(
-        apps, None)
+        apps, None
+    )
     channel.refresh_from_db()
     assert_no_secret(channel.disabled_reason, *Delivery.objects.values_list("error", flat=True))
     assert "hooks.example.com" in channel.disabled_reason
 
 
-@pytest.mark.parametrize("address, words", [
-    ("192.0.0.9", "IETF protocol assignment"),
-    ("192.0.0.170", "IETF protocol assignment"),
-    ("198.18.0.1", "benchmarking"),
-    ("198.19.255.254", "benchmarking"),
-    ("100.64.0.1", "shared address space"),
-    ("192.0.2.10", "documentation"),
-    ("198.51.100.7", "documentation"),
-    ("203.0.113.9", "documentation"),
-    ("2001:db8::1", "documentation"),
-    ("2001:2::1", "benchmarking"),
-    ("64:ff9b::7f00:1", "loopback"),  # NAT64 of 127.0.0.1
-    ("64:ff9b:1::1", "local-use NAT64"),
-    ("::ffff:198.18.0.1", "benchmarking"),
-])
+@pytest.mark.parametrize(
+    "address, words",
+    [
+        ("192.0.0.9", "IETF protocol assignment"),
+        ("192.0.0.170", "IETF protocol assignment"),
+        ("198.18.0.1", "benchmarking"),
+        ("198.19.255.254", "benchmarking"),
+        ("100.64.0.1", "shared address space"),
+        ("192.0.2.10", "documentation"),
+        ("198.51.100.7", "documentation"),
+        ("203.0.113.9", "documentation"),
+        ("2001:db8::1", "documentation"),
+        ("2001:2::1", "benchmarking"),
+        ("64:ff9b::7f00:1", "loopback"),  # NAT64 of 127.0.0.1
+        ("64:ff9b:1::1", "local-use NAT64"),
+        ("::ffff:198.18.0.1", "benchmarking"),
+    ],
+)
 def test_special_purpose_addresses_are_refused_and_named_for_what_they_are(address, words):
     from notifications import outbound
 
@@ -522,13 +598,14 @@ def test_special_purpose_addresses_are_refused_and_named_for_what_they_are(addre
     assert "private" not in reason
 
 
-def test_a_documentation_address_is_refused_at_save_and_labelled_as_such(client, alice, alice_ws,
-                                                                           nothing_allowed):  # noqa: F811
+def test_a_documentation_address_is_refused_at_save_and_labelled_as_such(client, alice, alice_ws, nothing_allowed):  # noqa: F811
     from notifications.models import Channel
 
     client.force_login(alice)
-    r = client.post(reverse("notifications:channel-add", args=[alice_ws.slug]),
-                    {"name": "docs", "kind": "webhook", "url": "http://192.0.2.10/hook"})
+    r = client.post(
+        reverse("notifications:channel-add", args=[alice_ws.slug]),
+        {"name": "docs", "kind": "webhook", "url": "http://192.0.2.10/hook"},
+    )
     assert r.status_code == 200
     html = r.content.decode()
     assert "documentation address" in html and "private" not in html.split("documentation address")[0][-80:]
@@ -536,7 +613,12 @@ def test_a_documentation_address_is_refused_at_save_and_labelled_as_such(client,
 
 
 def test_smtp_connects_to_the_address_that_was_checked_not_to_a_second_lookup(
-        alice, alice_ws, loopback_allowed, smtp_sink, monkeypatch):  # noqa: F811
+    alice,
+    alice_ws,
+    loopback_allowed,  # noqa: F811
+    smtp_sink,  # noqa: F811
+    monkeypatch,
+):
     """A real SMTP server on loopback. The host is a name only our resolver
     knows; every lookup of it must come from the outbound check (which then
     connects to the checked address), none from smtplib's own connect."""
@@ -557,8 +639,11 @@ def test_smtp_connects_to_the_address_that_was_checked_not_to_a_second_lookup(
 
     monkeypatch.setattr(socket, "getaddrinfo", fake_getaddrinfo)
     channel = Channel.objects.create(
-        workspace=alice_ws, name="mail", kind="email",
-        url=f"mailto://mail.vigil.test:{smtp_sink.port}?from=vigil@example.com&to=oncall@example.com")
+        workspace=alice_ws,
+        name="mail",
+        kind="email",
+        url=f"mailto://mail.vigil.test:{smtp_sink.port}?from=vigil@example.com&to=oncall@example.com",
+    )
     test = dispatch.send_test(channel)
     assert test.status == "sent", test.error
     assert len(smtp_sink.messages) == 1
@@ -582,13 +667,25 @@ def test_a_socket_message_nested_too_deep_is_ignored_and_the_socket_stays_open(a
     from console.asgi import application
     from monitoring.tests.test_consumers import communicator, session_cookie
 
-    settings.CHANNEL_LAYERS = {"default": {
-        "BACKEND": "channels_redis.core.RedisChannelLayer",
-        "CONFIG": {"hosts": [{"address": settings.REDIS_URL, "socket_timeout": 30}],
-                   "prefix": f"vigil-test-{os.getpid()}-{uuid.uuid4().hex[:8]}"}}}
-    job, _ = actions.submit_job(alice, {
-        "workspace": alice_ws.slug, "display_name": "j", "job_type": "PyTorchJob", "user_command": "true",
-        "job_specs": [{"type": "Worker", "pod_count": 1}]})
+    settings.CHANNEL_LAYERS = {
+        "default": {
+            "BACKEND": "channels_redis.core.RedisChannelLayer",
+            "CONFIG": {
+                "hosts": [{"address": settings.REDIS_URL, "socket_timeout": 30}],
+                "prefix": f"vigil-test-{os.getpid()}-{uuid.uuid4().hex[:8]}",
+            },
+        }
+    }
+    job, _ = actions.submit_job(
+        alice,
+        {
+            "workspace": alice_ws.slug,
+            "display_name": "j",
+            "job_type": "PyTorchJob",
+            "user_command": "true",
+            "job_specs": [{"type": "Worker", "pod_count": 1}],
+        },
+    )
     cookie = session_cookie(alice)
 
     async def scenario():

@@ -27,8 +27,13 @@ as_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root, as CI runs: 
 
 
 def submit(user, workspace, command) -> Job:
-    return factory.submit(user, workspace, display_name="probe", user_command=command,
-                          job_specs=[{"type": "Master", "pod_count": 1, "resource_config": {"cpu": 1, "gpu": 0}}])
+    return factory.submit(
+        user,
+        workspace,
+        display_name="probe",
+        user_command=command,
+        job_specs=[{"type": "Master", "pod_count": 1, "resource_config": {"cpu": 1, "gpu": 0}}],
+    )
 
 
 def handle_of(job: Job) -> dict:
@@ -56,20 +61,23 @@ def mode(path) -> int:
 
 @as_root
 def test_a_local_job_runs_unprivileged_and_reads_neither_another_jobs_spec_nor_the_data_dir(
-        alice, alice_ws, local_backend):
+    alice, alice_ws, local_backend
+):
     sleeper = submit(alice, alice_ws, "sleep 30")
     other_spec = Path(handle_of(sleeper)["dir"]) / "master-0" / "spec.json"
     assert other_spec.exists()
     data = django_settings.DATA_DIR
-    probe = "; ".join([
-        "echo uid=$(id -u)",
-        f"cat {other_spec} >/dev/null 2>&1 && echo other_spec=read || echo other_spec=denied",
-        "cat ../attempt-1/master-0/spec.json >/dev/null 2>&1 && echo own_spec=read || echo own_spec=denied",
-        f"ls {data} >/dev/null 2>&1 && echo data_dir=listed || echo data_dir=denied",
-        f"cat {data}/secret_key >/dev/null 2>&1 && echo secret_key=read || echo secret_key=denied",
-        f"ls {local_backend.data_dir}/jobs >/dev/null 2>&1 && echo jobs=listed || echo jobs=denied",
-        "touch $HOME/x $TMPDIR/y && echo home=writable || echo home=denied",
-    ])
+    probe = "; ".join(
+        [
+            "echo uid=$(id -u)",
+            f"cat {other_spec} >/dev/null 2>&1 && echo other_spec=read || echo other_spec=denied",
+            "cat ../attempt-1/master-0/spec.json >/dev/null 2>&1 && echo own_spec=read || echo own_spec=denied",
+            f"ls {data} >/dev/null 2>&1 && echo data_dir=listed || echo data_dir=denied",
+            f"cat {data}/secret_key >/dev/null 2>&1 && echo secret_key=read || echo secret_key=denied",
+            f"ls {local_backend.data_dir}/jobs >/dev/null 2>&1 && echo jobs=listed || echo jobs=denied",
+            "touch $HOME/x $TMPDIR/y && echo home=writable || echo home=denied",
+        ]
+    )
     job = submit(alice, alice_ws, probe)
     seen = lines(finished_log(local_backend, job))
     assert seen["uid"] == str(pwd.getpwnam("nobody").pw_uid) != "0"
@@ -84,7 +92,8 @@ def test_a_local_job_runs_unprivileged_and_reads_neither_another_jobs_spec_nor_t
 
 @as_root
 def test_a_jobs_environment_holds_its_own_token_and_none_of_the_consoles_secrets(
-        alice, alice_ws, local_backend, monkeypatch):
+    alice, alice_ws, local_backend, monkeypatch
+):
     monkeypatch.setenv("REDIS_URL", django_settings.REDIS_URL)
     monkeypatch.setenv("SECRET_KEY", django_settings.SECRET_KEY)
     monkeypatch.setenv("DATABASE_URL", "postgres://vigil:db-password@127.0.0.1/vigil")
@@ -164,10 +173,19 @@ def test_an_unknown_os_user_fails_the_launch_naming_it(alice, alice_ws, local_ba
 
 def test_staff_set_a_workspaces_os_user_and_slurm_account_in_the_admin(alice_ws, admin_client):
     url = reverse("admin:jobs_workspace_change", args=[alice_ws.pk])
-    form = {"name": alice_ws.name, "slug": alice_ws.slug, "created_at_0": "2026-01-01", "created_at_1": "00:00:00",
-            "retryable_keywords": "[]", "memberships-TOTAL_FORMS": "0", "memberships-INITIAL_FORMS": "0"}
+    form = {
+        "name": alice_ws.name,
+        "slug": alice_ws.slug,
+        "created_at_0": "2026-01-01",
+        "created_at_1": "00:00:00",
+        "retryable_keywords": "[]",
+        "memberships-TOTAL_FORMS": "0",
+        "memberships-INITIAL_FORMS": "0",
+    }
     refused = admin_client.post(url, {**form, "run_as": "Root; rm -rf /", "slurm_account": "a b"})
-    assert refused.status_code == 200 and b"An OS user name" in refused.content and b"A Slurm account" in refused.content
+    assert (
+        refused.status_code == 200 and b"An OS user name" in refused.content and b"A Slurm account" in refused.content
+    )
     alice_ws.refresh_from_db()
     assert (alice_ws.run_as, alice_ws.slurm_account) == ("", "")
     assert admin_client.post(url, {**form, "run_as": "daemon", "slurm_account": "team-a"}).status_code == 302

@@ -12,8 +12,10 @@ from jobs.access import backend_names, backend_permission
 from jobs.models import ApiToken, Membership, Role, Workspace
 
 
-QUIET_NOTE = ("Below: job decisions, warnings and errors only "
-              "(VIGIL_LOG_LEVEL=DEBUG shows everything, VIGIL_LOG_FORMAT=json for log shippers).")
+QUIET_NOTE = (
+    "Below: job decisions, warnings and errors only "
+    "(VIGIL_LOG_LEVEL=DEBUG shows everything, VIGIL_LOG_FORMAT=json for log shippers)."
+)
 
 
 class Command(BaseCommand):

@@ -20,8 +20,13 @@ class Command(BaseCommand):
         parser.add_argument("action", choices=["grant", "revoke", "list"])
         parser.add_argument("backend", nargs="?", help="a backend name, e.g. local or slurm")
         parser.add_argument("--user", action="append", default=[], dest="users", help="a username (repeatable)")
-        parser.add_argument("--group", action="append", default=[], dest="groups",
-                            help="a group name (repeatable); a missing group is created on grant")
+        parser.add_argument(
+            "--group",
+            action="append",
+            default=[],
+            dest="groups",
+            help="a group name (repeatable); a missing group is created on grant",
+        )
 
     def handle(self, action, backend=None, users=(), groups=(), **options):
         if action == "list":
@@ -53,7 +58,9 @@ class Command(BaseCommand):
             (group.permissions.add if action == "grant" else group.permissions.remove)(perm)
         who = [f"user {u.get_username()}" for u in people] + [f"group {g.name}" for g in teams]
         verb = "Granted" if action == "grant" else "Revoked"
-        self.stdout.write(f"{verb} {permission_name(backend)} {'to' if action == 'grant' else 'from'} {', '.join(who)}.")
+        self.stdout.write(
+            f"{verb} {permission_name(backend)} {'to' if action == 'grant' else 'from'} {', '.join(who)}."
+        )
 
     def _list(self):
         User = get_user_model()
@@ -61,5 +68,7 @@ class Command(BaseCommand):
             perm = backend_permission(name)
             users = sorted(User.objects.filter(user_permissions=perm).values_list("username", flat=True))
             groups = sorted(Group.objects.filter(permissions=perm).values_list("name", flat=True))
-            self.stdout.write(f"{permission_name(name)}: users {', '.join(users) or '-'}; "
-                              f"groups {', '.join(groups) or '-'} (superusers always may)")
+            self.stdout.write(
+                f"{permission_name(name)}: users {', '.join(users) or '-'}; "
+                f"groups {', '.join(groups) or '-'} (superusers always may)"
+            )

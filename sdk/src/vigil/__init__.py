@@ -1,7 +1,7 @@
 """Vigil SDK: what training code uses to talk to the Vigil console that runs its job.
 
-    from vigil import job_monitor as jm      # the managed platform's job_monitor shape
-    import vigil.c4d                          # C4D collective instrumentation
+from vigil import job_monitor as jm      # the managed platform's job_monitor shape
+import vigil.c4d                          # C4D collective instrumentation
 """
 
 from vigil._client import Status, StatusCode

@@ -35,16 +35,16 @@ API_PREFIX = "/api/v1/sdk/jobs/"
 
 class StatusCode(str, Enum):
     OK = "OK"
-    NOT_IN_JOB = "NOT_IN_JOB"              # no VIGIL_* environment: nothing was sent
-    MISCONFIGURED = "MISCONFIGURED"        # VIGIL_* environment incomplete or invalid
+    NOT_IN_JOB = "NOT_IN_JOB"  # no VIGIL_* environment: nothing was sent
+    MISCONFIGURED = "MISCONFIGURED"  # VIGIL_* environment incomplete or invalid
     INVALID_ARGUMENT = "INVALID_ARGUMENT"  # refused by the SDK or by the console (400/413/422)
-    UNAUTHENTICATED = "UNAUTHENTICATED"    # 401/403: job token missing, wrong or reset
-    NOT_FOUND = "NOT_FOUND"                # 404: no such job (or endpoint)
-    RATE_LIMITED = "RATE_LIMITED"          # 429: see retry_after
-    SERVER_ERROR = "SERVER_ERROR"          # 5xx or any other unexpected answer
-    TIMEOUT = "TIMEOUT"                    # no answer within the SDK timeout
-    UNAVAILABLE = "UNAVAILABLE"            # connection refused/reset, DNS, or skipped after a timeout
-    INTERNAL = "INTERNAL"                  # an SDK bug, caught so that training goes on
+    UNAUTHENTICATED = "UNAUTHENTICATED"  # 401/403: job token missing, wrong or reset
+    NOT_FOUND = "NOT_FOUND"  # 404: no such job (or endpoint)
+    RATE_LIMITED = "RATE_LIMITED"  # 429: see retry_after
+    SERVER_ERROR = "SERVER_ERROR"  # 5xx or any other unexpected answer
+    TIMEOUT = "TIMEOUT"  # no answer within the SDK timeout
+    UNAVAILABLE = "UNAVAILABLE"  # connection refused/reset, DNS, or skipped after a timeout
+    INTERNAL = "INTERNAL"  # an SDK bug, caught so that training goes on
 
     def __str__(self) -> str:
         return self.value
@@ -55,8 +55,15 @@ class Status:
 
     __slots__ = ("code", "message", "http_status", "field", "retry_after")
 
-    def __init__(self, code: StatusCode, message: str = "", *, http_status: Optional[int] = None,
-                 field: Optional[str] = None, retry_after: Optional[float] = None):
+    def __init__(
+        self,
+        code: StatusCode,
+        message: str = "",
+        *,
+        http_status: Optional[int] = None,
+        field: Optional[str] = None,
+        retry_after: Optional[float] = None,
+    ):
         self.code = code
         self.message = message
         self.http_status = http_status
@@ -120,13 +127,14 @@ class JobEnv:
         url = present["VIGIL_CONSOLE_URL"].rstrip("/")
         problem = ""
         if len(missing) == len(cls.REQUIRED):
-            problem = ("not running under Vigil (%s are not set); nothing was sent"
-                       % ", ".join(cls.REQUIRED))
+            problem = "not running under Vigil (%s are not set); nothing was sent" % ", ".join(cls.REQUIRED)
         elif missing:
             problem = "the Vigil job environment is incomplete: %s %s not set; nothing was sent" % (
-                " and ".join(missing), "is" if len(missing) == 1 else "are")
+                " and ".join(missing),
+                "is" if len(missing) == 1 else "are",
+            )
         elif urllib.parse.urlsplit(url).scheme not in ("http", "https") or not urllib.parse.urlsplit(url).netloc:
-            problem = ("VIGIL_CONSOLE_URL=%r is not an http:// or https:// URL; nothing was sent" % url)
+            problem = "VIGIL_CONSOLE_URL=%r is not an http:// or https:// URL; nothing was sent" % url
         timeout = DEFAULT_TIMEOUT
         raw_timeout = environ.get("VIGIL_SDK_TIMEOUT", "").strip()
         if raw_timeout:
@@ -136,8 +144,10 @@ class JobEnv:
                     raise ValueError
             except ValueError:
                 timeout = DEFAULT_TIMEOUT
-                _say("VIGIL_SDK_TIMEOUT=%r is not a positive number of seconds; using %g"
-                     % (raw_timeout, DEFAULT_TIMEOUT))
+                _say(
+                    "VIGIL_SDK_TIMEOUT=%r is not a positive number of seconds; using %g"
+                    % (raw_timeout, DEFAULT_TIMEOUT)
+                )
         return cls(
             console_url=url,
             job_id=present["VIGIL_JOB_ID"],
@@ -247,8 +257,9 @@ def status_from_response(code: int, headers: Any, body: bytes) -> Status:
         kind = StatusCode.RATE_LIMITED
     else:
         kind = StatusCode.SERVER_ERROR
-    return Status(kind, detail or "the console answered HTTP %d" % code,
-                  http_status=code, field=field, retry_after=retry_after)
+    return Status(
+        kind, detail or "the console answered HTTP %d" % code, http_status=code, field=field, retry_after=retry_after
+    )
 
 
 class Client:
@@ -277,8 +288,7 @@ class Client:
         self._breaker_backoff = 0.0
 
     def url(self, endpoint: str) -> str:
-        return "%s%s%s/%s/" % (self.env.console_url, API_PREFIX,
-                               urllib.parse.quote(self.env.job_id, safe=""), endpoint)
+        return "%s%s%s/%s/" % (self.env.console_url, API_PREFIX, urllib.parse.quote(self.env.job_id, safe=""), endpoint)
 
     def post(self, endpoint: str, body: Any, *, timeout: Optional[float] = None) -> Status:
         try:
@@ -292,9 +302,13 @@ class Client:
         now = time.monotonic()
         with self._lock:
             if now < self._breaker_until:
-                return Status(StatusCode.UNAVAILABLE, (
-                    "not sent: %s; the SDK waits %.0f s more before calling the console again "
-                    "so that training is not slowed" % (self._breaker_reason, self._breaker_until - now)))
+                return Status(
+                    StatusCode.UNAVAILABLE,
+                    (
+                        "not sent: %s; the SDK waits %.0f s more before calling the console again "
+                        "so that training is not slowed" % (self._breaker_reason, self._breaker_until - now)
+                    ),
+                )
         if timeout <= 0:
             return Status(StatusCode.TIMEOUT, "not sent: no time left of the SDK timeout")
         if isinstance(body, dict):
@@ -302,12 +316,17 @@ class Client:
             sender = {"rank": self.env.rank, "instance": self.env.instance or None, "attempt": self.env.attempt}
             body = {**{k: v for k, v in sender.items() if v is not None}, **body}
         data = json.dumps(body, allow_nan=False).encode("utf-8")
-        request = urllib.request.Request(self.url(endpoint), data=data, method="POST", headers={
-            "Content-Type": "application/json",
-            "Accept": "application/json",
-            "Authorization": "Bearer " + self.env.token,
-            "User-Agent": "vigil-sdk/0.1",
-        })
+        request = urllib.request.Request(
+            self.url(endpoint),
+            data=data,
+            method="POST",
+            headers={
+                "Content-Type": "application/json",
+                "Accept": "application/json",
+                "Authorization": "Bearer " + self.env.token,
+                "User-Agent": "vigil-sdk/0.1",
+            },
+        )
         outcome: list = []
         done = threading.Event()
 
@@ -337,13 +356,13 @@ class Client:
         if _is_timeout(value):
             return self._timed_out(timeout)
         reason = getattr(value, "reason", value)
-        return Status(StatusCode.UNAVAILABLE, "cannot reach the console at %s: %s"
-                      % (self.env.console_url, reason))
+        return Status(StatusCode.UNAVAILABLE, "cannot reach the console at %s: %s" % (self.env.console_url, reason))
 
     def _timed_out(self, timeout: float) -> Status:
         with self._lock:
             self._breaker_backoff = min(BREAKER_MAX_BACKOFF, max(BREAKER_FIRST_BACKOFF, self._breaker_backoff * 2))
             self._breaker_until = time.monotonic() + self._breaker_backoff
             self._breaker_reason = "the console at %s did not answer within %g s" % (self.env.console_url, timeout)
-        return Status(StatusCode.TIMEOUT, "the console at %s did not answer within %g s"
-                      % (self.env.console_url, timeout))
+        return Status(
+            StatusCode.TIMEOUT, "the console at %s did not answer within %g s" % (self.env.console_url, timeout)
+        )

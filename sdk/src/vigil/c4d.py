@@ -39,29 +39,59 @@ from typing import Any, Callable, Deque, Dict, List, Mapping, Optional, Tuple
 
 from vigil._client import Client, JobEnv, Status, StatusCode, after_fork_in_child
 
-__all__ = ["instrument_torch_distributed", "uninstrument_torch_distributed", "collective", "enable",
-           "disable", "flush", "get_recorder", "Recorder", "COLLECTIVES"]
+__all__ = [
+    "instrument_torch_distributed",
+    "uninstrument_torch_distributed",
+    "collective",
+    "enable",
+    "disable",
+    "flush",
+    "get_recorder",
+    "Recorder",
+    "COLLECTIVES",
+]
 
 COLLECTIVES = (
-    "all_reduce", "all_gather", "broadcast", "reduce_scatter", "barrier", "all_to_all", "reduce",
-    "gather", "scatter", "all_gather_into_tensor", "reduce_scatter_tensor", "all_to_all_single",
-    "monitored_barrier", "all_gather_object", "broadcast_object_list", "gather_object",
-    "scatter_object_list", "all_reduce_coalesced",
+    "all_reduce",
+    "all_gather",
+    "broadcast",
+    "reduce_scatter",
+    "barrier",
+    "all_to_all",
+    "reduce",
+    "gather",
+    "scatter",
+    "all_gather_into_tensor",
+    "reduce_scatter_tensor",
+    "all_to_all_single",
+    "monitored_barrier",
+    "all_gather_object",
+    "broadcast_object_list",
+    "gather_object",
+    "scatter_object_list",
+    "all_reduce_coalesced",
 )
 DEFAULT_FLUSH_SECONDS = 1.0
-DEFAULT_CAPACITY = 65536      # events kept when the console cannot take them
-MAX_OPEN = 1024               # open collectives remembered (async work may overlap)
+DEFAULT_CAPACITY = 65536  # events kept when the console cannot take them
+MAX_OPEN = 1024  # open collectives remembered (async work may overlap)
 MAX_RECORDS_PER_POST = 5000
 
-Event = Tuple[int, str, float, Optional[float]]   # (seq, op, enter, exit or None)
+Event = Tuple[int, str, float, Optional[float]]  # (seq, op, enter, exit or None)
 
 
 class Recorder:
     """One rank's collective records: a lock-free ring buffer written by the
     instrumented calls, drained by one flusher thread."""
 
-    def __init__(self, client: Client, *, rank: Optional[int] = None, attempt: Optional[int] = None,
-                 flush_seconds: float = DEFAULT_FLUSH_SECONDS, capacity: int = DEFAULT_CAPACITY):
+    def __init__(
+        self,
+        client: Client,
+        *,
+        rank: Optional[int] = None,
+        attempt: Optional[int] = None,
+        flush_seconds: float = DEFAULT_FLUSH_SECONDS,
+        capacity: int = DEFAULT_CAPACITY,
+    ):
         self._client = client
         self._rank = rank
         self.attempt = attempt if attempt is not None else 0
@@ -73,7 +103,7 @@ class Recorder:
     def _reset(self) -> None:
         self._events: Deque[Event] = deque(maxlen=self.capacity)
         self._seq = itertools.count(1)
-        self._open: Dict[int, Event] = {}         # flusher-side state only
+        self._open: Dict[int, Event] = {}  # flusher-side state only
         self._unsent: List[Event] = []
         self._flush_lock = threading.Lock()
         self._wake = threading.Event()
@@ -106,6 +136,7 @@ class Recorder:
             return self._rank
         try:
             import torch.distributed as dist
+
             if dist.is_available() and dist.is_initialized():
                 return int(dist.get_rank())
         except Exception:
@@ -158,16 +189,24 @@ class Recorder:
                     batch = self._unsent[:MAX_RECORDS_PER_POST]
                     last = len(self._unsent) <= MAX_RECORDS_PER_POST
                     open_now = sorted(self._open.values()) if last else []
-                    body = {"rank": self.rank, "attempt": self.attempt, "records": [
-                        {"seq": s, "op": op, "enter": enter, "exit": exit_}
-                        for s, op, enter, exit_ in batch + open_now]}
+                    body = {
+                        "rank": self.rank,
+                        "attempt": self.attempt,
+                        "records": [
+                            {"seq": s, "op": op, "enter": enter, "exit": exit_}
+                            for s, op, enter, exit_ in batch + open_now
+                        ],
+                    }
                     status = self._client.post("c4d", body, timeout=timeout)
                     self.last_status = status
                     if not status.ok():
                         # Keep them for the next flush (bounded by capacity); a
                         # rejected batch (4xx) would be rejected again: drop it.
-                        if status.http_status is not None and 400 <= status.http_status < 500 \
-                                and status.code is not StatusCode.RATE_LIMITED:
+                        if (
+                            status.http_status is not None
+                            and 400 <= status.http_status < 500
+                            and status.code is not StatusCode.RATE_LIMITED
+                        ):
                             del self._unsent[: len(batch)]
                         return status
                     del self._unsent[: len(batch)]
@@ -210,8 +249,12 @@ _recorder: Optional[Recorder] = None
 _originals: Dict[str, Callable[..., Any]] = {}
 
 
-def enable(environ: Optional[Mapping[str, str]] = None, *, flush_seconds: Optional[float] = None,
-           timeout: Optional[float] = None) -> Recorder:
+def enable(
+    environ: Optional[Mapping[str, str]] = None,
+    *,
+    flush_seconds: Optional[float] = None,
+    timeout: Optional[float] = None,
+) -> Recorder:
     """Start recording collectives for this process's job (idempotent)."""
     global _recorder
     with _lock:
@@ -219,8 +262,9 @@ def enable(environ: Optional[Mapping[str, str]] = None, *, flush_seconds: Option
             env = JobEnv.from_environ(environ)
             if flush_seconds is None:
                 flush_seconds = _env_seconds(environ, "VIGIL_C4D_FLUSH_SECONDS", DEFAULT_FLUSH_SECONDS)
-            _recorder = Recorder(Client(env, timeout=timeout), rank=env.rank, attempt=env.attempt,
-                                 flush_seconds=flush_seconds)
+            _recorder = Recorder(
+                Client(env, timeout=timeout), rank=env.rank, attempt=env.attempt, flush_seconds=flush_seconds
+            )
         return _recorder
 
 
@@ -282,7 +326,7 @@ def _wrap(name: str, original: Callable[..., Any]) -> Callable[..., Any]:
             try:
                 result.get_future().add_done_callback(lambda _fut: recorder.exit(opened))
             except Exception:
-                recorder.exit(opened)   # no future for this backend: enqueue time only
+                recorder.exit(opened)  # no future for this backend: enqueue time only
         else:
             recorder.exit(opened)
         return result
@@ -304,6 +348,7 @@ def instrument_torch_distributed(enabled: Optional[bool] = None) -> bool:
         if not enabled:
             return False
         import torch.distributed as dist
+
         if not dist.is_available():
             return False
         enable()

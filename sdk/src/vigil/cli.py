@@ -124,11 +124,17 @@ class Api:
             if query:
                 url += ("&" if "?" in url else "?") + urllib.parse.urlencode(query)
         data = None if body is None else json.dumps(body).encode()
-        req = urllib.request.Request(url, data=data, method=method, headers={
-            "Authorization": "Bearer " + self.token, "Accept": "application/json",
-            "User-Agent": "vigil-cli/" + __version__,
-            **({"Content-Type": "application/json"} if data is not None else {}),
-        })
+        req = urllib.request.Request(
+            url,
+            data=data,
+            method=method,
+            headers={
+                "Authorization": "Bearer " + self.token,
+                "Accept": "application/json",
+                "User-Agent": "vigil-cli/" + __version__,
+                **({"Content-Type": "application/json"} if data is not None else {}),
+            },
+        )
         try:
             with urllib.request.urlopen(req, timeout=self.timeout) as resp:
                 raw = resp.read()
@@ -140,8 +146,11 @@ class Api:
         try:
             return json.loads(raw) if raw else None
         except ValueError:
-            raise CliError("the console at %s answered %s %s with something that is not JSON; is the URL "
-                           "right?" % (self.url, method, url), UNREACHABLE) from None
+            raise CliError(
+                "the console at %s answered %s %s with something that is not JSON; is the URL "
+                "right?" % (self.url, method, url),
+                UNREACHABLE,
+            ) from None
 
     def _refusal(self, exc: urllib.error.HTTPError) -> CliError:
         try:
@@ -156,8 +165,9 @@ class Api:
         if status == 404:
             return CliError("%s (HTTP 404)" % (_detail(payload) or "not found"), NOT_FOUND)
         if 400 <= status < 500:
-            return CliError("the console refused the request (HTTP %d):\n%s" % (status, field_messages(payload)),
-                            REFUSED)
+            return CliError(
+                "the console refused the request (HTTP %d):\n%s" % (status, field_messages(payload)), REFUSED
+            )
         return CliError("the console failed (HTTP %d): %s" % (status, _detail(payload) or exc.reason), UNREACHABLE)
 
     def get(self, path: str, **params: Any) -> Any:
@@ -200,8 +210,7 @@ def connect(args: argparse.Namespace) -> Api:
     url = args.url or os.environ.get("VIGIL_API_URL") or config.get("url")
     token = args.token or os.environ.get("VIGIL_API_TOKEN") or config.get("token")
     if not url or not token:
-        raise CliError("not logged in: run `vigil login --url URL` (or set VIGIL_API_URL and VIGIL_API_TOKEN)",
-                       AUTH)
+        raise CliError("not logged in: run `vigil login --url URL` (or set VIGIL_API_URL and VIGIL_API_TOKEN)", AUTH)
     return Api(url, token, timeout=args.http_timeout)
 
 
@@ -224,7 +233,7 @@ def table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:
         line = "  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row[:-1]))
         line = (line + "  " if line else "") + row[-1]
         if limit and len(line) > limit:
-            line = line[:max(limit - 1, 10)] + "…"
+            line = line[: max(limit - 1, 10)] + "…"
         sys.stdout.write(line.rstrip() + "\n")
     sys.stdout.flush()
 
@@ -265,8 +274,11 @@ def load_job_file(path: str) -> Dict[str, Any]:
         try:
             import yaml  # type: ignore[import-untyped]
         except ImportError:
-            raise CliError("%s looks like YAML, and reading YAML needs PyYAML: pip install 'vigil[cli]' "
-                           "(or give the job as JSON)" % name, USAGE) from None
+            raise CliError(
+                "%s looks like YAML, and reading YAML needs PyYAML: pip install 'vigil[cli]' "
+                "(or give the job as JSON)" % name,
+                USAGE,
+            ) from None
         try:
             body = yaml.safe_load(text)
         except yaml.YAMLError as exc:
@@ -295,8 +307,11 @@ def apply_override(body: Dict[str, Any], assignment: str) -> None:
         last = i == len(parts) - 1
         if isinstance(node, list):
             if not part.isdigit() or int(part) >= len(node):
-                raise CliError("--set %s: %s has %d item(s); %r is not an index of it"
-                               % (key, ".".join(parts[:i]) or "the body", len(node), part), USAGE)
+                raise CliError(
+                    "--set %s: %s has %d item(s); %r is not an index of it"
+                    % (key, ".".join(parts[:i]) or "the body", len(node), part),
+                    USAGE,
+                )
             index = int(part)
             if last:
                 node[index] = parse_value(raw)
@@ -308,8 +323,9 @@ def apply_override(body: Dict[str, Any], assignment: str) -> None:
             else:
                 node = node.setdefault(part, {})
         else:
-            raise CliError("--set %s: %s is a %s, not a mapping or list" % (key, ".".join(parts[:i]),
-                                                                            type(node).__name__), USAGE)
+            raise CliError(
+                "--set %s: %s is a %s, not a mapping or list" % (key, ".".join(parts[:i]), type(node).__name__), USAGE
+            )
 
 
 # --- commands -----------------------------------------------------------------------
@@ -352,8 +368,10 @@ def cmd_submit(args: argparse.Namespace) -> int:
     if args.json:
         emit_json(job)
     else:
-        print("Submitted job %s (%s) in %s: %s" % (job["id"], job.get("display_name", ""),
-                                                  job.get("workspace_slug", ""), job.get("status", "")))
+        print(
+            "Submitted job %s (%s) in %s: %s"
+            % (job["id"], job.get("display_name", ""), job.get("workspace_slug", ""), job.get("status", ""))
+        )
         print("  %s/workspaces/%s/jobs/%s/" % (api.url, job.get("workspace_slug", ""), job["id"]))
     if args.wait:
         return wait_for(api, job["id"], args)
@@ -369,13 +387,25 @@ def cmd_ls(args: argparse.Namespace) -> int:
         if not page.get("next") or len(jobs) >= args.limit:
             break
         page = api.get(page["next"])
-    jobs = jobs[:args.limit]
+    jobs = jobs[: args.limit]
     if args.json:
         emit_json(jobs)
         return OK
-    table(["ID", "NAME", "WORKSPACE", "STATUS", "RESTARTS", "CREATED", "LAST RESTART / REASON"],
-          [[j["id"], j["display_name"], j["workspace_slug"], j["status"], restarts_of(j), when(j["created_at"]),
-            j.get("last_restart_reason") or j.get("reason") or ""] for j in jobs])
+    table(
+        ["ID", "NAME", "WORKSPACE", "STATUS", "RESTARTS", "CREATED", "LAST RESTART / REASON"],
+        [
+            [
+                j["id"],
+                j["display_name"],
+                j["workspace_slug"],
+                j["status"],
+                restarts_of(j),
+                when(j["created_at"]),
+                j.get("last_restart_reason") or j.get("reason") or "",
+            ]
+            for j in jobs
+        ],
+    )
     return OK
 
 
@@ -385,16 +415,28 @@ def print_status(job: Dict[str, Any]) -> None:
     print("  attempt:   %s   restarts: %s" % (job["current_attempt"], restarts_of(job)))
     if job.get("last_restart_reason"):
         print("  last restart: %s" % job["last_restart_reason"])
-    print("  created:   %s   started: %s   finished: %s" % (when(job.get("created_at")), when(job.get("started_at")),
-                                                           when(job.get("finished_at"))))
+    print(
+        "  created:   %s   started: %s   finished: %s"
+        % (when(job.get("created_at")), when(job.get("started_at")), when(job.get("finished_at")))
+    )
     attempt = job.get("attempt") or {}
     instances = attempt.get("instances") or []
     if instances:
         print()
-        table(["INSTANCE", "RANK", "STATUS", "NODE", "EXIT", "LAST OUTPUT"],
-              [[i["name"], i.get("rank"), i["status"], i.get("node") or "",
-                "" if i.get("exit_code") is None else i["exit_code"], when(i.get("last_output_at"))]
-               for i in instances])
+        table(
+            ["INSTANCE", "RANK", "STATUS", "NODE", "EXIT", "LAST OUTPUT"],
+            [
+                [
+                    i["name"],
+                    i.get("rank"),
+                    i["status"],
+                    i.get("node") or "",
+                    "" if i.get("exit_code") is None else i["exit_code"],
+                    when(i.get("last_output_at")),
+                ]
+                for i in instances
+            ],
+        )
 
 
 def wait_for(api: Api, job_id: Any, args: argparse.Namespace) -> int:
@@ -429,8 +471,15 @@ class LogFollower:
     attempt: when the job restarts, the old attempt's log is read to its end, a
     separator is printed, and reading goes on at offset 0 of the next attempt."""
 
-    def __init__(self, api: Api, job_id: Any, instance: Optional[str], attempt: Optional[int], as_json: bool,
-                 write: Callable[[str], None]):
+    def __init__(
+        self,
+        api: Api,
+        job_id: Any,
+        instance: Optional[str],
+        attempt: Optional[int],
+        as_json: bool,
+        write: Callable[[str], None],
+    ):
         self.api, self.job_id, self.instance, self.as_json, self.write = api, job_id, instance, as_json, write
         self.pinned = attempt is not None
         self.attempt = attempt
@@ -455,22 +504,29 @@ class LogFollower:
         if self.instance is None:
             self.instance = names[0]
         if self.instance not in names:
-            raise CliError("%r is not an instance of attempt %s; it has: %s"
-                           % (self.instance, self.attempt, ", ".join(names)), REFUSED)
+            raise CliError(
+                "%r is not an instance of attempt %s; it has: %s" % (self.instance, self.attempt, ", ".join(names)),
+                REFUSED,
+            )
         return True
 
     def drain(self) -> None:
         """Print everything after the offset (in chunks of up to 8 MiB)."""
         while True:
-            chunk = self.api.get("jobs/%s/logs/" % self.job_id, instance=self.instance, attempt=self.attempt,
-                                 offset=self.offset)
+            chunk = self.api.get(
+                "jobs/%s/logs/" % self.job_id, instance=self.instance, attempt=self.attempt, offset=self.offset
+            )
             content = chunk.get("content", "")
             start, self.offset = self.offset, chunk.get("next_offset", self.offset)
             if not content:
                 return
             if self.as_json:
-                self.write(json.dumps({"attempt": self.attempt, "instance": self.instance, "offset": start,
-                                       "content": content}) + "\n")
+                self.write(
+                    json.dumps(
+                        {"attempt": self.attempt, "instance": self.instance, "offset": start, "content": content}
+                    )
+                    + "\n"
+                )
             else:
                 self.write(content)
             if self.offset - start < 1024 * 1024:
@@ -481,8 +537,10 @@ class LogFollower:
         if self.as_json:
             self.write(json.dumps({"attempt": self.attempt, "instance": self.instance, "restart": reason}) + "\n")
         else:
-            self.write("\n==== attempt %s of job %s%s ====\n" % (self.attempt, self.job_id,
-                                                               " (restart: %s)" % reason if reason else ""))
+            self.write(
+                "\n==== attempt %s of job %s%s ====\n"
+                % (self.attempt, self.job_id, " (restart: %s)" % reason if reason else "")
+            )
 
     def run(self, follow: bool, interval: float, timeout: Optional[float]) -> int:
         deadline = time.monotonic() + timeout if timeout else None
@@ -490,8 +548,11 @@ class LogFollower:
         if self.attempt is None:
             self.attempt = job["current_attempt"]
         elif not 1 <= self.attempt <= job["current_attempt"]:
-            raise CliError("job %s has attempts 1 to %s; there is no attempt %s"
-                           % (self.job_id, job["current_attempt"], self.attempt), NOT_FOUND)
+            raise CliError(
+                "job %s has attempts 1 to %s; there is no attempt %s"
+                % (self.job_id, job["current_attempt"], self.attempt),
+                NOT_FOUND,
+            )
         started = False
         while True:
             if not started:
@@ -500,8 +561,7 @@ class LogFollower:
                 self.drain()
             if not follow:
                 if not started:
-                    raise CliError("attempt %s of job %s has no instances yet" % (self.attempt, self.job_id),
-                                   NOT_FOUND)
+                    raise CliError("attempt %s of job %s has no instances yet" % (self.attempt, self.job_id), NOT_FOUND)
                 return OK
             job = self.job()
             moved_on = self.attempt < job["current_attempt"]
@@ -533,8 +593,10 @@ def cmd_logs(args: argparse.Namespace) -> int:
 
 
 def event_rows(events: List[Dict[str, Any]]) -> List[List[Any]]:
-    return [[when(e["created_at"]), e["level"], e["type"], e.get("attempt") or "", e.get("instance") or "",
-             e["message"]] for e in events]
+    return [
+        [when(e["created_at"]), e["level"], e["type"], e.get("attempt") or "", e.get("instance") or "", e["message"]]
+        for e in events
+    ]
 
 
 def cmd_events(args: argparse.Namespace) -> int:
@@ -582,13 +644,24 @@ def cmd_restarts(args: argparse.Namespace) -> int:
     if not records:
         print("Job %s has not restarted." % args.job)
         return OK
-    table(["#", "TIME", "KIND", "ATTEMPT", "INSTANCE", "SOURCE", "CODE", "RESULT", "SECONDS", "REASON"],
-          [[r["number"], when(r["restart_time"]), r["kind"],
-            "%s->%s" % (r["attempt"], r["new_attempt"]) if r.get("new_attempt") else r["attempt"],
-            r.get("instance_name") or "", r.get("error_source") or "",
-            "" if r.get("error_code") is None else r["error_code"], r.get("result") or "",
-            "" if r.get("duration_seconds") is None else "%.1f" % r["duration_seconds"], r.get("reason") or ""]
-           for r in records])
+    table(
+        ["#", "TIME", "KIND", "ATTEMPT", "INSTANCE", "SOURCE", "CODE", "RESULT", "SECONDS", "REASON"],
+        [
+            [
+                r["number"],
+                when(r["restart_time"]),
+                r["kind"],
+                "%s->%s" % (r["attempt"], r["new_attempt"]) if r.get("new_attempt") else r["attempt"],
+                r.get("instance_name") or "",
+                r.get("error_source") or "",
+                "" if r.get("error_code") is None else r["error_code"],
+                r.get("result") or "",
+                "" if r.get("duration_seconds") is None else "%.1f" % r["duration_seconds"],
+                r.get("reason") or "",
+            ]
+            for r in records
+        ],
+    )
     return OK
 
 
@@ -624,29 +697,45 @@ def build_parser() -> argparse.ArgumentParser:
     common.add_argument("--token", help="API token (default: from `vigil login`, or VIGIL_API_TOKEN)")
     common.add_argument("--http-timeout", type=float, default=30.0, metavar="SECONDS", help=argparse.SUPPRESS)
     waiting = argparse.ArgumentParser(add_help=False)
-    waiting.add_argument("--interval", type=float, default=1.0, metavar="SECONDS",
-                         help="how often to ask the console (default 1)")
-    waiting.add_argument("--timeout", type=float, default=None, metavar="SECONDS",
-                         help="give up (exit 8) after this long")
+    waiting.add_argument(
+        "--interval", type=float, default=1.0, metavar="SECONDS", help="how often to ask the console (default 1)"
+    )
+    waiting.add_argument(
+        "--timeout", type=float, default=None, metavar="SECONDS", help="give up (exit 8) after this long"
+    )
 
-    parser = argparse.ArgumentParser(prog="vigil", description="Run and watch jobs on a Vigil console.",
-                                     epilog=EXIT_CODES_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="vigil",
+        description="Run and watch jobs on a Vigil console.",
+        epilog=EXIT_CODES_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--version", action="version", version="vigil " + __version__)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
 
     def command(name: str, fn: Callable[[argparse.Namespace], int], help: str, wait: bool = False):
-        p = sub.add_parser(name, help=help, description=help, parents=[common] + ([waiting] if wait else []),
-                           epilog=EXIT_CODES_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
+        p = sub.add_parser(
+            name,
+            help=help,
+            description=help,
+            parents=[common] + ([waiting] if wait else []),
+            epilog=EXIT_CODES_HELP,
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
         p.set_defaults(fn=fn)
         return p
 
     command("login", cmd_login, "store the console's URL and your API token (asked for, or --token, or stdin)")
     p = command("submit", cmd_submit, "submit a job from a YAML or JSON file (the CreateJob body)", wait=True)
     p.add_argument("file", help="the job file, or - for stdin")
-    p.add_argument("--set", action="append", metavar="KEY=VALUE",
-                   help="override a field: dotted keys, list indexes, JSON values "
-                        "(--set envs.LR=0.1 --set job_specs.1.pod_count=4); repeatable")
+    p.add_argument(
+        "--set",
+        action="append",
+        metavar="KEY=VALUE",
+        help="override a field: dotted keys, list indexes, JSON values "
+        "(--set envs.LR=0.1 --set job_specs.1.pod_count=4); repeatable",
+    )
     p.add_argument("--workspace", "-w", help="the workspace slug (overrides the file's)")
     p.add_argument("--wait", action="store_true", help="wait until the job ends; exit with its result")
     p = command("ls", cmd_ls, "list jobs, newest first")

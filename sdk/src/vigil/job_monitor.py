@@ -51,9 +51,20 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 from vigil._client import Client, JobEnv, Status, StatusCode, after_fork_in_child
 
 __all__ = [
-    "Monitor", "PyTorchConfig", "TFConfig", "MPIConfig", "ElasticBatchConfig", "Status", "StatusCode",
-    "hang_detect", "reset_hang_detect", "send_custom_message", "set_retryable_errors", "reset_config",
-    "report_progress", "get_monitor",
+    "Monitor",
+    "PyTorchConfig",
+    "TFConfig",
+    "MPIConfig",
+    "ElasticBatchConfig",
+    "Status",
+    "StatusCode",
+    "hang_detect",
+    "reset_hang_detect",
+    "send_custom_message",
+    "set_retryable_errors",
+    "reset_config",
+    "report_progress",
+    "get_monitor",
 ]
 
 DEFAULT_JOB_HANG_INTERVAL = 1800
@@ -92,8 +103,11 @@ _CHECKS: Dict[str, Callable[[Any], Any]] = {"job_hang_interval": _hang_interval}
 def _check_parameters(params: Mapping[Any, Any]) -> Dict[str, Any]:
     unknown = [k for k in params if k not in _CHECKS]
     if unknown:
-        raise _ParameterError(str(unknown[0]), "unknown parameter %r; accepted: %s"
-                              % (unknown[0], ", ".join(RUNTIME_PARAMETERS)), TypeError)
+        raise _ParameterError(
+            str(unknown[0]),
+            "unknown parameter %r; accepted: %s" % (unknown[0], ", ".join(RUNTIME_PARAMETERS)),
+            TypeError,
+        )
     return {k: _CHECKS[k](v) for k, v in params.items()}
 
 
@@ -107,8 +121,10 @@ class _FrameworkConfig:
             self._params = _check_parameters(params)
         except _ParameterError as exc:
             if exc.message.startswith("unknown parameter"):
-                raise TypeError("%s() got an unexpected keyword argument %r; accepted: %s"
-                                % (type(self).__name__, exc.field, ", ".join(RUNTIME_PARAMETERS))) from None
+                raise TypeError(
+                    "%s() got an unexpected keyword argument %r; accepted: %s"
+                    % (type(self).__name__, exc.field, ", ".join(RUNTIME_PARAMETERS))
+                ) from None
             raise exc.kind("%s(): %s" % (type(self).__name__, exc.message)) from None
 
     @property
@@ -157,24 +173,31 @@ def _guard(method: Callable[..., Status]) -> Callable[..., Status]:
 class Monitor:
     """The job's monitor client. Safe to share across threads and to use after fork."""
 
-    def __init__(self, config: Optional[_FrameworkConfig] = None, *, timeout: Optional[float] = None,
-                 environ: Optional[Mapping[str, str]] = None):
+    def __init__(
+        self,
+        config: Optional[_FrameworkConfig] = None,
+        *,
+        timeout: Optional[float] = None,
+        environ: Optional[Mapping[str, str]] = None,
+    ):
         if config is None:
             config = PyTorchConfig()
         if not isinstance(config, _FrameworkConfig):
-            raise TypeError("Monitor(config=...) takes PyTorchConfig, TFConfig, MPIConfig or "
-                            "ElasticBatchConfig; got %r" % (config,))
-        if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, numbers.Real)
-                                    or not 0 < timeout < math.inf):
+            raise TypeError(
+                "Monitor(config=...) takes PyTorchConfig, TFConfig, MPIConfig or ElasticBatchConfig; got %r" % (config,)
+            )
+        if timeout is not None and (
+            isinstance(timeout, bool) or not isinstance(timeout, numbers.Real) or not 0 < timeout < math.inf
+        ):
             raise ValueError("Monitor(timeout=...) must be a positive number of seconds; got %r" % (timeout,))
         self.config = config
         self.env = JobEnv.from_environ(environ)
         self._client = Client(self.env, timeout=None if timeout is None else float(timeout))
-        self._state = threading.Lock()       # guards the hang-interval stack; held briefly
-        self._send = threading.Lock()        # serialises config requests so they arrive in order
-        self._base = (config.job_hang_interval or self.env.job_hang_interval or DEFAULT_JOB_HANG_INTERVAL)
+        self._state = threading.Lock()  # guards the hang-interval stack; held briefly
+        self._send = threading.Lock()  # serialises config requests so they arrive in order
+        self._base = config.job_hang_interval or self.env.job_hang_interval or DEFAULT_JOB_HANG_INTERVAL
         self._scopes: List[Tuple[object, int]] = []
-        self._acked: Optional[int] = None    # the value the console last confirmed
+        self._acked: Optional[int] = None  # the value the console last confirmed
         self.last_config_status: Optional[Status] = None
         self._progress = _ProgressReporter(self._client)
         after_fork_in_child(self)
@@ -189,9 +212,11 @@ class Monitor:
         if self.env.c4d and (isinstance(config, PyTorchConfig) or "torch" in sys.modules):
             try:
                 from vigil import c4d
+
                 c4d.instrument_torch_distributed(enabled=True)
             except Exception as exc:
                 from vigil._client import _say
+
                 _say("C4D instrumentation unavailable: %r" % (exc,))
 
     def _after_fork_in_child(self) -> None:
@@ -225,27 +250,41 @@ class Monitor:
     def send_custom_message(self, content: str) -> Status:
         """Create a custom-message event for the job (notified per the workspace's event rules)."""
         if not isinstance(content, str):
-            return Status(StatusCode.INVALID_ARGUMENT, "content must be a str; got %s" % type(content).__name__,
-                          field="content")
+            return Status(
+                StatusCode.INVALID_ARGUMENT, "content must be a str; got %s" % type(content).__name__, field="content"
+            )
         return self._client.post("messages", {"content": content})
 
     @_guard
     def set_retryable_errors(self, keywords: Any) -> Status:
         """Replace the job's SDK-set retryable error keywords (literal, case-insensitive substrings)."""
         if isinstance(keywords, (str, bytes)) or not hasattr(keywords, "__iter__"):
-            return Status(StatusCode.INVALID_ARGUMENT, "keywords must be a list of strings, e.g. "
-                          "[\"connect timeout\"]; got %r" % (keywords,), field="keywords")
+            return Status(
+                StatusCode.INVALID_ARGUMENT,
+                'keywords must be a list of strings, e.g. ["connect timeout"]; got %r' % (keywords,),
+                field="keywords",
+            )
         keywords = list(keywords)
         for keyword in keywords:
             if not isinstance(keyword, str) or not keyword.strip():
-                return Status(StatusCode.INVALID_ARGUMENT, "each keyword must be a non-empty string; got %r"
-                              % (keyword,), field="keywords")
+                return Status(
+                    StatusCode.INVALID_ARGUMENT,
+                    "each keyword must be a non-empty string; got %r" % (keyword,),
+                    field="keywords",
+                )
             if len(keyword) > MAX_KEYWORD_LENGTH:
-                return Status(StatusCode.INVALID_ARGUMENT, "keyword %r... is %d characters; at most %d are accepted"
-                              % (keyword[:40], len(keyword), MAX_KEYWORD_LENGTH), field="keywords")
+                return Status(
+                    StatusCode.INVALID_ARGUMENT,
+                    "keyword %r... is %d characters; at most %d are accepted"
+                    % (keyword[:40], len(keyword), MAX_KEYWORD_LENGTH),
+                    field="keywords",
+                )
         if len(keywords) > MAX_KEYWORDS:
-            return Status(StatusCode.INVALID_ARGUMENT, "%d keywords given; at most %d are accepted"
-                          % (len(keywords), MAX_KEYWORDS), field="keywords")
+            return Status(
+                StatusCode.INVALID_ARGUMENT,
+                "%d keywords given; at most %d are accepted" % (len(keywords), MAX_KEYWORDS),
+                field="keywords",
+            )
         return self._client.post("retryable-errors", {"keywords": keywords})
 
     @_guard
@@ -256,8 +295,11 @@ class Monitor:
         merged: Dict[Any, Any] = {}
         if params is not None:
             if not isinstance(params, Mapping):
-                return Status(StatusCode.INVALID_ARGUMENT, "reset_config takes a dict or keyword arguments, "
-                              "e.g. reset_config(job_hang_interval=600); got %r" % (params,))
+                return Status(
+                    StatusCode.INVALID_ARGUMENT,
+                    "reset_config takes a dict or keyword arguments, "
+                    "e.g. reset_config(job_hang_interval=600); got %r" % (params,),
+                )
             merged.update(params)
         merged.update(kwargs)
         if not merged:
@@ -288,20 +330,27 @@ class Monitor:
         given: Dict[str, Any] = {}
         if metrics is not None:
             if not isinstance(metrics, Mapping):
-                return Status(StatusCode.INVALID_ARGUMENT, "metrics must be a dict of name to number; got %r"
-                              % (metrics,), field="metrics")
+                return Status(
+                    StatusCode.INVALID_ARGUMENT,
+                    "metrics must be a dict of name to number; got %r" % (metrics,),
+                    field="metrics",
+                )
             given.update(metrics)
         given.update(more)
         clean: Dict[str, float] = {}
         left_out = []
         for name, value in given.items():
             if not isinstance(name, str):
-                return Status(StatusCode.INVALID_ARGUMENT, "metric names must be strings; got %r" % (name,),
-                              field="metrics")
+                return Status(
+                    StatusCode.INVALID_ARGUMENT, "metric names must be strings; got %r" % (name,), field="metrics"
+                )
             if isinstance(value, bool) or not isinstance(value, numbers.Real):
-                return Status(StatusCode.INVALID_ARGUMENT, "metric %r must be a number (int or float); got %s%s"
-                              % (name, type(value).__name__,
-                                 "; pass %s.item()" % name if hasattr(value, "item") else ""), field="metrics")
+                return Status(
+                    StatusCode.INVALID_ARGUMENT,
+                    "metric %r must be a number (int or float); got %s%s"
+                    % (name, type(value).__name__, "; pass %s.item()" % name if hasattr(value, "item") else ""),
+                    field="metrics",
+                )
             number = float(value) if not isinstance(value, numbers.Integral) else int(value)
             if isinstance(number, float) and not math.isfinite(number):
                 left_out.append(name)
@@ -358,8 +407,7 @@ class Monitor:
                 value = self._scopes[-1][1] if self._scopes else self._base
                 if not force and value == self._acked:
                     return Status(StatusCode.OK, "job_hang_interval is already %d" % value)
-            status = self._client.post("config", {"job_hang_interval": value},
-                                       timeout=deadline - time.monotonic())
+            status = self._client.post("config", {"job_hang_interval": value}, timeout=deadline - time.monotonic())
             if status.ok():
                 with self._state:
                     self._acked = value
@@ -385,6 +433,7 @@ class _HangDetect:
         seconds, monitor = self.seconds, self._monitor
 
         if inspect.iscoroutinefunction(func):
+
             @functools.wraps(func)
             async def coroutine_scope(*args: Any, **kwargs: Any) -> Any:
                 m = monitor()
@@ -393,9 +442,11 @@ class _HangDetect:
                     return await func(*args, **kwargs)
                 finally:
                     m._exit_scope(token)
+
             return coroutine_scope
 
         if inspect.isgeneratorfunction(func):
+
             @functools.wraps(func)
             def generator_scope(*args: Any, **kwargs: Any) -> Any:
                 m = monitor()
@@ -404,6 +455,7 @@ class _HangDetect:
                     return (yield from func(*args, **kwargs))
                 finally:
                     m._exit_scope(token)
+
             return generator_scope
 
         @functools.wraps(func)
@@ -414,6 +466,7 @@ class _HangDetect:
                 return func(*args, **kwargs)
             finally:
                 m._exit_scope(token)
+
         return scope
 
 
@@ -544,4 +597,3 @@ def reset_config(params: Optional[Mapping[str, Any]] = None, /, **kwargs: Any) -
 
 def report_progress(step: Any = None, metrics: Optional[Mapping[str, Any]] = None, **more: Any) -> Status:
     return get_monitor().report_progress(step, metrics, **more)
-

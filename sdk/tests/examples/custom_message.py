@@ -9,6 +9,6 @@ job_monitor_client = jm.Monitor(config=jm.PyTorchConfig())
 loss, Nan, rank = "nan", "nan", 0  # stands in for the seed's "..." (the training code)
 
 if loss == Nan and rank == 0:
-  st = job_monitor_client.send_custom_message(content="The training loss for the job is NaN.")
-  if not st.ok():
-      print('failed to send message, error %s' % st.to_string())
+    st = job_monitor_client.send_custom_message(content="The training loss for the job is NaN.")
+    if not st.ok():
+        print("failed to send message, error %s" % st.to_string())

@@ -4,7 +4,7 @@
 from vigil import job_monitor as jm
 
 jm_config_params = {
-    "job_hang_interval": 1800 # Deteksi global 30 menit.
+    "job_hang_interval": 1800  # Deteksi global 30 menit.
 }
 jm_config = jm.PyTorchConfig(**jm_config_params)
 monitor = jm.Monitor(config=jm_config)
@@ -14,5 +14,7 @@ monitor.reset_config(jm_config_params)
 # Contoh:
 monitor.reset_config(job_hang_interval=10)
 #     atau
-config_params = {"job_hang_interval": 10, }
+config_params = {
+    "job_hang_interval": 10,
+}
 monitor.reset_config(**config_params)

@@ -6,27 +6,28 @@
 from vigil import job_monitor as jm
 
 jm_config_params = {
-    "job_hang_interval": 1800 # Deteksi global 30 menit.
+    "job_hang_interval": 1800  # Deteksi global 30 menit.
 }
 jm_config = jm.PyTorchConfig(**jm_config_params)
 monitor = jm.Monitor(config=jm_config)
 
+
 # The seed's own helper, unchanged: it works against the SDK as written.
 def reset_hang_detect(hang_seconds):
-    jm_config_params = {
-        "job_hang_interval": hang_seconds
-    }
+    jm_config_params = {"job_hang_interval": hang_seconds}
     monitor.reset_config(**jm_config_params)
+
 
 hang_detect = jm.hang_detect
 
-@hang_detect(180) # Atur ulang pendeteksian hang menjadi 3 menit, hanya untuk cakupan fungsi ini.
-def train(epoch):
-    ...
 
-@hang_detect(-1) # Nonaktifkan sementara pendeteksian hang, hanya untuk cakupan fungsi ini.
-def test(epoch):
-    ...
+@hang_detect(180)  # Atur ulang pendeteksian hang menjadi 3 menit, hanya untuk cakupan fungsi ini.
+def train(epoch): ...
+
+
+@hang_detect(-1)  # Nonaktifkan sementara pendeteksian hang, hanya untuk cakupan fungsi ini.
+def test(epoch): ...
+
 
 for epoch in range(0, 2):
     train(epoch)
