@@ -8,7 +8,9 @@ library only, and nothing of the console. It
    outlives the shim that owns it, then reads the park message
    ({"path0", "modules"}; the shim lowered its priority), puts the entry point's
    directory first on sys.path (so the user's own modules import as they will in
-   the rank) and imports the modules; says "parked" (or why it could not) on the
+   the rank) and imports the modules (then sets torch.distributed.nn's collectives to take the
+   rank's first default group as their default, as a cold import after
+   init_process_group would have); says "parked" (or why it could not) on the
    socket, if the shim still listens;
 2. waits for the launch message: the attempt's environment, working directory,
    entry point and argv, with the attempt's log as a passed file descriptor. A
@@ -109,8 +111,52 @@ def _park(sock):
             failed = f"failed import {name}: {type(exc).__name__}: {exc}"
             _say(sock, failed + "\n")
             return failed
+    _capture_the_world_as_a_cold_import_does()
     _say(sock, "parked\n")
     return ""
+
+
+def _capture_the_world_as_a_cold_import_does():
+    """torch.distributed.nn.functional's collectives take ``group=group.WORLD`` as a
+    default argument, evaluated when the module is imported. A cold rank imports it
+    (through torch._dynamo, which DistributedDataParallel imports) after its
+    init_process_group, so those defaults hold the default process group until the
+    interpreter ends and the group outlives a main() that let DDP go after
+    destroy_process_group. Imported here, before any group exists, the defaults are
+    None and the DDP Reducer holds the group's last reference: the group is then
+    destroyed when main() returns, in the Reducer's destructor with the GIL held,
+    while it joins gloo's worker, which waits for the GIL (pytorch/pytorch#56297).
+    So, as the cold import would, the first default group the rank sets is put in
+    those defaults (once: later groups do not change what an import captured)."""
+    functional = sys.modules.get("torch.distributed.nn.functional")
+    c10d = sys.modules.get("torch.distributed.distributed_c10d")
+    world_type = type(getattr(c10d, "_world", None))
+    prop = getattr(world_type, "default_pg", None)
+    if functional is None or not isinstance(prop, property) or prop.fset is None:
+        return
+    if c10d._world.default_pg is not None:  # a group already: the import captured it
+        return
+    uncaptured = []
+    for fn in vars(functional).values():
+        code = getattr(fn, "__code__", None)
+        if getattr(fn, "__module__", None) != functional.__name__ or code is None or not fn.__defaults__:
+            continue
+        names = code.co_varnames[code.co_argcount - len(fn.__defaults__):code.co_argcount]
+        if "group" in names and fn.__defaults__[names.index("group")] is None:
+            uncaptured.append((fn, names.index("group")))
+    if not uncaptured:
+        return
+
+    def set_default_pg(world, pg, fset=prop.fset):
+        fset(world, pg)
+        if pg is not None and uncaptured:
+            for fn, at in uncaptured:
+                defaults = list(fn.__defaults__)
+                defaults[at] = pg
+                fn.__defaults__ = tuple(defaults)
+            uncaptured.clear()
+
+    setattr(world_type, "default_pg", property(prop.fget, set_default_pg, prop.fdel, prop.__doc__))
 
 
 class _NotParked(Exception):
