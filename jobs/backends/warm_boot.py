@@ -141,7 +141,7 @@ def _capture_the_world_as_a_cold_import_does():
         code = getattr(fn, "__code__", None)
         if getattr(fn, "__module__", None) != functional.__name__ or code is None or not fn.__defaults__:
             continue
-        names = code.co_varnames[code.co_argcount - len(fn.__defaults__):code.co_argcount]
+        names = code.co_varnames[code.co_argcount - len(fn.__defaults__) : code.co_argcount]
         if "group" in names and fn.__defaults__[names.index("group")] is None:
             uncaptured.append((fn, names.index("group")))
     if not uncaptured:

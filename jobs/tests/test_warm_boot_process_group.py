@@ -27,7 +27,7 @@ from jobs.backends import shim
 BOOT = Path(shim.__file__).with_name("warm_boot.py")
 
 # The common pattern: destroy_process_group() at the end of main(), the DDP model a local.
-COMMON_PATTERN = textwrap.dedent('''
+COMMON_PATTERN = textwrap.dedent("""
     import os
     import torch, torch.distributed as dist, torch.nn as nn
 
@@ -44,35 +44,63 @@ COMMON_PATTERN = textwrap.dedent('''
 
     main()
     print(f"gloo workers after main returned: {gloo_workers()}", flush=True)
-''')
+""")
 
 
 def _rank_env():
     env = {k: os.environ[k] for k in ("PATH", "HOME", "LANG") if k in os.environ}
-    return {**env, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "0", "WORLD_SIZE": "1", "RANK": "0",
-            "PYTHONUNBUFFERED": "1"}
+    return {
+        **env,
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": "0",
+        "WORLD_SIZE": "1",
+        "RANK": "0",
+        "PYTHONUNBUFFERED": "1",
+    }
 
 
 def _cold(script):
-    done = subprocess.run([sys.executable, script.name], cwd=script.parent, env=_rank_env(),
-                          stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=180)
+    done = subprocess.run(
+        [sys.executable, script.name],
+        cwd=script.parent,
+        env=_rank_env(),
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     assert done.returncode == 0, done.stderr
     return done.stdout
 
 
 def _warm(script, log_path):
     ours, theirs = socket.socketpair()
-    boot = subprocess.Popen([sys.executable, str(BOOT), str(theirs.fileno())], pass_fds=(theirs.fileno(),),
-                            cwd=script.parent, env=_rank_env(), stdin=subprocess.DEVNULL, process_group=0)
+    boot = subprocess.Popen(
+        [sys.executable, str(BOOT), str(theirs.fileno())],
+        pass_fds=(theirs.fileno(),),
+        cwd=script.parent,
+        env=_rank_env(),
+        stdin=subprocess.DEVNULL,
+        process_group=0,
+    )
     try:
         theirs.close()
         shim.send_message(ours, {"path0": str(script.parent), "modules": list(DEFAULT_WARM_MODULES)})
         ours.settimeout(180)
         assert ours.recv(100) == b"parked\n"
         with open(log_path, "wb") as log:
-            shim.send_message(ours, {"env": _rank_env(), "cwd": str(script.parent), "kind": "script",
-                                     "target": script.name, "argv": [script.name], "path0": str(script.parent)},
-                              fds=[log.fileno()])
+            shim.send_message(
+                ours,
+                {
+                    "env": _rank_env(),
+                    "cwd": str(script.parent),
+                    "kind": "script",
+                    "target": script.name,
+                    "argv": [script.name],
+                    "path0": str(script.parent),
+                },
+                fds=[log.fileno()],
+            )
         ours.close()
         assert boot.wait(timeout=180) == 0, log_path.read_text()
     finally:
