@@ -419,3 +419,12 @@ def test_four_ranks_the_rank_that_skipped_a_collective_is_the_only_suspect(procs
         "worker-1 (rank 2) and worker-2 (rank 3) are in all_reduce"
     )
     assert_vigil_threads_shown_never_suspected(snapshot, {0, 1, 2, 3})
+
+
+def test_every_collective_the_sdk_instruments_is_a_wait_the_stack_analysis_recognises():
+    # The two lists live apart on purpose (the SDK ships alone, standard library only, and
+    # the core imports no SDK); a collective added to one must not be missing from the other,
+    # or a rank waiting in it would read as "outside any collective" and become the suspect.
+    from vigil import c4d as sdk_c4d
+
+    assert set(sdk_c4d.COLLECTIVES) <= stacks.COLLECTIVES, set(sdk_c4d.COLLECTIVES) - stacks.COLLECTIVES
