@@ -164,6 +164,10 @@ def test_an_unknown_job_is_refused_like_a_foreign_one(app, alice, alice_ws):
         comm = communicator(app, 999_999, cookie)
         connected, _ = await comm.connect()
         assert not connected
+        # End the refused consumer as the server does (a websocket.disconnect); left running,
+        # it is cancelled when async_to_sync closes its loop, and that cancellation can wait
+        # forever on the channel layer's receive (seen once in CI: a 300 s timeout).
+        await comm.disconnect()
 
     async_to_sync(scenario)()
 
@@ -227,6 +231,7 @@ def test_workspace_socket_tells_members_of_status_changes_and_refuses_outsiders(
     async def scenario():
         refused = workspace_communicator(app, alice_ws.slug, outsider)
         assert not (await refused.connect())[0]
+        await refused.disconnect()  # as above: a refused consumer left running can hang the loop's close
         comm = workspace_communicator(app, alice_ws.slug, member)
         assert (await comm.connect())[0]
         await sync_to_async(actions.stop_job)(alice, job)
