@@ -325,7 +325,7 @@ class Console:
             with open(self.log_path(name), "rb") as f:
                 f.seek(mark)
                 text = f.read().decode(errors="replace")
-            return ("ready." in text) if name == "worker" else ("listening for instance exits" in text)
+            return ("ready." in text) if name in ("worker", "decide") else ("listening for instance exits" in text)
 
         if not wait_until(ready, 90, 0.2):
             raise ExperimentFailed(f"{name} did not become ready within 90 s")
@@ -768,6 +768,9 @@ def exp_fault_point(c: Console, point: str) -> tuple[list, str]:
     """The worker that handles rank 1's failure dies at `point` (jobs.faults)."""
     run, _, _ = c.submit(f"fault-{point}", fault=True)
     run.wait_running(1)
+    # The worker under test is the only decider: `decide` (the decisions queue's own
+    # worker) is stopped too, or it would take rank 1's exit instead.
+    c.kill("decide", signal.SIGTERM)
     c.kill("worker", signal.SIGTERM)  # a warm shutdown, then one that dies at the step
     marker = c.tmp / "control" / f"fault-point-{point}"
     proc = c.start("worker", {"VIGIL_FAULT_POINT": point, "VIGIL_FAULT_ONCE": str(marker)})
@@ -778,6 +781,7 @@ def exp_fault_point(c: Console, point: str) -> tuple[list, str]:
     c.kill("worker")  # whatever of its group is left
     time.sleep(2.0)
     c.start("worker")
+    c.start("decide")
     status = run.complete(150)
     return check_job(run), (
         f"worker died at {point} (exit {proc.returncode}), a new one 2 s later; "
@@ -793,6 +797,7 @@ def exp_race(c: Console, step: str) -> tuple[list, str]:
     run.wait_running(1)
     adir = c.data / "local-backend" / "jobs" / str(run.id) / "attempt-2"
     watched = adir if step == "claim" else adir / "attempt.json"
+    c.kill("decide", signal.SIGTERM)  # the worker under test is the one that decides
     worker = c.procs["worker"]
     run.fire()
     deadline = time.monotonic() + 60
@@ -805,6 +810,7 @@ def exp_race(c: Console, step: str) -> tuple[list, str]:
     c.kill("worker")
     time.sleep(10.0)
     c.start("worker")
+    c.start("decide")
     t0 = time.monotonic()
     status = run.complete(90)
     return check_job(run), (
@@ -828,9 +834,10 @@ def fault_while_down(c: Console, name: str, processes: tuple[str, ...], sig=sign
 def exp_worker_kill(c: Console) -> tuple[list, str]:
     from jobs.models import RestartRecord
 
-    run = fault_while_down(c, "worker-kill", ("worker",))
+    run = fault_while_down(c, "worker-kill", ("worker", "decide"))  # every Celery worker
     time.sleep(5.0)
     c.start("worker")
+    c.start("decide")
     t0, back = time.monotonic(), time.time()
     status = run.complete(120)
     record = RestartRecord.objects.filter(job_id=run.id).first()
@@ -1110,9 +1117,9 @@ def exp_burst(c: Console, jobs: int = 40, faulty: int = 10) -> tuple[list, str]:
 def exp_console_restart(c: Console) -> tuple[list, str]:
     calm, _, _ = c.submit("restart-calm", fault=False)
     calm.wait_running(1)
-    run = fault_while_down(c, "restart-fault", ("web", "exits", "worker"), signal.SIGTERM)
+    run = fault_while_down(c, "restart-fault", ("web", "exits", "decide", "worker"), signal.SIGTERM)
     time.sleep(5.0)
-    for name in ("worker", "exits", "web"):
+    for name in ("worker", "decide", "exits", "web"):
         c.start(name)
     status = run.complete(150)
     calm.finish()
@@ -1167,7 +1174,7 @@ def run_database(args) -> int:
     signal.signal(signal.SIGTERM, on_term)
     try:
         console = Console(args.db, args.pg_url, tmp)
-        for name in ("web", "worker", "exits"):
+        for name in ("web", "worker", "decide", "exits"):
             console.start(name)
         for name, fn in experiments(args, args.db):
             t0 = time.monotonic()
@@ -1186,7 +1193,7 @@ def run_database(args) -> int:
                 )
                 continue
             try:
-                for proc_name in ("web", "worker", "exits"):  # every experiment starts from a whole console
+                for proc_name in ("web", "worker", "decide", "exits"):  # every experiment starts from a whole console
                     if console.procs[proc_name].poll() is not None:
                         console.start(proc_name)
                 checks, what = fn(console)
@@ -1313,7 +1320,7 @@ def main() -> int:
     print("chaos suite (issue 20): faults injected into a real console; invariants from the API and the database")
     print(f"  machine: {machine_line()}")
     print(f"  code: {git_line()}; fault-point hook: {'jobs.faults' if fault_points() else 'absent'}")
-    print(f"  console: Procfile web + worker + exits, private redis-server, settings {CONSOLE_ENV}")
+    print(f"  console: Procfile web + worker + decide + exits, private redis-server, settings {CONSOLE_ENV}")
     print(f"  jobs: 2-rank PyTorchJob via POST /api/v1/jobs/, {FLAGS}")
 
     def interrupted(signum, frame):

@@ -7,8 +7,10 @@ fault-tolerance flags, running on the in-memory backend, every instance alive an
 recently printing. What runs is what production runs: `monitoring.tasks.sweep(shard)`,
 one call per shard (VIGIL_MONITOR_SHARDS, the production default unless --shards),
 each under the shard's Redis lease, in 1, 2 or 4 forked worker processes that take
-tasks from one FIFO queue as Celery workers take them from the broker's one default
-queue (console.settings routes no task elsewhere, prefetch 1). A "beat" here enqueues
+tasks from FIFO queues as Celery workers take them from the broker's (prefetch 1): the
+shard tasks from the default queue, the run_job tasks from their own (console.settings
+routes them to vigil.exits), which one more process (the Procfile's `decide`) serves
+alone and the sweeping workers serve between tasks. A "beat" here enqueues
 every shard each round, at most every VIGIL_MONITOR_SWEEP_SECONDS; the round's wall
 time (all shards done) is the sweep time.
 
@@ -20,14 +22,13 @@ through shared memory (the exit is on disk before it is announced, and every pro
 sees it at once: no per-process lag), then announced as the shim announces it
 (jobs.backends.noderedis.publish of the shim's JSON on VIGIL_EXIT_CHANNEL). The
 listener wakes the job (jobs.actions.wake_monitor) and enqueues the run_job task, which
-the same worker processes take from the same queue as the shard tasks and run as
-Celery would (monitoring.tasks.run_job: the per-job Redis lock, then the tick). The
+the first free process of that queue takes and runs as Celery would (monitoring.tasks.run_job: the per-job Redis lock, then the tick). The
 decision latency is the RestartRecord's restart_time (the deciding tick's clock) minus
 the moment of injection, p50 and p99, over --exits decisions. --exit-path sweep drops
 the run_job task (the listener still wakes the job): the latency of the sweep alone,
-what a person waits for when the run_job task is lost or late. --run-job-queue puts run_job on a
-queue of its own, served by one more worker process that never sweeps (what routing it
-with CELERY_TASK_ROUTES to a `-Q` worker would do).
+what a person waits for when the run_job task is lost or late. --shared-queue puts run_job
+behind the shard tasks on their queue, with no `decide` process (the layout before the
+route).
 
 Phases per size and worker count: a first round (every job is new, so every job is
 ticked: it also scans logs for watchdog hints and checks stragglers, both every 30 s
@@ -328,9 +329,11 @@ class Counts:
         redis.client.Pipeline.execute = execute
 
 
-def worker(tasks_q, results_q) -> None:
+def worker(queues, results_q) -> None:
     """One worker process: take a task (a shard's sweep or a job's run_job, the production
-    tasks), run it, report."""
+    tasks) from its queues, run it, report. With two queues (a sweeping worker of the
+    Procfile's `worker`, `-Q celery,vigil.exits`) it looks at the exits' queue whenever it is
+    free, as Celery's consumer of several queues does between tasks."""
     from django.db import connection
 
     from monitoring import tasks
@@ -338,7 +341,7 @@ def worker(tasks_q, results_q) -> None:
     connection.close()  # never share the parent's socket
     Counts.install()
     while True:
-        task = tasks_q.get()
+        task = _next_task(queues)
         if task is None:
             return
         kind, arg, _ = task
@@ -351,8 +354,19 @@ def worker(tasks_q, results_q) -> None:
         results_q.put((kind, arg, out, time.perf_counter() - t0, Counts.sql - sql, Counts.redis - red, time.time()))
 
 
+def _next_task(queues):
+    if len(queues) == 1:
+        return queues[0].get()
+    while True:
+        for q in reversed(queues):  # the exits' queue (last) first
+            try:
+                return q.get(timeout=0.005)
+            except queue.Empty:
+                continue
+
+
 class Pool:
-    def __init__(self, processes: int, exit_path: str, exits_queue: bool = False) -> None:
+    def __init__(self, processes: int, exit_path: str, exits_queue: bool = True) -> None:
         from django.db import connections
 
         from jobs.models import Job
@@ -364,15 +378,15 @@ class Pool:
         EXITS = Exits(ctx, ids.first(), ids.last())
         connections.close_all()  # the children open their own
         self.tasks, self.results = ctx.Queue(), ctx.Queue()
-        self.procs = [
-            ctx.Process(target=worker, args=(self.tasks, self.results), daemon=True) for _ in range(processes)
-        ]
-        # --run-job-queue: run_job on a queue of its own, served by one more process that
-        # does not sweep (CELERY_TASK_ROUTES and a `-Q` worker would do it in production).
+        # As production routes it (console.settings CELERY_TASK_ROUTES): run_job on a queue of
+        # its own, served by the Procfile's `decide` (one more process that never sweeps) and by
+        # the sweeping workers when they are free. --shared-queue: run_job behind the sweeps.
         run_jobs_q = ctx.Queue() if exits_queue else self.tasks
+        sweeping = [self.tasks, run_jobs_q] if exits_queue else [self.tasks]
+        self.procs = [ctx.Process(target=worker, args=(sweeping, self.results), daemon=True) for _ in range(processes)]
         if exits_queue:
-            self.procs.append(ctx.Process(target=worker, args=(run_jobs_q, self.results), daemon=True))
-        self.queues = [self.tasks] * processes + ([run_jobs_q] if exits_queue else [])
+            self.procs.append(ctx.Process(target=worker, args=([run_jobs_q], self.results), daemon=True))
+        self.queues = [self.tasks, run_jobs_q] if exits_queue else [self.tasks]
         self.listener = ctx.Process(target=listener, args=(run_jobs_q, exit_path == "listener"), daemon=True)
         for p in [self.listener, *self.procs]:
             p.start()
@@ -421,8 +435,9 @@ class Pool:
         return time.perf_counter() - t0, ticked, sql, red
 
     def close(self) -> None:
-        for q in self.queues:
-            q.put(None)
+        for q in self.queues:  # a stop for every process on every queue it may read
+            for _ in self.procs:
+                q.put(None)
         for p in self.procs:
             p.join(30)
             if p.is_alive():
@@ -436,10 +451,17 @@ def pick(values: list[float], p: float) -> float:
     return values[min(len(values) - 1, int(p * len(values)))] if values else float("nan")
 
 
+def routed_exits(args) -> bool:
+    """run_job on a queue of its own, as console.settings routes it (unless --shared-queue)."""
+    from django.conf import settings
+
+    return not args.shared_queue and "monitoring.tasks.run_job" in settings.CELERY_TASK_ROUTES
+
+
 def measure(size: int, processes: int, args, cadence: float, shards: int) -> dict:
     from jobs.models import Job, JobStatus, RestartRecord
 
-    pool = Pool(processes, args.exit_path, args.run_job_queue)
+    pool = Pool(processes, args.exit_path, routed_exits(args))
     try:
         first = pool.round(shards)
         steady = []
@@ -630,9 +652,9 @@ def main():
     )
     parser.add_argument("--exit-rate", type=float, default=2.0, help="injected exits per second, on average")
     parser.add_argument(
-        "--run-job-queue",
+        "--shared-queue",
         action="store_true",
-        help="run_job on its own queue and one more worker process that does not sweep",
+        help="run_job on the sweeps' queue, no `decide` process (the layout before CELERY_TASK_ROUTES)",
     )
     parser.add_argument(
         "--exit-path",
@@ -704,9 +726,10 @@ def main():
         + (
             "the exit listener wakes the job and enqueues run_job "
             + (
-                "on its own queue, served by one more process that does not sweep"
-                if args.run_job_queue
-                else "on the workers' queue"
+                "on the workers' queue (--shared-queue)"
+                if not routed_exits(args)
+                else "on its own queue (vigil.exits), served by one more process that does not sweep "
+                "(the Procfile's decide) and by the sweeping workers when free"
             )
             if args.exit_path == "listener"
             else "the exit listener wakes the job, no run_job task (the latency is the sweep's)"

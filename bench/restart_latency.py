@@ -165,7 +165,7 @@ class VigilStack:
         self.commands = {}
         for line in (ROOT / "Procfile").read_text().splitlines():
             name, _, cmd = line.partition(":")
-            if name.strip() in ("worker", "exits"):
+            if name.strip() in ("worker", "decide", "exits"):
                 cmd = cmd.strip().replace("var/celerybeat-schedule", f"{self.tmp}/celerybeat-schedule")
                 cmd = re.sub(r"\$\{(\w+):-([^}]*)\}", lambda m: self.env.get(m.group(1), m.group(2)), cmd)
                 self.commands[name.strip()] = cmd

@@ -268,6 +268,14 @@ CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 300}
 CELERY_TIMEZONE = "UTC"
+# An announced exit's tick (monitoring.tasks.run_job, enqueued by the exit listener) has a
+# queue of its own, so the decision does not wait behind shard sweeps: at 10,000 jobs a shard
+# task runs for seconds and every sweeping process can be inside one (docs/scaling.md). The
+# Procfile's `decide` process consumes only this queue; the sweeping workers consume it too,
+# so decisions go on while `decide` is down. Every worker command must name both queues.
+CELERY_TASK_DEFAULT_QUEUE = "celery"
+MONITOR_EXITS_QUEUE = "vigil.exits"
+CELERY_TASK_ROUTES = {"monitoring.tasks.run_job": {"queue": MONITOR_EXITS_QUEUE}}
 # A hang is flagged at most one sweep after its interval ends; exits are handled at
 # once through the exit listener whatever this is.
 MONITOR_SWEEP_SECONDS = float(os.environ.get("VIGIL_MONITOR_SWEEP_SECONDS", "0.5"))

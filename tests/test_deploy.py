@@ -36,7 +36,13 @@ pytestmark = pytest.mark.django_db(transaction=True)
 ROOT = Path(__file__).resolve().parents[1]
 DEPLOY = ROOT / "deploy"
 NGINX = shutil.which("nginx") or ("/usr/sbin/nginx" if os.path.exists("/usr/sbin/nginx") else None)
-UNITS = ["vigil-web.service", "vigil-worker@.service", "vigil-beat.service", "vigil-exits.service"]
+UNITS = [
+    "vigil-web.service",
+    "vigil-worker@.service",
+    "vigil-beat.service",
+    "vigil-exits.service",
+    "vigil-decide.service",
+]
 
 
 def free_port() -> int:
@@ -78,9 +84,14 @@ def test_the_systemd_units_pass_systemd_analyze_verify(tmp_path):
 
 
 def test_every_setting_the_example_env_names_is_read_by_the_settings():
-    settings_text = (ROOT / "console" / "settings.py").read_text() + (
-        ROOT / "deploy" / "systemd" / "vigil-worker@.service"
-    ).read_text()
+    settings_text = "".join(
+        (ROOT / path).read_text()
+        for path in (
+            "console/settings.py",
+            "deploy/systemd/vigil-worker@.service",
+            "deploy/systemd/vigil-decide.service",
+        )
+    )
     names = set(env_example()) | set(re.findall(r"^# (\w+)=", (DEPLOY / "vigil.env.example").read_text(), re.M))
     assert names and all(name in settings_text for name in names), names - {n for n in names if n in settings_text}
 
@@ -291,6 +302,7 @@ def test_the_production_layout_serves_follows_and_restarts_a_job_behind_nginx(
             # systemd's specifiers: %i the instance, %H the host name
             command = command.replace("/opt/vigil", str(ROOT)).replace("%H", socket.gethostname())
             command = command.replace("${VIGIL_WORKER_CONCURRENCY}", env["VIGIL_WORKER_CONCURRENCY"])
+            command = command.replace("${VIGIL_DECIDERS}", env_example()["VIGIL_DECIDERS"])
             for old, new in subs.items():
                 command = command.replace(old, new)
             return shlex.split(command)
@@ -306,6 +318,8 @@ def test_the_production_layout_serves_follows_and_restarts_a_job_behind_nginx(
         procs.start("beat", argv(beat, **{"/var/lib/vigil": str(tmp_path / "data")}), env)
         [exits] = unit_commands("vigil-exits.service", "ExecStart")
         procs.start("exits", argv(exits), env)
+        [decide] = unit_commands("vigil-decide.service", "ExecStart")
+        procs.start("decide", argv(decide), env)
 
         cert, key = self_signed(tmp_path)
         conf = nginx_config(tmp_path, web_port, http_port, https_port, cert, key)
@@ -324,13 +338,14 @@ def test_the_production_layout_serves_follows_and_restarts_a_job_behind_nginx(
             except urllib.error.HTTPError as exc:
                 return exc.code, exc.read()
 
-        # Ready: database, the password Redis, two fresh workers, the beat's sweeps, the exit listener.
+        # Ready: database, the password Redis, the two workers and the decider fresh, the beat's
+        # sweeps, the exit listener.
         def ready_with_both_workers():
             status, raw = get("/readyz")
             if status != 200:  # 502 from nginx until daphne listens, 503 until every part is up
                 return None
             body = json.loads(raw)
-            return body if body["checks"]["worker"]["detail"] == "2 of 2 worker(s) fresh" else None
+            return body if body["checks"]["worker"]["detail"] == "3 of 3 worker(s) fresh" else None
 
         body = wait_for(ready_with_both_workers, 90, "a ready console with both workers, through nginx", procs)
         assert {c["state"] for c in body["checks"].values()} == {"ok"}
@@ -438,7 +453,9 @@ def test_the_production_layout_serves_follows_and_restarts_a_job_behind_nginx(
         status = json.loads(vigil("status", job_id, "--json").stdout)
         assert (status["status"], status["restart_count"]) == ("Succeeded", 1)
         # The restart decision, logged once by whichever worker made it.
-        decisions = [ln for n in ("worker1", "worker2") for ln in procs.log(n).splitlines() if "vigil.decisions" in ln]
+        decisions = [
+            ln for n in ("worker1", "worker2", "decide") for ln in procs.log(n).splitlines() if "vigil.decisions" in ln
+        ]
         assert len(decisions) == 1 and f"job {job_id} attempt 1 restart:" in decisions[0], decisions
     finally:
         procs.stop_all()

@@ -205,14 +205,20 @@ def test_the_procfiles_worker_and_exit_listener_make_the_console_ready_and_stay_
     client, settings, tmp_path, clean_heartbeats
 ):
     worker, worker_out = start("worker", tmp_path, settings)
+    decider, decider_out = start("decide", tmp_path, settings)
     listener, listener_out = start("exits", tmp_path, settings)
     try:
         body = wait_ready(client, 60)
-        assert body["checks"]["worker"]["detail"] == "1 of 1 worker(s) fresh"
+        deadline = time.monotonic() + 30  # ready with the first worker; `decide` may start later
+        while body["checks"]["worker"]["detail"] != "2 of 2 worker(s) fresh" and time.monotonic() < deadline:
+            time.sleep(0.25)
+            body = client.get("/readyz").json()
+        assert body["checks"]["worker"]["detail"] == "2 of 2 worker(s) fresh"  # the sweeping one and `decide`
         time.sleep(3)  # a few more sweeps: none of them may print anything
-        printed = worker_out.read_text() + listener_out.read_text()
+        printed = worker_out.read_text() + decider_out.read_text() + listener_out.read_text()
     finally:
         stop(listener)
+        stop(decider)
         stop(worker)
     assert not ROUTINE.search(printed), printed
     # Besides the listener's one start line, only warnings (as root: Celery's, multi-line).

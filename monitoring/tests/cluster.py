@@ -134,6 +134,10 @@ def cluster(settings, tmp_path, private_redis_db, _test_wiring, transactional_db
         cmd = [str(CELERY), "-A", "console", command, "--loglevel", "INFO"]
         if command == "worker":
             cmd += ["--pool", "solo", "--concurrency", "1", "-n", f"{name}@%h", "--without-mingle", "--without-gossip"]
+            cmd += [
+                "-Q",
+                f"{django_settings.CELERY_TASK_DEFAULT_QUEUE},{django_settings.MONITOR_EXITS_QUEUE}",
+            ]  # as the Procfile
         if beat or command == "beat":
             cmd += ["--schedule", str(tmp_path / f"{name}-beat-schedule")] + (["--beat"] if command == "worker" else [])
         proc = subprocess.Popen(
