@@ -22,8 +22,9 @@ through shared memory (the exit is on disk before it is announced, and every pro
 sees it at once: no per-process lag), then announced as the shim announces it
 (jobs.backends.noderedis.publish of the shim's JSON on VIGIL_EXIT_CHANNEL). The
 listener wakes the job (jobs.actions.wake_monitor) and enqueues the run_job task, which
-the first free process of that queue takes and runs as Celery would (monitoring.tasks.run_job: the per-job Redis lock, then the tick). The
-decision latency is the RestartRecord's restart_time (the deciding tick's clock) minus
+the first free process of that queue takes and runs as Celery would
+(monitoring.tasks.run_job: the per-job Redis lock, then the tick). The decision latency
+is the RestartRecord's restart_time (the deciding tick's clock) minus
 the moment of injection, p50 and p99, over --exits decisions. --exit-path sweep drops
 the run_job task (the listener still wakes the job): the latency of the sweep alone,
 what a person waits for when the run_job task is lost or late. --shared-queue puts run_job

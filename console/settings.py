@@ -272,7 +272,8 @@ CELERY_TIMEZONE = "UTC"
 # queue of its own, so the decision does not wait behind shard sweeps: at 10,000 jobs a shard
 # task runs for seconds and every sweeping process can be inside one (docs/scaling.md). The
 # Procfile's `decide` process consumes only this queue; the sweeping workers consume it too,
-# so decisions go on while `decide` is down. Every worker command must name both queues.
+# so decisions go on while `decide` is down: a sweeping worker's command names both queues
+# (tests/test_task_queues.py holds the Procfile and the units to it).
 CELERY_TASK_DEFAULT_QUEUE = "celery"
 MONITOR_EXITS_QUEUE = "vigil.exits"
 CELERY_TASK_ROUTES = {"monitoring.tasks.run_job": {"queue": MONITOR_EXITS_QUEUE}}

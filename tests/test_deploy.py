@@ -29,6 +29,7 @@ from pathlib import Path
 import pytest
 
 from testsupport.jobs import let_jobs_reach
+from testsupport.processes import unit_commands
 from testsupport.monitor import subprocess_database_url
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -49,15 +50,6 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def unit_commands(name: str, key: str) -> list[str]:
-    """The unit's ExecStart= / ExecStartPre= lines."""
-    return [
-        line.split("=", 1)[1]
-        for line in (DEPLOY / "systemd" / name).read_text().splitlines()
-        if line.startswith(key + "=")
-    ]
 
 
 def env_example() -> dict[str, str]:

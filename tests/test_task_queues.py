@@ -11,8 +11,7 @@ from pathlib import Path
 from django.conf import settings
 
 from console.celery import app
-
-ROOT = Path(__file__).resolve().parents[1]
+from testsupport.processes import UNITS, procfile, unit_commands
 
 
 def worker_queues(command: str) -> set[str] | None:
@@ -25,18 +24,8 @@ def worker_queues(command: str) -> set[str] | None:
     return set(argv[argv.index("-Q") + 1].split(","))
 
 
-def procfile() -> dict[str, str]:
-    lines = (ROOT / "Procfile").read_text().splitlines()
-    return {name.strip(): cmd.strip() for name, _, cmd in (ln.partition(":") for ln in lines) if cmd.strip()}
-
-
 def unit_starts() -> dict[str, str]:
-    out = {}
-    for unit in sorted((ROOT / "deploy" / "systemd").glob("*.service")):
-        for line in unit.read_text().splitlines():
-            if line.startswith("ExecStart="):
-                out[unit.name] = line.split("=", 1)[1]
-    return out
+    return {unit.name: cmd for unit in sorted(UNITS.glob("*.service")) for cmd in unit_commands(unit.name, "ExecStart")}
 
 
 def test_run_job_is_routed_to_the_decisions_queue_and_the_sweep_to_the_default_one():

@@ -20,6 +20,8 @@ from infra import client as redis_connection
 from infra import health
 from infra.health import Part, assess
 from testsupport.monitor import subprocess_database_url
+from testsupport.processes import procfile
+from testsupport.waiting import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 NOW = 1_800_000_000.0
@@ -140,13 +142,6 @@ def test_readyz_reports_redis_down(client, db, settings, clean_heartbeats):
 # --- the real processes ---------------------------------------------------------------------
 
 
-def procfile_command(name: str) -> str:
-    for line in (ROOT / "Procfile").read_text().splitlines():
-        if line.startswith(name + ":"):
-            return line.split(":", 1)[1].strip()
-    raise AssertionError(f"no {name} in the Procfile")
-
-
 def start(name: str, tmp_path: Path, settings, **env) -> tuple[subprocess.Popen, Path]:
     out = tmp_path / f"{name}.out"
     full = {k: v for k, v in os.environ.items() if not k.startswith("VIGIL_LOG")}
@@ -164,7 +159,7 @@ def start(name: str, tmp_path: Path, settings, **env) -> tuple[subprocess.Popen,
     )
     with open(out, "w") as f:
         proc = subprocess.Popen(
-            ["sh", "-c", "exec " + procfile_command(name)],
+            ["sh", "-c", "exec " + procfile()[name]],
             cwd=ROOT,
             env=full,
             stdout=f,
@@ -208,12 +203,14 @@ def test_the_procfiles_worker_and_exit_listener_make_the_console_ready_and_stay_
     decider, decider_out = start("decide", tmp_path, settings)
     listener, listener_out = start("exits", tmp_path, settings)
     try:
-        body = wait_ready(client, 60)
-        deadline = time.monotonic() + 30  # ready with the first worker; `decide` may start later
-        while body["checks"]["worker"]["detail"] != "2 of 2 worker(s) fresh" and time.monotonic() < deadline:
-            time.sleep(0.25)
-            body = client.get("/readyz").json()
-        assert body["checks"]["worker"]["detail"] == "2 of 2 worker(s) fresh"  # the sweeping one and `decide`
+        wait_ready(client, 60)
+        # Ready with the first worker's heartbeat; then both: the sweeping one and `decide`.
+        wait_until(
+            lambda: client.get("/readyz").json()["checks"]["worker"]["detail"] == "2 of 2 worker(s) fresh",
+            30,
+            "both Procfile workers' heartbeats",
+            0.25,
+        )
         time.sleep(3)  # a few more sweeps: none of them may print anything
         printed = worker_out.read_text() + decider_out.read_text() + listener_out.read_text()
     finally:
