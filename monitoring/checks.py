@@ -7,6 +7,7 @@ period's check twice. A problem found goes to restarts.on_problem."""
 from __future__ import annotations
 
 from collections.abc import Hashable
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from django.db import transaction
@@ -142,23 +143,40 @@ def check_c4d(
     return on_problem(job, attempt, instances, ErrorSource.C4D, EventType.C4D, message, now)
 
 
-def claim_periodic(job: Job, now: datetime, *, log_scan: bool, stragglers: bool = True) -> tuple[bool, bool]:
-    """Claim this period's log scan and straggler check (those asked for and due) in one
-    compare-and-set save, so a tick that runs both writes once: (log scan claimed,
-    stragglers claimed). Lost to another worker, neither is (it runs them this period)."""
+@dataclass
+class PeriodicClaim:
+    """This period's due checks of one job, and the state whose save claims them."""
+
+    job: Job
+    state: MonitorState  # as loaded, with the claimed checks' times set to now
+    scan: bool
+    stragglers: bool
+
+
+def periodic_due(job: Job, now: datetime, *, log_scan: bool, stragglers: bool = True) -> PeriodicClaim | None:
+    """The log scan and straggler check due now (those asked for), or None; nothing written."""
     state = MonitorState.load(job)
     ts = now.timestamp()
     scan = log_scan and not (state.log_scan_at and ts - state.log_scan_at < LOG_SCAN_EVERY.total_seconds())
     stragglers = stragglers and ts - state.stragglers_at >= STRAGGLER_EVERY
     if not (scan or stragglers):
-        return False, False
+        return None
     if scan:
         state.log_scan_at = ts
     if stragglers:
         state.stragglers_at = ts
-    if not state.save(job):
+    return PeriodicClaim(job, state, scan, stragglers)
+
+
+def claim_periodic(job: Job, now: datetime, *, log_scan: bool, stragglers: bool = True) -> tuple[bool, bool]:
+    """Claim this period's log scan and straggler check (those asked for and due) in one
+    compare-and-set save, so a tick that runs both writes once: (log scan claimed,
+    stragglers claimed). Lost to another worker, neither is (it runs them this period).
+    A sweep claims its chunk's in one statement instead (MonitorState.save_many)."""
+    claim = periodic_due(job, now, log_scan=log_scan, stragglers=stragglers)
+    if claim is None or not claim.state.save(job):
         return False, False
-    return scan, stragglers
+    return claim.scan, claim.stragglers
 
 
 def scan_logs_for_hints(

@@ -6,9 +6,11 @@ lock) only one of them writes, and the other skips the periodic check it claimed
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
+from django.db import connection
 from django.db.models import F
 
 from jobs.models import Job
@@ -52,3 +54,36 @@ class MonitorState:
             self.version += 1
             job.monitor_state, job.monitor_state_version = data, self.version
         return bool(written)
+
+    @staticmethod
+    def save_many(pairs: Sequence[tuple[MonitorState, Job]]) -> set[int]:
+        """Each state's save (the same compare-and-set on the version it was read at) in one
+        statement, for a sweep's chunk: one commit instead of one per job (on PostgreSQL
+        each was a commit waited for; profiled, half of a first round's time). Returns the
+        ids of the jobs written; those job objects follow, as save's do. Plain SQL for the
+        reason schedule.store_many gives; RETURNING names the rows this statement won
+        (PostgreSQL, SQLite 3.35+)."""
+        if not pairs:
+            return set()
+        state_field = Job._meta.get_field("monitor_state")
+        q = connection.ops.quote_name
+        when = " ".join(["WHEN %s THEN %s"] * len(pairs))
+        rows = ", ".join(["(%s, %s)"] * len(pairs))
+        sql = (
+            f"UPDATE {q(Job._meta.db_table)} SET {q('monitor_state')} = CASE {q('id')} {when} END, "
+            f"{q('monitor_state_version')} = {q('monitor_state_version')} + 1 "
+            f"WHERE ({q('id')}, {q('monitor_state_version')}) IN (VALUES {rows}) RETURNING {q('id')}"
+        )
+        params: list = []
+        for state, job in pairs:
+            params += [job.pk, state_field.get_db_prep_save(state.to_dict(), connection)]
+        for state, job in pairs:
+            params += [job.pk, state.version]
+        with connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            won = {row[0] for row in cursor.fetchall()}
+        for state, job in pairs:
+            if job.pk in won:
+                state.version += 1
+                job.monitor_state, job.monitor_state_version = state.to_dict(), state.version
+        return won

@@ -125,8 +125,8 @@ def exits_announced() -> bool:
 
 
 def _sweep_jobs(ids: list[int], now: datetime | None, lease: leases.Lease | None) -> int:
-    """Tick the jobs, reading them in bulk chunks and scheduling a chunk's steady jobs
-    in one write; stop if the lease was lost (another worker has the shard now and
+    """Tick the jobs, reading them in bulk chunks, claiming a chunk's due periodic checks
+    in one write and scheduling its steady jobs in another; stop if the lease was lost (another worker has the shard now and
     ticks the rest)."""
     count = 0
     for start in range(0, len(ids), tick.SNAPSHOT_CHUNK):
@@ -136,12 +136,15 @@ def _sweep_jobs(ids: list[int], now: datetime | None, lease: leases.Lease | None
         chunk = ids[start : start + tick.SNAPSHOT_CHUNK]
         snaps = tick.load_snapshots(chunk)
         plans: list = []
+        tails: list[tick.PeriodicTail] = []
         for job_id in chunk:
             try:
-                tick.run_job(job_id, now, snapshot=snaps.get(job_id), plans=plans)
+                tick.run_job(job_id, now, snapshot=snaps.get(job_id), plans=plans, tails=tails)
             except Exception:  # noqa: BLE001 - one broken job must not stop the others
                 log.exception("monitor tick of job %s failed", job_id)
             count += 1
+        # The chunk's due periodic checks claimed in one write, then run.
+        tick.finish_periodic(tails, now or timezone.now(), plans)
         try:
             schedule.store_many(plans)
         except DatabaseError:  # unscheduled, the jobs are due at the next sweep: a wasted tick

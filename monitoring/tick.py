@@ -6,8 +6,11 @@ shard's Redis lease, and the run_job task, under a per-job lock)."""
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from datetime import datetime
+
+from django.db import DatabaseError
 
 from django.db.models import Value
 from django.db.models.functions import Mod
@@ -16,7 +19,7 @@ from django.utils import timezone
 from core.stages import clamp
 from jobs import actions
 from jobs.actions import sync_instances
-from jobs.backends.base import BackendError
+from jobs.backends.base import Backend, BackendError
 from jobs.models import (
     FINISHED_JOB_STATUSES,
     LIVE_ATTEMPT_STATUSES,
@@ -32,6 +35,7 @@ from jobs.models import (
     RestartResult,
 )
 from monitoring import checks, schedule
+from monitoring.state import MonitorState
 from monitoring.restarts import (
     TickAction,
     complete_pending_restart,
@@ -42,12 +46,30 @@ from monitoring.restarts import (
 )
 
 
+log = logging.getLogger(__name__)
+
+
 @dataclass
 class TickResult:
     job_id: int
     action: TickAction = TickAction.NONE
     reason: str = ""
     notes: list[str] = field(default_factory=list)
+    # Its periodic checks wait for the chunk's claims (PeriodicTail); finish_periodic
+    # runs them and schedules the job.
+    deferred: bool = False
+
+
+@dataclass
+class PeriodicTail:
+    """The rest of a sweep's tick of one job whose periodic checks are due: run once its
+    chunk's claims are written in one statement (finish_periodic)."""
+
+    claim: checks.PeriodicClaim
+    attempt: Attempt
+    instances: list[Instance]
+    backend: Backend
+    snapshot: JobSnapshot
 
 
 @dataclass
@@ -124,27 +146,73 @@ def run_job(
     *,
     snapshot: JobSnapshot | None = None,
     plans: list[tuple[Job, datetime]] | None = None,
+    tails: list[PeriodicTail] | None = None,
 ) -> TickResult:
     """One tick over one job. Safe to run concurrently and repeatedly. Given the
     sweep's snapshot it skips the per-job reads and recovers only when needed, and
     schedules the job's next tick when it found the job steady (monitoring.schedule);
     any other tick leaves the job due at every sweep. Given `plans`, a steady job's
     next tick is added there for the sweep to store with its chunk's
-    (schedule.store_many); a job found not steady is made due at once either way."""
+    (schedule.store_many); a job found not steady is made due at once either way.
+    Given `tails` (and a snapshot), a job whose periodic checks are due stops before
+    them and is added there: the sweep claims its chunk's in one write, then runs them
+    and schedules those jobs (finish_periodic)."""
     now = now or timezone.now()
     job = snapshot.job if snapshot is not None else Job.objects.filter(pk=job_id).select_related("workspace").first()
     plan: list[datetime] = []
-    result = _run_job(job_id, job, now, snapshot, plan)
-    if job is not None and job.status not in FINISHED_JOB_STATUSES:
+    result = _run_job(job_id, job, now, snapshot, plan, tails)
+    if job is not None and not result.deferred:
+        _schedule(job, plan, plans)
+    return result
+
+
+def _schedule(job: Job, plan: list[datetime], plans: list[tuple[Job, datetime]] | None) -> None:
+    if job.status not in FINISHED_JOB_STATUSES:
         if plan and plans is not None:
             plans.append((job, plan[0]))
         else:
             schedule.store(job, plan[0] if plan else None)
-    return result
+
+
+def finish_periodic(tails: list[PeriodicTail], now: datetime, plans: list[tuple[Job, datetime]]) -> None:
+    """Claim the chunk's due periodic checks in one compare-and-set write, run those
+    this sweep won, and schedule each job as its tick would have. A claim lost to
+    another worker (it ticked the job meanwhile) runs nothing here, as claim_periodic."""
+    if not tails:
+        return
+    try:
+        won = MonitorState.save_many([(t.claim.state, t.claim.job) for t in tails])
+    except DatabaseError:  # unclaimed: due again, the next sweep claims them
+        log.exception("could not claim the periodic checks of %s jobs", len(tails))
+        won = set()
+    for t in tails:
+        job = t.claim.job
+        try:
+            ours = job.pk in won
+            plan: list[datetime] = []
+            _periodic_and_plan(
+                job,
+                t.attempt,
+                t.instances,
+                t.backend,
+                now,
+                t.snapshot,
+                plan,
+                scan=ours and t.claim.scan,
+                stragglers=ours and t.claim.stragglers,
+            )
+            _schedule(job, plan, plans)
+        except Exception:  # noqa: BLE001 - one broken job must not stop the others
+            log.exception("monitor tick of job %s failed", job.pk)
 
 
 def _run_job(
-    job_id: int, job: Job | None, now: datetime, snapshot: JobSnapshot | None, plan: list[datetime]
+    job_id: int,
+    job: Job | None,
+    now: datetime,
+    snapshot: JobSnapshot | None,
+    plan: list[datetime],
+    tails: list[PeriodicTail] | None = None,
 ) -> TickResult:
     result = TickResult(job_id)
     if job is None or job.status in FINISHED_JOB_STATUSES:
@@ -209,8 +277,40 @@ def _run_job(
         if problem:
             result.action, result.reason = problem
             return result
+    due = checks.periodic_due(job, now, log_scan=job.fault_tolerance)
+    if due is not None and tails is not None and snapshot is not None:
+        tails.append(PeriodicTail(due, attempt, instances, backend, snapshot))
+        result.deferred = True
+        return result
     # Both periodic checks claimed in one write (each claim was its own).
-    scan, stragglers = checks.claim_periodic(job, now, log_scan=job.fault_tolerance)
+    claimed = due if due is not None and due.state.save(job) else None
+    _periodic_and_plan(
+        job,
+        attempt,
+        instances,
+        backend,
+        now,
+        snapshot,
+        plan,
+        scan=claimed is not None and claimed.scan,
+        stragglers=claimed is not None and claimed.stragglers,
+    )
+    return result
+
+
+def _periodic_and_plan(
+    job: Job,
+    attempt: Attempt,
+    instances: list[Instance],
+    backend: Backend,
+    now: datetime,
+    snapshot: JobSnapshot | None,
+    plan: list[datetime],
+    *,
+    scan: bool,
+    stragglers: bool,
+) -> None:
+    """The claimed periodic checks, then the steady job's next tick."""
     if scan:
         checks.scan_logs_for_hints(job, attempt, instances, backend, now, claimed=True)
     if stragglers:
@@ -219,7 +319,6 @@ def _run_job(
         job, attempt, instances, snapshot.live_attempts, snapshot.pending_instance_restarts, backend
     ):
         plan.append(schedule.next_tick_at(job, attempt, instances, now))
-    return result
 
 
 def live_job_ids(shard: int | None = None, shards: int = 1, *, due_at: datetime | None = None) -> list[int]:

@@ -85,9 +85,9 @@ def test_a_steady_job_costs_no_query_of_its_own_until_its_check_is_due(
     with django_assert_max_num_queries(settings.MONITOR_SHARDS):
         assert tasks.sweep(now=later(2)) == 0
     # Due again: each shard reads its jobs' state in five bulk queries (jobs, live attempts,
-    # instances, pending restarts, the list) and writes its jobs' next checks in one; a job's
-    # own is one write (the log scan's and the straggler check's claims together), none per instance.
-    with django_assert_max_num_queries(6 * settings.MONITOR_SHARDS + len(jobs)) as counted:
+    # instances, pending restarts, the list), claims its jobs' periodic checks (the log scan
+    # and stragglers) in one write and their next checks in another: none per job or instance.
+    with django_assert_max_num_queries(7 * settings.MONITOR_SHARDS) as counted:
         assert tasks.sweep(now=later(31)) == 6
     print(f"{len(counted.captured_queries)} queries for a sweep of {len(jobs)} due steady jobs")
 
@@ -245,3 +245,35 @@ def test_a_steady_job_after_a_restart_costs_what_a_first_attempt_does(
         for q in counted.captured_queries
         if "jobs_restartrecord" in q["sql"] and "WHERE" in q["sql"] and '"new_attempt" = 2' in q["sql"]
     ], "the finished restart was looked up again"
+
+
+def test_a_periodic_check_another_worker_claimed_during_the_chunk_runs_once(
+    alice, alice_ws, backend, listener_alive, monkeypatch
+):
+    """The sweep claims a chunk's periodic checks after ticking the chunk: a worker that
+    ran a job's check in between (run_job on an exit announcement) keeps it, and the
+    sweep neither runs it again nor schedules the job from the state it read."""
+    from monitoring import checks, tick
+
+    jobs = steady_jobs(alice, alice_ws, backend, 3)
+    tasks.sweep(now=later(1))
+    ran: list[int] = []
+    real = checks.check_stragglers
+    monkeypatch.setattr(checks, "check_stragglers", lambda job, *a, **kw: ran.append(job.pk) or real(job, *a, **kw))
+    raced = jobs[1]
+    real_finish = tick.finish_periodic
+
+    def finish_after_another_worker(tails, now, plans):
+        if any(t.claim.job.pk == raced.pk for t in tails):  # the raced job's chunk
+            tick.run_job(raced.pk, now)  # its own claim, one write: it wins
+        return real_finish(tails, now, plans)
+
+    monkeypatch.setattr(tick, "finish_periodic", finish_after_another_worker)
+    assert tasks.sweep(now=later(32)) == 3
+    assert sorted(ran) == sorted(j.pk for j in jobs), "each job's check ran once, the raced one by the other worker"
+    assert len(ran) == 3
+    raced.refresh_from_db()
+    assert raced.monitor_next_check_at is None, "scheduled from a state read before the other worker's claim"
+    for job in (jobs[0], jobs[2]):
+        job.refresh_from_db()
+        assert later(55) < job.monitor_next_check_at < later(63)

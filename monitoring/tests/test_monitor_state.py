@@ -46,3 +46,33 @@ def test_keys_an_older_version_wrote_and_no_longer_uses_are_dropped(job):
     Job.objects.filter(pk=job.pk).update(monitor_state={"log_scan_at": 5.0, "retired_key": 1})
     state = MonitorState.load(Job.objects.get(pk=job.pk))
     assert state.log_scan_at == 5.0 and "retired_key" not in state.to_dict()
+
+
+def test_a_chunk_saved_in_one_statement_writes_only_the_states_nobody_wrote_since(alice_ws, django_assert_num_queries):
+    jobs = [
+        Job.objects.create(workspace=alice_ws, display_name=f"state-{n}", job_type="PyTorchJob", user_command="true")
+        for n in range(3)
+    ]
+    read = [Job.objects.get(pk=j.pk) for j in jobs]  # a sweep's chunk
+    states = [MonitorState.load(j) for j in read]
+    # Another worker ticked the middle job after the chunk was read: its claim is lost.
+    other = MonitorState.load(Job.objects.get(pk=jobs[1].pk))
+    other.stragglers_at = 50.0
+    assert other.save(Job.objects.get(pk=jobs[1].pk))
+    for n, state in enumerate(states):
+        state.stragglers_at, state.log_scan_at = 100.0 + n, 200.0 + n
+    with django_assert_num_queries(1):
+        won = MonitorState.save_many(list(zip(states, read)))
+    assert won == {jobs[0].pk, jobs[2].pk}
+    stored = {j.pk: MonitorState.load(Job.objects.get(pk=j.pk)) for j in jobs}
+    assert (stored[jobs[0].pk].stragglers_at, stored[jobs[0].pk].log_scan_at, stored[jobs[0].pk].version) == (
+        100.0,
+        200.0,
+        1,
+    )
+    assert (stored[jobs[1].pk].stragglers_at, stored[jobs[1].pk].log_scan_at) == (50.0, None)
+    assert (stored[jobs[2].pk].stragglers_at, stored[jobs[2].pk].version) == (102.0, 1)
+    # The winners' job objects follow, as save's do; the loser's keeps what it read.
+    assert (read[0].monitor_state_version, read[0].monitor_state["stragglers_at"]) == (1, 100.0)
+    assert (read[1].monitor_state_version, states[1].version) == (0, 0)
+    assert MonitorState.save_many([]) == set()
