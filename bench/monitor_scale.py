@@ -447,6 +447,26 @@ class Pool:
         self.listener.join(10)
 
 
+def lateness() -> float:
+    """How late the latest scheduled check of a Running job is as a round starts (0 if
+    none is): a hang deadline or periodic check runs at best this late."""
+    from django.db.models import Min
+
+    from jobs.models import Job, JobStatus
+
+    oldest = Job.objects.filter(status=JobStatus.RUNNING, monitor_next_check_at__isnull=False).aggregate(
+        at=Min("monitor_next_check_at")
+    )["at"]
+    return max(0.0, time.time() - oldest.timestamp()) if oldest is not None else 0.0
+
+
+def quiet_stretches(shards: int) -> list[float]:
+    """Each shard's factor on the quiet period as its last sweep left it (monitoring.schedule)."""
+    from monitoring import schedule
+
+    return [schedule.stretch_of(shard) for shard in range(shards)]
+
+
 def pick(values: list[float], p: float) -> float:
     """The p-quantile of sorted values (nan if none)."""
     return values[min(len(values) - 1, int(p * len(values)))] if values else float("nan")
@@ -460,19 +480,35 @@ def routed_exits(args) -> bool:
 
 
 def measure(size: int, processes: int, args, cadence: float, shards: int) -> dict:
+    from django.conf import settings
+
     from jobs.models import Job, JobStatus, RestartRecord
 
+    from infra.client import redis_client
+
+    # Each run finds its own pace: no stretch left by the run before.
+    redis_client().delete(*(f"vigil:monitor:quiet-stretch:{shard}" for shard in range(shards)))
     pool = Pool(processes, args.exit_path, routed_exits(args))
     try:
         first = pool.round(shards)
-        steady = []
+        # Rounds not measured, for the shards to find their pace after the first round
+        # (every job new and due at once): the quiet period stretches while a shard is
+        # behind (core.pacing), and a stretched job's next tick is up to a period away.
+        settle_until = time.perf_counter() + args.settle
+        while time.perf_counter() < settle_until:
+            started = time.perf_counter()
+            pool.round(shards)
+            time.sleep(max(0.0, cadence - (time.perf_counter() - started)))
+        steady, late = [], []
         # Steady rounds for longer than the longest quiet period, so that every job's
         # scheduled ticks (and the periodic checks due in that window) are paid for.
         until = time.perf_counter() + args.steady_seconds
         while len(steady) < args.sweeps or time.perf_counter() < until:
             started = time.perf_counter()
+            late.append(lateness())
             steady.append(pool.round(shards))
             time.sleep(max(0.0, cadence - (time.perf_counter() - started)))
+        stretch = quiet_stretches(shards)
         # The first round ticks every job (all new); a job not ticked by it was left by a
         # shard whose lease ran out mid-sweep (its worker starved past the lease).
         short = size - first[1]
@@ -521,7 +557,11 @@ def measure(size: int, processes: int, args, cadence: float, shards: int) -> dic
         pool.close()
     pct = lambda p: pick(latencies, p)  # noqa: E731
     rounds = len(steady)
+    late.sort()
     return {
+        "late_p50": pick(late, 0.5),
+        "late_max": late[-1],
+        "quiet": [round(settings.MONITOR_QUIET_SECONDS * x, 1) for x in stretch],
         "short": short,
         "first": first[0],
         "sweep": sweep,
@@ -646,10 +686,23 @@ def main():
         help="VIGIL_MONITOR_QUIET_SECONDS (default: the production default; 0 ticks every job every sweep)",
     )
     parser.add_argument(
+        "--quiet-max",
+        type=float,
+        default=None,
+        help="VIGIL_MONITOR_QUIET_MAX_SECONDS (default: the production default; the quiet period: never stretch)",
+    )
+    parser.add_argument(
         "--steady-seconds",
         type=float,
         default=None,
         help="how long the steady phase runs (default: the quiet period plus 2 s)",
+    )
+    parser.add_argument(
+        "--settle",
+        type=float,
+        default=0.0,
+        help="seconds of rounds between the first round and the steady phase, not measured "
+        "(for the shards' quiet periods to find their pace)",
     )
     parser.add_argument("--exit-rate", type=float, default=2.0, help="injected exits per second, on average")
     parser.add_argument(
@@ -686,6 +739,8 @@ def main():
         os.environ["VIGIL_MONITOR_SHARDS"] = str(args.shards)
     if args.quiet is not None:
         os.environ["VIGIL_MONITOR_QUIET_SECONDS"] = str(args.quiet)
+    if args.quiet_max is not None:
+        os.environ["VIGIL_MONITOR_QUIET_MAX_SECONDS"] = str(args.quiet_max)
 
     redis = None
     if not os.environ.get("REDIS_URL"):
@@ -718,11 +773,13 @@ def main():
     print(f"  jobs: Sync PyTorchJob, 1 Master + {WORKERS} Workers, flags {SEED_SYNC!r}; in-memory backend")
     print(
         f"  {shards} shards, rounds at most every {cadence} s; worker processes {counts}; "
-        f"first round, then steady rounds for {args.steady_seconds:g} s (at least {args.sweeps}), "
+        f"first round, {args.settle:g} s of rounds to settle, then steady rounds for {args.steady_seconds:g} s "
+        f"(at least {args.sweeps}), "
         f"then {args.exits} injected exits (SIGKILL), {args.exit_rate:g} a second on average"
     )
     print(
-        f"  quiet period {settings.MONITOR_QUIET_SECONDS:g} s: a steady job is ticked at its scheduled check or "
+        f"  quiet period {settings.MONITOR_QUIET_SECONDS:g} s (stretching up to {settings.MONITOR_QUIET_MAX_SECONDS:g} s "
+        f"while a shard is behind): a steady job is ticked at its scheduled check or "
         f"when woken; exit path {args.exit_path!r}: "
         + (
             "the exit listener wakes the job and enqueues run_job "
@@ -762,7 +819,9 @@ def main():
                     f"  {size:>6} jobs x {WORKERS + 1}, {processes} worker(s): first {r['first']:6.2f} s "
                     f"({r['first_sql']:.2f} queries/job), steady sweep median {r['sweep']:6.3f} s, "
                     f"max {r['sweep_max']:.3f} s over {r['rounds']} rounds "
-                    f"({r['sweep'] / size * 1000:.4f} ms/job); per job per round: {r['ticks']:.3f} ticks, "
+                    f"({r['sweep'] / size * 1000:.4f} ms/job); scheduled checks late by p50 {r['late_p50']:.2f} s, "
+                    f"max {r['late_max']:.2f} s; quiet period by shard {r['quiet']} s; "
+                    f"per job per round: {r['ticks']:.3f} ticks, "
                     f"{r['sql']:.3f} queries, {r['redis']:.4f} Redis round trips; decision latency p50 {r['p50']:.3f} s, "
                     f"p99 {r['p99']:.3f} s, max {r['max']:.3f} s ({r['decided']}/{r['injected']} exits decided, "
                     f"{r['by_run_job']} by run_job, {r['failed']} failed the job; those run_job tasks done "

@@ -288,6 +288,11 @@ MONITOR_SHARDS = max(1, int(os.environ.get("VIGIL_MONITOR_SHARDS", "4")))
 # (monitoring.schedule): it bounds an exit nobody announced (a shim killed with its rank,
 # a lost node). 0 ticks every job every sweep.
 MONITOR_QUIET_SECONDS = float(os.environ.get("VIGIL_MONITOR_QUIET_SECONDS", "10"))
+# While a shard has more jobs than its workers tick at that pace, the quiet period
+# stretches up to this (core.pacing), so the hang deadlines and periodic checks keep
+# their time; the price is that an unannounced exit may be found this late. It shrinks
+# back once the shard keeps up. Set it equal to the quiet period to never stretch.
+MONITOR_QUIET_MAX_SECONDS = max(MONITOR_QUIET_SECONDS, float(os.environ.get("VIGIL_MONITOR_QUIET_MAX_SECONDS", "60")))
 # How long a shard's lease outlives a worker that died holding it (monitoring.leases).
 MONITOR_LEASE_SECONDS = float(os.environ.get("VIGIL_MONITOR_LEASE_SECONDS", "4"))
 CELERY_BEAT_SCHEDULE = {

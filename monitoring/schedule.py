@@ -14,29 +14,87 @@ Only jobs on a backend that announces exits on the listener's channel
 (VIGIL_EXIT_CHANNEL) are scheduled (the others have no event for an exit but the
 sweep's poll), and only while the exit listener is alive
 (monitoring.tasks decides that per sweep).
+
+When a shard falls behind its schedule (more jobs than its workers tick at this pace),
+the quiet period stretches, up to settings.MONITOR_QUIET_MAX_SECONDS, and shrinks back
+once it keeps up (core.pacing, stretch_of and pace below): the deadlines keep their time.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-
+import logging
 import random
+from collections.abc import Iterable
 from datetime import datetime, timezone as dt_timezone
 
+import redis
 from django.conf import settings
 from django.db import connection
 
-from core import hang
+from core import hang, pacing
 from core.flags import ExecutionMode
+from infra.client import redis_client
 from jobs.backends.base import Backend
 from jobs.models import Attempt, AttemptStatus, Instance, InstanceStatus, Job, JobStatus
 from monitoring import checks
 from monitoring.failures import epoch
 from monitoring.state import MonitorState
 
+log = logging.getLogger(__name__)
+
 
 def quiet_seconds() -> float:
     return float(getattr(settings, "MONITOR_QUIET_SECONDS", 10.0))
+
+
+def quiet_ceiling() -> float:
+    """The longest the quiet period stretches while a shard is behind (core.pacing)."""
+    return float(getattr(settings, "MONITOR_QUIET_MAX_SECONDS", 60.0))
+
+
+def _stretch_key(shard: int) -> str:
+    return f"vigil:monitor:quiet-stretch:{shard}"
+
+
+def stretch_of(shard: int) -> float:
+    """The shard's quiet-period factor as its last sweep left it (1 where none did, or
+    Redis does not answer: the configured period)."""
+    try:
+        raw = redis_client().get(_stretch_key(shard))
+        return max(1.0, float(raw)) if raw is not None else 1.0
+    except (redis.RedisError, ValueError):
+        return 1.0
+
+
+def pace(shard: int, stretch: float, due: Iterable[datetime | None], now: datetime) -> float:
+    """The factor a sweep of the shard that listed its due jobs at `now` schedules with
+    (the shard's `stretch` so far, adjusted by how late those are: core.pacing), kept in
+    Redis for whichever worker takes the shard next. Said in the log when the shard
+    falls behind and when it is back on time."""
+    late = pacing.lateness((at.timestamp() if at is not None else None for at in due), now.timestamp())
+    quiet = quiet_seconds()
+    if quiet <= 0:
+        return 1.0
+    after = pacing.next_stretch(
+        stretch, late, quiet=quiet, cadence=settings.MONITOR_SWEEP_SECONDS, ceiling=quiet_ceiling() / quiet
+    )
+    if after > stretch:
+        log.warning(
+            "monitor shard %s is %.1f s behind its scheduled checks: steady jobs' quiet period stretched to %.0f s "
+            "(an unannounced exit may take that long to be found; more worker processes bring it back to %.0f s)",
+            shard,
+            late,
+            quiet * after,
+            quiet,
+        )
+    elif after == 1.0 < stretch:
+        log.warning("monitor shard %s keeps up again: quiet period back to %.0f s", shard, quiet)
+    if after != stretch:
+        try:
+            redis_client().set(_stretch_key(shard), repr(after), ex=3600)
+        except redis.RedisError:
+            pass
+    return after
 
 
 def steady(
@@ -62,13 +120,17 @@ def steady(
     )
 
 
-def next_tick_at(job: Job, attempt: Attempt, instances: list[Instance], now: datetime) -> datetime:
-    """The earliest moment a tick of this steady job could find something to do."""
+def next_tick_at(
+    job: Job, attempt: Attempt, instances: list[Instance], now: datetime, quiet: float | None = None
+) -> datetime:
+    """The earliest moment a tick of this steady job could find something to do; `quiet`
+    is the sweep's quiet period (stretched while its shard is behind: core.pacing)."""
     state = MonitorState.load(job)
     ts = now.timestamp()
     # The cap is spread over its second half so jobs scheduled in one sweep do not all
     # fall due in one later sweep.
-    due = [ts + quiet_seconds() * random.uniform(0.5, 1.0), state.stragglers_at + checks.STRAGGLER_EVERY]
+    quiet = quiet_seconds() if quiet is None else quiet
+    due = [ts + quiet * random.uniform(0.5, 1.0), state.stragglers_at + checks.STRAGGLER_EVERY]
     if job.fault_tolerance:
         config = job.ft
         due.append((state.log_scan_at or 0.0) + checks.LOG_SCAN_EVERY.total_seconds())

@@ -99,9 +99,16 @@ def sweep(shard: int | None = None, now: datetime | None = None) -> int | None:
         try:
             with leases.renewing(lease):
                 # Read after leasing: no other sweep of this shard runs until we release.
-                # Steady jobs wait for their scheduled tick only while exits reach us as events.
+                # Steady jobs wait for their scheduled tick only while exits reach us as events,
+                # and wait longer while the shard is behind (schedule.pace).
                 due_at = (now or timezone.now()) if exits_announced() else None
-                count = _sweep_jobs(tick.live_job_ids(shard, settings.MONITOR_SHARDS, due_at=due_at), now, lease)
+                due = tick.due_jobs(shard, settings.MONITOR_SHARDS, due_at=due_at)
+                stretch = (
+                    schedule.pace(shard, schedule.stretch_of(shard), (at for _, at in due), due_at)
+                    if due_at is not None
+                    else 1.0
+                )
+                count = _sweep_jobs([job_id for job_id, _ in due], now, lease, schedule.quiet_seconds() * stretch)
         finally:
             lease.release()
     metrics.sweep_done(started, count, settings.MONITOR_SWEEP_SECONDS, shard=shard)
@@ -124,7 +131,7 @@ def exits_announced() -> bool:
     return beat is not None and time.time() - beat < health.stale_after(settings.MONITOR_SWEEP_SECONDS)
 
 
-def _sweep_jobs(ids: list[int], now: datetime | None, lease: leases.Lease | None) -> int:
+def _sweep_jobs(ids: list[int], now: datetime | None, lease: leases.Lease | None, quiet: float | None = None) -> int:
     """Tick the jobs, reading them in bulk chunks, claiming a chunk's due periodic checks
     in one write and scheduling its steady jobs in another; stop if the lease was lost (another worker has the shard now and
     ticks the rest)."""
@@ -139,12 +146,12 @@ def _sweep_jobs(ids: list[int], now: datetime | None, lease: leases.Lease | None
         tails: list[tick.PeriodicTail] = []
         for job_id in chunk:
             try:
-                tick.run_job(job_id, now, snapshot=snaps.get(job_id), plans=plans, tails=tails)
+                tick.run_job(job_id, now, snapshot=snaps.get(job_id), plans=plans, tails=tails, quiet=quiet)
             except Exception:  # noqa: BLE001 - one broken job must not stop the others
                 log.exception("monitor tick of job %s failed", job_id)
             count += 1
         # The chunk's due periodic checks claimed in one write, then run.
-        tick.finish_periodic(tails, now or timezone.now(), plans)
+        tick.finish_periodic(tails, now or timezone.now(), plans, quiet)
         try:
             schedule.store_many(plans)
         except DatabaseError:  # unscheduled, the jobs are due at the next sweep: a wasted tick

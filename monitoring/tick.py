@@ -147,6 +147,7 @@ def run_job(
     snapshot: JobSnapshot | None = None,
     plans: list[tuple[Job, datetime]] | None = None,
     tails: list[PeriodicTail] | None = None,
+    quiet: float | None = None,
 ) -> TickResult:
     """One tick over one job. Safe to run concurrently and repeatedly. Given the
     sweep's snapshot it skips the per-job reads and recovers only when needed, and
@@ -156,11 +157,12 @@ def run_job(
     (schedule.store_many); a job found not steady is made due at once either way.
     Given `tails` (and a snapshot), a job whose periodic checks are due stops before
     them and is added there: the sweep claims its chunk's in one write, then runs them
-    and schedules those jobs (finish_periodic)."""
+    and schedules those jobs (finish_periodic). `quiet`: the sweep's quiet period
+    (monitoring.schedule.next_tick_at)."""
     now = now or timezone.now()
     job = snapshot.job if snapshot is not None else Job.objects.filter(pk=job_id).select_related("workspace").first()
     plan: list[datetime] = []
-    result = _run_job(job_id, job, now, snapshot, plan, tails)
+    result = _run_job(job_id, job, now, snapshot, plan, tails, quiet)
     if job is not None and not result.deferred:
         _schedule(job, plan, plans)
     return result
@@ -174,7 +176,9 @@ def _schedule(job: Job, plan: list[datetime], plans: list[tuple[Job, datetime]] 
             schedule.store(job, plan[0] if plan else None)
 
 
-def finish_periodic(tails: list[PeriodicTail], now: datetime, plans: list[tuple[Job, datetime]]) -> None:
+def finish_periodic(
+    tails: list[PeriodicTail], now: datetime, plans: list[tuple[Job, datetime]], quiet: float | None = None
+) -> None:
     """Claim the chunk's due periodic checks in one compare-and-set write, run those
     this sweep won, and schedule each job as its tick would have. A claim lost to
     another worker (it ticked the job meanwhile) runs nothing here, as claim_periodic."""
@@ -200,6 +204,7 @@ def finish_periodic(tails: list[PeriodicTail], now: datetime, plans: list[tuple[
                 plan,
                 scan=ours and t.claim.scan,
                 stragglers=ours and t.claim.stragglers,
+                quiet=quiet,
             )
             _schedule(job, plan, plans)
         except Exception:  # noqa: BLE001 - one broken job must not stop the others
@@ -213,6 +218,7 @@ def _run_job(
     snapshot: JobSnapshot | None,
     plan: list[datetime],
     tails: list[PeriodicTail] | None = None,
+    quiet: float | None = None,
 ) -> TickResult:
     result = TickResult(job_id)
     if job is None or job.status in FINISHED_JOB_STATUSES:
@@ -294,6 +300,7 @@ def _run_job(
         plan,
         scan=claimed is not None and claimed.scan,
         stragglers=claimed is not None and claimed.stragglers,
+        quiet=quiet,
     )
     return result
 
@@ -309,6 +316,7 @@ def _periodic_and_plan(
     *,
     scan: bool,
     stragglers: bool,
+    quiet: float | None = None,
 ) -> None:
     """The claimed periodic checks, then the steady job's next tick."""
     if scan:
@@ -318,7 +326,7 @@ def _periodic_and_plan(
     if snapshot is not None and schedule.steady(
         job, attempt, instances, snapshot.live_attempts, snapshot.pending_instance_restarts, backend
     ):
-        plan.append(schedule.next_tick_at(job, attempt, instances, now))
+        plan.append(schedule.next_tick_at(job, attempt, instances, now, quiet))
 
 
 def live_job_ids(shard: int | None = None, shards: int = 1, *, due_at: datetime | None = None) -> list[int]:
@@ -326,12 +334,20 @@ def live_job_ids(shard: int | None = None, shards: int = 1, *, due_at: datetime 
     shard, only the jobs whose id is that shard modulo `shards` (every job is in
     exactly one shard, and stays in it for life). Given `due_at`, a Running job
     whose next tick is scheduled after it is left out (monitoring.schedule)."""
+    return [job_id for job_id, _ in due_jobs(shard, shards, due_at=due_at)]
+
+
+def due_jobs(
+    shard: int | None = None, shards: int = 1, *, due_at: datetime | None = None
+) -> list[tuple[int, datetime | None]]:
+    """live_job_ids with each job's scheduled check (None: not scheduled), which says how
+    late the sweep is (core.pacing)."""
     jobs = Job.objects.filter(status__in=[*LIVE_JOB_STATUSES, JobStatus.STOPPING])
     if due_at is not None:
         jobs = jobs.exclude(status=JobStatus.RUNNING, monitor_next_check_at__gt=due_at)
     if shard is not None:
         jobs = jobs.annotate(shard=Mod("pk", Value(shards))).filter(shard=shard)
-    return list(jobs.order_by("pk").values_list("pk", flat=True))
+    return list(jobs.order_by("pk").values_list("pk", "monitor_next_check_at"))
 
 
 def note_first_output(job: Job, attempt: Attempt, instances: list[Instance]) -> None:

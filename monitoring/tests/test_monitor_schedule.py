@@ -263,10 +263,10 @@ def test_a_periodic_check_another_worker_claimed_during_the_chunk_runs_once(
     raced = jobs[1]
     real_finish = tick.finish_periodic
 
-    def finish_after_another_worker(tails, now, plans):
+    def finish_after_another_worker(tails, now, plans, quiet=None):
         if any(t.claim.job.pk == raced.pk for t in tails):  # the raced job's chunk
             tick.run_job(raced.pk, now)  # its own claim, one write: it wins
-        return real_finish(tails, now, plans)
+        return real_finish(tails, now, plans, quiet)
 
     monkeypatch.setattr(tick, "finish_periodic", finish_after_another_worker)
     assert tasks.sweep(now=later(32)) == 3
@@ -277,3 +277,53 @@ def test_a_periodic_check_another_worker_claimed_during_the_chunk_runs_once(
     for job in (jobs[0], jobs[2]):
         job.refresh_from_db()
         assert later(55) < job.monitor_next_check_at < later(63)
+
+
+@pytest.fixture
+def pacing_on(settings):
+    """The production pace: a 10 s quiet period that may stretch to 60 s; no stretch left
+    in Redis by an earlier run."""
+    settings.MONITOR_QUIET_SECONDS, settings.MONITOR_QUIET_MAX_SECONDS = 10, 60
+    keys = [f"vigil:monitor:quiet-stretch:{shard}" for shard in range(settings.MONITOR_SHARDS)]
+    redis_client().delete(*keys)
+    yield
+    redis_client().delete(*keys)
+
+
+def test_a_shard_behind_its_schedule_stretches_the_quiet_period_and_gives_it_back(
+    alice, alice_ws, backend, listener_alive, pacing_on, caplog
+):
+    jobs = steady_jobs(alice, alice_ws, backend, 4)
+    assert tasks.sweep(now=later(1)) == 4
+    for job in jobs:
+        job.refresh_from_db()
+        assert later(5) < job.monitor_next_check_at < later(12), "on time: the configured 10 s (5-10 s)"
+    # The next sweep comes 30 s after the checks were due: every shard is that far behind.
+    with caplog.at_level("WARNING", logger="monitoring.schedule"):
+        assert tasks.sweep(now=later(41)) == 4
+    assert "behind its scheduled checks" in caplog.text
+    for job in jobs:
+        job.refresh_from_db()
+        # Stretched about 4x (to ~40 s, spread over its second half); the periodic checks,
+        # claimed in this sweep, still bound it at 30 s: never the 5-10 s of before.
+        assert later(60) < job.monitor_next_check_at <= later(71.5), job.monitor_next_check_at
+    stretches = [schedule.stretch_of(shard) for shard in range(4)]
+    assert all(3.0 < s <= 6.0 for s in stretches), stretches
+    # Sweeps on time give it back, slowly: one sweep 2 %, and never below the configured period.
+    due_at = max(Job.objects.values_list("monitor_next_check_at", flat=True))
+    shard = jobs[0].pk % 4
+    assert schedule.pace(shard, stretches[shard], [due_at], due_at) == pytest.approx(stretches[shard] * 0.98)
+    assert schedule.pace(shard, 1.0, [due_at], due_at) == 1.0
+
+
+def test_without_a_ceiling_above_the_quiet_period_nothing_stretches(
+    alice, alice_ws, backend, listener_alive, pacing_on, settings
+):
+    settings.MONITOR_QUIET_MAX_SECONDS = settings.MONITOR_QUIET_SECONDS
+    jobs = steady_jobs(alice, alice_ws, backend, 2)
+    tasks.sweep(now=later(1))
+    tasks.sweep(now=later(41))
+    for job in jobs:
+        job.refresh_from_db()
+        assert later(45) < job.monitor_next_check_at < later(52)
+    assert [schedule.stretch_of(shard) for shard in range(4)] == [1.0] * 4

@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[2]
 # backend call): the production sweep path with the tick and the reads stubbed out.
 LONG_SWEEP = (
     "import sys, time, django; django.setup(); from monitoring import tasks, tick; "
-    "tick.live_job_ids = lambda shard, shards, due_at=None: [1]; tick.load_snapshots = lambda ids: {}; "
+    "tick.due_jobs = lambda shard, shards, due_at=None: [(1, None)]; tick.load_snapshots = lambda ids: {}; "
     "tick.run_job = lambda *a, **k: (print('sweeping', flush=True), time.sleep(120)); "
     "tasks.sweep(int(sys.argv[1]))"
 )
@@ -38,7 +38,7 @@ def stub_ticks(monkeypatch):
     inside, ticked = [0], []
     guard = threading.Lock()
 
-    def run_job(job_id, now=None, *, snapshot=None, plans=None, tails=None):
+    def run_job(job_id, now=None, *, snapshot=None, plans=None, tails=None, quiet=None):
         with guard:
             inside[0] += 1
             ticked.append((job_id, inside[0]))
@@ -46,7 +46,7 @@ def stub_ticks(monkeypatch):
         with guard:
             inside[0] -= 1
 
-    monkeypatch.setattr(tick, "live_job_ids", lambda shard, shards, due_at=None: [1, 2])
+    monkeypatch.setattr(tick, "due_jobs", lambda shard, shards, due_at=None: [(1, None), (2, None)])
     monkeypatch.setattr(tick, "load_snapshots", lambda ids: {})
     monkeypatch.setattr(tick, "run_job", run_job)
     return ticked
