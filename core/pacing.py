@@ -15,6 +15,7 @@ setting is: an unannounced exit may be found up to the stretched period later.
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Iterable
 
 GROWTH_FLOOR = 1.25  # a late shard's stretch grows at least this much a sweep
@@ -22,10 +23,14 @@ DECAY = 0.98  # a shard on time gives back 2 % a sweep: 1/2 in ~35 sweeps (~17 s
 
 
 def lateness(due_at: Iterable[float | None], now: float) -> float:
-    """How late the latest of a sweep's scheduled checks is (seconds, 0 if none is):
-    the jobs it ticks now that were due at those times. A job with no time (new, or
-    woken by an event) says nothing about the pace."""
-    return max((now - at for at in due_at if at is not None), default=0.0)
+    """How late the middle of a sweep's scheduled checks is (seconds; 0 if it has none):
+    the jobs it ticks now that were due at those times. Behind, the whole list is a
+    backlog; on time, it is what fell due since the last sweep. The median, not the
+    latest, so that one job whose tick keeps failing (due, and older, every sweep) does
+    not hold its shard's period stretched. A job with no time (new, or woken by an
+    event) says nothing about the pace."""
+    late = [now - at for at in due_at if at is not None]
+    return statistics.median(late) if late else 0.0
 
 
 def allowed_lateness(cadence: float) -> float:

@@ -11,11 +11,17 @@ def stretch_after(stretch: float, late: float, ceiling: float = 6.0) -> float:
     return next_stretch(stretch, late, quiet=QUIET, cadence=CADENCE, ceiling=ceiling)
 
 
-def test_lateness_is_the_latest_scheduled_check_and_ignores_unscheduled_jobs():
-    assert lateness([100.0, 97.0, None, 99.5], now=101.0) == 4.0
+def test_lateness_is_the_middle_scheduled_check_and_ignores_unscheduled_jobs():
+    assert lateness([100.0, 97.0, None, 99.5], now=101.0) == 1.5
     assert lateness([None, None], now=101.0) == 0.0, "new or woken jobs say nothing about the pace"
     assert lateness([], now=101.0) == 0.0
     assert lateness([102.0], now=101.0) == -1.0  # a check not yet due (a sweep given a later now)
+
+
+def test_one_job_whose_tick_keeps_failing_does_not_make_its_shard_late():
+    # It stays due at its old time, sweep after sweep; the others fell due since the last sweep.
+    due = [1000.0 - 3600, *(1000.0 - 0.1 * n for n in range(5))]
+    assert lateness(due, now=1000.0) < allowed_lateness(0.5)
 
 
 def test_a_shard_on_time_keeps_the_configured_period():
