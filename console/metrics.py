@@ -16,6 +16,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 from infra.metrics import METRICS, PREFIX, Metric, key_of
 from infra.client import redis_client
 from jobs.models import Job
+from monitoring import schedule
 
 
 class RedisCollector:
@@ -41,6 +42,10 @@ class RedisCollector:
                 ]
                 if lasts:
                     family.add_metric([], max(0.0, time.time() - min(lasts)))
+                yield family
+            elif metric.name == "vigil_monitor_quiet_seconds":
+                family = GaugeMetricFamily(metric.name, metric.help)
+                family.add_metric([], schedule.quiet_seconds() * max(schedule.stretches().values(), default=1.0))
                 yield family
             elif metric.kind == "counter":
                 family = CounterMetricFamily(metric.name, metric.help, labels=metric.labels)

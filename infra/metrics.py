@@ -125,6 +125,12 @@ METRICS = {
             "Seconds since the stalest shard's last sweep started (grows when the beat or every worker is gone).",
         ),
         Metric(
+            "vigil_monitor_quiet_seconds",
+            "gauge",
+            "The longest a steady running job now goes unticked, in the most stretched shard: "
+            "VIGIL_MONITOR_QUIET_SECONDS, stretched while a shard is behind its schedule (more workers are due).",
+        ),
+        Metric(
             "vigil_notification_deliveries",
             "counter",
             "Delivery attempts by outcome (sent, retrying, failed, skipped) and channel kind.",

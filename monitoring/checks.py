@@ -153,12 +153,16 @@ class PeriodicClaim:
     stragglers: bool
 
 
-def periodic_due(job: Job, now: datetime, *, log_scan: bool, stragglers: bool = True) -> PeriodicClaim | None:
-    """The log scan and straggler check due now (those asked for), or None; nothing written."""
+def periodic_due(
+    job: Job, now: datetime, *, log_scan: bool, stragglers: bool = True, stretch: float = 1.0
+) -> PeriodicClaim | None:
+    """The log scan and straggler check due now (those asked for), or None; nothing
+    written. `stretch` lengthens their periods while the job's shard is behind
+    (core.pacing): they are diagnoses, not the hang deadline, so they give way."""
     state = MonitorState.load(job)
     ts = now.timestamp()
-    scan = log_scan and not (state.log_scan_at and ts - state.log_scan_at < LOG_SCAN_EVERY.total_seconds())
-    stragglers = stragglers and ts - state.stragglers_at >= STRAGGLER_EVERY
+    scan = log_scan and not (state.log_scan_at and ts - state.log_scan_at < LOG_SCAN_EVERY.total_seconds() * stretch)
+    stragglers = stragglers and ts - state.stragglers_at >= STRAGGLER_EVERY * stretch
     if not (scan or stragglers):
         return None
     if scan:

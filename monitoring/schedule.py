@@ -16,8 +16,9 @@ sweep's poll), and only while the exit listener is alive
 (monitoring.tasks decides that per sweep).
 
 When a shard falls behind its schedule (more jobs than its workers tick at this pace),
-the quiet period stretches, up to settings.MONITOR_QUIET_MAX_SECONDS, and shrinks back
-once it keeps up (core.pacing, stretch_of and pace below): the deadlines keep their time.
+the quiet period stretches, up to settings.MONITOR_QUIET_MAX_SECONDS, and the periodic
+log scan and straggler check by the same factor, and they shrink back once it keeps
+up (core.pacing, stretch_of and pace below): the hang deadlines and C4D keep their time.
 """
 
 from __future__ import annotations
@@ -60,9 +61,25 @@ def stretch_of(shard: int) -> float:
     """The shard's quiet-period factor as its last sweep left it (1 where none did, or
     Redis does not answer: the configured period)."""
     try:
-        raw = redis_client().get(_stretch_key(shard))
+        return _factor(redis_client().get(_stretch_key(shard)))
+    except redis.RedisError:
+        return 1.0
+
+
+def stretches() -> dict[int, float]:
+    """Every shard's factor, in one round trip (the /metrics scrape)."""
+    shards = range(settings.MONITOR_SHARDS)
+    try:
+        raw = redis_client().mget([_stretch_key(shard) for shard in shards])
+    except redis.RedisError:
+        return {}
+    return {shard: _factor(value) for shard, value in zip(shards, raw)}
+
+
+def _factor(raw) -> float:
+    try:
         return max(1.0, float(raw)) if raw is not None else 1.0
-    except (redis.RedisError, ValueError):
+    except ValueError:
         return 1.0
 
 
@@ -81,14 +98,17 @@ def pace(shard: int, stretch: float, due: Iterable[datetime | None], now: dateti
     if after > stretch:
         log.warning(
             "monitor shard %s is %.1f s behind its scheduled checks: steady jobs' quiet period stretched to %.0f s "
-            "(an unannounced exit may take that long to be found; more worker processes bring it back to %.0f s)",
+            "and the log scan and straggler check run every %.0f s (an unannounced exit may take that long to be "
+            "found; more worker processes bring them back to %.0f s and %.0f s)",
             shard,
             late,
             quiet * after,
+            checks.STRAGGLER_EVERY * after,
             quiet,
+            checks.STRAGGLER_EVERY,
         )
     elif after == 1.0 < stretch:
-        log.warning("monitor shard %s keeps up again: quiet period back to %.0f s", shard, quiet)
+        log.warning("monitor shard %s keeps up again: its quiet period and periodic checks are back to theirs", shard)
     if after != stretch:
         try:
             redis_client().set(_stretch_key(shard), repr(after), ex=3600)
@@ -121,19 +141,22 @@ def steady(
 
 
 def next_tick_at(
-    job: Job, attempt: Attempt, instances: list[Instance], now: datetime, quiet: float | None = None
+    job: Job, attempt: Attempt, instances: list[Instance], now: datetime, stretch: float = 1.0
 ) -> datetime:
-    """The earliest moment a tick of this steady job could find something to do; `quiet`
-    is the sweep's quiet period (stretched while its shard is behind: core.pacing)."""
+    """The earliest moment a tick of this steady job could find something to do. While
+    its shard is behind, `stretch` lengthens the quiet period and the periodic checks'
+    periods (core.pacing); the hang deadlines and C4D keep theirs."""
     state = MonitorState.load(job)
     ts = now.timestamp()
     # The cap is spread over its second half so jobs scheduled in one sweep do not all
     # fall due in one later sweep.
-    quiet = quiet_seconds() if quiet is None else quiet
-    due = [ts + quiet * random.uniform(0.5, 1.0), state.stragglers_at + checks.STRAGGLER_EVERY]
+    due = [
+        ts + quiet_seconds() * stretch * random.uniform(0.5, 1.0),
+        state.stragglers_at + checks.STRAGGLER_EVERY * stretch,
+    ]
     if job.fault_tolerance:
         config = job.ft
-        due.append((state.log_scan_at or 0.0) + checks.LOG_SCAN_EVERY.total_seconds())
+        due.append((state.log_scan_at or 0.0) + checks.LOG_SCAN_EVERY.total_seconds() * stretch)
         if config.enable_c4d_hang_detection:
             due.append(state.c4d_at + config.c4d_common_envs.conn_bw_check_period)
         if config.job_execution_mode == ExecutionMode.SYNC:

@@ -108,7 +108,7 @@ def sweep(shard: int | None = None, now: datetime | None = None) -> int | None:
                     if due_at is not None
                     else 1.0
                 )
-                count = _sweep_jobs([job_id for job_id, _ in due], now, lease, schedule.quiet_seconds() * stretch)
+                count = _sweep_jobs([job_id for job_id, _ in due], now, lease, stretch)
         finally:
             lease.release()
     metrics.sweep_done(started, count, settings.MONITOR_SWEEP_SECONDS, shard=shard)
@@ -131,7 +131,7 @@ def exits_announced() -> bool:
     return beat is not None and time.time() - beat < health.stale_after(settings.MONITOR_SWEEP_SECONDS)
 
 
-def _sweep_jobs(ids: list[int], now: datetime | None, lease: leases.Lease | None, quiet: float | None = None) -> int:
+def _sweep_jobs(ids: list[int], now: datetime | None, lease: leases.Lease | None, stretch: float = 1.0) -> int:
     """Tick the jobs, reading them in bulk chunks, claiming a chunk's due periodic checks
     in one write and scheduling its steady jobs in another; stop if the lease was lost (another worker has the shard now and
     ticks the rest)."""
@@ -146,12 +146,12 @@ def _sweep_jobs(ids: list[int], now: datetime | None, lease: leases.Lease | None
         tails: list[tick.PeriodicTail] = []
         for job_id in chunk:
             try:
-                tick.run_job(job_id, now, snapshot=snaps.get(job_id), plans=plans, tails=tails, quiet=quiet)
+                tick.run_job(job_id, now, snapshot=snaps.get(job_id), plans=plans, tails=tails, stretch=stretch)
             except Exception:  # noqa: BLE001 - one broken job must not stop the others
                 log.exception("monitor tick of job %s failed", job_id)
             count += 1
         # The chunk's due periodic checks claimed in one write, then run.
-        tick.finish_periodic(tails, now or timezone.now(), plans, quiet)
+        tick.finish_periodic(tails, now or timezone.now(), plans, stretch)
         try:
             schedule.store_many(plans)
         except DatabaseError:  # unscheduled, the jobs are due at the next sweep: a wasted tick

@@ -147,7 +147,7 @@ def run_job(
     snapshot: JobSnapshot | None = None,
     plans: list[tuple[Job, datetime]] | None = None,
     tails: list[PeriodicTail] | None = None,
-    quiet: float | None = None,
+    stretch: float = 1.0,
 ) -> TickResult:
     """One tick over one job. Safe to run concurrently and repeatedly. Given the
     sweep's snapshot it skips the per-job reads and recovers only when needed, and
@@ -157,12 +157,12 @@ def run_job(
     (schedule.store_many); a job found not steady is made due at once either way.
     Given `tails` (and a snapshot), a job whose periodic checks are due stops before
     them and is added there: the sweep claims its chunk's in one write, then runs them
-    and schedules those jobs (finish_periodic). `quiet`: the sweep's quiet period
-    (monitoring.schedule.next_tick_at)."""
+    and schedules those jobs (finish_periodic). `stretch`: the sweep's factor on the
+    quiet period and the periodic checks' periods while its shard is behind (core.pacing)."""
     now = now or timezone.now()
     job = snapshot.job if snapshot is not None else Job.objects.filter(pk=job_id).select_related("workspace").first()
     plan: list[datetime] = []
-    result = _run_job(job_id, job, now, snapshot, plan, tails, quiet)
+    result = _run_job(job_id, job, now, snapshot, plan, tails, stretch)
     if job is not None and not result.deferred:
         _schedule(job, plan, plans)
     return result
@@ -177,7 +177,7 @@ def _schedule(job: Job, plan: list[datetime], plans: list[tuple[Job, datetime]] 
 
 
 def finish_periodic(
-    tails: list[PeriodicTail], now: datetime, plans: list[tuple[Job, datetime]], quiet: float | None = None
+    tails: list[PeriodicTail], now: datetime, plans: list[tuple[Job, datetime]], stretch: float = 1.0
 ) -> None:
     """Claim the chunk's due periodic checks in one compare-and-set write, run those
     this sweep won, and schedule each job as its tick would have. A claim lost to
@@ -204,7 +204,7 @@ def finish_periodic(
                 plan,
                 scan=ours and t.claim.scan,
                 stragglers=ours and t.claim.stragglers,
-                quiet=quiet,
+                stretch=stretch,
             )
             _schedule(job, plan, plans)
         except Exception:  # noqa: BLE001 - one broken job must not stop the others
@@ -218,7 +218,7 @@ def _run_job(
     snapshot: JobSnapshot | None,
     plan: list[datetime],
     tails: list[PeriodicTail] | None = None,
-    quiet: float | None = None,
+    stretch: float = 1.0,
 ) -> TickResult:
     result = TickResult(job_id)
     if job is None or job.status in FINISHED_JOB_STATUSES:
@@ -283,7 +283,7 @@ def _run_job(
         if problem:
             result.action, result.reason = problem
             return result
-    due = checks.periodic_due(job, now, log_scan=job.fault_tolerance)
+    due = checks.periodic_due(job, now, log_scan=job.fault_tolerance, stretch=stretch)
     if due is not None and tails is not None and snapshot is not None:
         tails.append(PeriodicTail(due, attempt, instances, backend, snapshot))
         result.deferred = True
@@ -300,7 +300,7 @@ def _run_job(
         plan,
         scan=claimed is not None and claimed.scan,
         stragglers=claimed is not None and claimed.stragglers,
-        quiet=quiet,
+        stretch=stretch,
     )
     return result
 
@@ -316,7 +316,7 @@ def _periodic_and_plan(
     *,
     scan: bool,
     stragglers: bool,
-    quiet: float | None = None,
+    stretch: float = 1.0,
 ) -> None:
     """The claimed periodic checks, then the steady job's next tick."""
     if scan:
@@ -326,7 +326,7 @@ def _periodic_and_plan(
     if snapshot is not None and schedule.steady(
         job, attempt, instances, snapshot.live_attempts, snapshot.pending_instance_restarts, backend
     ):
-        plan.append(schedule.next_tick_at(job, attempt, instances, now, quiet))
+        plan.append(schedule.next_tick_at(job, attempt, instances, now, stretch))
 
 
 def live_job_ids(shard: int | None = None, shards: int = 1, *, due_at: datetime | None = None) -> list[int]:

@@ -149,3 +149,18 @@ def test_a_scrape_while_redis_is_down_is_a_503_not_a_500(live_server, scrape_tok
     monkeypatch.setattr(client, "_client", redis.Redis.from_url("redis://127.0.0.1:9/0", socket_connect_timeout=0.5))
     r = requests.get(live_server.url + "/metrics", headers={"Authorization": f"Bearer {TOKEN}"}, timeout=10)
     assert r.status_code == 503 and "unavailable" in r.text
+
+
+def test_the_quiet_period_gauge_shows_the_most_stretched_shard(live_server, scrape_token, settings):
+    from infra.client import redis_client
+
+    settings.MONITOR_QUIET_SECONDS = 10
+    keys = [f"vigil:monitor:quiet-stretch:{shard}" for shard in range(settings.MONITOR_SHARDS)]
+    redis_client().delete(*keys)
+    try:
+        assert value(scrape(live_server), "vigil_monitor_quiet_seconds") == 10.0
+        redis_client().set(keys[1], "2.5")  # what a sweep behind its schedule leaves
+        redis_client().set(keys[2], "1.5")
+        assert value(scrape(live_server), "vigil_monitor_quiet_seconds") == 25.0
+    finally:
+        redis_client().delete(*keys)

@@ -263,10 +263,10 @@ def test_a_periodic_check_another_worker_claimed_during_the_chunk_runs_once(
     raced = jobs[1]
     real_finish = tick.finish_periodic
 
-    def finish_after_another_worker(tails, now, plans, quiet=None):
+    def finish_after_another_worker(tails, now, plans, stretch=1.0):
         if any(t.claim.job.pk == raced.pk for t in tails):  # the raced job's chunk
             tick.run_job(raced.pk, now)  # its own claim, one write: it wins
-        return real_finish(tails, now, plans, quiet)
+        return real_finish(tails, now, plans, stretch)
 
     monkeypatch.setattr(tick, "finish_periodic", finish_after_another_worker)
     assert tasks.sweep(now=later(32)) == 3
@@ -293,6 +293,8 @@ def pacing_on(settings):
 def test_a_shard_behind_its_schedule_stretches_the_quiet_period_and_gives_it_back(
     alice, alice_ws, backend, listener_alive, pacing_on, caplog
 ):
+    from monitoring import checks
+
     jobs = steady_jobs(alice, alice_ws, backend, 4)
     assert tasks.sweep(now=later(1)) == 4
     for job in jobs:
@@ -302,13 +304,17 @@ def test_a_shard_behind_its_schedule_stretches_the_quiet_period_and_gives_it_bac
     with caplog.at_level("WARNING", logger="monitoring.schedule"):
         assert tasks.sweep(now=later(41)) == 4
     assert "behind its scheduled checks" in caplog.text
-    for job in jobs:
-        job.refresh_from_db()
-        # Stretched about 4x (to ~40 s, spread over its second half); the periodic checks,
-        # claimed in this sweep, still bound it at 30 s: never the 5-10 s of before.
-        assert later(60) < job.monitor_next_check_at <= later(71.5), job.monitor_next_check_at
     stretches = [schedule.stretch_of(shard) for shard in range(4)]
     assert all(3.0 < s <= 6.0 for s in stretches), stretches
+    for job in jobs:
+        job.refresh_from_db()
+        # The quiet period stretched about 4x (spread over its second half, as ever), and the
+        # periodic checks claimed in this sweep 4x too (~120 s): never the 5-10 s of before.
+        stretch = stretches[job.pk % 4]
+        assert later(41 + 5 * stretch - 1) < job.monitor_next_check_at <= later(41 + 10 * stretch + 1)
+        # The straggler check and log scan this sweep ran are not due 30 s on, as they would be unstretched.
+        assert checks.periodic_due(job, later(72), log_scan=True) is not None
+        assert checks.periodic_due(job, later(72), log_scan=True, stretch=stretch) is None
     # Sweeps on time give it back, slowly: one sweep 2 %, and never below the configured period.
     due_at = max(Job.objects.values_list("monitor_next_check_at", flat=True))
     shard = jobs[0].pk % 4
@@ -327,3 +333,17 @@ def test_without_a_ceiling_above_the_quiet_period_nothing_stretches(
         job.refresh_from_db()
         assert later(45) < job.monitor_next_check_at < later(52)
     assert [schedule.stretch_of(shard) for shard in range(4)] == [1.0] * 4
+
+
+def test_a_stretched_shard_still_flags_a_hang_at_its_deadline(alice, alice_ws, backend, listener_alive, pacing_on):
+    [job] = steady_jobs(alice, alice_ws, backend, 1)
+    actions.set_hang_interval(job, 20, source="the test")
+    for shard in range(4):  # every shard as far behind as it gets: 60 s periods
+        redis_client().set(f"vigil:monitor:quiet-stretch:{shard}", "6.0")
+    tasks.sweep(now=later(1))
+    job.refresh_from_db()
+    written = max(Attempt.objects.get(job=job, number=1).instances.values_list("last_output_at", flat=True))
+    deadline = max(written, job.hang_interval_set_at) + timedelta(seconds=20)
+    assert job.monitor_next_check_at == deadline
+    assert tasks.sweep(now=deadline) == 1
+    assert JobEvent.objects.filter(job=job, type=EventType.HANG).count() == 1

@@ -38,7 +38,7 @@ def stub_ticks(monkeypatch):
     inside, ticked = [0], []
     guard = threading.Lock()
 
-    def run_job(job_id, now=None, *, snapshot=None, plans=None, tails=None, quiet=None):
+    def run_job(job_id, now=None, *, snapshot=None, plans=None, tails=None, stretch=1.0):
         with guard:
             inside[0] += 1
             ticked.append((job_id, inside[0]))
