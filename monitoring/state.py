@@ -74,16 +74,17 @@ class MonitorState:
             f"{q('monitor_state_version')} = {q('monitor_state_version')} + 1 "
             f"WHERE ({q('id')}, {q('monitor_state_version')}) IN (VALUES {rows}) RETURNING {q('id')}"
         )
+        data = [state.to_dict() for state, _ in pairs]
         params: list = []
-        for state, job in pairs:
-            params += [job.pk, state_field.get_db_prep_save(state.to_dict(), connection)]
+        for (_, job), blob in zip(pairs, data):
+            params += [job.pk, state_field.get_db_prep_save(blob, connection)]
         for state, job in pairs:
             params += [job.pk, state.version]
         with connection.cursor() as cursor:
             cursor.execute(sql, params)
             won = {row[0] for row in cursor.fetchall()}
-        for state, job in pairs:
+        for (state, job), blob in zip(pairs, data):
             if job.pk in won:
                 state.version += 1
-                job.monitor_state, job.monitor_state_version = state.to_dict(), state.version
+                job.monitor_state, job.monitor_state_version = blob, state.version
         return won
