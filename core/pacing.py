@@ -34,9 +34,13 @@ def lateness(due_at: Iterable[float | None], now: float) -> float:
 
 
 def allowed_lateness(cadence: float) -> float:
-    """How late a scheduled check may run before its shard counts as behind: a few
-    sweeps, never under 2 s (a busy moment is not a trend)."""
-    return max(2.0, 4 * cadence)
+    """How late the middle of a sweep's due checks may be before its shard counts as
+    behind: one sweep interval. On time, what fell due since the last sweep is half an
+    interval late in the middle; a round of twice the interval is one. The pace is set
+    for the hang deadlines (flagged within about a sweep, the point of the cadence),
+    and what gives way for them is the quiet tick. The median already ignores a busy
+    moment of a few jobs."""
+    return cadence
 
 
 def next_stretch(stretch: float, late: float, *, quiet: float, cadence: float, ceiling: float) -> float:
