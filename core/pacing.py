@@ -19,7 +19,8 @@ import statistics
 from collections.abc import Iterable
 
 GROWTH_FLOOR = 1.25  # a late shard's stretch grows at least this much a sweep
-DECAY = 0.98  # a shard on time gives back 2 % a sweep: 1/2 in ~35 sweeps (~17 s at 0.5 s)
+DECAY = 0.98  # a shard well on time gives back 2 % a sweep: 1/2 in ~35 sweeps (~17 s at 0.5 s)
+PROBE = 0.995  # a shard just on time gives back 0.5 % a sweep: 1/2 in ~140 sweeps (~70 s)
 
 
 def lateness(due_at: Iterable[float | None], now: float) -> float:
@@ -45,16 +46,17 @@ def allowed_lateness(cadence: float) -> float:
 
 def next_stretch(stretch: float, late: float, *, quiet: float, cadence: float, ceiling: float) -> float:
     """The factor on the quiet period (`quiet`, as configured) after a sweep that found
-    its checks `late` seconds late. Behind: grow at once in proportion to how far (a round 30 s late on a 10 s
-    period needs about 4x, not 1.25x a sweep for minutes), at most to `ceiling`. On
-    time: shrink slowly, since a shorter period only shows its cost a period later.
-    Between the two: keep it. Never under 1 (the configured period)."""
+    its checks `late` seconds late. Behind: grow at once in proportion to how far (a
+    round 30 s late on a 10 s period needs about 4x, not 1.25x a sweep for minutes), at
+    most to `ceiling`. On time: shrink, slowly (a shorter period only shows its cost a
+    period later), and more slowly still just on time, so that a stretch grown in a
+    burst (every job new after a restart of the console) comes back down to what the
+    shard needs instead of staying where the burst left it. Never under 1 (the
+    configured period)."""
     allowed = allowed_lateness(cadence)
     ceiling = max(1.0, ceiling)
     if late > allowed:
         # In periods of the quiet period as now stretched: 30 s late on a 30 s period is 2x.
         grown = stretch * max(GROWTH_FLOOR, 1.0 + late / max(quiet * stretch, cadence))
         return min(ceiling, grown)
-    if late < allowed / 2:
-        return max(1.0, stretch * DECAY)
-    return min(ceiling, max(1.0, stretch))
+    return min(ceiling, max(1.0, stretch * (DECAY if late < allowed / 2 else PROBE)))

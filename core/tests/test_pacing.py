@@ -2,7 +2,7 @@
 
 import pytest
 
-from core.pacing import DECAY, allowed_lateness, lateness, next_stretch
+from core.pacing import DECAY, PROBE, allowed_lateness, lateness, next_stretch
 
 CADENCE, QUIET = 0.5, 10.0
 
@@ -51,9 +51,10 @@ def test_back_on_time_it_shrinks_slowly_and_never_under_the_configured_period():
     assert 50 < sweeps < 100, "back to the configured period in tens of seconds of 0.5 s sweeps, not at once"
 
 
-def test_between_behind_and_on_time_it_holds():
+def test_just_on_time_it_probes_back_down_more_slowly_still():
     allowed = allowed_lateness(CADENCE)
-    assert stretch_after(3.0, allowed * 0.75) == 3.0
+    assert stretch_after(3.0, allowed * 0.75) == pytest.approx(3.0 * PROBE)
+    assert 1.0 > PROBE > DECAY
 
 
 def test_a_ceiling_under_one_means_never_stretch():
