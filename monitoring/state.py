@@ -14,6 +14,7 @@ from django.db import connection
 from django.db.models import F
 
 from jobs.models import Job
+from monitoring import bulk
 
 
 @dataclass
@@ -60,29 +61,22 @@ class MonitorState:
         """Each state's save (the same compare-and-set on the version it was read at) in one
         statement, for a sweep's chunk: one commit instead of one per job (on PostgreSQL
         each was a commit waited for; profiled, half of a first round's time). Returns the
-        ids of the jobs written; those job objects follow, as save's do. Plain SQL for the
-        reason schedule.store_many gives; RETURNING names the rows this statement won
-        (PostgreSQL, SQLite 3.35+)."""
+        ids of the jobs written (RETURNING: the rows this statement won); those job
+        objects follow, as save's do."""
         if not pairs:
             return set()
         state_field = Job._meta.get_field("monitor_state")
-        q = connection.ops.quote_name
-        when = " ".join(["WHEN %s THEN %s"] * len(pairs))
-        rows = ", ".join(["(%s, %s)"] * len(pairs))
-        sql = (
-            f"UPDATE {q(Job._meta.db_table)} SET {q('monitor_state')} = CASE {q('id')} {when} END, "
-            f"{q('monitor_state_version')} = {q('monitor_state_version')} + 1 "
-            f"WHERE ({q('id')}, {q('monitor_state_version')}) IN (VALUES {rows}) RETURNING {q('id')}"
-        )
         data = [state.to_dict() for state, _ in pairs]
-        params: list = []
-        for (_, job), blob in zip(pairs, data):
-            params += [job.pk, state_field.get_db_prep_save(blob, connection)]
-        for state, job in pairs:
-            params += [job.pk, state.version]
-        with connection.cursor() as cursor:
-            cursor.execute(sql, params)
-            won = {row[0] for row in cursor.fetchall()}
+        q = connection.ops.quote_name
+        won = bulk.update_jobs(
+            "monitor_state",
+            [(job.pk, state_field.get_db_prep_save(blob, connection)) for (_, job), blob in zip(pairs, data)],
+            ("id", "monitor_state_version"),
+            [(job.pk, state.version) for state, job in pairs],
+            also=f"{q('monitor_state_version')} = {q('monitor_state_version')} + 1",
+            returning=True,
+        )
+        assert isinstance(won, set)
         for (state, job), blob in zip(pairs, data):
             if job.pk in won:
                 state.version += 1
