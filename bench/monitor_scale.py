@@ -33,10 +33,14 @@ route).
 
 Phases per size and worker count: a first round (every job is new, so every job is
 ticked: it also scans logs for watchdog hints and checks stragglers, both every 30 s
-per job, and schedules each job's next tick, monitoring.schedule), steady rounds for
-longer than the quiet period (VIGIL_MONITOR_QUIET_SECONDS; median and max round time,
-and per job per round the ticks, SQL queries and Redis round trips, averaged over the
-phase, so the scheduled ticks are paid for), then the rounds with exits injected.
+per job, and schedules each job's next tick, monitoring.schedule), --settle seconds of
+rounds not measured (for the shards to find their pace: a shard behind its schedule
+stretches its quiet period and periodic checks, core.pacing), steady rounds for
+--steady-seconds (median and max round time, how late the scheduled checks were as
+each round started, each shard's quiet period at the end, and per job per round the
+ticks, SQL queries and Redis round trips, averaged over the phase; make the settle and
+steady phases together longer than 30 s, or the periodic checks the first round
+claimed are never paid for), then the rounds with exits injected.
 Every run (size, worker processes) starts from a fresh set of running jobs.
 
 The data is bulk-created in a throwaway SQLite database in a temporary VIGIL_DATA_DIR,
