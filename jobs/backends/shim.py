@@ -59,6 +59,7 @@ import signal
 import socket
 import struct
 import sys
+import threading
 import time
 
 try:  # imported as jobs.backends.shim (local.py)
@@ -109,7 +110,10 @@ def boot_id():
 
 def write_json_atomic(path, data):
     """Write JSON to `path` so readers see the old file or the new one, never a part."""
-    tmp = f"{path}.tmp.{os.getpid()}"
+    # Per thread, not only per process: the console stops a job from a request thread
+    # while a sweep in another thread of the same process may stop it too, and with one
+    # name the first rename took the second writer's file away (FileNotFoundError, a 500).
+    tmp = f"{path}.tmp.{os.getpid()}.{threading.get_ident()}"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as f:
         json.dump(data, f)
