@@ -15,6 +15,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from core.flags import flags_given, parse_flags
+from core import isolation as isolation_core
 from infra.bounded import call_bounded
 
 from . import events, faults
@@ -338,7 +339,7 @@ def launch_attempt(job_id: int, number: int) -> bool:
     faults.point("launch.after_db_claim")
     job.transition((JobStatus.CREATING, JobStatus.RESTARTING), JobStatus.QUEUING)
     backend = get_backend_for(job)
-    avoid = isolated_nodes(backend)
+    avoid = nodes_to_avoid(job, backend)
     spec = attempt_launch_spec(job, attempt, avoid)
     # Starting begins when the launch does: stamped after launch() returned, an instance
     # that printed at once had its first output (running_at) before starting_at, and the
@@ -443,11 +444,18 @@ def _safe_poll(backend, handle) -> list:
         return []
 
 
-def isolated_nodes(backend) -> list[str]:
+def nodes_to_avoid(job: Job, backend) -> list[str]:
+    """Isolated nodes, and those this job's own C4D Errors named (core.isolation: a
+    job's reports steer its own attempts, not other jobs')."""
+    from .isolation import own_suspects
+
     try:
-        return [n.name for n in backend.list_nodes() if not n.schedulable]
+        nodes = backend.list_nodes()
     except BackendError:
         return []
+    return isolation_core.nodes_to_avoid(
+        [n.name for n in nodes if not n.schedulable], own_suspects(job), [n.name for n in nodes if n.schedulable]
+    )
 
 
 def wake_monitor(job_id: int) -> None:

@@ -605,3 +605,43 @@ class NodeFault(models.Model):
     error_code = models.CharField(max_length=64)
     retryable = models.BooleanField(default=True)
     created_at = models.DateTimeField(default=timezone.now)
+
+
+class NodeErrorState(models.TextChoices):
+    PROPOSED = "proposed", "Proposed for isolation"  # waits for staff
+    ISOLATED = "isolated", "Isolated automatically"  # corroborated (core.isolation)
+    CONFIRMED = "confirmed", "Isolated by staff"
+    DISMISSED = "dismissed", "Dismissed by staff"
+    NOTED = "noted", "Noted"  # the node was already out of service
+
+
+class NodeError(models.Model):
+    """One job attempt's C4D Error naming a node: the evidence core.isolation weighs,
+    and while PROPOSED the isolation proposal staff confirm or dismiss on the nodes
+    page. Who decided, when and why is kept."""
+
+    backend = models.CharField(max_length=32)
+    node = models.CharField(max_length=128, db_index=True)
+    job = models.ForeignKey(Job, on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
+    attempt = models.PositiveIntegerField(default=1)
+    workspace_id_seen = models.IntegerField(null=True, blank=True)  # kept if the job is deleted
+    submitter_id_seen = models.IntegerField(null=True, blank=True)
+    rank = models.PositiveIntegerField(null=True, blank=True)
+    kind = models.CharField(max_length=32)
+    evidence = models.CharField(max_length=400, blank=True, default="")
+    state = models.CharField(max_length=10, choices=NodeErrorState.choices, default=NodeErrorState.PROPOSED)
+    created_at = models.DateTimeField(default=timezone.now, db_index=True)
+    decided_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    decided_at = models.DateTimeField(null=True, blank=True)
+    decided_reason = models.CharField(max_length=400, blank=True, default="")
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        constraints = [
+            models.UniqueConstraint(fields=["job", "attempt", "backend", "node"], name="one_node_error_per_attempt")
+        ]
+
+    def __str__(self):
+        return f"C4D {self.kind} on {self.backend}:{self.node} ({self.state})"

@@ -13,6 +13,7 @@ from datetime import datetime, timedelta
 from django.db import transaction
 
 from core import hang
+from core.isolation import Action
 from core.flags import C4DLogLevel, ExecutionMode, FaultToleranceConfig
 from core.classify import ErrorSource
 from core.stragglers import StragglerVerdict, find_stragglers
@@ -125,8 +126,10 @@ def first_progress_of(
 def check_c4d(
     job: Job, config: FaultToleranceConfig, attempt: Attempt, instances: list[Instance], now: datetime
 ) -> Outcome | None:
-    """Every C4D_CONN_BW_CHECK_PERIOD: classify ranks; an Error isolates the rank's
-    node and restarts the job, Warnings and Info are only shown."""
+    """Every C4D_CONN_BW_CHECK_PERIOD: classify ranks; an Error restarts the job and
+    names the rank's node for isolation (core.isolation: isolated only when other
+    submitters' jobs corroborate it, else proposed to staff); Warnings and Info are
+    only shown."""
     if not config.enable_c4d_hang_detection:
         return None
     state = MonitorState.load(job)
@@ -136,10 +139,14 @@ def check_c4d(
     result = diagnose.run_c4d(job, attempt, config, now, state=state)
     if result is None or not result.errors:
         return None
-    isolated = [n for n in (diagnose.isolate_for(job, attempt, v) for v in result.errors) if n]
+    outcomes = [o for o in (diagnose.isolate_for(job, attempt, v) for v in result.errors) if o]
     message = " ".join(v.message for v in result.errors)
+    isolated = [o.node for o in outcomes if o.action == Action.ISOLATE]
+    proposed = [o.node for o in outcomes if o.action == Action.PROPOSE]
     if isolated:
         message += f" Isolated node(s): {', '.join(isolated)}."
+    if proposed:
+        message += f" Proposed for isolation (staff decide): {', '.join(proposed)}."
     return on_problem(job, attempt, instances, ErrorSource.C4D, EventType.C4D, message, now)
 
 

@@ -39,7 +39,7 @@ from core.stacks import (
     last_log_line,
     parse_py_spy_json,
 )
-from jobs import actions
+from jobs import actions, isolation
 from jobs.backends.base import Backend, BackendError
 from jobs.models import (
     Attempt,
@@ -298,37 +298,16 @@ def run_c4d(
     return result
 
 
-def isolate_for(job: Job, attempt: Attempt, verdict: C4DVerdict) -> str | None:
-    """Isolate the node of the rank a C4D Error names; returns the node or None."""
+def isolate_for(job: Job, attempt: Attempt, verdict: C4DVerdict) -> isolation.Outcome | None:
+    """A C4D Error named a rank: its node is isolated, proposed for isolation or noted
+    as core.isolation decides (jobs.isolation applies it). The verdict is built from
+    what the job wrote, so on its own it never takes a shared node out of service."""
     if verdict.rank is None:
         return None
     inst = attempt.instances.filter(rank=verdict.rank).first()
-    backend = actions.get_backend_for(job)
-    if inst is None or not inst.node or not backend.can_isolate_nodes:
+    if inst is None or not inst.node:
         return None
-    reason = f"Vigil job {job.pk} ({job.display_name}): C4D {verdict.kind} on rank {verdict.rank}"
-    try:
-        backend.isolate_node(inst.node, reason)
-    except BackendError as exc:
-        actions.record_event(
-            job,
-            EventType.DECISION,
-            f"Could not isolate node {inst.node}: {exc.message}",
-            level=EventLevel.WARNING,
-            attempt=attempt.number,
-        )
-        return None
-    actions.record_event(
-        job,
-        EventType.NODE_ISOLATED,
-        f"Node {inst.node} isolated: {reason}. New attempts avoid it until a person restores it.",
-        level=EventLevel.WARNING,
-        attempt=attempt.number,
-        instance=inst.name,
-        payload={"node": inst.node, "rank": verdict.rank, "kind": str(verdict.kind)},
-        key=f"isolated:{job.pk}:{attempt.number}:{inst.node}",
-    )
-    return inst.node
+    return isolation.on_c4d_error(job, attempt.number, inst.node, verdict.rank, str(verdict.kind))
 
 
 # --- hooks the monitor calls ---------------------------------------------------------------

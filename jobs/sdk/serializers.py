@@ -23,6 +23,7 @@ from core.c4d import CollectiveRecord
 
 from ..inputs import text_problem
 from ..serializers import HangInterval
+from .auth import processes_of
 
 MAX_MESSAGE_CHARS = 4096
 MAX_KEYWORDS = 100
@@ -333,3 +334,14 @@ class SdkC4DSerializer(SdkBodySerializer):
 
     def validate_attempt(self, attempt: int | None) -> int | None:
         return started_attempt(self.context["job"], attempt)
+
+    def validate_rank(self, rank: int) -> int:
+        # A job's token is one per job, so any of its processes may post; it may post
+        # only for ranks its own world has (one per process of its roles), not make up
+        # ranks that C4D would then judge (issue 31).
+        world = processes_of(self.context["job"].job_specs)
+        if rank >= world:
+            raise serializers.ValidationError(
+                f"rank {rank} is not a rank of job {self.context['job'].pk}: its world has ranks 0 to {world - 1}."
+            )
+        return rank

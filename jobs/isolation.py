@@ -1,0 +1,162 @@
+"""Applying core.isolation: a C4D Error naming a node becomes a NodeError row, and
+the node is isolated only when core.isolation.decide says the evidence is
+corroborated; otherwise the row is a proposal staff confirm or dismiss (the nodes
+page, jobs.views.nodes). Every automatic or confirmed isolation goes through here.
+
+Drain reasons carry only what Vigil chose: job ids and the diagnosis kind, never a
+job's display name or other text its submitter wrote (Slurm shows the reason to
+every cluster user and operators act on it)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from django.db import transaction
+from django.utils import timezone
+
+from core.isolation import Action, Decision, NodeErrorSeen, decide
+
+from . import actions
+from .backends.base import BackendError
+from .models import EventLevel, EventType, Job, NodeError, NodeErrorState
+
+MAX_REASON = 400
+
+
+@dataclass(frozen=True)
+class Outcome:
+    node: str
+    action: Action
+    evidence: str
+
+
+def _seen(backend_name: str, since) -> list[NodeErrorSeen]:
+    return [
+        NodeErrorSeen(e.node, e.job_id, e.submitter_id_seen, e.workspace_id_seen, e.created_at.timestamp())
+        for e in NodeError.objects.filter(backend=backend_name, created_at__gte=since).exclude(
+            state=NodeErrorState.DISMISSED  # staff looked at these and kept the node in service
+        )
+    ]
+
+
+def on_c4d_error(job: Job, attempt_number: int, node: str, rank: int | None, kind: str) -> Outcome | None:
+    """A C4D Error of `job` named `node`: record it, then isolate, propose or note it as
+    core.isolation decides. None when the backend cannot isolate nodes."""
+    backend = actions.get_backend_for(job)
+    if not node or not backend.can_isolate_nodes:
+        return None
+    now = timezone.now()
+    policy_window = timezone.timedelta(days=1)
+    try:
+        schedulable = {n.name: n.schedulable for n in backend.list_nodes()}.get(node, True)
+    except BackendError:
+        schedulable = True  # the isolation below then reports what the backend says
+    with transaction.atomic():
+        error, created = NodeError.objects.get_or_create(
+            job=job,
+            attempt=attempt_number,
+            backend=job.backend,
+            node=node,
+            defaults={
+                "workspace_id_seen": job.workspace_id,
+                "submitter_id_seen": job.created_by_id,
+                "rank": rank,
+                "kind": kind[:32],
+                "created_at": now,
+            },
+        )
+        if not created:
+            return Outcome(node, Action.NOTHING, "this attempt's Error on the node is already recorded")
+        automatic = list(
+            NodeError.objects.filter(
+                backend=job.backend, state=NodeErrorState.ISOLATED, created_at__gte=now - policy_window
+            ).values_list("created_at", flat=True)
+        )
+        decision: Decision = decide(
+            node,
+            _seen(job.backend, now - policy_window),
+            schedulable=schedulable,
+            automatic_isolations_at=[t.timestamp() for t in automatic],
+            now=now.timestamp(),
+        )
+        error.evidence = decision.evidence[:MAX_REASON]
+        error.state = {
+            Action.ISOLATE: NodeErrorState.ISOLATED,
+            Action.PROPOSE: NodeErrorState.PROPOSED,
+            Action.NOTHING: NodeErrorState.NOTED,
+        }[decision.action]
+        error.save(update_fields=["evidence", "state"])
+    where = f"rank {rank}" if rank is not None else "a rank"
+    if decision.action == Action.ISOLATE:
+        jobs = sorted(
+            {e.job_id for e in _seen(job.backend, now - policy_window) if e.node == node and e.job_id is not None}
+        )
+        reason = f"Vigil jobs {', '.join(map(str, jobs))}: C4D {kind} on {node}"[:MAX_REASON]
+        try:
+            backend.isolate_node(node, reason)
+        except BackendError as exc:
+            NodeError.objects.filter(pk=error.pk).update(state=NodeErrorState.PROPOSED)
+            actions.record_event(
+                job,
+                EventType.DECISION,
+                f"Could not isolate node {node}: {exc.message}. It stays proposed for isolation.",
+                level=EventLevel.WARNING,
+                attempt=attempt_number,
+            )
+            return Outcome(node, Action.PROPOSE, decision.evidence)
+        actions.record_event(
+            job,
+            EventType.NODE_ISOLATED,
+            f"Node {node} isolated: {decision.evidence}. New attempts avoid it until a person restores it.",
+            level=EventLevel.WARNING,
+            attempt=attempt_number,
+            payload={"node": node, "rank": rank, "kind": kind, "evidence": decision.evidence},
+            key=f"isolated:{job.pk}:{attempt_number}:{node}",
+        )
+    elif decision.action == Action.PROPOSE:
+        actions.record_event(
+            job,
+            EventType.DECISION,
+            f"C4D {kind} on {where} names node {node}: proposed for isolation ({decision.evidence}). "
+            "This job's next attempt avoids the node when another is free.",
+            level=EventLevel.WARNING,
+            attempt=attempt_number,
+            payload={"node": node, "rank": rank, "kind": kind, "proposed": True, "evidence": decision.evidence},
+            key=f"proposed:{job.pk}:{attempt_number}:{node}",
+        )
+    return Outcome(node, decision.action, decision.evidence)
+
+
+def own_suspects(job: Job) -> list[str]:
+    """The nodes this job's own C4D Errors named (its next attempts avoid them)."""
+    return list(NodeError.objects.filter(job=job, backend=job.backend).values_list("node", flat=True).distinct())
+
+
+def open_proposals(backend_name: str | None = None):
+    qs = NodeError.objects.filter(state=NodeErrorState.PROPOSED).select_related("job")
+    return qs.filter(backend=backend_name) if backend_name else qs
+
+
+def decide_proposal(backend_name: str, node: str, user, confirm: bool, reason: str) -> int:
+    """Staff confirm (isolate the node) or dismiss the open proposals on a node; returns
+    how many were decided. Raises BackendError when the backend refuses to isolate."""
+    now = timezone.now()
+    with transaction.atomic():
+        pending = list(open_proposals(backend_name).filter(node=node).select_for_update())
+        if not pending:
+            return 0
+        if confirm:
+            jobs = sorted({e.job_id for e in pending if e.job_id is not None})
+            kinds = sorted({e.kind for e in pending})
+            text = (
+                f"Vigil jobs {', '.join(map(str, jobs))}: C4D {', '.join(kinds)} on {node}; "
+                f"confirmed by {user.get_username()}"
+            )
+            actions.get_backend(backend_name).isolate_node(node, text[:MAX_REASON])
+        NodeError.objects.filter(pk__in=[e.pk for e in pending]).update(
+            state=NodeErrorState.CONFIRMED if confirm else NodeErrorState.DISMISSED,
+            decided_by=user,
+            decided_at=now,
+            decided_reason=reason[:MAX_REASON],
+        )
+    return len(pending)
