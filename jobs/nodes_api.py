@@ -4,7 +4,7 @@ see or change them."""
 
 from django.utils import timezone
 from drf_spectacular.utils import extend_schema
-from rest_framework import exceptions, permissions, viewsets
+from rest_framework import exceptions, permissions, serializers, viewsets
 from rest_framework.decorators import action
 from rest_framework.response import Response
 
@@ -13,7 +13,41 @@ from core.reputation import NodeFaultSeen, standings
 from .backends import get_backend
 from .backends.base import BackendError
 from .inputs import text_problem
+from .isolation import decide_proposal, open_proposals
 from .models import NodeFault
+
+
+class NodeDecisionSerializer(serializers.Serializer):
+    """A staff decision on a node's isolation proposal (the API and the nodes page)."""
+
+    decision = serializers.ChoiceField(
+        choices=["confirm", "dismiss"], error_messages={"invalid_choice": "must be confirm or dismiss; got {input!r}."}
+    )
+    reason = serializers.CharField(max_length=300, trim_whitespace=True)
+
+    def validate_reason(self, value: str) -> str:
+        problem = text_problem(value, one_line=True)
+        if problem:
+            raise serializers.ValidationError(problem)
+        return value
+
+
+def proposals_by_node() -> dict[tuple[str, str], list[dict]]:
+    """Open isolation proposals, per (backend, node): the evidence staff decide on."""
+    out: dict[tuple[str, str], list[dict]] = {}
+    for e in open_proposals():
+        out.setdefault((e.backend, e.node), []).append(
+            {
+                "id": e.pk,
+                "job": e.job_id,
+                "attempt": e.attempt,
+                "rank": e.rank,
+                "kind": e.kind,
+                "evidence": e.evidence,
+                "at": e.created_at.isoformat(),
+            }
+        )
+    return out
 
 
 class NodeViewSet(viewsets.ViewSet):
@@ -37,6 +71,7 @@ class NodeViewSet(viewsets.ViewSet):
             for f in NodeFault.objects.filter(created_at__gte=now - timezone.timedelta(days=7))
         ]
         by_node = standings(faults, now.timestamp())
+        proposals = proposals_by_node()
         out = []
         for backend_name in settings.JOB_BACKENDS:
             try:
@@ -57,6 +92,7 @@ class NodeViewSet(viewsets.ViewSet):
                         "error_codes": s.error_codes if s else {},
                         "proposed_for_isolation": bool(s and s.proposed_for_isolation and n.schedulable),
                         "evidence": s.evidence if s else "",
+                        "isolation_proposals": proposals.get((backend_name, n.name), []),
                     }
                 )
         return Response(out)
@@ -96,3 +132,23 @@ class NodeViewSet(viewsets.ViewSet):
     def restore(self, request, pk=None):
         """Make `<backend>:<node>` schedulable again."""
         return self._act(request, pk, False)
+
+    @extend_schema(request=NodeDecisionSerializer, responses={200: dict})
+    @action(detail=True, methods=["post"])
+    def decide(self, request, pk=None):
+        """Confirm (isolate the node) or dismiss `<backend>:<node>`'s open isolation
+        proposals: `{"decision": "confirm"|"dismiss", "reason": "..."}`; who, when and
+        why are kept on each proposal."""
+        backend_name, _, node = pk.partition(":")
+        self._backend(backend_name)
+        body = NodeDecisionSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        try:
+            decided = decide_proposal(
+                backend_name, node, request.user, body.validated_data["decision"] == "confirm", body.validated_data["reason"]
+            )
+        except BackendError as exc:
+            raise exceptions.APIException(exc.message) from None
+        if not decided:
+            raise exceptions.NotFound(f"no open isolation proposal for node {node!r} on the {backend_name} backend.")
+        return Response({"decided": decided, "decision": body.validated_data["decision"]})
