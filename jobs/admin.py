@@ -12,6 +12,7 @@ from .models import (
     Job,
     JobEvent,
     Membership,
+    NodeError,
     NodeFault,
     RestartRecord,
     Workspace,
@@ -123,6 +124,14 @@ class DiagnosisAdmin(ReadOnlyAdmin):
 @admin.register(C4DReport)
 class C4DReportAdmin(ReadOnlyAdmin):
     list_display = ("job", "attempt", "rank", "updated_at")
+
+
+@admin.register(NodeError)
+class NodeErrorAdmin(ReadOnlyAdmin):
+    """Read-only: proposals are decided on the nodes page, which keeps who, when and why."""
+
+    list_display = ("node", "backend", "job", "kind", "state", "decided_by", "created_at")
+    list_filter = ("state", "backend")
 
 
 @admin.register(NodeFault)

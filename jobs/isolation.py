@@ -10,6 +10,7 @@ every cluster user and operators act on it)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import timedelta
 
 from django.db import transaction
 from django.utils import timezone
@@ -46,7 +47,7 @@ def on_c4d_error(job: Job, attempt_number: int, node: str, rank: int | None, kin
     if not node or not backend.can_isolate_nodes:
         return None
     now = timezone.now()
-    policy_window = timezone.timedelta(days=1)
+    policy_window = timedelta(days=1)  # covers core.isolation's window and rate window
     try:
         schedulable = {n.name: n.schedulable for n in backend.list_nodes()}.get(node, True)
     except BackendError:

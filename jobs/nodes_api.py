@@ -145,7 +145,11 @@ class NodeViewSet(viewsets.ViewSet):
         body.is_valid(raise_exception=True)
         try:
             decided = decide_proposal(
-                backend_name, node, request.user, body.validated_data["decision"] == "confirm", body.validated_data["reason"]
+                backend_name,
+                node,
+                request.user,
+                body.validated_data["decision"] == "confirm",
+                body.validated_data["reason"],
             )
         except BackendError as exc:
             raise exceptions.APIException(exc.message) from None
