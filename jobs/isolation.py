@@ -143,7 +143,8 @@ def decide_proposal(backend_name: str, node: str, user, confirm: bool, reason: s
     how many were decided. Raises BackendError when the backend refuses to isolate."""
     now = timezone.now()
     with transaction.atomic():
-        pending = list(open_proposals(backend_name).filter(node=node).select_for_update())
+        # Locks only the proposals (PostgreSQL cannot lock the nullable side of the job join).
+        pending = list(open_proposals(backend_name).filter(node=node).select_for_update(of=("self",)))
         if not pending:
             return 0
         if confirm:
