@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import timedelta
 
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone
 
 from core.isolation import Action, Decision, NodeErrorSeen, decide
@@ -40,6 +40,18 @@ def _seen(backend_name: str, since) -> list[NodeErrorSeen]:
     ]
 
 
+ADVISORY_LOCK = 0x5649_4731  # "VIG1": one C4D isolation decision at a time (PostgreSQL)
+
+
+def _serialize_decisions() -> None:
+    """Two monitor workers deciding at once would both see the rate limit unspent and
+    both isolate. PostgreSQL: a transaction-scoped advisory lock; SQLite serializes
+    writers already (the NodeError insert below takes its write lock first)."""
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_xact_lock(%s)", [ADVISORY_LOCK])
+
+
 def on_c4d_error(job: Job, attempt_number: int, node: str, rank: int | None, kind: str) -> Outcome | None:
     """A C4D Error of `job` named `node`: record it, then isolate, propose or note it as
     core.isolation decides. None when the backend cannot isolate nodes."""
@@ -53,6 +65,7 @@ def on_c4d_error(job: Job, attempt_number: int, node: str, rank: int | None, kin
     except BackendError:
         schedulable = True  # the isolation below then reports what the backend says
     with transaction.atomic():
+        _serialize_decisions()
         error, created = NodeError.objects.get_or_create(
             job=job,
             attempt=attempt_number,
