@@ -97,7 +97,7 @@ def require_role(user, workspace: Workspace, roles, action: str) -> str:
     return role
 
 
-def require_job_action(user, job: Job, action: str) -> str | None:
+def require_job_action(user, job: Job, action: str) -> str:
     """The one check of every mutating action on an existing job (jobs.access.JOB_ACTIONS):
     NotFound for a person outside the job's workspace, Forbidden with who may for a
     member who may not. Returns the person's role."""
