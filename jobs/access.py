@@ -18,7 +18,7 @@ from django.conf import settings
 from django.contrib.auth.models import Permission
 from django.contrib.contenttypes.models import ContentType
 
-from .models import ADMIN_ROLES, Job
+from .models import ADMIN_ROLES, WRITE_ROLES, Job
 from .submission import MASKED_VALUE
 
 APP = "jobs"
@@ -113,3 +113,71 @@ def sees_secrets(role: str | None, user_id: int | None, job) -> bool:
     does the person who submitted it; everyone else (viewers, other members) sees
     secret-looking values masked."""
     return role in ADMIN_ROLES or (user_id is not None and job.created_by_id == user_id)
+
+
+# --- what a person may do to a job (docs/security.md, "Who may act on a job") ---------
+#
+# One table for the API, the pages and the templates: every mutating action on an
+# existing job names its rule here, and nothing else decides. Seeing a job at all is
+# membership of its workspace (jobs.actions.job_for; another workspace's job is 404,
+# for staff too: site staff have the admin site, not workspace powers).
+
+STOP = "stop"
+RECONFIGURE = "runtime"  # the runtime settings: the hang interval (API .../runtime/)
+RESET_TOKEN = "reset_token"
+SNAPSHOT = "snapshot"  # a stack snapshot now (API .../diagnoses/stacks/, the page's "Dump stacks now")
+RETRYABLE_KEYWORD = "retryable_keyword"  # a log line made retryable for the job or the whole workspace
+CLONE = "clone"  # the form filled from the job: a new submission, the job itself is untouched
+
+# Who: OPERATORS = the job's submitter while they hold a submitting role, and the
+# workspace's owners and admins. A stop, a new hang interval or a new token takes the
+# job out of its submitter's hands (a reset token is a working SDK credential of it),
+# so another member may not. A submitter demoted to viewer (or removed) loses it too:
+# the role is what the workspace lets a person do now.
+OPERATORS = "operators"
+WRITERS = "writers"  # every role that may submit: owner, admin, member
+ADMINS = "admins"  # owner, admin
+
+JOB_ACTIONS: dict[str, tuple[str, str]] = {
+    STOP: (OPERATORS, "stopping a job"),
+    RECONFIGURE: (OPERATORS, "changing a job's hang interval"),
+    RESET_TOKEN: (OPERATORS, "resetting a job's SDK token"),
+    # A snapshot reads the processes' stacks (py-spy) and records what it saw; the
+    # job's state, settings and token stay as they were, so every member may take one
+    # of a hung job (issue 14), viewers may not.
+    SNAPSHOT: (WRITERS, "taking a stack snapshot"),
+    # It changes what every later failure of the job (or the workspace) is decided as.
+    RETRYABLE_KEYWORD: (ADMINS, "adding a retryable keyword"),
+    CLONE: (WRITERS, "cloning a job"),
+}
+
+_WHO = {
+    OPERATORS: "the person who submitted it and the workspace's owners and admins",
+    WRITERS: "owners, admins and members",
+    ADMINS: "owners and admins",
+}
+
+
+def job_action_refusal(role: str | None, user_id: int | None, job, action: str) -> str | None:
+    """None when a person with `role` in the job's workspace (None: not a member) may
+    do `action` to `job`; else the sentence saying who may. Pure over its arguments."""
+    rule, what = JOB_ACTIONS[action]
+    writer = role in WRITE_ROLES
+    allowed = {
+        OPERATORS: role in ADMIN_ROLES or (writer and user_id is not None and job.created_by_id == user_id),
+        WRITERS: writer,
+        ADMINS: role in ADMIN_ROLES,
+    }[rule]
+    if allowed:
+        return None
+    return f"your role in {job.workspace.name} is {role or 'none'}; {what} is for {_WHO[rule]}."
+
+
+def may_act_on(role: str | None, user_id: int | None, job, action: str) -> bool:
+    return job_action_refusal(role, user_id, job, action) is None
+
+
+def job_rights(role: str | None, user_id: int | None, job) -> dict[str, bool]:
+    """Every action of JOB_ACTIONS -> whether this person may: the templates show a
+    button only where it is True (`rights.stop`, `rights.reset_token`, ...)."""
+    return {action: may_act_on(role, user_id, job, action) for action in JOB_ACTIONS}

@@ -19,12 +19,12 @@ from core import isolation as isolation_core
 from infra.bounded import call_bounded
 
 from . import events, faults
+from . import access
 from .access import missing_backend_permission, may_run_on
 from .backends import get_backend
 from .backends.base import AttemptLaunch, BackendError, InstanceLaunch, LaunchInProgress
 from .inputs import workspace_ref
 from .models import (
-    ADMIN_ROLES,
     FINISHED_JOB_STATUSES,
     LIVE_ATTEMPT_STATUSES,
     WRITE_ROLES,
@@ -95,6 +95,19 @@ def require_role(user, workspace: Workspace, roles, action: str) -> str:
         raise NotFound("workspace not found")
     if role not in roles:
         raise Forbidden(f"your role in {workspace.name} is {role}; {action} needs one of: {', '.join(roles)}.")
+    return role
+
+
+def require_job_action(user, job: Job, action: str) -> str:
+    """The one check of every mutating action on an existing job (jobs.access.JOB_ACTIONS):
+    NotFound for a person outside the job's workspace, Forbidden with who may for a
+    member who may not. Returns the person's role."""
+    role = job.workspace.role_of(user)
+    if role is None:
+        raise NotFound(f"job {job.pk} not found")
+    refusal = access.job_action_refusal(role, user.pk, job, action)
+    if refusal:
+        raise Forbidden(refusal)
     return role
 
 
@@ -542,7 +555,7 @@ MAX_RETRYABLE_KEYWORDS = 100  # as many as the classifier reads for one job
 def add_retryable_keyword(user, job: Job, keyword: str, scope: str) -> bool:
     """An owner/admin marks a log line as retryable for this job or its whole workspace.
     False when it was already there (idempotent). The keyword is matched literally."""
-    require_role(user, job.workspace, ADMIN_ROLES, "adding a retryable keyword")
+    require_job_action(user, job, access.RETRYABLE_KEYWORD)
     model, pk = (Job, job.pk) if scope == "job" else (Workspace, job.workspace_id)
     with transaction.atomic():
         row = model.objects.select_for_update().get(pk=pk)
@@ -564,7 +577,7 @@ def add_retryable_keyword(user, job: Job, keyword: str, scope: str) -> bool:
 
 def stop_job(user, job: Job) -> bool:
     """A person's stop: wins over everything the monitor might decide."""
-    require_role(user, job.workspace, WRITE_ROLES, "stopping a job")
+    require_job_action(user, job, access.STOP)
     ok = job.transition(
         (JobStatus.CREATING, JobStatus.QUEUING, JobStatus.RUNNING, JobStatus.RESTARTING),
         JobStatus.STOPPING,
@@ -717,7 +730,7 @@ def sync_instances(attempt: Attempt, statuses, rows: list[Instance] | None = Non
 
 
 def reset_job_token(user, job: Job) -> str:
-    require_role(user, job.workspace, ADMIN_ROLES + (WRITE_ROLES[2],), "resetting the job token")
+    require_job_action(user, job, access.RESET_TOKEN)
     raw = job.reset_token()
     record_event(job, EventType.STATUS, f"SDK token reset by {user.get_username()}; the old token no longer works.")
     return raw

@@ -14,14 +14,14 @@ from rest_framework.decorators import action
 from rest_framework.response import Response
 
 
-from . import actions
+from . import access, actions
 from .access import WORKSPACE_CREATION_REFUSED, may_create_workspace
 from .backends.base import BackendError
 from .exceptions import Conflict
 from .goodput import job_goodput
 from .inputs import SLUG_RE, parse_int, query_int, workspace_ref
 from .logs import InstanceLog
-from .models import WRITE_ROLES, Job, Membership, Role, Workspace
+from .models import Job, Membership, Role, Workspace
 from .serializers import (
     AttemptSerializer,
     DiagnosisSerializer,
@@ -240,7 +240,7 @@ class JobViewSet(viewsets.GenericViewSet):
     def runtime(self, request, pk=None):
         """Change the hang interval while the job runs (-1 suspends, null restores the flag's)."""
         job = self.get_job()
-        actions.require_role(request.user, job.workspace, WRITE_ROLES, "changing the hang interval")
+        actions.require_job_action(request.user, job, access.RECONFIGURE)
         if job.finished:
             raise Conflict(f"job {job.pk} is {job.status}; a finished job's hang interval can no longer change.")
         runtime = RuntimeSerializer(data=request.data)

@@ -31,7 +31,8 @@ from core.reputation import NodeFaultSeen
 from core.reputation import standings as reputation_standings
 
 from . import actions
-from .access import permission_name, runnable_backends, sees_secrets
+from . import access
+from .access import job_rights, permission_name, runnable_backends, sees_secrets
 from .backends.base import BackendError
 from .goodput import job_goodput
 from .forms import BOOL_FIELDS, FieldFlagErrors, JobForm, fault_tolerance_from, ft_warnings, initial_from_job
@@ -40,7 +41,6 @@ from .progress_panel import SPARK_H, SPARK_W, list_sparklines, progress_panel
 from .inputs import query_int
 from .logs import InstanceLog
 from .models import (
-    ADMIN_ROLES,
     WRITE_ROLES,
     Attempt,
     EventType,
@@ -112,6 +112,12 @@ def forbidden(request, workspace, message: str):
 
 def can_write(request, workspace) -> bool:
     return workspace.role_of(request.user) in WRITE_ROLES
+
+
+def rights_on(request, workspace, job) -> dict[str, bool]:
+    """What this person may do to this job (jobs.access.JOB_ACTIONS): the buttons the
+    job's templates show, decided where the API and the forms decide."""
+    return job_rights(workspace.role_of(request.user), request.user.pk, job)
 
 
 # --- job list -----------------------------------------------------------------------
@@ -274,8 +280,7 @@ def _job_context(request, workspace, job) -> dict:
         "events": events,
         "last_event_id": events[-1].pk if events else 0,
         "diagnoses": [_diagnosis_view(d) for d in job.diagnoses.order_by("-created_at", "-id")[:5]],
-        "can_write": can_write(request, workspace),
-        "can_admin": workspace.role_of(request.user) in ADMIN_ROLES,
+        "rights": rights_on(request, workspace, job),
         "failure_verdict": _failure_verdict(job),
         "live": not job.finished,
         "now": now,
@@ -465,13 +470,10 @@ def job_token_reset(request, slug, job_id):
 def retryable_keyword(request, slug, job_id):
     """An owner/admin makes a failure's line a retryable keyword for the job or workspace."""
     workspace, job = job_or_404(request, slug, job_id)
-    if workspace.role_of(request.user) not in ADMIN_ROLES:
-        return forbidden(
-            request,
-            workspace,
-            f"Your role in {workspace.name} is {workspace.role_of(request.user)}: "
-            "only an owner or admin can add retryable keywords.",
-        )
+    # Refused before the form is read: a person who may not gets no field errors either.
+    refusal = access.job_action_refusal(workspace.role_of(request.user), request.user.pk, job, access.RETRYABLE_KEYWORD)
+    if refusal:
+        return forbidden(request, workspace, refusal)
     form = RetryableKeywordSerializer(data=request.POST)
     if not form.is_valid():
         field, messages = next(iter(form.errors.items()))
@@ -520,7 +522,7 @@ def restart_record(request, slug, job_id, record_id):
             "workspace": workspace,
             "job": job,
             "record": record,
-            "can_admin": workspace.role_of(request.user) in ADMIN_ROLES,
+            "rights": rights_on(request, workspace, job),
         },
     )
 

@@ -12,8 +12,8 @@ from rest_framework import exceptions, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.response import Response
 
-from jobs import actions
-from jobs.models import WRITE_ROLES, DiagnosisTrigger, Job
+from jobs import access, actions
+from jobs.models import DiagnosisTrigger, Job
 from jobs.serializers import DiagnosisSerializer
 
 from .diagnose import snapshot_stacks
@@ -29,7 +29,7 @@ class JobDiagnosisViewSet(viewsets.GenericViewSet):
         """Take a stack snapshot of the current attempt now (py-spy on every instance)."""
         # NotFound and Forbidden become 404 and 403 in jobs.exceptions (the EXCEPTION_HANDLER).
         job = actions.job_for(request.user, pk)
-        actions.require_role(request.user, job.workspace, WRITE_ROLES, "taking a stack snapshot")
+        actions.require_job_action(request.user, job, access.SNAPSHOT)
         attempt = job.attempts.filter(number=job.current_attempt).first()
         if attempt is None or not attempt.backend_handle or job.finished:
             raise exceptions.ValidationError({"job": ["has no running attempt to take stacks of."]})
