@@ -6,6 +6,7 @@ one unless a test asks for real processes with `local_backend`)."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 
 import pytest
@@ -48,7 +49,8 @@ def pytest_report_header(config):
     from django.conf import settings
 
     db = settings.DATABASES["default"]
-    return [f"vigil: database {db['ENGINE'].rsplit('.', 1)[-1]} {db.get('NAME')}, redis {settings.REDIS_URL}"]
+    redis = re.sub(r"//[^@/]*@", "//***@", str(settings.REDIS_URL))  # never print its password
+    return [f"vigil: database {db['ENGINE'].rsplit('.', 1)[-1]} {db.get('NAME')}, redis {redis}"]
 
 
 def _uses_django(request) -> bool:

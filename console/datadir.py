@@ -34,3 +34,9 @@ def _chmod_own(path: Path, mode: int) -> None:
         return
     if st.st_uid == os.geteuid() and st.st_mode & 0o777 != mode:
         os.chmod(path, mode)
+
+
+def secure_beat_schedule(filename: str, suffixes: tuple[str, ...]) -> None:
+    """Celery beat's shelve files (filename + each of dbm's suffixes): owner-only."""
+    for suffix in suffixes:
+        _chmod_own(Path(f"{filename}{suffix}"), 0o600)

@@ -295,6 +295,8 @@ MONITOR_QUIET_SECONDS = float(os.environ.get("VIGIL_MONITOR_QUIET_SECONDS", "10"
 MONITOR_QUIET_MAX_SECONDS = max(MONITOR_QUIET_SECONDS, float(os.environ.get("VIGIL_MONITOR_QUIET_MAX_SECONDS", "60")))
 # How long a shard's lease outlives a worker that died holding it (monitoring.leases).
 MONITOR_LEASE_SECONDS = float(os.environ.get("VIGIL_MONITOR_LEASE_SECONDS", "4"))
+# The schedule's shelve files 0600 like the rest of the data dir (console/beat.py).
+CELERY_BEAT_SCHEDULER = "console.beat:OwnerOnlyScheduler"
 CELERY_BEAT_SCHEDULE = {
     **{
         f"monitor-sweep-{shard}": {

@@ -25,8 +25,7 @@ from core.flight_recorder import (
     Sources,
     choose_sources,
     judge_sources,
-    load_dump,
-    records_from_dump,
+    read_trace,
 )
 from core.stacks import (
     DUMP_FAILED,
@@ -229,9 +228,9 @@ def c4d_input(job: Job, attempt: Attempt) -> C4DInput:
     traces = {}
     for rank, data in dumps.items():
         try:
-            traces[rank] = records_from_dump(load_dump(data))
-        except ValueError as exc:
-            log.warning("job %s rank %s: %s", job.pk, rank, exc)
+            traces[rank] = read_trace(data)
+        except ValueError as exc:  # the job wrote it: skip it, judge the other ranks' dumps
+            log.warning("job %s rank %s: Flight Recorder dump skipped: %s", job.pk, rank, exc)
     return C4DInput({rank: recs for rank, recs in parsed.items() if recs}, traces)
 
 
