@@ -25,6 +25,7 @@ Target: each instrumented arm at most 2 % slower.
 
 from __future__ import annotations
 
+import _path  # first: the repository root on sys.path (bench/_path.py)
 import argparse
 import os
 import platform
@@ -38,9 +39,8 @@ import sys
 import tempfile
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = _path.ROOT
 SCRIPT = ROOT / "examples" / "plain_ddp.py"
 TIMING = re.compile(r"^timing rank=0 steps=\d+ skip=\d+ seconds_per_step=([0-9.]+)$", re.M)
 ARMS = ("baseline", "SDK imported", "no code change")

@@ -44,6 +44,7 @@ Targets: Vigil's median at most 1.0x torchrun's; Vigil warm's at most 0.5x torch
 
 from __future__ import annotations
 
+import _path  # first: the repository root on sys.path (bench/_path.py)
 import argparse
 import os
 import platform
@@ -52,7 +53,6 @@ import shlex
 import signal
 import statistics
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -61,11 +61,10 @@ from pathlib import Path
 
 import psutil
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+ROOT = _path.ROOT
 
-PYTHON = str(ROOT / ".venv" / "bin" / "python")
-TORCHRUN = str(ROOT / ".venv" / "bin" / "torchrun")
+PYTHON = str(_path.BIN / "python")
+TORCHRUN = str(_path.BIN / "torchrun")
 SCRIPT = str(ROOT / "examples" / "ddp_train.py")
 WORLD = 4
 KILL_AT = "step=10 rank=1 "
@@ -101,7 +100,7 @@ def machine_line() -> str:
 
 def wait_until(predicate, timeout, every=0.01):
     """The first truthy value, or None on timeout (reported as a figure, not raised)."""
-    from testsupport.waiting import poll_until  # importable once ROOT is on sys.path, as above
+    from testsupport.waiting import poll_until  # importable: bench/_path.py put ROOT on sys.path
 
     return poll_until(predicate, timeout, every)
 
@@ -131,7 +130,7 @@ class VigilStack:
             **(extra_env or {}),
         )
         self.env.pop("DATABASE_URL", None)
-        self.env["PATH"] = f"{ROOT / '.venv' / 'bin'}:{self.env.get('PATH', '')}"
+        self.env["PATH"] = f"{_path.BIN}:{self.env.get('PATH', '')}"
         os.environ.update(
             {
                 k: self.env[k]
