@@ -38,6 +38,8 @@ the machine falls on all alike. A run that does not resume within --timeout coun
 as "never resumed" and is left out of the median.
 
 Run:  .venv/bin/python bench/restart_latency.py [--runs 5] [--timeout 60] [--only vigil|warm|torchrun]
+--quick (CI, tests/test_benches.py): one run of each arm with 2 ranks, the same lines; a
+start-up check, not a measurement.
 Targets: Vigil's median at most 1.0x torchrun's; Vigil warm's at most 0.5x torchrun
 (fresh store)'s, and its worst run no slower than Vigil cold's worst.
 """
@@ -214,8 +216,10 @@ class VigilStack:
         else:
             shutil.rmtree(self.tmp, ignore_errors=True)
 
-    def submit(self, name: str, flags: str, command: str, env: dict, roles=(("Master", 1), ("Worker", WORLD - 1))):
+    def submit(self, name: str, flags: str, command: str, env: dict, roles=None):
         from jobs import actions
+
+        roles = roles or (("Master", 1), ("Worker", WORLD - 1))  # WORLD as --quick left it
 
         body = {
             "workspace": self.workspace.slug,
@@ -465,9 +469,13 @@ def main():
     parser.add_argument(
         "--only", choices=["vigil", "warm", "torchrun"], default=None, help="one arm (vigil: Vigil cold only)"
     )
+    parser.add_argument("--quick", action="store_true", help="one run of each arm with 2 ranks (CI: that it starts)")
     args = parser.parse_args()
+    if args.quick:
+        args.runs = 1
+        globals()["WORLD"] = 2
 
-    print("restart latency: SIGKILL of rank 1 at step 10 -> all 4 ranks of the new attempt logged a step")
+    print(f"restart latency: SIGKILL of rank 1 at step 10 -> all {WORLD} ranks of the new attempt logged a step")
     print(f"  machine: {machine_line()}")
     print(f"  job: {SCRIPT} with {TRAIN_ENV}, {WORLD} ranks (gloo, CPU); {args.runs} runs per system, interleaved")
     print(f"  load average at the start: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
@@ -481,7 +489,7 @@ def main():
                 f"throwaway data dir {stack.tmp}; flags {FLAGS}"
             )
         print(
-            "  torchrun: --standalone --nproc-per-node=4 --max-restarts=3; 'shared store' = defaults, "
+            f"  torchrun: --standalone --nproc-per-node={WORLD} --max-restarts=3; 'shared store' = defaults, "
             "'fresh store' = TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1\n"
         )
         for i in range(args.runs):
