@@ -258,10 +258,10 @@ def test_bench_runs_from_the_repository_root_with_its_docstring_command_in_short
     done = run([f"bench/{name}", *args, *short_args(name, bench, env), *extra], bench.timeout, env)
     out = done.stdout
     tail = f"\n--- {name} printed (last 6000 characters):\n{out[-6000:]}"
-    assert "Traceback (most recent call last)" not in out, tail
-    assert done.returncode == 0 or (bench.exit_is_verdict and done.returncode == 1), (
-        f"{name} exited {done.returncode}{tail}"
-    )
+    # A crash exits 1 too: a verdict's 1 counts only without a traceback. (Other benches may
+    # relay a peer's traceback, e.g. torchrun's shared store failing to restart, as a figure.)
+    verdict = bench.exit_is_verdict and done.returncode == 1 and "Traceback (most recent call last)" not in out
+    assert done.returncode == 0 or verdict, f"{name} exited {done.returncode}{tail}"
     labels = bench.labels + (bench.torch_labels if HAS_TORCH else ())
     missing = [label for label in labels if label not in out]
     assert not missing, f"{name} did not print {missing}{tail}"
