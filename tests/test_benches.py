@@ -33,7 +33,9 @@ ROOT = Path(__file__).resolve().parents[1]
 HAS_TORCH = importlib.util.find_spec("torch") is not None
 NO_TORCH = "torch is not installed (.ci/run installs torch==2.13.0)"
 
-pytestmark = pytest.mark.bench
+# Each bench has its own timeout below (the bench is stopped by SIGTERM and its output shown);
+# pytest-timeout is only the backstop.
+pytestmark = [pytest.mark.bench, pytest.mark.timeout(420)]
 
 
 @dataclass(frozen=True)
