@@ -48,6 +48,7 @@ Exit status 0 when every row held. CHAOS_KEEP=1 keeps the data dirs (logs of eve
 
 from __future__ import annotations
 
+import _path  # first: the repository root on sys.path (bench/_path.py)
 import argparse
 import asyncio
 import json
@@ -69,9 +70,8 @@ import traceback
 from collections import Counter
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-BIN = ROOT / ".venv" / "bin"
+ROOT = _path.ROOT
+BIN = _path.BIN
 PYTHON = str(BIN / "python") if (BIN / "python").exists() else sys.executable
 DEFAULT_PG = "postgres://postgres@127.0.0.1:5432/vigil_chaos"
 FLAGS = (
@@ -1261,7 +1261,6 @@ def stop_instances(workdir: Path) -> None:
     data = workdir / "data" / "local-backend"
     if not data.is_dir():
         return
-    sys.path.insert(0, str(ROOT))
     from jobs.backends.local import LocalBackend
 
     LocalBackend(data_dir=str(data), redis_url=None).stop_everything(grace=0.2)

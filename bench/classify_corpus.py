@@ -20,6 +20,7 @@ unless --show-held-back is given, so signatures are written from the training pa
 
 from __future__ import annotations
 
+import _path  # noqa: F401  (first: the repository root on sys.path; bench/_path.py)
 import argparse
 import os
 import platform
@@ -28,8 +29,6 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from core.classify import TAIL_LIMIT_BYTES, FailureInput, classify_failure
 from monitoring.corpus import evaluate

@@ -14,6 +14,7 @@ Target: announced p99 <= 50 ms.
 
 from __future__ import annotations
 
+import _path  # noqa: F401  (first: the repository root on sys.path; bench/_path.py)
 import argparse
 import json
 import os
@@ -27,8 +28,6 @@ import threading
 import time
 import uuid
 from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import redis
 

@@ -26,14 +26,12 @@ succeeds on attempt 2.
 
 from __future__ import annotations
 
+import _path  # noqa: F401  (first: the repository root on sys.path; bench/_path.py)
 import argparse
 import os
 import statistics
-import sys
 import textwrap
 from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from restart_latency import PYTHON, VigilStack, machine_line, wait_until
 

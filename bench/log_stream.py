@@ -22,6 +22,7 @@ Run:  .venv/bin/python bench/log_stream.py [--viewers 20] [--rate 1000] [--secon
 
 from __future__ import annotations
 
+import _path  # first: the repository root on sys.path (bench/_path.py)
 import argparse
 import asyncio
 import base64
@@ -41,7 +42,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = _path.ROOT
 
 WRITER = textwrap.dedent("""
     import os, sys, time

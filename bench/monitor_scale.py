@@ -56,6 +56,7 @@ Targets (issue 17): 10,000 jobs with 2 workers on PostgreSQL: steady sweep < 0.5
 
 from __future__ import annotations
 
+import _path  # first: the repository root on sys.path (bench/_path.py)
 import argparse
 import logging
 import multiprocessing
@@ -70,10 +71,8 @@ import sys
 import tempfile
 import time
 from datetime import datetime, timezone
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+ROOT = _path.ROOT
 
 SEED_SYNC = (
     "--job-execution-mode=Sync --enable-job-restart=True --max-num-of-job-restart=3 "

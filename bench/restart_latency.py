@@ -38,12 +38,15 @@ the machine falls on all alike. A run that does not resume within --timeout coun
 as "never resumed" and is left out of the median.
 
 Run:  .venv/bin/python bench/restart_latency.py [--runs 5] [--timeout 60] [--only vigil|warm|torchrun]
+--quick (CI, tests/test_benches.py): one run of each arm with 2 ranks, the same lines; a
+start-up check, not a measurement.
 Targets: Vigil's median at most 1.0x torchrun's; Vigil warm's at most 0.5x torchrun
 (fresh store)'s, and its worst run no slower than Vigil cold's worst.
 """
 
 from __future__ import annotations
 
+import _path  # first: the repository root on sys.path (bench/_path.py)
 import argparse
 import os
 import platform
@@ -52,7 +55,6 @@ import shlex
 import signal
 import statistics
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -61,11 +63,10 @@ from pathlib import Path
 
 import psutil
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+ROOT = _path.ROOT
 
-PYTHON = str(ROOT / ".venv" / "bin" / "python")
-TORCHRUN = str(ROOT / ".venv" / "bin" / "torchrun")
+PYTHON = str(_path.BIN / "python")
+TORCHRUN = str(_path.BIN / "torchrun")
 SCRIPT = str(ROOT / "examples" / "ddp_train.py")
 WORLD = 4
 KILL_AT = "step=10 rank=1 "
@@ -101,7 +102,7 @@ def machine_line() -> str:
 
 def wait_until(predicate, timeout, every=0.01):
     """The first truthy value, or None on timeout (reported as a figure, not raised)."""
-    from testsupport.waiting import poll_until  # importable once ROOT is on sys.path, as above
+    from testsupport.waiting import poll_until  # importable: bench/_path.py put ROOT on sys.path
 
     return poll_until(predicate, timeout, every)
 
@@ -131,7 +132,7 @@ class VigilStack:
             **(extra_env or {}),
         )
         self.env.pop("DATABASE_URL", None)
-        self.env["PATH"] = f"{ROOT / '.venv' / 'bin'}:{self.env.get('PATH', '')}"
+        self.env["PATH"] = f"{_path.BIN}:{self.env.get('PATH', '')}"
         os.environ.update(
             {
                 k: self.env[k]
@@ -215,8 +216,10 @@ class VigilStack:
         else:
             shutil.rmtree(self.tmp, ignore_errors=True)
 
-    def submit(self, name: str, flags: str, command: str, env: dict, roles=(("Master", 1), ("Worker", WORLD - 1))):
+    def submit(self, name: str, flags: str, command: str, env: dict, roles=None):
         from jobs import actions
+
+        roles = roles or (("Master", 1), ("Worker", WORLD - 1))  # WORLD as --quick left it
 
         body = {
             "workspace": self.workspace.slug,
@@ -466,9 +469,13 @@ def main():
     parser.add_argument(
         "--only", choices=["vigil", "warm", "torchrun"], default=None, help="one arm (vigil: Vigil cold only)"
     )
+    parser.add_argument("--quick", action="store_true", help="one run of each arm with 2 ranks (CI: that it starts)")
     args = parser.parse_args()
+    if args.quick:
+        args.runs = 1
+        globals()["WORLD"] = 2
 
-    print("restart latency: SIGKILL of rank 1 at step 10 -> all 4 ranks of the new attempt logged a step")
+    print(f"restart latency: SIGKILL of rank 1 at step 10 -> all {WORLD} ranks of the new attempt logged a step")
     print(f"  machine: {machine_line()}")
     print(f"  job: {SCRIPT} with {TRAIN_ENV}, {WORLD} ranks (gloo, CPU); {args.runs} runs per system, interleaved")
     print(f"  load average at the start: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
@@ -482,7 +489,7 @@ def main():
                 f"throwaway data dir {stack.tmp}; flags {FLAGS}"
             )
         print(
-            "  torchrun: --standalone --nproc-per-node=4 --max-restarts=3; 'shared store' = defaults, "
+            f"  torchrun: --standalone --nproc-per-node={WORLD} --max-restarts=3; 'shared store' = defaults, "
             "'fresh store' = TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1\n"
         )
         for i in range(args.runs):

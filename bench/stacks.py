@@ -12,6 +12,7 @@ Usage: .venv/bin/python bench/stacks.py [--repeat N]
 
 from __future__ import annotations
 
+import _path  # first: the repository root on sys.path (bench/_path.py)
 import argparse
 import os
 import platform
@@ -25,8 +26,6 @@ import textwrap
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
 from core.stacks import (
     Frame,
     ProcessStacks,
@@ -37,7 +36,7 @@ from core.stacks import (
     find_py_spy,
 )
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = _path.ROOT
 STUCK = textwrap.dedent("""\
     import sys, threading, time
     def stuck_here():

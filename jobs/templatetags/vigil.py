@@ -25,6 +25,18 @@ def cause_first(reason) -> str:
 
 
 @register.filter
+def evidence_first(reason) -> str:
+    """The job list's cut: the failure's own line ("ValueError: bad config ...") in front, not
+    the catalog's rule id, which `rule_of` gives for the hover (core.reasons)."""
+    return reasons.cause_first(str(reason or ""), evidence=True)
+
+
+@register.filter
+def rule_of(reason) -> str:
+    return reasons.rule_of(str(reason or ""))
+
+
+@register.filter
 def readable_error(text) -> str:
     """A delivery error in a sentence (core.delivery_errors), rows stored before included."""
     return delivery_errors.readable_error(str(text or ""))
@@ -128,8 +140,15 @@ def duration(seconds):
 @register.simple_tag
 def restarts(job):
     budget = job.restart_budget
+    # No budget to count against when nothing restarts the whole job: "0/3" read as three
+    # restarts still to come. Async instance restarts, if any, are still counted.
     if not job.fault_tolerance:
-        return format_html('<span class="restarts" title="fault tolerance off">{}/–</span>', job.restart_count)
+        return format_html('<span class="restarts" title="fault tolerance off">{}</span>', job.restart_count)
+    if not job.ft.enable_job_restart:
+        return format_html(
+            '<span class="restarts" title="whole-job restarts off (--enable-job-restart=False)">{}</span>',
+            job.restart_count,
+        )
     return format_html(
         '<span class="restarts" title="{} of {} whole-job restarts used">{}/{}</span>',
         job.restart_count,
