@@ -138,13 +138,14 @@ def polling_batch(n: int, interval: float = POLL_INTERVAL) -> list[float]:
                 if i not in seen and p.poll() is not None:
                     seen[i] = time.time()
             time.sleep(interval)
-        return [seen[i] - float(p.stdout.read()) for i, p in enumerate(procs)]
+        return [seen[i] - float(out.read()) for i, out in enumerate(p.stdout for p in procs if p.stdout)]
     finally:
         for p in procs:
             if p.poll() is None:
                 p.kill()
             p.wait()
-            p.stdout.close()
+            if p.stdout:
+                p.stdout.close()
 
 
 def run(exits: int, redis_url: str, data_dir: str):
