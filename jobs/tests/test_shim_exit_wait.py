@@ -1,0 +1,110 @@
+"""The shim learns of its instance's exit from a blocking wait, not a polling loop (issue 28, point 3).
+
+74c7501 made the shim's wait a 50 ms `waitpid(WNOHANG)` + sleep loop, to stamp the log's
+growth, and every exit became up to 50 ms late. These tests hold the wait to what it
+must be without timing it: the thread that waits for the instance does not wake while
+the instance runs (counted with the kernel's own context-switch counters, against the
+shim's other wake-ups as the clock), and the thread that keeps stamping the log cannot
+take a signal meant for the waiting one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from pathlib import Path
+
+import pytest
+
+from jobs.backends.base import InstanceState
+from jobs.tests.test_local_backend import Backends, attempt, wait_finished, wait_until
+from testsupport.jobs import let_jobs_reach
+
+pytestmark = pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="reads /proc (Linux)")
+
+
+@pytest.fixture
+def backends(tmp_path):
+    let_jobs_reach(tmp_path)
+    made = Backends(tmp_path / "data")
+    yield made
+    made.teardown()
+
+
+def task_status(pid: int) -> dict[int, dict[str, str]]:
+    """Each thread of `pid` (by thread id) with its /proc status fields."""
+    tasks = {}
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            text = Path(f"/proc/{pid}/task/{tid}/status").read_text()
+        except FileNotFoundError:  # a thread that just ended
+            continue
+        tasks[int(tid)] = dict(line.split(":\t", 1) for line in text.splitlines() if ":\t" in line)
+    return tasks
+
+
+def wake_ups(pid: int) -> dict[int, int]:
+    """How many times each thread of `pid` has gone to sleep and been woken (voluntary
+    context switches: a blocking call that returned, a sleep that ended)."""
+    return {tid: int(s["voluntary_ctxt_switches"]) for tid, s in task_status(pid).items()}
+
+
+def running_shim(backend, handle) -> int:
+    state_path = Path(handle["dir"], "worker-0", "state.json")
+    wait_until(state_path.exists, what="state.json")
+    [status] = backend.poll(handle)
+    assert status.state == InstanceState.RUNNING
+    return json.loads(state_path.read_text())["shim_pid"]
+
+
+def test_the_thread_that_waits_for_the_instance_does_not_wake_while_it_runs(backends):
+    backend = backends()
+    handle = backend.launch(attempt("sleep 60"))  # prints nothing: no stamp to write either
+    shim = running_shim(backend, handle)
+    # The shim's own wake-ups are the clock: let it settle past its start-up (launcher
+    # pipe, signal handlers, the stamper's start), then watch it for ten more.
+    start = sum(wake_ups(shim).values())
+    wait_until(lambda: sum(wake_ups(shim).values()) >= start + 3, what="the shim to settle")
+    before = wake_ups(shim)
+    wait_until(lambda: sum(wake_ups(shim).values()) >= sum(before.values()) + 10, what="ten wake-ups of the shim")
+    after = wake_ups(shim)
+
+    # The main thread (its id is the PID) is the one in waitpid; a polling loop wakes
+    # every interval, a blocking wait only for the exit (or a signal: none was sent).
+    woke = after[shim] - before[shim]
+    assert woke == 0, f"the shim's waiting thread woke {woke} times while its instance ran: it polls"
+    wchan = Path(f"/proc/{shim}/task/{shim}/wchan").read_text().strip()
+    if wchan not in ("", "0"):  # the kernel names where a thread sleeps (not every one does)
+        assert wchan == "do_wait", f"the shim's waiting thread sleeps in {wchan}, not in waitpid"
+
+    backend.stop(handle, grace=1.0)
+    assert [s.state for s in backend.poll(handle)] == [InstanceState.STOPPED]
+
+
+def test_a_signal_to_the_shim_reaches_the_waiting_thread_and_is_forwarded_to_the_instance(backends):
+    backend = backends()
+    # Traps TERM and ends with 3: the exit code proves the signal got to the instance.
+    handle = backend.launch(attempt("trap 'echo got TERM; exit 3' TERM; while :; do sleep 0.05; done"))
+    shim = running_shim(backend, handle)
+    # Past the stamper's first look at the log: the main thread (which starts it with
+    # every signal blocked, for the new thread to inherit) has restored its own mask.
+    wait_until(lambda: any(n >= 2 for tid, n in wake_ups(shim).items() if tid != shim), what="the log stamper")
+    tasks = task_status(shim)
+    caught = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+
+    def blocked(tid):
+        mask = int(tasks[tid]["SigBlk"], 16)
+        return {sig for sig in caught if mask & (1 << (sig - 1))}
+
+    # A process-directed signal goes to a thread that does not block it. Only the main
+    # thread runs Python's handlers, and only its waitpid returns to run them: the
+    # stamper taking SIGTERM would leave the stop waiting for the exit it should cause.
+    assert blocked(shim) == set()
+    for tid in set(tasks) - {shim}:
+        assert blocked(tid) == set(caught), f"the shim's thread {tid} can take the instance's signals"
+
+    os.kill(shim, signal.SIGTERM)
+    [status] = wait_finished(backend, handle)
+    assert (status.state, status.exit_code) == (InstanceState.FAILED, 3)
+    assert b"got TERM" in backend.read_log(handle, "worker-0")
