@@ -242,6 +242,7 @@ class LocalBackend(Backend):
     def launch(self, spec: AttemptLaunch) -> dict:
         self._check_spec(spec)
         who = self.identity(spec.run_as)
+        self._check_workdir(spec.workdir, who)
         attempt_dir = self.attempt_dir(spec.job_id, spec.attempt)
         self._private_dirs(os.path.dirname(attempt_dir), who)
         with self._launch_lock(spec.job_id, spec.attempt):
@@ -494,8 +495,16 @@ class LocalBackend(Backend):
 
     def _check_spec(self, spec: AttemptLaunch):
         spec.check()
-        if spec.workdir and not os.path.isdir(spec.workdir):
-            raise BackendError(f"workdir: {spec.workdir!r} is not a directory on this machine")
+
+    def _check_workdir(self, workdir: str | None, who: osuser.RunAs) -> None:
+        """The job's user must be able to enter its workdir: checked as that user (the
+        backend is root and would pass through any 0700 directory), and refused with one
+        message whether the path is missing or only closed to the user, so the refusal
+        tells a submitter nothing about paths the job could not see (issue 31)."""
+        if workdir and not osuser.can_enter(workdir, who):
+            raise BackendError(
+                f"workdir: {workdir!r} is not a directory that the job's OS user ({who.name}) can enter on this machine"
+            )
 
     def _home_env(self, idir: str, who: osuser.RunAs) -> dict:
         """For a job that runs as another user: a HOME, TMPDIR and cache of its own (the

@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import pwd
 import stat
+import subprocess
 from dataclasses import asdict, dataclass
 
 from .base import BackendError
@@ -110,3 +111,32 @@ def blocked_ancestor(path: str, who: RunAs) -> str | None:
         if not ok:
             return d
     return None
+
+
+def as_user(who: RunAs) -> dict:
+    """subprocess.Popen's arguments that run a child as `who` ({} without a switch)."""
+    if not who.switch:
+        return {}
+    return {"user": who.uid, "group": who.gid, "extra_groups": list(who.groups)}
+
+
+def can_enter(path: str, who: RunAs) -> bool:
+    """Can `who` change into directory `path`? Asked of the kernel as that user (a /bin/sh
+    run with its uid and groups: ACLs, mounts and every ancestor count), never by looking
+    as root, which passes everywhere."""
+    if not who.switch:
+        return os.path.isdir(path)
+    try:
+        done = subprocess.run(
+            ["/bin/sh", "-c", 'cd -- "$1"', "sh", path],
+            cwd="/",
+            env={"PATH": "/usr/bin:/bin"},
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            timeout=10,
+            **as_user(who),
+        )
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return done.returncode == 0

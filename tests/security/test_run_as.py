@@ -1,0 +1,95 @@
+"""The OS user a local job runs as, checked as that user (issues 31 and 28).
+
+Run as root, as CI is: the real local backend runs each job as `nobody`. These
+tests build real 0700 directories owned by root and show that a job can neither
+start in one (issue 31, finding 1) nor learn from the refusal whether a path in
+one exists."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+
+from jobs.backends.base import AttemptLaunch, BackendError, InstanceLaunch
+from jobs.backends.local import LocalBackend
+from testsupport.jobs import let_jobs_reach
+
+as_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root, as CI runs: only root can switch users")
+SECRET = "root-only-contents"
+
+
+@pytest.fixture
+def backend(tmp_path):
+    let_jobs_reach(tmp_path)
+    made = LocalBackend(data_dir=str(tmp_path / "data"), redis_url=None, grace=0.5)
+    yield made
+    made.stop_everything(grace=0.2)
+
+
+@pytest.fixture
+def closed(tmp_path):
+    """A 0700 root-only directory holding a 0755 subdirectory with a 0644 file."""
+    parent = tmp_path / "closed"
+    sub = parent / "sub"
+    sub.mkdir(parents=True)
+    (sub / "file.txt").write_text(SECRET)
+    os.chmod(sub / "file.txt", 0o644)
+    os.chmod(sub, 0o755)
+    os.chmod(parent, 0o700)
+    return sub
+
+
+def attempt(command, workdir=None, job_id="job1", **kw) -> AttemptLaunch:
+    return AttemptLaunch(
+        job_id, 1, "PyTorchJob", (InstanceLaunch("master-0", "Master", 0, 0, command),), {}, workdir=workdir, **kw
+    )
+
+
+def finished_log(backend, handle, timeout=10.0) -> str:
+    deadline = time.monotonic() + timeout
+    while not all(s.state.finished for s in backend.poll(handle)):
+        assert time.monotonic() < deadline, backend.read_log(handle, "master-0")
+        time.sleep(0.02)
+    return backend.read_log(handle, "master-0").decode()
+
+
+@as_root
+def test_a_workdir_behind_a_root_only_directory_is_refused_as_the_jobs_user(backend, closed):
+    with pytest.raises(BackendError) as refused:
+        backend.launch(attempt(f"ls; cat file.txt; echo {SECRET}-was-read", workdir=str(closed)))
+    assert "workdir" in str(refused.value) and "(nobody)" in str(refused.value)
+    assert not os.path.exists(backend.attempt_dir("job1", 1))  # nothing ran
+
+
+@as_root
+def test_the_refusal_is_the_same_for_a_missing_and_an_unreachable_workdir(backend, closed):
+    messages = []
+    for path in (closed, closed / "no-such-dir", closed.parent / "no-such-dir"):
+        with pytest.raises(BackendError) as refused:
+            backend.launch(attempt("true", workdir=str(path)))
+        messages.append(str(refused.value).replace(repr(str(path)), "<path>"))
+    assert len(set(messages)) == 1, messages
+
+
+@as_root
+def test_a_reachable_workdir_still_works(backend, closed):
+    os.chmod(closed.parent, 0o711)  # search only: nobody passes through, never lists
+    handle = backend.launch(attempt("pwd; cat file.txt", workdir=str(closed)))
+    log = finished_log(backend, handle)
+    assert str(closed) in log and SECRET in log
+
+
+@as_root
+def test_the_shim_enters_the_workdir_after_dropping_privileges(backend, closed, monkeypatch):
+    """Defence in depth: were the backend's check skipped (a spec.json from elsewhere, a
+    directory closed between the check and the start), the shim itself enters the
+    directory as the job's user, and the job does not run there."""
+    monkeypatch.setattr(LocalBackend, "_check_workdir", lambda self, workdir, who: None)
+    handle = backend.launch(attempt(f"ls; cat file.txt; echo {SECRET}-was-read", workdir=str(closed)))
+    log = finished_log(backend, handle)
+    [status] = backend.poll(handle)
+    assert status.exit_code == 127, log
+    assert "cannot enter the working directory as OS user nobody: Permission denied" in log
+    assert SECRET not in log and "file.txt" not in log
