@@ -97,6 +97,7 @@ STOP = "stop.json"
 ATTEMPT = "attempt.json"
 LAUNCH = "launch.json"  # who claimed the attempt, and when its launch completed
 NODES = "nodes.json"
+USERS = "users"  # <data>/users/<uid>.json: which workspace's jobs run as that OS user (root, 0600)
 # C4D from PyTorch's Flight Recorder (_flight_recorder_env): where each instance's dumps go,
 # the names they take, how many collectives a rank keeps (the hang needs the last few;
 # a dump is written whenever it changes, so it stays small), the most read of one.
@@ -144,6 +145,7 @@ class LocalBackend(Backend):
         python: str | None = None,
         run_as: str = osuser.DEFAULT_RUN_AS,
         allow_root: bool = False,
+        shared_run_as: bool = False,
         standby_linger: float = 60.0,
     ):
         super().__init__(name)
@@ -164,6 +166,7 @@ class LocalBackend(Backend):
             raise BackendError(f"local backend option 'run_as': {run_as!r} is not an OS user name")
         self.run_as = run_as
         self.allow_root = bool(allow_root)
+        self.shared_run_as = bool(shared_run_as)
         # How long a parked interpreter waits for the next attempt once the attempt it
         # stands by for has no live instance: a restart launches within seconds; a job
         # that ended (or whose console is gone) must not keep it.
@@ -251,6 +254,7 @@ class LocalBackend(Backend):
                 if handle is not None:
                     self._park_next(spec, handle)
                     return handle
+            self._claim_user(spec, who, attempt_dir)
             os.mkdir(attempt_dir)  # the claim
             os.chmod(attempt_dir, _dir_mode(who))
             shim.write_json_atomic(
@@ -324,6 +328,50 @@ class LocalBackend(Backend):
                     f"give it the search (x) permission or move the data dir "
                     f"({self.data_dir})"
                 )
+
+    def _claim_user(self, spec: AttemptLaunch, who: osuser.RunAs, attempt_dir: str) -> None:
+        """Record that `who` now runs a job of spec's workspace, or refuse when a live job
+        of another workspace runs as that user (issue 31): processes of one OS user read
+        each other's /proc/<pid>/environ, the job's token and secret envs included. Off
+        with option shared_run_as (VIGIL_SHARED_RUN_AS=1); moot without a switch (the
+        console's own user, or root on purpose, is one user for every job anyway).
+
+        <data>/users/<uid>.json maps job ids to {workspace, dir, at}, read and written
+        under an flock; an entry counts while a shim of its attempt lives, or while it is
+        being launched (claimed, not yet launched, younger than the start timeout: its
+        shims may not have started yet), and is dropped otherwise."""
+        if not who.switch or self.shared_run_as or not spec.workspace:
+            return
+        users = os.path.join(self.data_dir, USERS)
+        os.makedirs(users, mode=0o700, exist_ok=True)
+        path = os.path.join(users, f"{who.uid}.json")
+        fd = os.open(path + ".lock", os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            table = shim.read_json(path) or {}
+            now = time.time()
+            live = {}
+            for job_id, entry in table.items():
+                if not isinstance(entry, dict) or job_id == str(spec.job_id):
+                    continue
+                dir_ = str(entry.get("dir") or "")
+                claim = shim.read_json(os.path.join(dir_, LAUNCH)) if dir_ else None
+                launching = bool(claim) and not claim.get("launched_at")
+                young = launching and now - float(entry.get("at") or 0) < self.start_timeout + 5.0
+                if young or shim._any_shim_alive(dir_):
+                    live[job_id] = entry
+            if any(e.get("workspace") != spec.workspace for e in live.values()):
+                raise BackendError(
+                    f"this workspace's jobs run as OS user {who.name!r}, as a running job of another "
+                    "workspace does, and one user's processes can read each other's environment "
+                    "(/proc/<pid>/environ: job tokens and secret envs): give this workspace its own "
+                    "OS user (its run_as, set by staff in the admin), or set VIGIL_SHARED_RUN_AS=1 "
+                    "to let workspaces share it (docs/security.md)"
+                )
+            live[str(spec.job_id)] = {"workspace": spec.workspace, "dir": attempt_dir, "at": now}
+            shim.write_json_atomic(path, live)
+        finally:
+            os.close(fd)
 
     def _job_owned_dir(self, path: str, who: osuser.RunAs) -> None:
         """A directory the job writes to: 0700 and the job user's (files moved on if the

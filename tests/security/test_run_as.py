@@ -13,6 +13,7 @@ import time
 import pytest
 
 from jobs.backends.base import AttemptLaunch, BackendError, InstanceLaunch
+from jobs.backends import shim
 from jobs.backends.local import LocalBackend
 from testsupport.jobs import let_jobs_reach
 
@@ -93,3 +94,36 @@ def test_the_shim_enters_the_workdir_after_dropping_privileges(backend, closed, 
     assert status.exit_code == 127, log
     assert "cannot enter the working directory as OS user nobody: Permission denied" in log
     assert SECRET not in log and "file.txt" not in log
+
+
+# -- one OS user, one workspace at a time (issue 31, finding 5) ---------------------------
+
+
+@as_root
+def test_a_second_workspaces_job_is_refused_under_the_shared_user_while_the_first_runs(backend):
+    first = backend.launch(attempt("sleep 30", job_id="ws1-job", workspace="1"))
+    with pytest.raises(BackendError) as refused:
+        backend.launch(attempt("true", job_id="ws2-job", workspace="2"))
+    reason = str(refused.value)
+    assert "'nobody'" in reason and "another workspace" in reason
+    assert "VIGIL_SHARED_RUN_AS=1" in reason and "run_as" in reason
+    # The same workspace's next job shares the user, as before.
+    finished_log(backend, backend.launch(attempt("true", job_id="ws1-other", workspace="1")))
+    backend.stop(first, grace=0.2)
+    finished_log(backend, first)
+    deadline = time.monotonic() + 10  # its shim cleans up what the job left, then ends
+    while shim._any_shim_alive(first["dir"]):
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    # Once the first workspace's jobs have ended, the user is free for another.
+    assert "ok" in finished_log(backend, backend.launch(attempt("echo ok", job_id="ws2-job", workspace="2")))
+
+
+@as_root
+def test_workspaces_share_the_user_when_the_operator_says_so_or_have_their_own(tmp_path, backend):
+    backend.launch(attempt("sleep 30", job_id="ws1-job", workspace="1"))
+    # A workspace with its own OS user does not meet the first one's processes.
+    own = backend.launch(attempt("id -un", job_id="ws2-job", workspace="2", run_as="daemon"))
+    assert "daemon" in finished_log(backend, own)
+    shared = LocalBackend(data_dir=backend.data_dir, redis_url=None, grace=0.5, shared_run_as=True)
+    assert "ok" in finished_log(shared, shared.launch(attempt("echo ok", job_id="ws3-job", workspace="3")))
