@@ -59,6 +59,7 @@ import os
 import re
 import select
 import random
+import shlex
 import shutil
 import signal as signals
 import socket
@@ -114,6 +115,29 @@ MAX_FR_DUMP = 32 * 1024 * 1024
 START_GRACE = 10.0  # seconds a launched instance may stay without state.json before it is LOST
 WARM = "warm"  # <job>/warm/attempt-<n>/<instance>/: the parked shim standing by for attempt n
 STANDBY_NICE = 19  # parked interpreters import at the lowest priority: the running attempt comes first
+
+
+# Words that make a command more than one plain program: left to the shell.
+_SHELL_WORDS = frozenset(
+    "! { } ( ) if then else elif fi for while until do done case esac in function time "
+    ". : alias break cd command continue eval exec exit export local read readonly return "
+    "set shift source test [ trap true false type ulimit umask unset wait env nohup".split()
+)
+_ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
+
+
+def _program(command: str) -> str | None:
+    """The program a shell command line starts, when it is one plain program (leading
+    NAME=value assignments skipped); None for anything else (builtins, syntax, quoting)."""
+    try:
+        words = shlex.split(command, comments=True)
+    except ValueError:
+        return None
+    while words and _ASSIGNMENT.match(words[0]):
+        words.pop(0)
+    if not words or words[0] in _SHELL_WORDS or not re.fullmatch(r"[A-Za-z0-9_./+-]+", words[0]):
+        return None
+    return words[0]
 
 
 def _ephemeral_low() -> int:
@@ -246,6 +270,7 @@ class LocalBackend(Backend):
         self._check_spec(spec)
         who = self.identity(spec.run_as)
         self._check_workdir(spec.workdir, who)
+        self._check_command(spec, who)
         attempt_dir = self.attempt_dir(spec.job_id, spec.attempt)
         self._private_dirs(os.path.dirname(attempt_dir), who)
         with self._launch_lock(spec.job_id, spec.attempt):
@@ -553,6 +578,43 @@ class LocalBackend(Backend):
             raise BackendError(
                 f"workdir: {workdir!r} is not a directory that the job's OS user ({who.name}) can enter on this machine"
             )
+
+    def _check_command(self, spec: AttemptLaunch, who: osuser.RunAs) -> None:
+        """Refuse a command whose program the job's OS user may not run, though the console
+        could (issue 28: Python under a 0700 /root, run as `nobody`): the job would only
+        fail with "Permission denied" at once. Asked as that user first; the console's side
+        is looked up only on the console's own PATH and in its own interpreter's prefix,
+        which are the operator's, so the refusal says nothing of other root-only paths.
+        A command that is not one plain program (shell syntax, a builtin) is left to run."""
+        if not who.switch:
+            return
+        console_path = os.environ.get("PATH", "") if "PATH" in self.inherit_env else ""
+        for command, inst_env in {i.command: i.env for i in spec.instances}.items():
+            program = _program(command)
+            if program is None:
+                continue
+            path = inst_env.get("PATH") or spec.env.get("PATH") or console_path
+            if osuser.can_find(program, path, spec.workdir or "/", who):
+                continue
+            found = self._console_program(program, console_path)
+            if found:
+                raise BackendError(
+                    f"the command's program {program!r} ({found}) cannot be executed by the job's OS user: "
+                    + osuser.run_as_advice(who)
+                )
+
+    def _console_program(self, program: str, console_path: str) -> str | None:
+        """Where the console itself finds `program`: on its own PATH, or (a path) inside
+        its interpreter's prefix; None elsewhere."""
+        if "/" not in program:
+            return shutil.which(program, path=console_path)
+        if not os.path.isabs(program):
+            return None
+        real = os.path.realpath(program)
+        prefixes = {os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, os.path.dirname(self.python))}
+        if any(real == p or real.startswith(p + os.sep) for p in prefixes) and os.access(program, os.X_OK):
+            return program
+        return None
 
     def _home_env(self, idir: str, who: osuser.RunAs) -> dict:
         """For a job that runs as another user: a HOME, TMPDIR and cache of its own (the

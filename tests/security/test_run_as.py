@@ -7,14 +7,18 @@ one exists."""
 
 from __future__ import annotations
 
+import io
 import os
+import subprocess
+import sys
 import time
 
 import pytest
 
 from jobs.backends.base import AttemptLaunch, BackendError, InstanceLaunch
 from jobs.backends import shim
-from jobs.backends.local import LocalBackend
+from console.management.commands.bootstrap import run_as_warning
+from jobs.backends.local import LocalBackend, _program
 from testsupport.jobs import let_jobs_reach
 
 as_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root, as CI runs: only root can switch users")
@@ -127,3 +131,87 @@ def test_workspaces_share_the_user_when_the_operator_says_so_or_have_their_own(t
     assert "daemon" in finished_log(backend, own)
     shared = LocalBackend(data_dir=backend.data_dir, redis_url=None, grace=0.5, shared_run_as=True)
     assert "ok" in finished_log(shared, shared.launch(attempt("echo ok", job_id="ws3-job", workspace="3")))
+
+
+# -- Python under a 0700 home, run as nobody (issue 28, point 1) --------------------------
+
+
+@pytest.fixture
+def closed_venv(tmp_path, monkeypatch):
+    """A venv (its python a symlink to this interpreter) under a 0700 root-only home, first
+    on the console's PATH as `make run` puts .venv/bin: how a fresh root machine looks."""
+    let_jobs_reach(tmp_path)
+    home = tmp_path / "home"
+    home.mkdir()
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(home / "venv")], check=True)
+    os.chmod(home, 0o700)
+    # The system's own directories after it (they hold no `python`, only python3).
+    monkeypatch.setenv("PATH", os.pathsep.join([str(home / "venv" / "bin"), "/usr/bin", "/bin"]))
+    return home
+
+
+@as_root
+def test_a_command_the_jobs_user_cannot_execute_is_refused_with_the_user_and_the_settings(backend, closed_venv):
+    with pytest.raises(BackendError) as refused:
+        backend.launch(attempt("python -c 'print(\"hello\")'"))
+    reason = str(refused.value)
+    assert "'python'" in reason and str(closed_venv / "venv" / "bin" / "python") in reason
+    assert "'nobody'" in reason and "VIGIL_LOCAL_RUN_AS" in reason and "VIGIL_LOCAL_ALLOW_ROOT=1" in reason
+    assert "chmod" not in reason
+    assert not os.path.exists(backend.attempt_dir("job1", 1))
+
+
+@as_root
+def test_after_either_way_out_the_same_command_runs(tmp_path, backend, closed_venv):
+    command = "python -c 'import sys; print(\"hello from\", sys.prefix)'"
+    as_root_too = LocalBackend(data_dir=str(tmp_path / "root-data"), redis_url=None, grace=0.5, allow_root=True)
+    try:
+        assert "hello from" in finished_log(as_root_too, as_root_too.launch(attempt(command)))
+    finally:
+        as_root_too.stop_everything(grace=0.2)
+    os.chmod(closed_venv, 0o711)  # a run-as user who can: here nobody, once it may pass through
+    assert "hello from" in finished_log(backend, backend.launch(attempt(command)))
+
+
+def test_commands_that_are_not_one_plain_program_are_left_to_the_shell():
+    assert _program("python train.py --lr 1") == "python"
+    assert _program("FOO=1 BAR='a b' ./run.sh") == "./run.sh"
+    assert _program("/opt/py/bin/python -m x") == "/opt/py/bin/python"
+    for command in ("cd sub && python x.py", "exec python x.py", "(python x.py)", "echo 'unterminated", "$PY x"):
+        assert _program(command) is None, command
+
+
+@as_root
+def test_the_banner_says_when_the_jobs_user_cannot_run_the_venvs_python_or_read_the_repo(closed_venv, settings):
+    settings.LOCAL_JOBS_SWITCH_USER = True
+    python = str(closed_venv / "venv" / "bin" / "python")
+    warning = run_as_warning(python, str(closed_venv))
+    assert f"cannot execute {python}" in warning and f"cannot read the repository {closed_venv}" in warning
+    assert "'nobody'" in warning and "VIGIL_LOCAL_RUN_AS" in warning and "VIGIL_LOCAL_ALLOW_ROOT=1" in warning
+    os.chmod(closed_venv, 0o755)
+    assert run_as_warning(python, str(closed_venv)) == ""
+    settings.LOCAL_JOBS_SWITCH_USER = False  # not root, or root jobs on purpose: nothing to say
+    os.chmod(closed_venv, 0o700)
+    assert run_as_warning(python, str(closed_venv)) == ""
+
+
+@pytest.mark.django_db
+@as_root
+def test_make_runs_bootstrap_prints_the_warning_in_its_banner(closed_venv, settings, monkeypatch, tmp_path):
+    from django.core.management import call_command
+
+    settings.LOCAL_JOBS_SWITCH_USER = True
+    settings.DATA_DIR = tmp_path
+    monkeypatch.setattr(sys, "executable", str(closed_venv / "venv" / "bin" / "python"))
+    out = io.StringIO()
+    call_command("bootstrap", stdout=out)
+    assert "cannot execute" in out.getvalue() and "VIGIL_LOCAL_ALLOW_ROOT=1" in out.getvalue()
+
+
+@pytest.mark.parametrize("log", ["", "/bin/sh: 1: python: Permission denied\n"])
+def test_the_explanation_of_exit_126_names_the_run_as_settings_not_chmod(log):
+    from core.classify import FailureInput, classify_failure
+
+    got = classify_failure(FailureInput(exit_code=126, signal=None, log_tail=log))
+    text = f"{got.cause} {got.next_step}"
+    assert "VIGIL_LOCAL_RUN_AS" in text and "VIGIL_LOCAL_ALLOW_ROOT=1" in text and "chmod" not in text
