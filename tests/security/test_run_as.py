@@ -215,3 +215,54 @@ def test_the_explanation_of_exit_126_names_the_run_as_settings_not_chmod(log):
     got = classify_failure(FailureInput(exit_code=126, signal=None, log_tail=log))
     text = f"{got.cause} {got.next_step}"
     assert "VIGIL_LOCAL_RUN_AS" in text and "VIGIL_LOCAL_ALLOW_ROOT=1" in text and "chmod" not in text
+
+
+# -- through the console: the refusal is the job's reason -----------------------------------
+
+
+def _submit(user, workspace, command):
+    from testsupport import factory
+
+    return factory.submit(
+        user,
+        workspace,
+        display_name="probe",
+        user_command=command,
+        job_specs=[{"type": "Master", "pod_count": 1, "resource_config": {"cpu": 1, "gpu": 0}}],
+    )
+
+
+def _failed_reason(job, timeout=20.0) -> str:
+    from jobs.models import Job, JobStatus
+
+    deadline = time.monotonic() + timeout
+    while (job := Job.objects.get(pk=job.pk)).status != JobStatus.FAILED:
+        assert time.monotonic() < deadline, (job.status, job.reason)
+        time.sleep(0.05)
+    return job.reason
+
+
+@pytest.mark.django_db(transaction=True)
+@as_root
+def test_a_second_workspaces_submission_fails_with_the_reason_and_the_setting(
+    alice, alice_ws, bob, bob_ws, local_backend
+):
+    from jobs.models import Attempt
+
+    sleeper = _submit(alice, alice_ws, "sleep 30")
+    deadline = time.monotonic() + 20
+    while not Attempt.objects.get(job=sleeper, number=1).backend_handle:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    reason = _failed_reason(_submit(bob, bob_ws, "true"))
+    assert "'nobody'" in reason and "VIGIL_SHARED_RUN_AS=1" in reason and "run_as" in reason
+
+
+@pytest.mark.django_db(transaction=True)
+@as_root
+def test_a_submission_whose_python_the_jobs_user_cannot_run_fails_with_that_reason(
+    alice, alice_ws, local_backend, closed_venv
+):
+    reason = _failed_reason(_submit(alice, alice_ws, "python -c 'print(1)'"))
+    assert "'nobody'" in reason and "VIGIL_LOCAL_RUN_AS" in reason and "VIGIL_LOCAL_ALLOW_ROOT=1" in reason
+    assert "chmod" not in reason
