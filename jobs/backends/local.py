@@ -380,7 +380,7 @@ class LocalBackend(Backend):
                 if not isinstance(entry, dict) or job_id == str(spec.job_id):
                     continue
                 dir_ = str(entry.get("dir") or "")
-                claim = shim.read_json(os.path.join(dir_, LAUNCH)) if dir_ else None
+                claim = (shim.read_json(os.path.join(dir_, LAUNCH)) if dir_ else None) or {}
                 launching = bool(claim) and not claim.get("launched_at")
                 young = launching and now - float(entry.get("at") or 0) < self.start_timeout + 5.0
                 if young or shim._any_shim_alive(dir_):
