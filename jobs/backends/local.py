@@ -50,6 +50,13 @@ is its own:
 
 Without a switch (the backend is not root, or jobs run as root on purpose)
 the directories are 0700 and HOME/TMPDIR are inherited as before.
+
+What a job may reach is asked as its user, never judged as root (issues 28, 31):
+the workdir and the command's program are checked by a /bin/sh run as that user
+before the launch, and the shim enters the workdir only after dropping
+privileges. Two workspaces' jobs do not run as one user at once (they could
+read each other's /proc/<pid>/environ) unless option `shared_run_as`
+(VIGIL_SHARED_RUN_AS=1): <data>/users/<uid>.json records who runs as whom.
 """
 
 from __future__ import annotations
@@ -363,8 +370,8 @@ class LocalBackend(Backend):
 
         <data>/users/<uid>.json maps job ids to {workspace, dir, at}, read and written
         under an flock; an entry counts while a shim of its attempt lives, or while it is
-        being launched (claimed, not yet launched, younger than the start timeout: its
-        shims may not have started yet), and is dropped otherwise."""
+        not yet launched and younger than the start timeout (its shims may be starting),
+        and is dropped otherwise."""
         if not who.switch or self.shared_run_as or not spec.workspace:
             return
         users = os.path.join(self.data_dir, USERS)
@@ -380,8 +387,10 @@ class LocalBackend(Backend):
                 if not isinstance(entry, dict) or job_id == str(spec.job_id):
                     continue
                 dir_ = str(entry.get("dir") or "")
+                # Not launched yet (no launch.json: the claim is being written right after
+                # this lock is let go, or a failed try moved it aside): its shims may be starting.
                 claim = (shim.read_json(os.path.join(dir_, LAUNCH)) if dir_ else None) or {}
-                launching = bool(claim) and not claim.get("launched_at")
+                launching = not claim.get("launched_at")
                 young = launching and now - float(entry.get("at") or 0) < self.start_timeout + 5.0
                 if young or shim._any_shim_alive(dir_):
                     live[job_id] = entry

@@ -266,3 +266,23 @@ def test_a_submission_whose_python_the_jobs_user_cannot_run_fails_with_that_reas
     reason = _failed_reason(_submit(alice, alice_ws, "python -c 'print(1)'"))
     assert "'nobody'" in reason and "VIGIL_LOCAL_RUN_AS" in reason and "VIGIL_LOCAL_ALLOW_ROOT=1" in reason
     assert "chmod" not in reason
+
+
+@as_root
+def test_a_job_still_being_launched_holds_the_user_and_an_abandoned_claim_lets_go(backend):
+    """Another worker's launch that has claimed the user but not yet started its shims
+    (no launch.json yet) counts; once older than the start timeout it no longer does."""
+    import json
+    import pwd
+
+    users = os.path.join(backend.data_dir, "users")
+    os.makedirs(users, exist_ok=True)
+    table = os.path.join(users, f"{pwd.getpwnam('nobody').pw_uid}.json")
+    elsewhere = backend.attempt_dir("ws1-job", 1)
+    with open(table, "w") as f:
+        json.dump({"ws1-job": {"workspace": "1", "dir": elsewhere, "at": time.time()}}, f)
+    with pytest.raises(BackendError, match="VIGIL_SHARED_RUN_AS=1"):
+        backend.launch(attempt("true", job_id="ws2-job", workspace="2"))
+    with open(table, "w") as f:
+        json.dump({"ws1-job": {"workspace": "1", "dir": elsewhere, "at": time.time() - 3600}}, f)
+    finished_log(backend, backend.launch(attempt("true", job_id="ws2-job", workspace="2")))
