@@ -35,6 +35,9 @@ DATA_DIR.mkdir(parents=True, exist_ok=True)
 # `run_as` user or else this one. VIGIL_LOCAL_ALLOW_ROOT=1 runs them as root instead.
 VIGIL_LOCAL_RUN_AS = os.environ.get("VIGIL_LOCAL_RUN_AS", "nobody")
 VIGIL_LOCAL_ALLOW_ROOT = env_bool("VIGIL_LOCAL_ALLOW_ROOT", False)
+# One OS user's processes read each other's /proc/<pid>/environ (job tokens, secret envs):
+# a root console refuses to run two workspaces' jobs as one user at once unless this is on.
+VIGIL_SHARED_RUN_AS = env_bool("VIGIL_SHARED_RUN_AS", False)
 # Jobs that run as another user pass through the data dir to their own attempt's
 # directory (0711: they cannot list it); otherwise nobody but the console enters it.
 LOCAL_JOBS_SWITCH_USER = os.geteuid() == 0 and not VIGIL_LOCAL_ALLOW_ROOT
@@ -356,6 +359,7 @@ JOB_BACKENDS: dict[str, dict[str, Any]] = {
             "grace": VIGIL_STOP_GRACE_SECONDS,
             "run_as": VIGIL_LOCAL_RUN_AS,
             "allow_root": VIGIL_LOCAL_ALLOW_ROOT,
+            "shared_run_as": VIGIL_SHARED_RUN_AS,
         },
     },
 }

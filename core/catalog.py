@@ -1657,8 +1657,11 @@ LOG_SIGNATURES: tuple[Signature, ...] = (
         message="Permission denied",
         cause="The program lacks permission to run a file or to read or write a path (exit code "
         "126 when the command itself is not executable).",
-        next_step="Make the script executable (chmod +x) or run it through its interpreter, and "
-        "check the permissions of the paths it uses.",
+        next_step="If the console runs as root, the job runs as VIGIL_LOCAL_RUN_AS (default nobody) or "
+        "its workspace's run_as, who must be able to reach the program and the paths it uses: set "
+        "VIGIL_LOCAL_RUN_AS to a user who can, or VIGIL_LOCAL_ALLOW_ROOT=1 on a single-user machine. "
+        "Otherwise give the script the execute bit or run it through its interpreter, and check the "
+        "permissions of the paths it uses.",
         documented="Linux errno EACCES (13), strerror text; POSIX exit status 126",
     ),
     # Decision: a full disk is not retryable: the files that filled it are written again

@@ -502,9 +502,15 @@ _COMMAND_EXITS: dict[int, tuple[str, str, str, str]] = {
     126: (
         "command-not-executable",
         "Exit code 126: the command could not be executed",
-        "The command exists but could not be run: it is not executable or not a program.",
-        "Make the script executable (chmod +x) or run it through its interpreter "
-        "(python, bash), then submit the job again.",
+        "The command exists but could not be run: it is not executable, not a program, or "
+        "the job's OS user may not run it (a directory above it closed to that user).",
+        # Issue 28: under a root console the usual cause is the OS user the job runs as
+        # (Python under a 0700 /root run as nobody), where the file's mode bits are fine.
+        "If the console runs as root, the job runs as VIGIL_LOCAL_RUN_AS (default nobody) or its "
+        "workspace's run_as, who must be able to run the program and pass through every directory "
+        "above it: set VIGIL_LOCAL_RUN_AS to a user who can, or VIGIL_LOCAL_ALLOW_ROOT=1 on a "
+        "single-user machine. Otherwise give the script the execute "
+        "bit or run it through its interpreter (python, bash), then submit the job again.",
     ),
 }
 

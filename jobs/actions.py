@@ -317,6 +317,7 @@ def attempt_launch_spec(job: Job, attempt: Attempt, avoid_nodes=()) -> AttemptLa
         avoid_nodes=tuple(avoid_nodes),
         run_as=job.workspace.run_as,
         account=job.workspace.slurm_account,
+        workspace=str(job.workspace_id),
         warm=bool(job.fault_tolerance and job.ft.enable_warm_restart),
         warm_modules=tuple(job.ft.warm_modules) if job.fault_tolerance else (),
     )

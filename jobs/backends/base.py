@@ -96,6 +96,9 @@ class AttemptLaunch:
     # The workspace's OS user ("" = the backend's default) and Slurm account ("" = the backend's).
     run_as: str = ""
     account: str = ""
+    # Which workspace the job belongs to ("" = unknown, e.g. a spec stored before it was
+    # kept): the local backend refuses to run two workspaces' jobs as one OS user at once.
+    workspace: str = ""
     # Warm restarts (issue 19): keep a parked interpreter per instance for the next
     # attempt, with these modules imported. Backends without them start cold.
     warm: bool = False

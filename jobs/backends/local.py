@@ -50,6 +50,13 @@ is its own:
 
 Without a switch (the backend is not root, or jobs run as root on purpose)
 the directories are 0700 and HOME/TMPDIR are inherited as before.
+
+What a job may reach is asked as its user, never judged as root (issues 28, 31):
+the workdir and the command's program are checked by a /bin/sh run as that user
+before the launch, and the shim enters the workdir only after dropping
+privileges. Two workspaces' jobs do not run as one user at once (they could
+read each other's /proc/<pid>/environ) unless option `shared_run_as`
+(VIGIL_SHARED_RUN_AS=1): <data>/users/<uid>.json records who runs as whom.
 """
 
 from __future__ import annotations
@@ -59,6 +66,7 @@ import os
 import re
 import select
 import random
+import shlex
 import shutil
 import signal as signals
 import socket
@@ -97,6 +105,7 @@ STOP = "stop.json"
 ATTEMPT = "attempt.json"
 LAUNCH = "launch.json"  # who claimed the attempt, and when its launch completed
 NODES = "nodes.json"
+USERS = "users"  # <data>/users/<uid>.json: which workspace's jobs run as that OS user (root, 0600)
 # C4D from PyTorch's Flight Recorder (_flight_recorder_env): where each instance's dumps go,
 # the names they take, how many collectives a rank keeps (the hang needs the last few;
 # a dump is written whenever it changes, so it stays small), the most read of one.
@@ -113,6 +122,29 @@ MAX_FR_DUMP = 32 * 1024 * 1024
 START_GRACE = 10.0  # seconds a launched instance may stay without state.json before it is LOST
 WARM = "warm"  # <job>/warm/attempt-<n>/<instance>/: the parked shim standing by for attempt n
 STANDBY_NICE = 19  # parked interpreters import at the lowest priority: the running attempt comes first
+
+
+# Words that make a command more than one plain program: left to the shell.
+_SHELL_WORDS = frozenset(
+    "! { } ( ) if then else elif fi for while until do done case esac in function time "
+    ". : alias break cd command continue eval exec exit export local read readonly return "
+    "set shift source test [ trap true false type ulimit umask unset wait env nohup".split()
+)
+_ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
+
+
+def _program(command: str) -> str | None:
+    """The program a shell command line starts, when it is one plain program (leading
+    NAME=value assignments skipped); None for anything else (builtins, syntax, quoting)."""
+    try:
+        words = shlex.split(command, comments=True)
+    except ValueError:
+        return None
+    while words and _ASSIGNMENT.match(words[0]):
+        words.pop(0)
+    if not words or words[0] in _SHELL_WORDS or not re.fullmatch(r"[A-Za-z0-9_./+-]+", words[0]):
+        return None
+    return words[0]
 
 
 def _ephemeral_low() -> int:
@@ -144,6 +176,7 @@ class LocalBackend(Backend):
         python: str | None = None,
         run_as: str = osuser.DEFAULT_RUN_AS,
         allow_root: bool = False,
+        shared_run_as: bool = False,
         standby_linger: float = 60.0,
     ):
         super().__init__(name)
@@ -164,6 +197,7 @@ class LocalBackend(Backend):
             raise BackendError(f"local backend option 'run_as': {run_as!r} is not an OS user name")
         self.run_as = run_as
         self.allow_root = bool(allow_root)
+        self.shared_run_as = bool(shared_run_as)
         # How long a parked interpreter waits for the next attempt once the attempt it
         # stands by for has no live instance: a restart launches within seconds; a job
         # that ended (or whose console is gone) must not keep it.
@@ -242,6 +276,8 @@ class LocalBackend(Backend):
     def launch(self, spec: AttemptLaunch) -> dict:
         self._check_spec(spec)
         who = self.identity(spec.run_as)
+        self._check_workdir(spec.workdir, who)
+        self._check_command(spec, who)
         attempt_dir = self.attempt_dir(spec.job_id, spec.attempt)
         self._private_dirs(os.path.dirname(attempt_dir), who)
         with self._launch_lock(spec.job_id, spec.attempt):
@@ -250,6 +286,7 @@ class LocalBackend(Backend):
                 if handle is not None:
                     self._park_next(spec, handle)
                     return handle
+            self._claim_user(spec, who, attempt_dir)
             os.mkdir(attempt_dir)  # the claim
             os.chmod(attempt_dir, _dir_mode(who))
             shim.write_json_atomic(
@@ -323,6 +360,52 @@ class LocalBackend(Backend):
                     f"give it the search (x) permission or move the data dir "
                     f"({self.data_dir})"
                 )
+
+    def _claim_user(self, spec: AttemptLaunch, who: osuser.RunAs, attempt_dir: str) -> None:
+        """Record that `who` now runs a job of spec's workspace, or refuse when a live job
+        of another workspace runs as that user (issue 31): processes of one OS user read
+        each other's /proc/<pid>/environ, the job's token and secret envs included. Off
+        with option shared_run_as (VIGIL_SHARED_RUN_AS=1); moot without a switch (the
+        console's own user, or root on purpose, is one user for every job anyway).
+
+        <data>/users/<uid>.json maps job ids to {workspace, dir, at}, read and written
+        under an flock; an entry counts while a shim of its attempt lives, or while it is
+        not yet launched and younger than the start timeout (its shims may be starting),
+        and is dropped otherwise."""
+        if not who.switch or self.shared_run_as or not spec.workspace:
+            return
+        users = os.path.join(self.data_dir, USERS)
+        os.makedirs(users, mode=0o700, exist_ok=True)
+        path = os.path.join(users, f"{who.uid}.json")
+        fd = os.open(path + ".lock", os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            table = shim.read_json(path) or {}
+            now = time.time()
+            live = {}
+            for job_id, entry in table.items():
+                if not isinstance(entry, dict) or job_id == str(spec.job_id):
+                    continue
+                dir_ = str(entry.get("dir") or "")
+                # Not launched yet (no launch.json: the claim is being written right after
+                # this lock is let go, or a failed try moved it aside): its shims may be starting.
+                claim = (shim.read_json(os.path.join(dir_, LAUNCH)) if dir_ else None) or {}
+                launching = not claim.get("launched_at")
+                young = launching and now - float(entry.get("at") or 0) < self.start_timeout + 5.0
+                if young or shim._any_shim_alive(dir_):
+                    live[job_id] = entry
+            if any(e.get("workspace") != spec.workspace for e in live.values()):
+                raise BackendError(
+                    f"this workspace's jobs run as OS user {who.name!r}, as a running job of another "
+                    "workspace does, and one user's processes can read each other's environment "
+                    "(/proc/<pid>/environ: job tokens and secret envs): give this workspace its own "
+                    "OS user (its run_as, set by staff in the admin), or set VIGIL_SHARED_RUN_AS=1 "
+                    "to let workspaces share it (docs/security.md)"
+                )
+            live[str(spec.job_id)] = {"workspace": spec.workspace, "dir": attempt_dir, "at": now}
+            shim.write_json_atomic(path, live)
+        finally:
+            os.close(fd)
 
     def _job_owned_dir(self, path: str, who: osuser.RunAs) -> None:
         """A directory the job writes to: 0700 and the job user's (files moved on if the
@@ -494,8 +577,53 @@ class LocalBackend(Backend):
 
     def _check_spec(self, spec: AttemptLaunch):
         spec.check()
-        if spec.workdir and not os.path.isdir(spec.workdir):
-            raise BackendError(f"workdir: {spec.workdir!r} is not a directory on this machine")
+
+    def _check_workdir(self, workdir: str | None, who: osuser.RunAs) -> None:
+        """The job's user must be able to enter its workdir: checked as that user (the
+        backend is root and would pass through any 0700 directory), and refused with one
+        message whether the path is missing or only closed to the user, so the refusal
+        tells a submitter nothing about paths the job could not see (issue 31)."""
+        if workdir and not osuser.can_enter(workdir, who):
+            raise BackendError(
+                f"workdir: {workdir!r} is not a directory that the job's OS user ({who.name}) can enter on this machine"
+            )
+
+    def _check_command(self, spec: AttemptLaunch, who: osuser.RunAs) -> None:
+        """Refuse a command whose program the job's OS user may not run, though the console
+        could (issue 28: Python under a 0700 /root, run as `nobody`): the job would only
+        fail with "Permission denied" at once. Asked as that user first; the console's side
+        is looked up only on the console's own PATH and in its own interpreter's prefix,
+        which are the operator's, so the refusal says nothing of other root-only paths.
+        A command that is not one plain program (shell syntax, a builtin) is left to run."""
+        if not who.switch:
+            return
+        console_path = os.environ.get("PATH", "") if "PATH" in self.inherit_env else ""
+        for command, inst_env in {i.command: i.env for i in spec.instances}.items():
+            program = _program(command)
+            if program is None:
+                continue
+            path = inst_env.get("PATH") or spec.env.get("PATH") or console_path
+            if osuser.can_find(program, path, spec.workdir or "/", who):
+                continue
+            found = self._console_program(program, console_path)
+            if found:
+                raise BackendError(
+                    f"the command's program {program!r} ({found}) cannot be executed by the job's OS user: "
+                    + osuser.run_as_advice(who)
+                )
+
+    def _console_program(self, program: str, console_path: str) -> str | None:
+        """Where the console itself finds `program`: on its own PATH, or (a path) inside
+        its interpreter's prefix; None elsewhere."""
+        if "/" not in program:
+            return shutil.which(program, path=console_path)
+        if not os.path.isabs(program):
+            return None
+        real = os.path.realpath(program)
+        prefixes = {os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, os.path.dirname(self.python))}
+        if any(real == p or real.startswith(p + os.sep) for p in prefixes) and os.access(program, os.X_OK):
+            return program
+        return None
 
     def _home_env(self, idir: str, who: osuser.RunAs) -> dict:
         """For a job that runs as another user: a HOME, TMPDIR and cache of its own (the

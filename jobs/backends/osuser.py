@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import pwd
 import stat
+import subprocess
 from dataclasses import asdict, dataclass
 
 from .base import BackendError
@@ -110,3 +111,86 @@ def blocked_ancestor(path: str, who: RunAs) -> str | None:
         if not ok:
             return d
     return None
+
+
+def as_user(who: RunAs) -> dict:
+    """subprocess.Popen's arguments that run a child as `who` ({} without a switch)."""
+    if not who.switch:
+        return {}
+    return {"user": who.uid, "group": who.gid, "extra_groups": list(who.groups)}
+
+
+def can_enter(path: str, who: RunAs) -> bool:
+    """Can `who` change into directory `path`? Asked of the kernel as that user (a /bin/sh
+    run with its uid and groups: ACLs, mounts and every ancestor count), never by looking
+    as root, which passes everywhere."""
+    if not who.switch:
+        return os.path.isdir(path)
+    return _sh_as(who, 'cd -- "$1"', path)
+
+
+def can_read_dir(path: str, who: RunAs) -> bool:
+    """Can `who` enter and list directory `path` (a repository its jobs run from)?"""
+    return _sh_as(who, 'cd -- "$1" && [ -r . ]', path)
+
+
+# A program on PATH as the shell looks for it: a word with a slash is taken as it is
+# (relative to the working directory), else the first PATH entry holding an executable file.
+_FIND = """
+cd -- "$1" 2>/dev/null || exit 0
+case $2 in */*) [ -f "$2" ] && [ -x "$2" ]; exit;; esac
+IFS=:
+for d in $3; do
+  [ -n "$d" ] || d=.
+  [ -f "$d/$2" ] && [ -x "$d/$2" ] && exit 0
+done
+exit 1
+"""
+
+
+def can_find(program: str, path: str, workdir: str, who: RunAs) -> bool:
+    """Would /bin/sh, run as `who` in `workdir` with PATH `path`, find `program` and be
+    allowed to execute it? A workdir `who` cannot enter answers True: it is refused on
+    its own (can_enter)."""
+    return _sh_as(who, _FIND, workdir, program, path)
+
+
+def _sh_as(who: RunAs, script: str, *args: str) -> bool:
+    """Run `script` with /bin/sh as `who`: did it exit 0?"""
+    try:
+        done = subprocess.run(
+            ["/bin/sh", "-c", script, "sh", *args],
+            cwd="/",
+            env={"PATH": "/usr/bin:/bin"},
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            timeout=10,
+            **as_user(who),
+        )
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return done.returncode == 0
+
+
+def run_as_problems(who: RunAs, python: str, repo: str) -> list[str]:
+    """What `who` cannot do of what the README's demo needs: run the console's Python
+    (the venv's, found on the jobs' PATH) and read the repository. Empty when it can,
+    or when there is no switch (the jobs run as the console's own user)."""
+    if not who.switch:
+        return []
+    problems = []
+    if not _sh_as(who, '[ -f "$1" ] && [ -x "$1" ]', python):
+        problems.append(f"cannot execute {python}")
+    if not can_read_dir(repo, who):
+        problems.append(f"cannot read the repository {repo}")
+    return problems
+
+
+def run_as_advice(who: RunAs) -> str:
+    """The two ways out when the jobs' OS user cannot run what they need."""
+    return (
+        f"local jobs run as OS user {who.name!r} (VIGIL_LOCAL_RUN_AS, or the workspace's run_as): "
+        "set VIGIL_LOCAL_RUN_AS to a user who can (or give the workspace a run_as who can), "
+        "or on a single-user machine set VIGIL_LOCAL_ALLOW_ROOT=1 to run jobs as root"
+    )

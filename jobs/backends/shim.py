@@ -47,7 +47,8 @@ channel} or null) and user ({name, uid, gid, groups} or null).
 
 When `user` is given (the shim runs as root, the job must not), only the child
 drops privileges: setgroups, setgid, then setuid, after the log file is opened
-and the working directory entered, so the shim itself keeps writing its files,
+and before the working directory is entered (as the job's user, so a directory it
+cannot reach is not entered for it by root), so the shim itself keeps writing its files,
 announcing the exit and cleaning up as root. Every file the shim writes is
 owner-only (0600): the job cannot read its own spec (the Redis credentials) nor
 another job's.
@@ -314,7 +315,7 @@ def run(instance_dir, ready_fd, standby=None):
 
 def _identity(user):
     # Only the child: subprocess calls setgroups, setgid and setuid in that order,
-    # after the fork and chdir, so the shim stays root.
+    # after the fork, so the shim stays root (the chdir follows: _enter_after_drop).
     if not user:
         return {}
     return {
@@ -324,6 +325,26 @@ def _identity(user):
     }
 
 
+def _enter_after_drop(cwd, user):
+    """Popen's working-directory arguments: `cwd=` for a child that keeps our user; for
+    one that drops privileges, a preexec_fn that enters the directory after setuid
+    (Popen's own chdir comes before it, as root, and would let the job start in a
+    directory its user cannot reach, issue 31). A refused chdir writes why on the
+    child's stderr (the log) and exits 127, as a shell does for a command it cannot start."""
+    if not user:
+        return {"cwd": cwd}
+    name = user.get("name") or user["uid"]
+
+    def enter():
+        try:
+            os.chdir(cwd)
+        except OSError as exc:
+            os.write(2, f"vigil: cannot enter the working directory as OS user {name}: {exc.strerror}\n".encode())
+            os._exit(127)
+
+    return {"cwd": "/", "preexec_fn": enter}
+
+
 def _start_cold(spec, user, log_fd, instance_dir):
     """Start the command with /bin/sh: (its PID, "") or (None, why it could not start)."""
     import subprocess  # here, not at the top: the fork above should be as cheap as possible
@@ -331,7 +352,6 @@ def _start_cold(spec, user, log_fd, instance_dir):
     try:
         child = subprocess.Popen(
             ["/bin/sh", "-c", spec["command"]],
-            cwd=spec.get("cwd") or instance_dir,
             env=spec.get("env") or {},
             stdin=subprocess.DEVNULL,
             stdout=log_fd,
@@ -339,6 +359,7 @@ def _start_cold(spec, user, log_fd, instance_dir):
             process_group=0,
             close_fds=True,
             **_identity(user),
+            **_enter_after_drop(spec.get("cwd") or instance_dir, user),
         )
     except (OSError, subprocess.SubprocessError) as exc:
         # The command could not even start (missing workdir, no /bin/sh): say so in the
@@ -600,7 +621,6 @@ def park(park_dir, ready_fd):
     try:
         child = subprocess.Popen(
             [spec["python"], BOOT_PATH, str(theirs.fileno()), str(os.getpid())],
-            cwd=spec["cwd"],
             env=spec["env"],
             stdin=subprocess.DEVNULL,
             stdout=log_fd,
@@ -609,6 +629,7 @@ def park(park_dir, ready_fd):
             close_fds=True,
             pass_fds=(theirs.fileno(),),
             **_identity(spec.get("user")),
+            **_enter_after_drop(spec["cwd"], spec.get("user")),
         )
     except (OSError, subprocess.SubprocessError) as exc:
         _tell_launcher(ready_fd, f"error cannot start the parked interpreter: {exc}\n".encode())

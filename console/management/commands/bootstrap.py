@@ -3,12 +3,15 @@
 
 import os
 import secrets
+import sys
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand
 
 from jobs.access import backend_names, backend_permission
+from jobs.backends import osuser
+from jobs.backends.base import BackendError
 from jobs.models import ApiToken, Membership, Role, Workspace
 
 
@@ -16,6 +19,25 @@ QUIET_NOTE = (
     "Below: job decisions, warnings and errors only "
     "(VIGIL_LOG_LEVEL=DEBUG shows everything, VIGIL_LOG_FORMAT=json for log shippers)."
 )
+
+
+def run_as_warning(python: str, repo: str) -> str:
+    """A banner line when local jobs would run as a user who cannot run this Python or
+    read the repository (a root console with both under a 0700 /root: the README's demo
+    would fail at once), with the two ways out; "" when they can (issue 28)."""
+    if not settings.LOCAL_JOBS_SWITCH_USER:
+        return ""
+    try:
+        who = osuser.resolve_run_as("", default=settings.VIGIL_LOCAL_RUN_AS)
+    except BackendError as exc:
+        return f"  warning: local jobs cannot start: {exc}"
+    problems = osuser.run_as_problems(who, python, repo)
+    if not problems:
+        return ""
+    return (
+        f"  warning: OS user {who.name!r} {' and '.join(problems)}, so local jobs such as the README's demo "
+        f"fail at once: {osuser.run_as_advice(who)} (e.g. VIGIL_LOCAL_ALLOW_ROOT=1 make run)"
+    )
 
 
 class Command(BaseCommand):
@@ -33,6 +55,8 @@ class Command(BaseCommand):
                 self.stdout.write(f"  user: {first or 'your account'}; password and API token in {notes}")
             else:
                 self.stdout.write(f"  user: your account; API tokens in the admin ({url}/admin/jobs/apitoken/)")
+            if warning := run_as_warning(sys.executable, str(settings.BASE_DIR)):
+                self.stdout.write(self.style.WARNING(warning))
             self.stdout.write(f"  {QUIET_NOTE}")
             return
         password = secrets.token_urlsafe(12)
@@ -55,3 +79,5 @@ class Command(BaseCommand):
             f.write(text)
         self.stdout.write(self.style.SUCCESS("First start: created the admin user and a demo workspace."))
         self.stdout.write(text)
+        if warning := run_as_warning(sys.executable, str(settings.BASE_DIR)):
+            self.stdout.write(self.style.WARNING(warning))
