@@ -43,6 +43,16 @@ def _evidence(why: str, at: int) -> str:
     return ""
 
 
+# The job list's cell holds 80 characters: a long evidence line is cut (`fit`), not the
+# instance and the decision after it ("— restart 1 of 3"), which say what Vigil did.
+CELL = 80
+
+
+def _shortened(line: str, room: int) -> str:
+    room = max(room, 16)
+    return line if len(line) <= room else line[: room - 1].rstrip() + "…"
+
+
 def _cause(why: str, evidence: bool = False) -> str | None:
     failed = _FAILED.search(why)
     if failed:
@@ -65,7 +75,30 @@ def rule_of(reason: str) -> str:
 
 def cause_first(reason: str, evidence: bool = False) -> str:
     """The reason with its cause first, then what was done; unknown wording unchanged. With
-    `evidence`, the cause is the failure's message (the log line) rather than its rule id."""
+    `evidence`, the cause is the failure's message (the log line) rather than its rule id, cut
+    so that the whole fits the job list's cell (CELL) with the decision kept whole."""
+    out = _cause_first(reason, evidence)
+    if not evidence or len(out) <= CELL:
+        return out
+    cause = _cause_of(reason)
+    if cause is None:
+        return out
+    shown = _evidence(cause[0], cause[1])
+    if not shown:
+        return out
+    rest = out[len(shown) :]
+    return _shortened(shown, CELL - len(rest)) + rest
+
+
+def _cause_of(reason: str) -> tuple[str, int] | None:
+    """The decision's why-text and where its rule id ends (the evidence follows there)."""
+    text = (reason or "").strip()
+    m = _WHOLE.match(text) or _ALONE.match(text) or _NOT.match(text)
+    failed = _FAILED.search(m["why"]) if m else None
+    return (m["why"], failed.end("code")) if m and failed else None
+
+
+def _cause_first(reason: str, evidence: bool) -> str:
     text = (reason or "").strip()
     m = _WHOLE.match(text)
     if m:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from core import reasons
 from core.reasons import cause_first
 
 
@@ -61,3 +62,16 @@ def test_it_reads_the_sentences_the_policy_writes():
         "worker-0 failed with a retryable error: ECONNRESET (connection reset by peer)",
     )
     assert cause_first(decision.reason) == "ECONNRESET on worker-0 — restart 1 of 3"
+
+
+def test_a_long_evidence_line_is_cut_so_the_decision_stays_in_the_job_lists_cell():
+    # issue 28 point 4: the cell shows the failure's own line, but what Vigil did is what the
+    # row is for: the cut falls in the evidence, never in "— not restarted, restart 3 of 3 used".
+    why = (
+        "Not restarted: worker-1 failed with NCCL_ERROR (NCCL error: unhandled system error, NCCL version 2.21.5"
+        " (ncclSystemError)). The job has already been restarted 3 of 3 times"
+    )
+    shown = reasons.cause_first(why, evidence=True)
+    assert len(shown) <= reasons.CELL
+    assert shown.startswith("NCCL error: ") and "…" in shown
+    assert shown.endswith(" on worker-1 — not restarted, restart 3 of 3 used")
