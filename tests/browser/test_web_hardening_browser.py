@@ -71,7 +71,7 @@ def foreign_site():
         server.server_close()
 
 
-STREAM = "i=0; while [ $i -lt 600 ]; do echo \"tick $i\"; i=$((i+1)); sleep 0.2; done"
+STREAM = 'i=0; while [ $i -lt 600 ]; do echo "tick $i"; i=$((i+1)); sleep 0.2; done'
 
 
 def test_a_page_on_another_loopback_port_cannot_read_the_job_socket(
