@@ -1,4 +1,5 @@
-"""HTTP through Django, WebSockets through Channels: only same-host origins and
+"""HTTP through Django, WebSockets through Channels: only the console's own origin
+(scheme, host and port; console.origins) or a CSRF_TRUSTED_ORIGINS entry, and
 only authenticated sessions reach the consumers (they check the workspace)."""
 
 import os
@@ -10,13 +11,13 @@ django_asgi_app = get_asgi_application()
 
 from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
-from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 
+from console.origins import SameOriginValidator  # noqa: E402
 from console.routing import websocket_urlpatterns  # noqa: E402
 
 application = ProtocolTypeRouter(
     {
         "http": django_asgi_app,
-        "websocket": AllowedHostsOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
+        "websocket": SameOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
     }
 )

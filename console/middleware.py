@@ -1,8 +1,25 @@
 """Request checks that hold for every page and API call."""
 
+from django.conf import settings
 from django.http import JsonResponse
 
 from jobs.inputs import InputError
+
+
+def content_security_policy(get_response):
+    """Every response names what its page may load (settings.CONTENT_SECURITY_POLICY):
+    scripts and styles from the console itself only, so markup that slipped past
+    escaping still cannot run script (no inline script, no event-handler attributes,
+    no other origin). A response that set its own policy keeps it."""
+
+    def middleware(request):
+        response = get_response(request)
+        policy = settings.CONTENT_SECURITY_POLICY
+        if policy and "Content-Security-Policy" not in response:
+            response["Content-Security-Policy"] = policy
+        return response
+
+    return middleware
 
 
 def refuse_nul_in_url(get_response):

@@ -1,7 +1,7 @@
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
-from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 
 from . import views
 
@@ -13,7 +13,7 @@ urlpatterns = [
     path("api/v1/", include("notifications.api_urls")),
     path("api/v1/", include("monitoring.api_urls")),  # POST jobs/<id>/diagnoses/stacks/
     path("api/schema/", SpectacularAPIView.as_view(permission_classes=[views.ApiDocsAccess]), name="schema"),
-    path("api/docs/", views.api_docs_page(SpectacularSwaggerView.as_view(url_name="schema")), name="api-docs"),
+    path("api/docs/", views.api_docs_page(SpectacularSwaggerSplitView.as_view(url_name="schema")), name="api-docs"),
     path("healthz", views.healthz, name="healthz"),
     path("readyz", views.readyz, name="readyz"),
     path("metrics", views.metrics, name="metrics"),

@@ -40,6 +40,11 @@ _INT_RE = re.compile(r"[+-]?[0-9]+", re.ASCII)
 _MAX_INT_DIGITS = 19
 # Characters a one-line name may not hold: C0/C1 controls, line and paragraph separators.
 _NOT_IN_NAMES = frozenset({"Cc", "Zl", "Zp"})
+# Bidirectional controls: in a name they reorder what follows, so "job\u202egnp.exe"
+# reads as another name in every list that shows it (issue 31, finding 7).
+_BIDI_CONTROLS = frozenset(
+    {"\u061c", "\u200e", "\u200f", *map(chr, range(0x202A, 0x202F)), *map(chr, range(0x2066, 0x206A))}
+)
 
 
 class InputError(BadRequest):
@@ -69,6 +74,11 @@ def text_problem(value: str, *, one_line: bool = False) -> str | None:
         for ch in value:
             if unicodedata.category(ch) in _NOT_IN_NAMES:
                 return f"contains the control character U+{ord(ch):04X}; use printable characters on one line."
+            if ch in _BIDI_CONTROLS:
+                return (
+                    f"contains the bidirectional control U+{ord(ch):04X}, which would make the name read "
+                    "differently from what it is; remove it."
+                )
     return None
 
 

@@ -13,6 +13,7 @@ from django.views.decorators.http import require_http_methods, require_POST
 
 from core.tokens import DEFAULT_EXPIRY, EXPIRY_CHOICES, expiry_from
 
+from .inputs import validate_name
 from .models import ApiToken
 
 # Listed newest first; a person with hundreds of tokens still gets a bounded page.
@@ -20,7 +21,9 @@ LIST_LIMIT = 200
 
 
 class NewTokenForm(forms.Form):
-    name = forms.CharField(max_length=100, help_text="To recognise it later, e.g. “laptop” or “CI”.")
+    name = forms.CharField(
+        max_length=100, validators=[validate_name], help_text="To recognise it later, e.g. “laptop” or “CI”."
+    )
     expires = forms.ChoiceField(
         label="Expires after", choices=EXPIRY_CHOICES, initial=DEFAULT_EXPIRY, widget=forms.RadioSelect
     )

@@ -40,7 +40,7 @@ statuses come from monitoring.publish through the channel layer.
 `WorkspaceConsumer` at ws/workspaces/<slug>/ forwards the statuses, events and
 progress messages of every job in a workspace (job list, dashboard).
 
-Who may connect: asgi.py refuses foreign Origins (AllowedHostsOriginValidator)
+Who may connect: asgi.py refuses other origins (console.origins: scheme, host, port)
 and resolves the session; these consumers refuse anyone who is not a member of
 the workspace (close before accept: the handshake fails with 403).
 

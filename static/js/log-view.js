@@ -17,6 +17,30 @@ function before(a, b) {
 }
 ansi.use_classes = true;     // the 16 colours as classes, styled for the dark log in vigil.css
 
+// OSC 8 hyperlinks in job output are shown as their text, never as links: any job
+// could otherwise put a link saying one thing and going elsewhere in front of the
+// people reading its log (issue 31, finding 7).
+ansi.process_hyperlink = (pkt) => ansi.escape_txt_for_html(pkt.text);
+
+// ansi_up writes bold, italic and 24-bit colours as style="" attributes, which the
+// Content-Security-Policy (style-src 'self') refuses in markup: classes instead, and
+// the colours as data attributes set through the DOM by renderText.
+ansi.transform_to_html = function (fragment) {
+  let txt = fragment.text;
+  if (txt.length === 0) return txt;
+  txt = this.escape_txt_for_html(txt);
+  const classes = [];
+  const data = [];
+  for (const k of ["bold", "faint", "italic", "underline"]) if (fragment[k]) classes.push(`ansi-${k}`);
+  for (const [c, where] of [[fragment.fg, "fg"], [fragment.bg, "bg"]]) {
+    if (!c) continue;
+    if (c.class_name !== "truecolor") classes.push(`${c.class_name}-${where}`);
+    else data.push(` data-${where}="${c.rgb.map(Number).join(",")}"`);
+  }
+  if (!classes.length && !data.length) return txt;
+  return `<span class="${classes.join(" ")}"${data.join("")}>${txt}</span>`;
+};
+
 /** The text of one line into parent: ANSI colours rendered, markup escaped. */
 function renderText(parent, text) {
   // A progress bar redrawn with \r shows its last state.
@@ -25,6 +49,8 @@ function renderText(parent, text) {
   text = text.replace(/\r$/, "");
   if (text.indexOf("\x1b") < 0) { parent.textContent = text; return; }
   parent.innerHTML = ansi.ansi_to_html(text);  // ansi_up escapes the text itself
+  parent.querySelectorAll("[data-fg]").forEach((el) => { el.style.color = `rgb(${el.dataset.fg})`; });
+  parent.querySelectorAll("[data-bg]").forEach((el) => { el.style.backgroundColor = `rgb(${el.dataset.bg})`; });
   ansi.ansi_to_html("\x1b[0m");               // a colour left open ends with its line
 }
 

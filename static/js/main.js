@@ -17,6 +17,12 @@ document.addEventListener("click", (e) => {
   btn.setAttribute("aria-expanded", open ? "true" : "false");
   if (row) row.hidden = !open;
 });
+// A form that asks first (data-confirm): a listener here, not an onsubmit attribute,
+// which the Content-Security-Policy refuses as inline script.
+document.addEventListener("submit", (e) => {
+  const form = e.target.closest && e.target.closest("form[data-confirm]");
+  if (form && !window.confirm(form.getAttribute("data-confirm"))) e.preventDefault();
+});
 // A table wider than the screen scrolls in its .scroll-x box; one without a link or
 // button inside could not be scrolled from the keyboard: such a box becomes a tab
 // stop, named by its table's caption or the heading before it (WCAG 2.1.1).
