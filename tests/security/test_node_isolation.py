@@ -200,3 +200,29 @@ def test_staff_dismiss_a_proposal_through_the_api_and_it_no_longer_counts(
     # A dismissed Error is not corroboration: bob's job alone is one submitter again.
     _error_on(_c4d_job(api_as(bob), bob_ws))
     assert all(n.schedulable for n in memory_backend.list_nodes())
+
+
+@pytest.mark.parametrize(
+    "body, field",
+    [
+        ({"decision": "confirm"}, "reason"),
+        ({"decision": "confirm", "reason": ""}, "reason"),
+        ({"decision": "confirm", "reason": "x" * 301}, "reason"),
+        ({"decision": "confirm", "reason": "line one\nline two"}, "reason"),
+        ({"decision": "confirm", "reason": "ok \u202egnp.exe"}, "reason"),
+        ({"reason": "no decision"}, "decision"),
+        ({"decision": ["confirm"], "reason": "a list"}, "decision"),
+    ],
+)
+def test_a_bad_staff_decision_is_a_400_naming_the_field_and_decides_nothing(
+    body, field, alice_ws, alice, api_as, memory_backend
+):
+    job = _c4d_job(api_as(alice), alice_ws)
+    _error_on(job)
+    alice.is_staff = True
+    alice.save()
+    r = api_as(alice).post("/api/v1/nodes/local:mem-0/decide/", body, format="json")
+    assert r.status_code == 400 and field in r.json(), r.content
+    errors, state = evidence()
+    assert errors.get(job=job).state == state.PROPOSED
+    assert all(n.schedulable for n in memory_backend.list_nodes())
