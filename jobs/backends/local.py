@@ -584,8 +584,11 @@ class LocalBackend(Backend):
         message whether the path is missing or only closed to the user, so the refusal
         tells a submitter nothing about paths the job could not see (issue 31)."""
         if workdir and not osuser.can_enter(workdir, who):
+            # The way out goes with it: on a root box whose repository sits under a 0700 home
+            # (the README's demo, issue 28) this is the first refusal a newcomer meets.
             raise BackendError(
-                f"workdir: {workdir!r} is not a directory that the job's OS user ({who.name}) can enter on this machine"
+                f"workdir: {workdir!r} is not a directory that the job's OS user ({who.name}) can enter on this "
+                "machine; " + osuser.run_as_advice(who)
             )
 
     def _check_command(self, spec: AttemptLaunch, who: osuser.RunAs) -> None:
