@@ -632,3 +632,115 @@ def test_the_ddp_example_on_slurm_restarts_through_the_console_and_its_record_na
     finally:
         slurm_cluster.cancel_all_jobs()
         reset_backends()
+
+
+# -- C4D without code changes on Slurm: the Flight Recorder through the step's environment ----
+
+# Two gloo ranks that know nothing of Vigil (no import, no SDK call): rank 1 stops in its own
+# computation before the fourth all_reduce, which rank 0 has entered. A plain all_reduce, not
+# DDP: the recorder records whatever torch.distributed runs, DDP's C++ all-reduces included
+# (monitoring/tests/test_ddp_hang_console.py shows it on the local backend), through this path.
+HUNG_ALL_REDUCE = """
+import time
+import torch, torch.distributed as dist
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+t = torch.ones(1)
+for step in range(1, 4):
+    dist.all_reduce(t)
+    print(f"step={step} rank={rank}", flush=True)
+def compute_forever():
+    while True:
+        time.sleep(1)
+if rank == 1:
+    compute_forever()
+print(f"entering all_reduce 4 at {time.time():.3f}", flush=True)
+dist.all_reduce(t)
+"""
+HANG_INTERVAL = 6
+C4D_ARGS = (
+    f"--enable-job-hang-detection=True --job-hang-interval={HANG_INTERVAL} --job-hang-startup-interval=120 "
+    "--enable-c4d-hang-detection=True --c4d-log-level=Info "
+    "--c4d-common-envs=C4D_HANG_TIMEOUT=2000000,C4D_HANG_TIMES=100,C4D_CONN_BW_CHECK_PERIOD=1"
+)
+
+
+@pytest.mark.slurm
+@pytest.mark.torch
+@pytest.mark.django_db(transaction=True)
+def test_a_rank_hung_in_compute_on_slurm_is_named_by_c4d_from_the_flight_recorder_without_code_changes(
+    slurm_cluster, settings, alice, alice_ws, api_as, job_body, live_server
+):
+    pytest.importorskip("torch", reason="torch is not installed (.ci/run installs torch==2.13.0)")
+    from jobs.backends import get_backend, reset_backends
+    from jobs.models import Diagnosis, Job, JobEvent, JobStatus
+    from testsupport.monitor import finished, tick_until
+
+    settings.VIGIL_CONSOLE_URL = live_server.url
+    settings.JOB_BACKENDS = {
+        "local": {"BACKEND": "jobs.backends.memory.MemoryBackend", "OPTIONS": {}},
+        "slurm": {
+            "BACKEND": "jobs.backends.slurm.SlurmBackend",
+            "OPTIONS": {
+                "log_dir": str(slurm_cluster.shared_dir),
+                "environment": slurm_cluster.env,
+                "python": sys.executable,
+                "py_spy": PY_SPY,
+                "grace": 1,
+                "linger": 0,
+                "command_timeout": 20,
+            },
+        },
+    }
+    reset_backends()
+    script = slurm_cluster.shared_dir / f"hung_all_reduce_{os.getpid()}.py"  # where every node reads it
+    script.write_text(HUNG_ALL_REDUCE)
+
+    def verdicts(job):
+        return [v for d in Diagnosis.objects.filter(job=job, kind="c4d").order_by("pk") for v in d.data["verdicts"]]
+
+    try:
+        r = api_as(alice).post(
+            "/api/v1/jobs/",
+            job_body(
+                alice_ws,
+                display_name="hung-on-slurm",
+                backend="slurm",
+                user_command=f"{sys.executable} {script}",
+                settings={"enable_error_monitoring_in_aimaster": True, "error_monitoring_args": C4D_ARGS},
+            ),
+            format="json",
+        )
+        assert r.status_code == 201, r.content
+        job = tick_until(Job.objects.get(pk=r.json()["id"]), verdicts, seconds=90, what="get a C4D verdict", every=0.3)
+        attempt = job.attempts.get()
+        backend, handle = get_backend("slurm"), attempt.backend_handle
+        (entered,) = [
+            float(line.rsplit(" ", 1)[1])
+            for line in backend.read_log(handle, "master-0").decode().splitlines()
+            if line.startswith("entering all_reduce 4 at ")
+        ]
+        first = Diagnosis.objects.filter(job=job, kind="c4d").order_by("pk").first()
+        assert first.created_at.timestamp() - entered <= HANG_INTERVAL + 5, (first.created_at, entered)
+        assert all(d.data["source"] == "flight_recorder" for d in Diagnosis.objects.filter(job=job, kind="c4d"))
+        assert {(v["rank"], v["kind"], v["instance"], v["node"]) for v in verdicts(job)} == {
+            (1, "RankNonCommHang", "worker-0", slurm_cluster.hostname)
+        }, verdicts(job)
+        assert JobEvent.objects.filter(job=job, type="c4d", payload__rank=1, payload__instance="worker-0").exists()
+
+        # Asked for a fresh dump through the shared directory, both hooks answer: the rank
+        # sleeping in its computation and the rank blocked inside gloo's all_reduce.
+        assert backend.request_flight_recorder_dumps(handle, timeout=5) == {"master-0": [0], "worker-0": [1]}
+        dumps = backend.flight_recorder_dumps(handle)
+        assert sorted(dumps) == [0, 1]
+        fr = Path(handle["attempt_dir"], "instances", "master-0", "c4d")
+        assert (fr / "fr_0.json").stat().st_mtime >= (fr / "request").stat().st_mtime
+
+        # Then the hang: the monitor's diagnosis (fresh dumps, stacks through py-spy on the
+        # node, C4D) before the job fails as hung.
+        job = tick_until(job, finished, seconds=40, what="end as hung", every=0.3)
+        assert job.status == JobStatus.FAILED and "hung" in job.reason, job.reason
+        assert Diagnosis.objects.filter(job=job, kind="stacks").exists()
+    finally:
+        slurm_cluster.cancel_all_jobs()
+        reset_backends()
