@@ -1,7 +1,8 @@
-"""Vigil's start-up hook for C4D without code changes. The local backend copies this
-file as `sitecustomize.py` into a directory it puts first on the job's PYTHONPATH when
-C4D is on, so every Python process of the job runs it at interpreter start; it is
-never imported by the console.
+"""Vigil's start-up hook for C4D without code changes. The backend copies this file as
+`sitecustomize.py` into a directory put first on the job's PYTHONPATH when C4D is on
+(the local backend: the instance's boot/; Slurm: the attempt's shared runtime/boot/,
+which every node reads), so every Python process of the job runs it at interpreter
+start; it is never imported by the console.
 
 PyTorch's Flight Recorder does the recording (the backend sets TORCH_FR_BUFFER_SIZE):
 nothing of the user's code is wrapped. What torch lacks for gloo is a dump: gloo has

@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 import redis
 
+from jobs.backends import fr_files
 from jobs.backends.base import AttemptLaunch, BackendError, InstanceLaunch, InstanceState
 from jobs.backends.frameworks import build_instances
 from jobs.backends.osuser import resolve_run_as
@@ -735,12 +736,17 @@ def test_a_rank_hung_in_compute_on_slurm_is_named_by_c4d_from_the_flight_recorde
         assert sorted(dumps) == [0, 1]
         fr = Path(handle["attempt_dir"], "instances", "master-0", "c4d")
         assert (fr / "fr_0.json").stat().st_mtime >= (fr / "request").stat().st_mtime
+        ours = (fr / "request").read_text().strip()
 
         # Then the hang: the monitor's diagnosis (fresh dumps, stacks through py-spy on the
         # node, C4D) before the job fails as hung.
         job = tick_until(job, finished, seconds=40, what="end as hung", every=0.3)
         assert job.status == JobStatus.FAILED and "hung" in job.reason, job.reason
         assert Diagnosis.objects.filter(job=job, kind="stacks").exists()
+        asked = (fr / "request").read_text().strip()  # by the hang's diagnosis, answered by both
+        assert asked != ours and [
+            fr_files.answers(str(fr.parent.parent / n / "c4d"), asked) for n in ("master-0", "worker-0")
+        ] == [[0], [1]]
     finally:
         slurm_cluster.cancel_all_jobs()
         reset_backends()
