@@ -641,6 +641,9 @@ class LocalBackend(Backend):
         0644): the job reads it and cannot change what its other ranks run."""
         fr_dir = os.path.join(idir, FR_DIR)
         self._job_owned_dir(fr_dir, who)
+        fr_files.create_request(fr_dir)  # the job's, as its directory is: fr_files writes no other
+        if who.switch:
+            os.chown(os.path.join(fr_dir, fr_files.REQUEST), who.uid, who.gid)
         boot = os.path.join(idir, "boot")
         return fr_files.recorder_env(fr_dir, boot, env, fr_files.install_boot(boot))
 
@@ -1349,6 +1352,15 @@ class LocalBackend(Backend):
         return fr_files.read_dumps(
             os.path.join(self._instance_dir(handle, inst["name"]), FR_DIR) for inst in handle.get("instances") or ()
         )
+
+    def request_flight_recorder_dumps(self, handle: dict, timeout: float = 3.0) -> dict[str, list[int]]:
+        """Ask the hooks of the instances still running for a fresh dump (fr_files.ask_for_dumps)."""
+        running = {
+            s.name: os.path.join(self._instance_dir(handle, s.name), FR_DIR)
+            for s in self.poll(handle)
+            if s.state == InstanceState.RUNNING
+        }
+        return fr_files.ask_for_dumps(running, timeout) if running else {}
 
     def pids(self, handle: dict, name: str) -> list[int]:
         idir = self._instance_dir(handle, name)
