@@ -637,6 +637,44 @@ def test_the_ddp_example_on_slurm_restarts_through_the_console_and_its_record_na
 
 # -- C4D without code changes on Slurm: the Flight Recorder through the step's environment ----
 
+HOOK_PROBE = (
+    "import os, sys\n"
+    "hook = sys.modules.get('sitecustomize')\n"
+    "print(getattr(hook, '__file__', 'no hook'))\n"
+    "print(' '.join(os.environ.get(k, '-') for k in ('VIGIL_FR_DIR', 'TORCH_FR_BUFFER_SIZE', 'VIGIL_C4D_SDK')))\n"
+    "print(os.environ.get('PYTHONPATH', '-'))\n"
+)
+
+
+@pytest.mark.slurm
+@pytest.mark.skipif(os.geteuid() != 0, reason="only root may submit as another user (CI runs as root)")
+def test_with_c4d_on_each_step_runs_the_hook_from_the_shared_directory_as_the_workspaces_user(backend, slurm_cluster):
+    let_jobs_reach(slurm_cluster.shared_dir)
+    handle = launch(
+        backend,
+        "c4d-env",
+        [
+            InstanceLaunch("worker-0", "Worker", 0, 0, f'{sys.executable} -c "$PROBE"'),
+            InstanceLaunch("worker-1", "Worker", 1, 1, f'{sys.executable} -c "$PROBE"', env={"VIGIL_C4D": "0"}),
+        ],
+        run_as="nobody",
+        env={"VIGIL_C4D": "1", "PROBE": HOOK_PROBE, "PYTHONPATH": "/opt/mine"},
+    )
+    statuses = wait_for(backend, handle, all_finished)
+    assert {s.state for s in statuses.values()} == {InstanceState.SUCCEEDED}, statuses
+    d = Path(handle["attempt_dir"])
+    boot, fr = d / "runtime" / "boot", d / "instances" / "worker-0" / "c4d"
+    assert backend.read_log(handle, "worker-0").decode().splitlines() == [
+        str(boot / "sitecustomize.py"),
+        f"{fr} 200 {boot / 'sdk'}",
+        f"{boot}:/opt/mine",
+    ]
+    assert backend.read_log(handle, "worker-1").decode().splitlines() == ["no hook", "- - -", "/opt/mine"]
+    nobody = pwd.getpwnam("nobody").pw_uid
+    assert {os.stat(p).st_uid for p in (fr, fr / "request", boot / "sitecustomize.py")} == {nobody}
+    assert fr_files._write_request(str(fr), "token")  # the root console may write the job's request
+
+
 # Two gloo ranks that know nothing of Vigil (no import, no SDK call): rank 1 stops in its own
 # computation before the fourth all_reduce, which rank 0 has entered. A plain all_reduce, not
 # DDP: the recorder records whatever torch.distributed runs, DDP's C++ all-reduces included
