@@ -573,14 +573,9 @@ def test_without_json_nodes_and_jobs_are_read_from_slurms_text_output(slurm_clus
 # -- through the console: the monitor restarts a job on Slurm ---------------------------------
 
 
-@pytest.mark.django_db(transaction=True)
-def test_the_ddp_example_on_slurm_restarts_through_the_console_and_its_record_names_the_node(
-    slurm_cluster, settings, alice, alice_ws, api_as, job_body, tmp_path
-):
-    pytest.importorskip("torch", reason="torch is not installed (.ci/run installs torch==2.13.0)")
+def console_on_slurm(settings, slurm_cluster, **options) -> None:
+    """The console's jobs with backend "slurm" go to the test cluster (reset_backends after)."""
     from jobs.backends import reset_backends
-    from jobs.models import Job, JobStatus, RestartRecord
-    from testsupport.monitor import finished, tick_until
 
     settings.JOB_BACKENDS = {
         "local": {"BACKEND": "jobs.backends.memory.MemoryBackend", "OPTIONS": {}},
@@ -591,13 +586,24 @@ def test_the_ddp_example_on_slurm_restarts_through_the_console_and_its_record_na
                 "environment": slurm_cluster.env,
                 "python": sys.executable,
                 "py_spy": PY_SPY,
-                "grace": 2,
-                "linger": 10,
                 "command_timeout": 20,
+                **options,
             },
         },
     }
     reset_backends()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_ddp_example_on_slurm_restarts_through_the_console_and_its_record_names_the_node(
+    slurm_cluster, settings, alice, alice_ws, api_as, job_body, tmp_path
+):
+    pytest.importorskip("torch", reason="torch is not installed (.ci/run installs torch==2.13.0)")
+    from jobs.backends import reset_backends
+    from jobs.models import Job, JobStatus, RestartRecord
+    from testsupport.monitor import finished, tick_until
+
+    console_on_slurm(settings, slurm_cluster, grace=2, linger=10)
     marker = slurm_cluster.shared_dir / f"fired-{tmp_path.name}"
     example = Path(__file__).resolve().parents[2] / "examples" / "ddp_train.py"
     try:
@@ -716,22 +722,7 @@ def test_a_rank_hung_in_compute_on_slurm_is_named_by_c4d_from_the_flight_recorde
     from testsupport.monitor import finished, tick_until
 
     settings.VIGIL_CONSOLE_URL = live_server.url
-    settings.JOB_BACKENDS = {
-        "local": {"BACKEND": "jobs.backends.memory.MemoryBackend", "OPTIONS": {}},
-        "slurm": {
-            "BACKEND": "jobs.backends.slurm.SlurmBackend",
-            "OPTIONS": {
-                "log_dir": str(slurm_cluster.shared_dir),
-                "environment": slurm_cluster.env,
-                "python": sys.executable,
-                "py_spy": PY_SPY,
-                "grace": 1,
-                "linger": 0,
-                "command_timeout": 20,
-            },
-        },
-    }
-    reset_backends()
+    console_on_slurm(settings, slurm_cluster, grace=1, linger=0)
     script = slurm_cluster.shared_dir / f"hung_all_reduce_{os.getpid()}.py"  # where every node reads it
     script.write_text(HUNG_ALL_REDUCE)
 
