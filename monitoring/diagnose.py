@@ -58,6 +58,9 @@ from monitoring.state import MonitorState
 log = logging.getLogger(__name__)
 
 DUMP_TIMEOUT = 5.0
+# How long a hang's diagnosis waits for the ranks' fresh Flight Recorder dumps: the hook
+# answers within its flush period (1 s), plus the shared filesystem's delay on Slurm.
+FRESH_DUMP_TIMEOUT = 3.0
 
 
 def _now_ts(now: datetime | None) -> float:
@@ -332,9 +335,31 @@ def _last_line(backend: Backend, handle: dict, inst: Instance) -> tuple[str, int
     return line, (size - len(tail) + start if size is not None and start >= 0 else None)
 
 
+def ask_for_fresh_dumps(job: Job, attempt: Attempt) -> dict[str, list[int]]:
+    """The ranks' Flight Recorder dumps taken now, where the backend can ask for them (on
+    Slurm through the attempt's shared directory, from every node): the hang's stacks and
+    C4D then judge the moment of the hang, not up to a flush period before it. Returns
+    instance -> the ranks that answered; an instance that did not keeps its last dump."""
+    try:
+        found = actions.get_backend_for(job).request_flight_recorder_dumps(
+            attempt.backend_handle or {}, FRESH_DUMP_TIMEOUT
+        )
+    except (BackendError, OSError) as exc:
+        log.warning("job %s: no fresh Flight Recorder dumps: %s", job.pk, exc)
+        return {}
+    silent = sorted(name for name, ranks in found.items() if not ranks)
+    if silent:
+        log.info(
+            "job %s: no fresh Flight Recorder dump from %s in %.0f s", job.pk, ", ".join(silent), FRESH_DUMP_TIMEOUT
+        )
+    return found
+
+
 def on_hang(job: Job, attempt: Attempt, instances: list[Instance], message: str = "") -> HangFinding:
-    """Before a hang restart: the stacks (and C4D when on) while the ranks still hang,
-    and what the restart record says about them."""
+    """Before a hang restart: the stacks (and C4D when on, from fresh dumps) while the
+    ranks still hang, and what the restart record says about them."""
+    if job.ft.enable_c4d_hang_detection:
+        ask_for_fresh_dumps(job, attempt)
     diagnosis = snapshot_stacks(job, attempt, trigger=DiagnosisTrigger.HANG)
     if job.ft.enable_c4d_hang_detection:
         run_c4d(job, attempt, job.ft)
