@@ -275,6 +275,12 @@ class Backend(ABC):
         backend collects them (C4D without code changes); {} where it does not."""
         return {}
 
+    def refresh_flight_recorder_dumps(self, handle: dict, timeout: float = 2.0) -> bool:
+        """Ask the attempt's ranks for a fresh Flight Recorder dump and wait (up to `timeout`)
+        until they wrote it: True when every rank that had a dump wrote a new one. Backends
+        that collect no dumps have nothing to refresh."""
+        return False
+
     def dump_stacks(self, handle: dict, name: str, timeout: float = 30.0) -> list[dict]:
         """py-spy dumps of the instance's Python processes taken where they run, for
         an instance pids() cannot reach from here: [{"pid", "stacks"}] or

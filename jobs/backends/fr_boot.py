@@ -9,7 +9,8 @@ no watchdog and never writes its trace by itself (core/flight_recorder.py). So o
 daemon thread, named vigil-fr so stack snapshots never make it a suspect, waits
 until the process has a default process group and then, every VIGIL_C4D_FLUSH_SECONDS,
 takes torch's own JSON dump (_dump below) and writes it to $VIGIL_FR_DIR/fr_<rank>.json when it
-changed (write then rename: the console never reads half a file). A rank hung in a
+changed (write then rename: the console never reads half a file), and at once when the console
+touches $VIGIL_FR_DIR/dump.request (a hang is being judged: the dump must be fresh). A rank hung in a
 collective or in compute keeps its last dump, which is what the console judges.
 The main thread lets go of the GIL while it waits inside a collective, so the dump
 is taken then too.
@@ -75,10 +76,24 @@ def _dump():
     return fallback
 
 
+REQUEST = "dump.request"  # the console touches it for a fresh dump before it judges a hang
+
+
+def _requested(directory):
+    try:
+        return os.stat(os.path.join(directory, REQUEST)).st_mtime_ns
+    except OSError:
+        return 0
+
+
 def _dump_loop(directory, period):
-    last = None
+    last, due, seen = None, time.monotonic() + period, _requested(directory)
     while True:
-        time.sleep(period)
+        time.sleep(min(period, 0.2))
+        asked = _requested(directory)
+        if asked == seen and time.monotonic() < due:
+            continue
+        due = time.monotonic() + period
         dist = sys.modules.get("torch.distributed")
         if dist is None:
             continue
@@ -87,9 +102,11 @@ def _dump_loop(directory, period):
                 continue
             rank = dist.get_rank()
             data = _dump()
-            if data is not None and data != last:
+            # Asked for: written even when unchanged, so the console sees it is fresh.
+            if data is not None and (data != last or asked != seen):
                 _write(directory, rank, data)
                 last = data
+            seen = asked
         except Exception:
             continue
 

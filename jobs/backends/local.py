@@ -118,6 +118,7 @@ SDK_C4D_MODULES = ("__init__.py", "_client.py", "c4d.py", "job_monitor.py")
 NCCL_DUMP_PREFIX = "nccl_trace_rank_"
 FR_DUMP_NAME = re.compile(r"^(?:fr_([0-9]{1,7})\.json|nccl_trace_rank_([0-9]{1,7}))$")
 FR_BUFFER_SIZE = 200
+FR_REQUEST = "dump.request"  # fr_boot.REQUEST: touched for a fresh dump
 MAX_FR_DUMP = 32 * 1024 * 1024
 START_GRACE = 10.0  # seconds a launched instance may stay without state.json before it is LOST
 WARM = "warm"  # <job>/warm/attempt-<n>/<instance>/: the parked shim standing by for attempt n
@@ -1413,6 +1414,29 @@ class LocalBackend(Backend):
                     out[rank] = f.read(MAX_FR_DUMP)
         return out
 
+    def refresh_flight_recorder_dumps(self, handle: dict, timeout: float = 2.0) -> bool:
+        """Touch each instance's c4d/dump.request, which the start-up hook watches
+        (fr_boot.py), and wait until every fr_<rank>.json there is newer than the request."""
+        dirs = [os.path.join(self._instance_dir(handle, i["name"]), FR_DIR) for i in handle.get("instances") or ()]
+        asked = time.time()
+        waiting = []
+        for fr_dir in dirs:
+            dumps = [os.path.join(fr_dir, e) for e in _listdir(fr_dir) if e.startswith("fr_") and e.endswith(".json")]
+            if not dumps:
+                continue
+            try:
+                with open(os.path.join(fr_dir, FR_REQUEST), "w"):
+                    pass
+                os.utime(os.path.join(fr_dir, FR_REQUEST), (asked, asked))
+            except OSError:
+                continue
+            waiting.extend(dumps)
+        deadline = time.monotonic() + timeout
+        while waiting and time.monotonic() < deadline:
+            time.sleep(0.05)
+            waiting = [p for p in waiting if _mtime(p) < asked]
+        return not waiting
+
     def pids(self, handle: dict, name: str) -> list[int]:
         idir = self._instance_dir(handle, name)
         state = shim.read_json(os.path.join(idir, shim.STATE))
@@ -1481,3 +1505,10 @@ def _last_byte(path) -> bytes:
 
 
 _BOOT_ID = shim.boot_id()
+
+
+def _mtime(path: str) -> float:
+    try:
+        return os.lstat(path).st_mtime
+    except OSError:
+        return float("inf")  # gone: nothing to wait for
