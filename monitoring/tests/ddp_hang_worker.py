@@ -2,15 +2,15 @@
 a way real training code does: the waiting ranks sit in `loss.backward()`, where DDP's
 gradient all-reduce runs in C++ and no torch.distributed frame shows in Python.
 
-Per step: forward, the loss all_reduce'd for logging (as most loops do; not with
-HANG_MODE=skip), backward (DDP's all-reduce), optimizer step, a "step=N rank=R" line. HANG_STEPS steps (default 400), then
+Per step: forward, backward (DDP's all-reduce), optimizer step, a "step=N rank=R" line;
+with HANG_MODE=comm the loss is all_reduce'd for logging too, before backward. HANG_STEPS steps (default 400), then
 a barrier, and exit 0. Rank HANG_RANK, at step HANG_STEP:
-  HANG_MODE=compute  hangs in its own code (compute_forever) before the step's collectives
+  HANG_MODE=compute  hangs in its own code (compute_forever) before the step's forward
   HANG_MODE=skip     skips the step's backward, as a loop skipping a bad batch on one rank
                      does: from then on its all-reduces pair with its peers' previous ones
                      (gloo checks sizes only, and every one is DDP's), until it waits in
                      the final barrier where its peers wait in DDP's last all-reduce. (With
-                     the logging all_reduce too the sizes would differ and gloo would
+                     a logging all_reduce too the sizes would differ and gloo would
                      abort: "Received data size doesn't match expected size".)
   HANG_MODE=comm     its loss all_reduce never returns, after the data moved (its
                      tensor's __torch_function__, which all_reduce dispatches to, waits after
@@ -60,7 +60,7 @@ def main() -> None:
         opt.zero_grad()
         loss = model(torch.randn(4, 8)).pow(2).mean()
         logged = loss.detach().clone()
-        if MODE != "skip":
+        if MODE == "comm":
             dist.all_reduce(logged.as_subclass(NeverReturns) if faulty and MODE == "comm" else logged)
         if faulty and MODE == "skip":
             print(f"step={step} rank={rank} skipped", flush=True)
