@@ -86,9 +86,9 @@ def _requested(directory):
         return 0
 
 
-def _dump_loop(directory, period):
+def _dump_loop(directory, period, stop=None):
     last, due, seen = None, time.monotonic() + period, _requested(directory)
-    while True:
+    while stop is None or not stop.is_set():
         time.sleep(min(period, 0.2))
         asked = _requested(directory)
         if asked == seen and time.monotonic() < due:
