@@ -87,7 +87,8 @@ def _requested(directory):
 
 
 def _dump_loop(directory, period, stop=None):
-    last, due, seen = None, time.monotonic() + period, _requested(directory)
+    # seen starts at 0: a request made before this thread first looked is still answered.
+    last, due, seen = None, time.monotonic() + period, 0
     while stop is None or not stop.is_set():
         time.sleep(min(period, 0.2))
         asked = _requested(directory)

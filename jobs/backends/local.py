@@ -1416,25 +1416,28 @@ class LocalBackend(Backend):
 
     def refresh_flight_recorder_dumps(self, handle: dict, timeout: float = 2.0) -> bool:
         """Touch each instance's c4d/dump.request, which the start-up hook watches
-        (fr_boot.py), and wait until every fr_<rank>.json there is newer than the request."""
-        dirs = [os.path.join(self._instance_dir(handle, i["name"]), FR_DIR) for i in handle.get("instances") or ()]
-        asked = time.time()
-        waiting = []
-        for fr_dir in dirs:
-            dumps = [os.path.join(fr_dir, e) for e in _listdir(fr_dir) if e.startswith("fr_") and e.endswith(".json")]
+        (fr_boot.py), and wait until every fr_<rank>.json there is no older than the request.
+        Both times are the file system's (coarser than time.time(): a dump written just after
+        the request would look older than a time.time() taken before it)."""
+        waiting: list[tuple[str, int]] = []
+        for inst in handle.get("instances") or ():
+            fr_dir = os.path.join(self._instance_dir(handle, inst["name"]), FR_DIR)
+            dumps = [os.path.join(fr_dir, e) for e in _listdir(fr_dir) if FR_DUMP_NAME.match(e) and e.startswith("fr_")]
             if not dumps:
                 continue
+            request = os.path.join(fr_dir, FR_REQUEST)
             try:
-                with open(os.path.join(fr_dir, FR_REQUEST), "w"):
+                with open(request, "w"):
                     pass
-                os.utime(os.path.join(fr_dir, FR_REQUEST), (asked, asked))
+                os.utime(request, None)
+                asked = os.stat(request).st_mtime_ns
             except OSError:
                 continue
-            waiting.extend(dumps)
+            waiting.extend((path, asked) for path in dumps)
         deadline = time.monotonic() + timeout
         while waiting and time.monotonic() < deadline:
             time.sleep(0.05)
-            waiting = [p for p in waiting if _mtime(p) < asked]
+            waiting = [(path, asked) for path, asked in waiting if _mtime_ns(path) < asked]
         return not waiting
 
     def pids(self, handle: dict, name: str) -> list[int]:
@@ -1507,8 +1510,8 @@ def _last_byte(path) -> bytes:
 _BOOT_ID = shim.boot_id()
 
 
-def _mtime(path: str) -> float:
+def _mtime_ns(path: str) -> float:
     try:
-        return os.lstat(path).st_mtime
+        return os.lstat(path).st_mtime_ns
     except OSError:
         return float("inf")  # gone: nothing to wait for
