@@ -753,30 +753,19 @@ def _recorded_culprits(positions: Sequence[_Position], recorded: Mapping[int, Re
     if len(inside) < len(by_rank):
         return None  # ranks outside every collective but none behind: the stacks decide
     seqs = {rc.seq for rc in inside.values()}
-    if len(seqs) > 1:
-        ahead = max(seqs)
-        behind = sorted(
-            (by_rank[r] for r, rc in inside.items() if rc.seq < ahead), key=lambda p: inside[rank_of(p)].seq
-        )
+    if len(seqs) > 1:  # behind: in a lower collective than the front's
+        ahead, how = max(seqs), "behind"
         front = [by_rank[r] for r, rc in inside.items() if rc.seq == ahead]
-        return _desync(
-            behind,
-            front,
-            lambda p: inside[rank_of(p)].describe(),
-            inside[rank_of(front[0])].describe(),
-            "behind",
-            RULE_RECORDED_DESYNC,
-        )
-    majority, odd = _majority(list(by_rank.values()), key=lambda p: inside[rank_of(p)].op)
+        odd = sorted((by_rank[r] for r, rc in inside.items() if rc.seq < ahead), key=lambda p: inside[rank_of(p)].seq)
+    else:  # the same collective, another op than the majority's
+        front, odd = _majority(list(by_rank.values()), key=lambda p: inside[rank_of(p)].op)
+        how = "different"
     if odd:
-        return _desync(
-            odd,
-            majority,
-            lambda p: inside[rank_of(p)].describe(),
-            inside[rank_of(majority[0])].describe(),
-            "different",
-            RULE_RECORDED_DESYNC,
-        )
+
+        def recorded_as(p: _Position) -> str:
+            return inside[rank_of(p)].describe()
+
+        return _desync(odd, front, recorded_as, recorded_as(front[0]), how, RULE_RECORDED_DESYNC)
     what = "/".join(sorted({rc.describe() for rc in inside.values()}))
     return _no_suspect(
         f"No suspect: all {len(inside)} ranks are inside {what} by their collective records, so every "
