@@ -90,11 +90,19 @@ def _requested(path):
     return line.strip().decode("ascii", "replace") if line.endswith(b"\n") else ""
 
 
-def _dump_loop(directory, period):
-    last, answered = None, ""
+def _dump_loop(directory, period, stop=None):
+    # `answered` starts empty: a request made before this thread first looked is still
+    # answered. The request file is read every 0.2 s, so a hang's diagnosis waits that long
+    # for its fresh dump at most, while the periodic dump stays at `period`.
+    last, answered, due = None, "", time.monotonic() + period
     request = os.path.join(directory, "request")
-    while True:
-        time.sleep(period)
+    while stop is None or not stop.is_set():
+        time.sleep(min(period, 0.2))
+        token = _requested(request)
+        fresh = bool(token) and token != answered
+        if not fresh and time.monotonic() < due:
+            continue
+        due = time.monotonic() + period
         dist = sys.modules.get("torch.distributed")
         if dist is None:
             continue
@@ -102,9 +110,9 @@ def _dump_loop(directory, period):
             if not dist.is_available() or not dist.is_initialized():
                 continue
             rank = dist.get_rank()
-            token = _requested(request)
-            fresh = token and token != answered
             data = _dump()
+            # Asked for: written even when unchanged, then answered, so the console knows the
+            # dump it reads was taken after it asked.
             if data is not None and (data != last or fresh):
                 _write(directory, "fr_%d.json" % rank, data)
                 last = data
