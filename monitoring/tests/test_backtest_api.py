@@ -167,3 +167,39 @@ def test_the_save_keeps_what_the_preview_showed(alice, alice_ws, api_as, past):
     again = preview(api, past["watchdog"], keyword=WATCHDOG, scope="workspace").json()
     assert shown["summary"]["would_restart_jobs"] == 1 and again["summary"]["would_restart_jobs"] == 0
     assert Job.objects.get(pk=past["watchdog"].pk).status == JobStatus.FAILED
+
+
+# ---- the page: the job page's keyword offer tries the keyword first --------------------------
+
+
+def page_preview(client, job, htmx=True, **data):
+    headers = {"HTTP_HX_REQUEST": "true"} if htmx else {}
+    return client.post(f"/workspaces/alice-lab/jobs/{job.pk}/retryable-keyword/preview/", data, **headers)
+
+
+def test_the_offer_tries_the_keyword_on_past_failures_and_saves_nothing(client, alice, alice_ws, past):
+    client.force_login(alice)
+    job = past["watchdog"]
+    offer = client.get(f"/workspaces/alice-lab/jobs/{job.pk}/").content.decode()
+    assert "Try on past failures" in offer and "data-backtest" in offer
+    before = saved_state(alice_ws)
+    body = page_preview(client, job, keyword=WATCHDOG, scope="workspace").content.decode()
+    assert "Would have restarted 1 job" in body
+    assert body.count("data-backtest-row") == 2
+    assert 'data-change="restart_instead_of_fail"' in body and f'href="/workspaces/alice-lab/jobs/{job.pk}/"' in body
+    # without htmx: a page with the offer, the scope kept, and the panel filled
+    page = page_preview(client, job, htmx=False, keyword=WATCHDOG, scope="workspace").content.decode()
+    assert "<html" in page and 'value="workspace" checked' in page and "Would have restarted 1 job" in page
+    assert saved_state(alice_ws) == before
+
+
+def test_the_pages_preview_refuses_as_the_api_does(client, alice, bob, bob_ws, dave, past):
+    job = past["watchdog"]
+    client.force_login(alice)
+    r = page_preview(client, job, keyword="two\nlines", scope="job")
+    assert r.status_code == 400 and "keyword:" in r.content.decode()
+    assert page_preview(client, job, keyword="x", scope="nowhere").status_code == 400
+    client.force_login(dave)
+    assert page_preview(client, job, keyword=WATCHDOG, scope="job").status_code == 403
+    client.force_login(bob)
+    assert page_preview(client, job, keyword=WATCHDOG, scope="job").status_code == 404
