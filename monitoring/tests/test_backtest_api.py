@@ -119,6 +119,7 @@ BAD = [
     ({"keyword": "x" * 257, "scope": "job"}, "keyword"),
     ({"keyword": "two\nlines", "scope": "job"}, "keyword"),
     ({"keyword": ["a list"], "scope": "job"}, "keyword"),
+    ('{"keyword": "lone \\ud800 surrogate", "scope": "job"}', "keyword"),  # raw JSON: the client cannot encode it
     ({"keyword": "fine"}, "scope"),
     ({"keyword": "fine", "scope": "everywhere"}, "scope"),
 ]
@@ -129,7 +130,10 @@ def test_bad_input_is_a_400_naming_the_field_for_the_preview_and_the_save_alike(
     before = saved_state(alice_ws)
     for body, field in BAD:
         for url in ("retryable-keywords/preview/", "retryable-keywords/"):
-            r = api.post(f"/api/v1/jobs/{job.pk}/{url}", body, format="json")
+            if isinstance(body, str):
+                r = api.post(f"/api/v1/jobs/{job.pk}/{url}", body, content_type="application/json")
+            else:
+                r = api.post(f"/api/v1/jobs/{job.pk}/{url}", body, format="json")
             assert r.status_code == 400, (body, url, r.content)
             assert field in r.json(), (body, url, r.json())
     assert saved_state(alice_ws) == before
