@@ -1,0 +1,202 @@
+"""Nodes that really die, on a real three-node Slurm cluster (issue 29).
+
+One cluster for the module: Slurm's multiple-slurmd mode, nodes n1..n3 on 127.0.0.1
+(jobs/tests/slurm_cluster.py), SlurmdTimeout=5 so that a dead node is DOWN in about
+12 s. A node "dies" by SIGKILL to its slurmd, its slurmstepds and its tasks (found by
+the node's process tree); it is "cut off" by SIGSTOP to the same processes. Every
+daemon is stopped by its PID at the end. Cases that need the same node death share it
+(two jobs run side by side through one death) to keep the module's time down.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+import time
+
+import pytest
+
+from jobs.tests.slurm_cluster import SlurmCluster, start_cluster, why_cluster_cannot_run
+
+pytestmark = pytest.mark.slurm
+
+NODES = ["n1", "n2", "n3"]
+# Attempt 1 runs until the test lets it finish (a marker on the shared directory); every
+# rank prints twice a second, so the log of a rank on a dead node stops when it dies.
+RANK_SCRIPT = (
+    "while [ ! -e {marker} ]; do echo alive $RANK on $SLURMD_NODENAME; sleep 0.5; done; "
+    "echo done $RANK on $SLURMD_NODENAME"
+)
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    reason = why_cluster_cannot_run()
+    if reason:
+        pytest.skip(reason)
+    c = start_cluster(nodes=3, slurmd_timeout=5, message_timeout=3)
+    try:
+        yield c
+    finally:
+        c.stop()
+        shutil.rmtree(c.root, ignore_errors=True)
+
+
+@pytest.fixture
+def revive(cluster: SlurmCluster):
+    """Every node a test killed or froze comes back for the next test."""
+    yield
+    cluster.cancel_all_jobs()
+    for node in NODES:
+        cluster.thaw_node(node)
+        if cluster.node_state(node) != "idle":
+            cluster.revive_node(node)
+    cluster.wait_until_idle(60)
+
+
+def slurm_backends(cluster: SlurmCluster, **extra) -> dict:
+    def one(*sbatch: str) -> dict:
+        return {
+            "BACKEND": "jobs.backends.slurm.SlurmBackend",
+            "OPTIONS": {
+                "log_dir": str(cluster.shared_dir),
+                "environment": cluster.env,
+                "python": sys.executable,
+                "grace": 2,
+                "linger": 5,
+                "command_timeout": 20,
+                "sbatch_options": list(sbatch),
+                **extra,
+            },
+        }
+
+    return {
+        "local": {"BACKEND": "jobs.backends.memory.MemoryBackend", "OPTIONS": {}},
+        # Three ranks spread one per node while three are free; fewer nodes do if not.
+        "slurm": one("--spread-job"),
+        # Three ranks that need three nodes.
+        "slurm-all": one("--nodes=3"),
+    }
+
+
+def submit_three_ranks(api, workspace, job_body, backend: str, command: str, name: str, flags: str):
+    r = api.post(
+        "/api/v1/jobs/",
+        job_body(
+            workspace,
+            display_name=name,
+            backend=backend,
+            job_specs=[
+                {"type": "Master", "pod_count": 1, "resource_config": {"cpu": 1, "memory": "1Gi", "gpu": 0}},
+                {"type": "Worker", "pod_count": 2, "resource_config": {"cpu": 1, "memory": "1Gi", "gpu": 0}},
+            ],
+            user_command=command,
+            settings={"enable_error_monitoring_in_aimaster": True, "error_monitoring_args": flags},
+        ),
+        format="json",
+    )
+    assert r.status_code == 201, r.content
+    return r.json()["id"]
+
+
+def tick_all(job_ids, done, seconds: float, what: str):
+    """Tick every job as the sweep would until done(job) holds for all of them."""
+    from jobs.models import Job, JobEvent
+    from monitoring import tick
+
+    deadline = time.monotonic() + seconds
+    while True:
+        jobs = []
+        for pk in job_ids:
+            tick.run_job(pk)
+            jobs.append(Job.objects.get(pk=pk))
+        if all(done(j) for j in jobs):
+            return jobs
+        if time.monotonic() > deadline:
+            lines = [
+                f"job {j.pk} {j.status} attempt {j.current_attempt} ({j.reason}):\n"
+                + "\n".join(f"  {e.type}: {e.message}" for e in JobEvent.objects.filter(job=j).order_by("id"))
+                for j in jobs
+            ]
+            raise AssertionError(f"jobs did not {what} within {seconds} s:\n" + "\n".join(lines))
+        time.sleep(0.3)
+
+
+def running_everywhere(job_id) -> bool:
+    from jobs.models import Attempt, InstanceStatus
+
+    attempt = Attempt.objects.filter(job_id=job_id).order_by("-number").first()
+    insts = list(attempt.instances.all()) if attempt else []
+    return len(insts) == 3 and all(i.status == InstanceStatus.RUNNING and i.node for i in insts)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_dead_node_fails_the_attempt_with_node_fail_and_vigil_restarts_once_on_the_rest_or_waits_for_it(
+    cluster, revive, settings, alice, alice_ws, api_as, job_body, tmp_path
+):
+    from jobs.access import backend_permission
+    from jobs.backends import get_backend, reset_backends
+    from jobs.models import Attempt, Job, JobEvent, JobStatus, NodeFault, RestartRecord
+
+    settings.JOB_BACKENDS = slurm_backends(cluster)
+    reset_backends()
+    alice.user_permissions.add(backend_permission("slurm-all"))
+    marker = cluster.shared_dir / f"done-{tmp_path.name}"
+    command = RANK_SCRIPT.format(marker=marker)
+    flags = "--enable-job-restart=True --max-num-of-job-restart=2"
+    api = api_as(alice)
+    try:
+        rest = submit_three_ranks(api, alice_ws, job_body, "slurm", command, "on-the-rest", flags)
+        all3 = submit_three_ranks(api, alice_ws, job_body, "slurm-all", command, "needs-all-three", flags)
+        tick_all([rest, all3], lambda j: running_everywhere(j.pk), 40, "run on three nodes")
+        for pk in (rest, all3):
+            nodes = {i.name: i.node for i in Attempt.objects.get(job_id=pk, number=1).instances.all()}
+            assert sorted(nodes.values()) == NODES, nodes
+
+        died_at = time.time()
+        killed = cluster.kill_node("n3")
+        assert len(killed) >= 3, killed  # slurmd, and per job its slurmstepd and task at least
+        tick_all([rest, all3], lambda j: j.current_attempt == 2, 40, "restart after the node died")
+        marker.touch()  # attempt 2 may finish
+        jobs = tick_all([rest], lambda j: j.status == JobStatus.SUCCEEDED, 40, "succeed on the remaining nodes")
+        assert jobs[0].current_attempt == 2, jobs[0].reason
+
+        for pk in (rest, all3):
+            job = Job.objects.get(pk=pk)
+            first = Attempt.objects.get(job=job, number=1)
+            slurm = get_backend(job.backend)
+            # Slurm's own word, and no requeue of its own (sbatch --no-requeue): the job
+            # stays NODE_FAIL while Vigil's one restart is attempt 2.
+            assert slurm.job(first.backend_handle).state == "NODE_FAIL"
+            assert Attempt.objects.filter(job=job).count() == 2
+            record = RestartRecord.objects.get(job=job)
+            assert (record.node_name, record.error_code) == ("n3", "NODE_LOST"), (record.node_name, record.reason)
+            assert record.instance_name == "worker-1"
+            assert NodeFault.objects.filter(job=job, node="n3", retryable=True).count() == 1
+            assert not NodeFault.objects.filter(job=job).exclude(node="n3").exists()
+            print(
+                f"{job.display_name}: node death to restart decision {record.restart_time.timestamp() - died_at:.1f} s"
+            )
+
+        second = Attempt.objects.get(job_id=rest, number=2)
+        assert second.backend_handle["avoided_nodes"] == ["n3"]
+        assert {i.node for i in second.instances.all()} <= {"n1", "n2"}
+        assert JobEvent.objects.filter(
+            job_id=rest, attempt=2, message="Attempt 2 avoids node n3: it runs on the remaining nodes."
+        ).exists()
+
+        waiting = Attempt.objects.get(job_id=all3, number=2)
+        assert waiting.backend_handle["waiting_for_nodes"] == ["n3"]
+        assert JobEvent.objects.filter(job_id=all3, attempt=2, message__startswith="Attempt 2 needs every node, n3")
+        (job,) = tick_all([all3], lambda j: True, 5, "tick")
+        assert job.status in (JobStatus.QUEUING, JobStatus.RESTARTING, JobStatus.RUNNING), job.status
+        pending = {i.status for i in waiting.instances.all()}
+        assert pending == {"Pending"}, pending
+
+        cluster.revive_node("n3")  # the node returns: the waiting attempt runs on all three
+        (job,) = tick_all([all3], lambda j: j.status == JobStatus.SUCCEEDED, 40, "succeed once n3 returned")
+        assert sorted(i.node for i in Attempt.objects.get(job=job, number=2).instances.all()) == NODES
+    finally:
+        marker.touch()
+        cluster.cancel_all_jobs()
+        reset_backends()
