@@ -28,7 +28,7 @@ from django.utils import timezone
 from core.classify import Classification, ErrorSource, FailureObservation, pick_root_cause
 from core.policy import Action, Decision, DetectedProblem, InstanceFailure, decide
 from infra import metrics
-from jobs import actions, faults
+from jobs import actions, faults, isolation
 from jobs.backends.base import Backend, BackendError
 from jobs.models import (
     FINISHED_JOB_STATUSES,
@@ -397,6 +397,10 @@ def count_node_fault(job: Job, inst: Instance, c: Classification) -> None:
         NodeFault.objects.create(
             node=inst.node, backend=job.backend, job=job, error_code=c.error_code, retryable=c.retryable
         )
+        if c.retryable:
+            # A record that now crosses the threshold drains the node before the next attempt
+            # is placed, so that attempt already avoids it.
+            isolation.on_node_fault(job, inst.node)
 
 
 # --- performing --------------------------------------------------------------------------
