@@ -200,3 +200,78 @@ def test_a_dead_node_fails_the_attempt_with_node_fail_and_vigil_restarts_once_on
         marker.touch()
         cluster.cancel_all_jobs()
         reset_backends()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_node_whose_record_crosses_the_threshold_is_drained_avoided_and_returned_to_service_by_staff(
+    cluster, revive, settings, client, alice, alice_ws, bob, bob_ws, api_as, job_body, tmp_path
+):
+    from jobs.backends import get_backend, reset_backends
+    from jobs.models import Attempt, JobEvent, JobStatus, NodeFault, NodeServiceAction
+    from testsupport.monitor import FAULT_ONCE_SCRIPT
+
+    settings.JOB_BACKENDS = slurm_backends(cluster)
+    reset_backends()
+    # n2's record so far: one retryable fault in a job of alice's and one in bob's.
+    for who, ws in ((alice, alice_ws), (bob, bob_ws)):
+        r = api_as(who).post("/api/v1/jobs/", job_body(ws, display_name="earlier", backend="slurm"), format="json")
+        NodeFault.objects.create(node="n2", backend="slurm", job_id=r.json()["id"], error_code="NCCL_SYSTEM_ERROR")
+    markers = cluster.shared_dir / f"markers-{tmp_path.name}"
+    markers.mkdir()
+    script = cluster.shared_dir / f"fault-once-{tmp_path.name}.py"
+    script.write_text(FAULT_ONCE_SCRIPT)
+    r = api_as(alice).post(
+        "/api/v1/jobs/",
+        job_body(
+            alice_ws,
+            display_name="DRAIN-ME",
+            backend="slurm",
+            job_specs=[
+                {"type": "Master", "pod_count": 1, "resource_config": {"cpu": 1, "memory": "1Gi", "gpu": 0}},
+                {"type": "Worker", "pod_count": 2, "resource_config": {"cpu": 1, "memory": "1Gi", "gpu": 0}},
+            ],
+            user_command=f"{sys.executable} {script}",
+            envs={"MARKERS": str(markers)},
+            settings={
+                "enable_error_monitoring_in_aimaster": True,
+                "error_monitoring_args": "--enable-job-restart=True --max-num-of-job-restart=2",
+            },
+        ),
+        format="json",
+    )
+    assert r.status_code == 201, r.content
+    pk = r.json()["id"]
+    try:
+        # worker-0 runs on n2 (one rank per node, in rank order) and fails once, retryably.
+        (job,) = tick_all([pk], lambda j: j.status == JobStatus.SUCCEEDED, 60, "succeed on attempt 2")
+        first = {i.name: i.node for i in Attempt.objects.get(job=job, number=1).instances.all()}
+        assert first["worker-0"] == "n2", first
+        assert job.current_attempt == 2
+        # The third fault, from a second submitter's jobs: Slurm drained n2 naming the jobs.
+        [n2] = [n for n in get_backend("slurm").list_nodes() if n.name == "n2"]
+        assert not n2.schedulable
+        assert n2.reason.startswith("Vigil jobs ") and "on n2 (node reputation)" in n2.reason, n2.reason
+        assert "DRAIN-ME" not in n2.reason
+        assert "drain" in cluster.node_state("n2")
+        assert JobEvent.objects.filter(job=job, type="node_isolated").exists()
+        second = Attempt.objects.get(job=job, number=2)
+        assert second.backend_handle["avoided_nodes"] == ["n2"]
+        assert {i.node for i in second.instances.all()} <= {"n1", "n3"}
+
+        # Staff see who and why on the nodes page and return n2 to service there.
+        bob.is_staff = True
+        bob.save()
+        client.force_login(bob)
+        page = client.get("/nodes/").content.decode()
+        assert "Isolated by Vigil" in page and "on n2 (node reputation)" in page
+        r = client.post("/nodes/slurm/n2/restore/", {"reason": "cable reseated"})
+        assert r.status_code == 302, r.content
+        deadline = time.monotonic() + 20
+        while cluster.node_state("n2") != "idle" and time.monotonic() < deadline:
+            time.sleep(0.3)
+        assert cluster.node_state("n2") == "idle"  # scontrol update State=RESUME
+        restored = NodeServiceAction.objects.first()
+        assert (restored.kind, restored.by, restored.reason) == ("restore", bob, "cable reseated")
+    finally:
+        cluster.cancel_all_jobs()
+        reset_backends()
