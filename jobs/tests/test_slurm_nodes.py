@@ -10,6 +10,7 @@ daemon is stopped by its PID at the end. Cases that need the same node death sha
 
 from __future__ import annotations
 
+import os
 import shutil
 import sys
 import time
@@ -46,9 +47,10 @@ def cluster():
 def revive(cluster: SlurmCluster):
     """Every node a test killed or froze comes back for the next test."""
     yield
-    cluster.cancel_all_jobs()
     for node in NODES:
         cluster.thaw_node(node)
+    cluster.cancel_all_jobs()
+    for node in NODES:
         if cluster.node_state(node) != "idle":
             cluster.revive_node(node)
     cluster.wait_until_idle(60)
@@ -275,3 +277,114 @@ def test_a_node_whose_record_crosses_the_threshold_is_drained_avoided_and_return
     finally:
         cluster.cancel_all_jobs()
         reset_backends()
+
+
+# Every step ends at a barrier over the shared directory, as a collective does: when one
+# rank stops, every rank waits (and prints nothing) from the next step on.
+BARRIER_SCRIPT = (
+    "d={dir}/a$VIGIL_ATTEMPT; mkdir -p $d; step=0; "
+    "while [ ! -e {marker} ]; do step=$((step+1)); echo step $step rank $RANK on $SLURMD_NODENAME; "
+    "touch $d/r$RANK-$step; "
+    "while [ $(ls $d | grep -c -- -$step\\$) -lt 3 ] && [ ! -e {marker} ]; do sleep 0.1; done; sleep 0.3; done"
+)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_node_cut_off_while_its_ranks_live_on_is_named_by_the_decision_and_the_restart_avoids_it(
+    cluster, revive, settings, alice, alice_ws, api_as, job_body, tmp_path
+):
+    """The partition, with a SIGSTOPped node standing in for a cut cable (all nodes share
+    127.0.0.1 here; see docs/slurm.md): n3's slurmd, slurmstepds and rank are stopped, not
+    dead. The other ranks wait at the barrier, silent. Slurm holds n3 not responding after
+    SlurmdTimeout (5 s) and DOWN after ~10 s, which ends the job NODE_FAIL before the 30 s
+    hang interval: the failure decision names n3, not the silent healthy ranks."""
+    from jobs.backends import reset_backends
+    from jobs.models import Attempt, JobStatus, RestartRecord
+
+    settings.JOB_BACKENDS = slurm_backends(cluster)
+    reset_backends()
+    marker = cluster.shared_dir / f"done-{tmp_path.name}"
+    work = cluster.shared_dir / f"barrier-{tmp_path.name}"
+    flags = (
+        "--enable-job-restart=True --max-num-of-job-restart=2 --enable-job-hang-detection=True --job-hang-interval=30"
+    )
+    command = BARRIER_SCRIPT.format(dir=work, marker=marker)
+    pk = submit_three_ranks(api_as(alice), alice_ws, job_body, "slurm", command, "partitioned", flags)
+    try:
+        tick_all([pk], lambda j: running_everywhere(j.pk), 40, "run on three nodes")
+        logs = {i.name: i for i in Attempt.objects.get(job_id=pk, number=1).instances.all()}
+        assert logs["worker-1"].node == "n3"
+        time.sleep(1.5)  # a few steps through the barrier
+        cut_at = time.time()
+        frozen = cluster.freeze_node("n3")
+        assert len(frozen) >= 3, frozen
+        (job,) = tick_all([pk], lambda j: j.current_attempt == 2, 40, "restart after n3 was cut off")
+        marker.touch()
+        (job,) = tick_all([pk], lambda j: j.status == JobStatus.SUCCEEDED, 40, "succeed without n3")
+        record = RestartRecord.objects.get(job=job)
+        assert (record.node_name, record.instance_name, record.error_code) == ("n3", "worker-1", "NODE_LOST"), (
+            record.node_name,
+            record.reason,
+        )
+        assert not job.events.filter(type="hang").exists()  # the healthy ranks' silence is not blamed
+        second = Attempt.objects.get(job=job, number=2)
+        assert second.backend_handle["avoided_nodes"] == ["n3"]
+        assert {i.node for i in second.instances.all()} <= {"n1", "n2"}
+        # n3's processes were never killed: the cut-off node's rank is still there, stopped.
+        assert any(os.path.exists(f"/proc/{pid}") for pid in frozen)
+        print(f"partition to restart decision {record.restart_time.timestamp() - cut_at:.1f} s")
+    finally:
+        marker.touch()
+        cluster.cancel_all_jobs()
+        reset_backends()
+
+
+@pytest.mark.redis
+def test_each_nodes_logs_and_exit_announcements_arrive_as_a_local_ones_do(cluster, revive, tmp_path):
+    """Three ranks on three nodes: each log is read from the shared directory, and each
+    node's wrapper announces its exit on Redis once the exit is on disk."""
+    import json
+
+    import redis
+
+    from jobs.backends.base import AttemptLaunch, InstanceLaunch, InstanceState
+    from jobs.backends.slurm import SlurmBackend
+
+    url = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
+    b = SlurmBackend(
+        log_dir=str(cluster.shared_dir),
+        environment=cluster.env,
+        python=sys.executable,
+        redis_url=url,
+        channel_prefix=f"vigil-test-{os.getpid()}-{tmp_path.name}",
+        sbatch_options=["--spread-job"],
+        linger=1,
+    )
+    client = redis.Redis.from_url(url)
+    pubsub = client.pubsub()
+    pubsub.subscribe(b.exit_channel)
+    pubsub.get_message(timeout=1.0)
+    insts = [
+        InstanceLaunch(f"worker-{i}", "Worker", i, i, f"echo rank {i} on $SLURMD_NODENAME; exit {i + 2}")
+        for i in range(3)
+    ]
+    try:
+        handle = b.launch(AttemptLaunch(job_id="remote", attempt=1, job_type="ElasticBatchJob", instances=tuple(insts)))
+        got = {}
+        deadline = time.monotonic() + 30
+        while len(got) < 3 and time.monotonic() < deadline:
+            m = pubsub.get_message(ignore_subscribe_messages=True, timeout=0.5)
+            if m:
+                payload = json.loads(m["data"])
+                got[payload["instance"]] = payload
+        statuses = {s.name: s for s in b.poll(handle)}
+    finally:
+        pubsub.close()
+        client.close()
+    assert sorted(got) == ["worker-0", "worker-1", "worker-2"], got
+    for i, node in enumerate(NODES):
+        name = f"worker-{i}"
+        s = statuses[name]
+        assert (s.node, s.state, s.exit_code) == (node, InstanceState.FAILED, i + 2)
+        assert got[name]["exit_code"] == i + 2 and got[name]["exited_at"] == s.exited_at  # on disk first
+        assert b.read_log(handle, name) == f"rank {i} on {node}\n".encode()
