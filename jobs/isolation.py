@@ -23,6 +23,8 @@ from .backends.base import BackendError
 from .models import (
     EventLevel,
     EventType,
+    Instance,
+    InstanceStatus,
     Job,
     NodeError,
     NodeErrorState,
@@ -238,6 +240,23 @@ def latest_service_actions() -> dict[tuple[str, str], NodeServiceAction]:
     for a in NodeServiceAction.objects.select_related("by").order_by("-created_at", "-id")[:500]:
         out.setdefault((a.backend, a.node), a)
     return out
+
+
+def on_a_silent_node(job: Job, instances: list[Instance]) -> tuple[Instance, str] | None:
+    """The first running instance whose node the backend says does not answer (Slurm:
+    "Not responding", a cut-off or dead node) and why; None when every node answers."""
+    try:
+        silent = {
+            n.name: n.reason
+            for n in actions.get_backend_for(job).list_nodes()
+            if not n.schedulable and "not responding" in n.reason.lower()
+        }
+    except BackendError:
+        return None
+    for inst in sorted(instances, key=lambda i: i.rank):
+        if inst.node in silent and inst.status == InstanceStatus.RUNNING:
+            return inst, silent[inst.node]
+    return None
 
 
 def own_suspects(job: Job) -> list[str]:

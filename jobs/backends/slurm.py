@@ -55,6 +55,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from core.slurm import (
+    NOT_RESPONDING,
     SLURM_FAILURE_STATES,
     SLURM_VERDICTS,
     SlurmJob,
@@ -851,6 +852,10 @@ class SlurmBackend(Backend):
         started = files.started
         if not started or files.exited:
             raise BackendError(f"{name} is not running (no stack to dump)")
+        silent = [n for n in self.list_nodes() if n.name == started["node"] and n.reason == NOT_RESPONDING]
+        if silent:
+            # srun would wait for a node that does not answer until its timeout.
+            raise BackendError(f"node {started['node']} does not answer Slurm ({NOT_RESPONDING}): no stacks of {name}")
         script = os.path.join(handle["attempt_dir"], "runtime", "slurm_step.py")
         res = self._run(
             "srun",
