@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from core.isolation import POLICY, Action, Decision, Policy
+from core.isolation import POLICY, Action, Decision, Policy, isolate_within_rate
 
 WINDOW_SECONDS = 24 * 3600
 MIN_FAULTS = 3  # retryable faults on one node within the window...
@@ -84,11 +84,4 @@ def isolation_decision(
     seen = f"node {node}'s record: {standing.evidence}, from {len(people)} submitter{'s' if len(people) != 1 else ''}"
     if len(people) < policy.min_submitters:
         return Decision(Action.PROPOSE, f"{seen}; one person's jobs never isolate a shared node alone, so staff decide")
-    lately = [t for t in automatic_isolations_at if 0 <= now - t <= policy.rate_window]
-    if len(lately) >= policy.max_automatic:
-        return Decision(
-            Action.PROPOSE,
-            f"{seen}; {len(lately)} nodes were isolated automatically in the last "
-            f"{policy.rate_window / 60:g} min (at most {policy.max_automatic}), so staff decide",
-        )
-    return Decision(Action.ISOLATE, seen)
+    return isolate_within_rate(seen, automatic_isolations_at, now, policy)

@@ -82,6 +82,7 @@ class SlurmCluster:
     slurmd_timeout: int = 30  # seconds before a silent node is DOWN (node-death tests: 5)
     message_timeout: int = 10
     processes: dict[str, subprocess.Popen] = field(default_factory=dict)
+    last_client_error: str = ""  # why the last sinfo here failed (in timeout messages)
 
     @property
     def node_names(self) -> list[str]:
@@ -211,8 +212,8 @@ MessageTimeout={self.message_timeout}
                 return
             time.sleep(0.2)
         raise ClusterUnavailable(
-            f"timed out after {timeout:.0f}s waiting for {what}; logs:\n"
-            + "\n".join(self.log_tail(n) for n in self.processes)
+            f"timed out after {timeout:.0f}s waiting for {what}; nodes {self.node_states()}, last client error "
+            f"{self.last_client_error!r}; logs:\n" + "\n".join(self.log_tail(n) for n in self.processes)
         )
 
     def log_tail(self, name: str, nbytes: int = 3000) -> str:
@@ -229,7 +230,10 @@ MessageTimeout={self.message_timeout}
         try:
             res = self.run("sinfo", "-h", "-N", "-n", node or self.hostname, "-o", "%T", check=False, timeout=10)
         except subprocess.TimeoutExpired:
+            self.last_client_error = "sinfo took longer than 10 s"
             return ""
+        if res.returncode != 0:
+            self.last_client_error = f"sinfo exited {res.returncode}: {res.stderr.strip()[-500:]}"
         return res.stdout.strip() if res.returncode == 0 else ""
 
     def node_states(self) -> dict[str, str]:
@@ -317,7 +321,8 @@ MessageTimeout={self.message_timeout}
         """A dead node comes back (a fresh slurmd; ReturnToService=2 makes it idle again)."""
         if self.daemon(node) not in self.processes:
             self.start_node(node)
-        self.run("scontrol", "update", f"NodeName={node}", "State=RESUME", check=False)
+        if self.node_state(node) != "idle":
+            self.run("scontrol", "update", f"NodeName={node}", "State=RESUME", check=False)
         self._wait_for(f"node {node} to be idle again", lambda: self.node_state(node) == "idle", timeout)
 
     def start(self, timeout: float = 60) -> None:

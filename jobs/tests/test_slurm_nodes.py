@@ -51,7 +51,8 @@ def revive(cluster: SlurmCluster):
         cluster.thaw_node(node)
     cluster.cancel_all_jobs()
     for node in NODES:
-        if cluster.node_state(node) != "idle":
+        state = cluster.node_state(node)
+        if any(w in state for w in ("down", "drain", "*")) or cluster.daemon(node) not in cluster.processes:
             cluster.revive_node(node)
     cluster.wait_until_idle(60)
 
