@@ -386,6 +386,8 @@ if os.environ.get("VIGIL_SLURM_PARTITION") is not None or env_bool("VIGIL_SLURM"
             "account": os.environ.get("VIGIL_SLURM_ACCOUNT", ""),
             "log_dir": os.environ.get("VIGIL_SLURM_LOG_DIR", str(DATA_DIR / "slurm-logs")),
             "grace": VIGIL_STOP_GRACE_SECONDS,
+            # Extra sbatch arguments, comma-separated: "--spread-job,--qos=high".
+            "sbatch_options": env_list("VIGIL_SLURM_SBATCH_OPTIONS"),
             # Where the nodes announce exits; leave unset where they cannot reach Redis.
             **({"redis_url": os.environ["VIGIL_SLURM_REDIS_URL"]} if os.environ.get("VIGIL_SLURM_REDIS_URL") else {}),
         },

@@ -93,6 +93,12 @@ def decide(
             f"{seen}; isolating a shared node needs {policy.min_jobs} jobs of {policy.min_submitters} "
             "submitters, so staff decide",
         )
+    return isolate_within_rate(seen, automatic_isolations_at, now, policy)
+
+
+def isolate_within_rate(seen: str, automatic_isolations_at: list[float], now: float, policy: Policy) -> Decision:
+    """Corroborated evidence isolates, unless the site-wide automatic isolations of the
+    rate window are spent: then staff decide."""
     lately = [t for t in automatic_isolations_at if 0 <= now - t <= policy.rate_window]
     if len(lately) >= policy.max_automatic:
         return Decision(

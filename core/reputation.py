@@ -1,10 +1,17 @@
 """Node reputation (SPEC 9): classified faults counted per node across all jobs;
 a node that keeps failing different jobs is proposed for isolation, with the
-evidence. Pure: fault observations in, proposals out."""
+evidence. Pure: fault observations in, proposals out.
+
+A record that crosses the threshold drains the node on its own only when no single
+submitter can have written it (`isolation_decision`): the faults must come from jobs
+of at least two people, and automatic isolations stay within core.isolation's
+site-wide rate limit, the same corroboration a C4D Error needs (issue 31)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from core.isolation import POLICY, Action, Decision, Policy, isolate_within_rate
 
 WINDOW_SECONDS = 24 * 3600
 MIN_FAULTS = 3  # retryable faults on one node within the window...
@@ -18,6 +25,7 @@ class NodeFaultSeen:
     error_code: str
     retryable: bool
     at: float
+    submitter_id: int | None = None  # who submitted the job (corroboration)
 
 
 @dataclass(frozen=True)
@@ -48,3 +56,32 @@ def standings(faults: list[NodeFaultSeen], now: float, window: float = WINDOW_SE
         )
         out[node] = NodeStanding(node, len(mine), len(jobs), codes, proposed, evidence)
     return out
+
+
+def isolation_decision(
+    faults: list[NodeFaultSeen],
+    node: str,
+    *,
+    schedulable: bool,
+    automatic_isolations_at: list[float],
+    now: float,
+    window: float = WINDOW_SECONDS,
+    policy: Policy = POLICY,
+) -> Decision:
+    """What `node`'s reputation record does now: nothing below the threshold; above it,
+    isolate when the faults come from at least policy.min_submitters people and the
+    site-wide rate of automatic isolations allows it, else propose it to staff."""
+    standing = standings(faults, now, window).get(node)
+    if standing is None or not standing.proposed_for_isolation:
+        return Decision(Action.NOTHING, standing.evidence if standing else "no faults on record")
+    if not schedulable:
+        return Decision(Action.NOTHING, f"node {node} is already out of service")
+    people = {
+        f.submitter_id
+        for f in faults
+        if f.node == node and f.retryable and now - f.at <= window and f.submitter_id is not None
+    }
+    seen = f"node {node}'s record: {standing.evidence}, from {len(people)} submitter{'s' if len(people) != 1 else ''}"
+    if len(people) < policy.min_submitters:
+        return Decision(Action.PROPOSE, f"{seen}; one person's jobs never isolate a shared node alone, so staff decide")
+    return isolate_within_rate(seen, automatic_isolations_at, now, policy)

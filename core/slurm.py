@@ -210,6 +210,17 @@ class SlurmNode:
     reason: str = ""
 
 
+NOT_RESPONDING = "Not responding"  # slurmctld's own reason for a node it set DOWN this way
+
+
+def _reason(given: str, words: set[str]) -> str:
+    """Slurm gives a reason once it sets a silent node DOWN; before that (`mixed*`) only
+    the flag says the node does not answer: say so in slurmctld's words."""
+    if not given and words & {"NOT_RESPONDING", "NO_RESPOND"}:
+        return NOT_RESPONDING
+    return given
+
+
 def nodes_from_sinfo_json(data: dict, partition: str = "") -> list[SlurmNode]:
     seen: dict[str, SlurmNode] = {}
     for n in data.get("nodes", ()):
@@ -221,7 +232,7 @@ def nodes_from_sinfo_json(data: dict, partition: str = "") -> list[SlurmNode]:
             name=name,
             slots=int(_number(n.get("cpus")) or 0),
             schedulable=not (words & UNSCHEDULABLE_NODE_STATES),
-            reason=str(n.get("reason") or ""),
+            reason=_reason(str(n.get("reason") or ""), words),
         )
     return list(seen.values())
 
@@ -234,7 +245,7 @@ def nodes_from_sinfo_text(text: str) -> list[SlurmNode]:
         if len(parts) < 4 or parts[0] in seen:
             continue
         words = _node_state_words(parts[2])
-        reason = "" if parts[3].strip() == "none" else parts[3].strip()
+        reason = _reason("" if parts[3].strip() == "none" else parts[3].strip(), words)
         seen[parts[0]] = SlurmNode(
             parts[0], int(parts[1]) if parts[1].isdigit() else 0, not (words & UNSCHEDULABLE_NODE_STATES), reason
         )

@@ -442,9 +442,35 @@ def launch_attempt(job_id: int, number: int) -> bool:
             log.warning("stopping attempt %s of job %s launched after it ended failed: %s", number, job.pk, exc)
         return False
     faults.point("launch.after_handle_stored")
+    placement_decision(job, number, handle)
     if any(s.state == "running" for s in statuses.values()):
         mark_running(job, attempt)
     return True
+
+
+def placement_decision(job: Job, number: int, handle: dict) -> None:
+    """Say where an attempt that avoids nodes goes: the remaining nodes, or, when the job
+    needs the avoided ones too (a backend reports them as `waiting_for_nodes`), nowhere
+    until they return or a replacement joins."""
+    avoided, waiting = handle.get("avoided_nodes") or [], handle.get("waiting_for_nodes") or []
+    if waiting:
+        text = (
+            f"Attempt {number} needs every node, {', '.join(waiting)} included: it waits for "
+            f"{'that node' if len(waiting) == 1 else 'those nodes'} to return or for a replacement "
+            "instead of running without."
+        )
+    elif avoided:
+        text = f"Attempt {number} avoids node {', '.join(avoided)}: it runs on the remaining nodes."
+    else:
+        return
+    record_event(
+        job,
+        EventType.DECISION,
+        text,
+        attempt=number,
+        payload={"avoided_nodes": avoided, "waiting_for_nodes": waiting},
+        key=f"placement:{job.pk}:{number}",
+    )
 
 
 def _when(epoch: float | None):

@@ -16,10 +16,22 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from core.isolation import Action, Decision, NodeErrorSeen, decide
+from core.reputation import WINDOW_SECONDS, NodeFaultSeen, isolation_decision
 
 from . import actions
 from .backends.base import BackendError
-from .models import EventLevel, EventType, Job, NodeError, NodeErrorState
+from .models import (
+    EventLevel,
+    EventType,
+    Instance,
+    InstanceStatus,
+    Job,
+    NodeError,
+    NodeErrorState,
+    NodeFault,
+    NodeServiceAction,
+    NodeServiceKind,
+)
 
 MAX_REASON = 400
 
@@ -81,16 +93,11 @@ def on_c4d_error(job: Job, attempt_number: int, node: str, rank: int | None, kin
         )
         if not created:
             return Outcome(node, Action.NOTHING, "this attempt's Error on the node is already recorded")
-        automatic = list(
-            NodeError.objects.filter(
-                backend=job.backend, state=NodeErrorState.ISOLATED, created_at__gte=now - policy_window
-            ).values_list("created_at", flat=True)
-        )
         decision: Decision = decide(
             node,
             _seen(job.backend, now - policy_window),
             schedulable=schedulable,
-            automatic_isolations_at=[t.timestamp() for t in automatic],
+            automatic_isolations_at=_automatic_isolations(job.backend, now - policy_window),
             now=now.timestamp(),
         )
         error.evidence = decision.evidence[:MAX_REASON]
@@ -139,6 +146,117 @@ def on_c4d_error(job: Job, attempt_number: int, node: str, rank: int | None, kin
             key=f"proposed:{job.pk}:{attempt_number}:{node}",
         )
     return Outcome(node, decision.action, decision.evidence)
+
+
+def _automatic_isolations(backend_name: str, since) -> list[float]:
+    """When Vigil isolated nodes on its own (C4D Errors or reputation): the rate limit's input."""
+    c4d = NodeError.objects.filter(backend=backend_name, state=NodeErrorState.ISOLATED, created_at__gte=since)
+    mine = NodeServiceAction.objects.filter(
+        backend=backend_name, kind=NodeServiceKind.ISOLATE, by=None, created_at__gte=since
+    )
+    return [t.timestamp() for q in (c4d, mine) for t in q.values_list("created_at", flat=True)]
+
+
+def on_node_fault(job: Job, node: str) -> Outcome | None:
+    """A retryable fault of `job` was counted against `node`: when the node's record now
+    crosses the reputation threshold with corroboration (core.reputation.isolation_decision),
+    drain it with the jobs and the diagnosis as the reason; short of corroboration, say
+    on the job that the node is proposed. None when the backend cannot isolate nodes."""
+    backend = actions.get_backend_for(job)
+    if not node or not backend.can_isolate_nodes:
+        return None
+    now = timezone.now()
+    since = now - timedelta(seconds=WINDOW_SECONDS)
+    try:
+        schedulable = {n.name: n.schedulable for n in backend.list_nodes()}.get(node, True)
+    except BackendError:
+        return None  # the next fault decides again
+    with transaction.atomic():
+        _serialize_decisions()
+        rows = NodeFault.objects.filter(backend=job.backend, node=node, created_at__gte=since).values_list(
+            "job_id", "error_code", "retryable", "created_at", "job__created_by_id"
+        )
+        faults = [NodeFaultSeen(node, j, code, r, at.timestamp(), who) for j, code, r, at, who in rows]
+        decision = isolation_decision(
+            faults,
+            node,
+            schedulable=schedulable,
+            automatic_isolations_at=_automatic_isolations(job.backend, since),
+            now=now.timestamp(),
+        )
+        if decision.action == Action.ISOLATE:
+            jobs = sorted({f.job_id for f in faults if f.job_id is not None})
+            codes = sorted({f.error_code for f in faults if f.retryable})
+            reason = f"Vigil jobs {', '.join(map(str, jobs))}: {', '.join(codes)} on {node} (node reputation)"
+            reason = reason[:MAX_REASON]
+            recorded = NodeServiceAction.objects.create(
+                backend=job.backend, node=node, kind=NodeServiceKind.ISOLATE, job=job, reason=reason, created_at=now
+            )
+    if decision.action == Action.ISOLATE:
+        try:
+            backend.isolate_node(node, reason)
+        except BackendError as exc:
+            recorded.delete()
+            actions.record_event(
+                job,
+                EventType.DECISION,
+                f"Could not isolate node {node}: {exc.message}.",
+                level=EventLevel.WARNING,
+                key=f"isolate-failed:{job.pk}:{node}:{now.timestamp():.0f}",
+            )
+            return Outcome(node, Action.PROPOSE, decision.evidence)
+        actions.record_event(
+            job,
+            EventType.NODE_ISOLATED,
+            f"Node {node} isolated: {decision.evidence}. New attempts avoid it until a person restores it.",
+            level=EventLevel.WARNING,
+            payload={"node": node, "evidence": decision.evidence, "source": "reputation"},
+            key=f"isolated:reputation:{job.pk}:{node}:{now.timestamp():.0f}",
+        )
+    elif decision.action == Action.PROPOSE:
+        actions.record_event(
+            job,
+            EventType.DECISION,
+            f"Node {node} is proposed for isolation: {decision.evidence}.",
+            level=EventLevel.WARNING,
+            payload={"node": node, "proposed": True, "evidence": decision.evidence, "source": "reputation"},
+            key=f"proposed:reputation:{job.pk}:{node}:{len(faults)}",
+        )
+    return Outcome(node, decision.action, decision.evidence)
+
+
+def restore_node(backend_name: str, node: str, user, reason: str) -> NodeServiceAction:
+    """A staff member returns a node to service (Slurm: State=RESUME), recorded with why.
+    Raises BackendError when the backend refuses."""
+    actions.get_backend(backend_name).restore_node(node)
+    return NodeServiceAction.objects.create(
+        backend=backend_name, node=node, kind=NodeServiceKind.RESTORE, by=user, reason=reason[:MAX_REASON]
+    )
+
+
+def latest_service_actions() -> dict[tuple[str, str], NodeServiceAction]:
+    """The latest isolation or return to service per (backend, node)."""
+    out: dict[tuple[str, str], NodeServiceAction] = {}
+    for a in NodeServiceAction.objects.select_related("by").order_by("-created_at", "-id")[:500]:
+        out.setdefault((a.backend, a.node), a)
+    return out
+
+
+def on_a_silent_node(job: Job, instances: list[Instance]) -> tuple[Instance, str] | None:
+    """The first running instance whose node the backend says does not answer (Slurm:
+    "Not responding", a cut-off or dead node) and why; None when every node answers."""
+    try:
+        silent = {
+            n.name: n.reason
+            for n in actions.get_backend_for(job).list_nodes()
+            if not n.schedulable and "not responding" in n.reason.lower()
+        }
+    except BackendError:
+        return None
+    for inst in sorted(instances, key=lambda i: i.rank):
+        if inst.node in silent and inst.status == InstanceStatus.RUNNING:
+            return inst, silent[inst.node]
+    return None
 
 
 def own_suspects(job: Job) -> list[str]:

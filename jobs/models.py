@@ -607,6 +607,31 @@ class NodeFault(models.Model):
     created_at = models.DateTimeField(default=timezone.now)
 
 
+class NodeServiceKind(models.TextChoices):
+    ISOLATE = "isolate", "Isolated"
+    RESTORE = "restore", "Returned to service"
+
+
+class NodeServiceAction(models.Model):
+    """A node taken out of service (drained) or returned to it: by Vigil on its own
+    evidence (`by` is None, `job` the job whose fault tipped it) or by a staff member,
+    with why. The nodes page shows the latest per node."""
+
+    backend = models.CharField(max_length=32)
+    node = models.CharField(max_length=128, db_index=True)
+    kind = models.CharField(max_length=10, choices=NodeServiceKind.choices)
+    by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    job = models.ForeignKey(Job, on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
+    reason = models.CharField(max_length=400)
+    created_at = models.DateTimeField(default=timezone.now, db_index=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self):
+        return f"{self.get_kind_display()} {self.backend}:{self.node}"
+
+
 class NodeErrorState(models.TextChoices):
     PROPOSED = "proposed", "Proposed for isolation"  # waits for staff
     ISOLATED = "isolated", "Isolated automatically"  # corroborated (core.isolation)

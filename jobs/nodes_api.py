@@ -13,7 +13,7 @@ from core.reputation import NodeFaultSeen, standings
 from .backends import get_backend
 from .backends.base import BackendError
 from .inputs import text_problem
-from .isolation import decide_proposal, open_proposals
+from .isolation import decide_proposal, open_proposals, restore_node
 from .models import NodeFault
 
 
@@ -23,6 +23,18 @@ class NodeDecisionSerializer(serializers.Serializer):
     decision = serializers.ChoiceField(
         choices=["confirm", "dismiss"], error_messages={"invalid_choice": "must be confirm or dismiss; got {input!r}."}
     )
+    reason = serializers.CharField(max_length=300, trim_whitespace=True)
+
+    def validate_reason(self, value: str) -> str:
+        problem = text_problem(value, one_line=True)
+        if problem:
+            raise serializers.ValidationError(problem)
+        return value
+
+
+class NodeRestoreSerializer(serializers.Serializer):
+    """A staff member returns an isolated node to service (the nodes page): why, in one line."""
+
     reason = serializers.CharField(max_length=300, trim_whitespace=True)
 
     def validate_reason(self, value: str) -> str:
@@ -114,7 +126,11 @@ class NodeViewSet(viewsets.ViewSet):
                     raise exceptions.ValidationError({"reason": [text_problem(reason, one_line=True)]})
                 backend.isolate_node(node, f"{reason} (by {request.user.get_username()})"[:400])
             else:
-                backend.restore_node(node)
+                raw = request.data.get("reason") if isinstance(request.data, dict) else None
+                reason = raw.strip() if isinstance(raw, str) else ""
+                if reason and text_problem(reason, one_line=True):
+                    raise exceptions.ValidationError({"reason": [text_problem(reason, one_line=True)]})
+                restore_node(backend_name, node, request.user, reason or "returned to service through the API")
         except BackendError as exc:
             raise exceptions.APIException(exc.message) from None
         return Response(

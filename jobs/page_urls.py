@@ -9,6 +9,7 @@ app_name = "pages"
 urlpatterns = [
     path("nodes/", node_views.nodes, name="nodes"),
     path("nodes/<str:backend>/<str:node>/decide/", node_views.node_decide, name="node-decide"),
+    path("nodes/<str:backend>/<str:node>/restore/", node_views.node_restore, name="node-restore"),
     path("account/tokens/", token_views.api_tokens, name="api-tokens"),
     path("account/tokens/<int:token_id>/revoke/", token_views.api_token_revoke, name="api-token-revoke"),
     path("jobs/<int:job_id>/", views.job_short_link, name="job-short"),

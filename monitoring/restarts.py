@@ -27,8 +27,9 @@ from django.utils import timezone
 
 from core.classify import Classification, ErrorSource, FailureObservation, pick_root_cause
 from core.policy import Action, Decision, DetectedProblem, InstanceFailure, decide
+from core.stacks import hang_classification
 from infra import metrics
-from jobs import actions, faults
+from jobs import actions, faults, isolation
 from jobs.backends.base import Backend, BackendError
 from jobs.models import (
     FINISHED_JOB_STATUSES,
@@ -375,12 +376,33 @@ def on_problem(
 def diagnose_hang(
     job: Job, attempt: Attempt, instances: list[Instance], message: str = ""
 ) -> diagnose.HangFinding | None:
-    """Stack snapshot (and C4D) before any restart, when the backend allows it."""
+    """Stack snapshot (and C4D) before any restart, when the backend allows it. Without a
+    suspect from the stacks, a rank on a node that no longer answers the cluster is the
+    suspect: its peers only wait for it (a partition, a node dying)."""
     try:
-        return diagnose.on_hang(job, attempt, instances, message)
+        found = diagnose.on_hang(job, attempt, instances, message)
     except Exception:  # noqa: BLE001 - a failed diagnosis must not block the restart
         log.exception("hang diagnosis of job %s failed", job.pk)
-        return None
+        found = None
+    if found is not None and found.instance is not None:
+        return found
+    lost = isolation.on_a_silent_node(job, instances)
+    if lost is None:
+        return found
+    inst, why = lost
+    actions.record_event(
+        job,
+        EventType.DECISION,
+        f"The hang's suspect is {inst.name}: its node {inst.node} does not answer the cluster ({why}); "
+        "the next attempt avoids it.",
+        level=EventLevel.WARNING,
+        attempt=attempt.number,
+        instance=inst.name,
+        payload={"node": inst.node, "why": why},
+        key=f"hang-suspect-node:{job.pk}:{attempt.number}",
+    )
+    classification = found.classification if found else hang_classification(message, None, "")
+    return diagnose.HangFinding(classification, inst, None)
 
 
 def fail_and_stop(job: Job, attempt: Attempt, reason: str, *, key: str, payload: dict) -> None:
@@ -397,6 +419,10 @@ def count_node_fault(job: Job, inst: Instance, c: Classification) -> None:
         NodeFault.objects.create(
             node=inst.node, backend=job.backend, job=job, error_code=c.error_code, retryable=c.retryable
         )
+        if c.retryable:
+            # A record that now crosses the threshold drains the node before the next attempt
+            # is placed, so that attempt already avoids it.
+            isolation.on_node_fault(job, inst.node)
 
 
 # --- performing --------------------------------------------------------------------------

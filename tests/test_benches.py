@@ -12,7 +12,8 @@ project's packages by itself (bench/_path.py) fails here as it fails in a fresh 
 Marker `bench` (~3 min in all on 2 cores); deselect with `-m "not bench"`. bench/chaos.py is
 run in its short mode by tests/test_chaos.py (marker `chaos`); here only its docstring's
 command is checked to start (`--help`). Benches that need torch skip with the reason when it
-is absent; none needs Slurm or PostgreSQL by default (monitor_scale.py --postgres and
+is absent; node_loss.py starts the test Slurm cluster and skips with the reason where it cannot
+run; none needs PostgreSQL by default (monitor_scale.py --postgres and
 chaos.py's PostgreSQL pass are options)."""
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ class Bench:
     # traceback is a figure, not a failure to start.
     exit_is_verdict: bool = False
     timeout: float = 150.0
+    slurm: bool = False  # starts the test Slurm cluster (root, slurm-wlm, munge)
 
 
 BENCHES = {
@@ -163,6 +165,22 @@ BENCHES = {
         timeout=300.0,
     ),
 }
+BENCHES["node_loss.py"] = Bench(
+    short=("--quick",),
+    labels=(
+        "node loss: a three-node job",
+        "machine:",
+        "slurm: slurm-wlm",
+        "run 1 Vigil  : n3 down",
+        "run 1 Slurm requeue: n3 down",
+        "node death -> n3 DOWN in Slurm: median",
+        "node death -> Vigil's restart decision: median",
+        "node death -> training again: Vigil median",
+        "load average at the end:",
+    ),
+    slurm=True,
+    timeout=240.0,
+)
 ELSEWHERE = {"chaos.py": "tests/test_chaos.py runs bench/chaos.py --quick"}
 
 
@@ -251,6 +269,11 @@ def test_bench_runs_from_the_repository_root_with_its_docstring_command_in_short
     bench = BENCHES[name]
     if bench.torch and not HAS_TORCH:
         pytest.skip(f"{name} needs torch: {NO_TORCH}")
+    if bench.slurm:
+        from jobs.tests.slurm_cluster import why_cluster_cannot_run
+
+        if why_cluster_cannot_run():
+            pytest.skip(f"{name} needs the test Slurm cluster: {why_cluster_cannot_run()}")
     python, args = docstring_command(ROOT / "bench" / name)
     # The README's venv; the suite's interpreter is that venv in CI (and the shared one in a
     # worktree, whose checkout has no .venv of its own).

@@ -34,6 +34,21 @@ def test_scontrol_and_sacct_lines_give_the_job_state():
     assert job_from_sacct("12|CANCELLED by 0|None|n1,n2\n", "12") == SlurmJob("12", "CANCELLED", "", "n1,n2")
 
 
+def test_a_node_flagged_not_responding_says_so_until_slurm_gives_its_own_reason():
+    data = {
+        "nodes": [
+            {"name": "n3", "cpus": 8, "state": ["MIXED", "NOT_RESPONDING"], "reason": ""},
+            {"name": "n4", "cpus": 8, "state": "down*", "reason": "Not responding"},
+            {"name": "n5", "cpus": 8, "state": "down*", "reason": "Vigil: jobs 3"},
+        ]
+    }
+    assert [(n.name, n.schedulable, n.reason) for n in nodes_from_sinfo_json(data)] == [
+        ("n3", False, "Not responding"),
+        ("n4", False, "Not responding"),
+        ("n5", False, "Vigil: jobs 3"),
+    ]
+
+
 def test_drained_and_down_nodes_are_not_schedulable_in_json_and_text():
     data = {
         "nodes": [
@@ -47,7 +62,7 @@ def test_drained_and_down_nodes_are_not_schedulable_in_json_and_text():
     assert [(n.name, n.schedulable, n.reason) for n in nodes] == [
         ("a", False, "Vigil: job 4"),
         ("b", True, ""),
-        ("c", False, ""),
+        ("c", False, "Not responding"),  # the flag alone: slurmctld's word for it
     ]
 
 

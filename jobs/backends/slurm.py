@@ -41,6 +41,7 @@ rather than run as someone else (docs/slurm.md, docs/security.md).
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import json
 import os
@@ -54,6 +55,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from core.slurm import (
+    NOT_RESPONDING,
     SLURM_FAILURE_STATES,
     SLURM_VERDICTS,
     SlurmJob,
@@ -84,6 +86,9 @@ from .base import (
 # (seen on CI: a late stop of an ended job exited 229 silently): ESLURM_ALREADY_DONE (2021)
 # and ESLURM_INVALID_JOB_ID (2017) from slurm_errno.h both mean the job is already gone.
 SCANCEL_JOB_GONE = (2021 & 0xFF, 2017 & 0xFF)
+# sbatch's refusal of a job that no set of the partition's nodes can satisfy (with --exclude:
+# fewer nodes left than it needs), slurm_errno.h ESLURM_REQUESTED_NODE_CONFIG_UNAVAILABLE.
+UNSATISFIABLE = "Requested node configuration is not available"
 KILL_MARGIN = 2.0  # seconds after the grace period before Slurm's SIGKILL backs the wrapper's up
 HANDLE = "handle.json"
 STOP = "stop.json"  # the console asked to stop the attempt (the supervisor reads it too)
@@ -186,12 +191,18 @@ class InstanceFiles:
     last_output_at: float | None  # mtime of output.log
 
 
-def instance_status(inst: dict, files: InstanceFiles, job: SlurmJob, batch_said: str = "") -> PolledInstance:
+def instance_status(
+    inst: dict, files: InstanceFiles, job: SlurmJob, batch_said: str = "", failed_nodes: frozenset = frozenset()
+) -> PolledInstance:
     """One instance's status from its files and Slurm's view of the job.
 
     `batch_said` is the last line of the batch script's log, which explains an
-    allocation that ended before its instances started (the supervisor failed)."""
+    allocation that ended before its instances started (the supervisor failed).
+    `failed_nodes` are the job's nodes Slurm holds down after a NODE_FAIL: the
+    instances there died with their node, the others only ended with the allocation."""
     started = files.started or {}
+    if job.state == "NODE_FAIL" and failed_nodes and started.get("node"):
+        return _node_fail_status(inst, files, job, failed_nodes)
     base = dict(
         name=inst["name"],
         role=inst["role"],
@@ -255,6 +266,40 @@ def instance_status(inst: dict, files: InstanceFiles, job: SlurmJob, batch_said:
         reason=f"Slurm job {job.job_id} ended ({job.state}) before this instance "
         + ("reported an exit" if files.started else "started")
         + said,
+    )
+
+
+def _node_fail_status(inst: dict, files: InstanceFiles, job: SlurmJob, failed_nodes: frozenset) -> PolledInstance:
+    """NODE_FAIL, knowing which nodes failed. An instance on a failed node was lost with
+    it: its last sign of life (its last output, else its start) is when it died, well
+    before the supervisor's srun heard of it, so it is the root cause and its node the
+    one counted. An instance elsewhere was ended by Slurm because of that node."""
+    started = files.started or {}
+    node = started["node"]
+    ex = files.exited or {}
+    recorded = ex.get("exited_at") or job.end_time
+    common = dict(
+        name=inst["name"],
+        role=inst["role"],
+        index=inst["index"],
+        started_at=started.get("started_at"),
+        last_output_at=files.last_output_at,
+        node=node,
+        pid=started.get("pid"),
+        state=InstanceState.FAILED,
+        exit_code=ex.get("exit_code"),
+        signal=ex.get("signal"),
+    )
+    if files.stop_requested_at is not None:
+        return PolledInstance(**{**common, "state": InstanceState.STOPPED}, exited_at=recorded, reason="stopped")
+    if node in failed_nodes:
+        seen = [t for t in (files.last_output_at or started.get("started_at"), recorded) if t is not None]
+        return PolledInstance(**common, exited_at=min(seen) if seen else None, reason="NODE_FAIL")
+    if not ex and job.active:
+        return PolledInstance(**{**common, "state": InstanceState.RUNNING})
+    lost = ", ".join(sorted(failed_nodes))
+    return PolledInstance(
+        **common, exited_at=recorded, reason=f"NODE_FAIL: ended with the allocation when node {lost} failed"
     )
 
 
@@ -497,11 +542,23 @@ class SlurmBackend(Backend):
         who = self.identity(spec.run_as)
         if who is not None:
             self._hand_over(attempt_dir, who)
-        res = self._run("sbatch", *self.sbatch_argv(spec, attempt_dir, who), str(script))
+        waiting_for: list[str] = []
+        try:
+            res = self._run("sbatch", *self.sbatch_argv(spec, attempt_dir, who), str(script))
+        except BackendError as exc:
+            if not spec.avoid_nodes or UNSATISFIABLE not in exc.message:
+                raise
+            # Without the avoided nodes the job cannot run at all (it needs every node of
+            # the partition): submit it without --exclude. Slurm itself never places a job
+            # on a DOWN or drained node, so the job waits until the node returns or a
+            # replacement joins, instead of being refused for good.
+            waiting_for = list(spec.avoid_nodes)
+            plain = dataclasses.replace(spec, avoid_nodes=())
+            res = self._run("sbatch", *self.sbatch_argv(plain, attempt_dir, who), str(script))
         job_id = res.stdout.strip().split(";")[0]
         if not job_id.isdigit():
             raise BackendError(f"sbatch gave no job id (said {res.stdout.strip()!r})", retryable=True)
-        return self._write_handle(spec, attempt_dir, job_id, ports)
+        return self._write_handle(spec, attempt_dir, job_id, ports, waiting_for)
 
     @staticmethod
     def _hand_over(attempt_dir: Path, who: osuser.RunAs) -> None:
@@ -518,8 +575,11 @@ class SlurmBackend(Backend):
                 os.chown(os.path.join(root, name), who.uid, who.gid, follow_symlinks=False)
         os.chown(attempt_dir, who.uid, who.gid)
 
-    def _write_handle(self, spec: AttemptLaunch, attempt_dir: Path, slurm_job_id: str, ports: dict) -> dict:
+    def _write_handle(
+        self, spec: AttemptLaunch, attempt_dir: Path, slurm_job_id: str, ports: dict, waiting_for: list | None = None
+    ) -> dict:
         first = min(spec.instances, key=lambda i: i.rank).name
+        avoided = [] if waiting_for else list(spec.avoid_nodes)
         handle = {
             "backend": self.name,
             "slurm_job_id": str(slurm_job_id),
@@ -531,6 +591,10 @@ class SlurmBackend(Backend):
             # PyTorch's rendezvous port (rank 0's), kept on the Attempt row; None for other frameworks.
             "master_port": ports[first] if spec.job_type == "PyTorchJob" else None,
             "run_as": spec.run_as or osuser.current_user(),
+            # Where the attempt may not run (sbatch --exclude), or, when the job needs them,
+            # the avoided nodes it waits for instead: jobs.actions.launch_attempt says which.
+            "avoided_nodes": avoided,
+            "waiting_for_nodes": list(waiting_for or ()),
             "instances": [
                 {"name": i.name, "role": i.role, "index": i.index, "rank": i.rank, "run": 1} for i in spec.instances
             ],
@@ -634,7 +698,18 @@ class SlurmBackend(Backend):
     def poll(self, handle: dict) -> list[PolledInstance]:
         job = self.job(handle)
         said = "" if job.active else step.last_line(os.path.join(handle["attempt_dir"], "batch.log"))
-        return [instance_status(inst, self._files(handle, inst), job, said) for inst in handle["instances"]]
+        failed = self._failed_nodes(handle) if job.state == "NODE_FAIL" else frozenset()
+        return [instance_status(inst, self._files(handle, inst), job, said, failed) for inst in handle["instances"]]
+
+    def _failed_nodes(self, handle: dict) -> frozenset:
+        """Which of the attempt's nodes failed: those Slurm now holds unschedulable (DOWN,
+        not responding). Slurm's job record names all the job's nodes, not the lost one."""
+        allocation = step.read_json(os.path.join(handle["attempt_dir"], "allocation.json")) or {}
+        mine = set(allocation.get("nodes") or ())
+        try:
+            return frozenset(n.name for n in self.list_nodes() if not n.schedulable and n.name in mine)
+        except BackendError:
+            return frozenset()
 
     def _wait_for_exits(self, handle: dict, names: list[str], grace: float) -> bool:
         deadline = time.monotonic() + grace
@@ -812,6 +887,10 @@ class SlurmBackend(Backend):
         started = files.started
         if not started or files.exited:
             raise BackendError(f"{name} is not running (no stack to dump)")
+        silent = [n for n in self.list_nodes() if n.name == started["node"] and n.reason == NOT_RESPONDING]
+        if silent:
+            # srun would wait for a node that does not answer until its timeout.
+            raise BackendError(f"node {started['node']} does not answer Slurm ({NOT_RESPONDING}): no stacks of {name}")
         script = os.path.join(handle["attempt_dir"], "runtime", "slurm_step.py")
         res = self._run(
             "srun",
