@@ -32,6 +32,7 @@ from enum import StrEnum
 from types import MappingProxyType
 
 from core.classify import Classification, ErrorSource
+from core.failpoint import FailurePoint
 from core.flags import ExecutionMode, FaultToleranceConfig, FaultTolerantPolicy
 
 __all__ = [
@@ -86,6 +87,7 @@ class InstanceFailure:
     index: int
     node: str
     classification: Classification
+    point: FailurePoint | None = None  # where it failed (core.failpoint), for the guard
 
     @property
     def source(self) -> ErrorSource:
@@ -131,12 +133,29 @@ class PreviousFailure:
     step: int | None = None  # the training step the SDK had reported when it failed
     progress_since: bool = False  # the attempt that has failed now made training progress
     step_now: int | None = None  # the step the SDK reports now
+    point: FailurePoint | None = None  # where it failed (core.failpoint)
+    node: str = ""  # the node it failed on
 
-    def repeated_by(self, rule: str, role: str, index: int) -> bool:
+    def repeated_by(self, rule: str, role: str, index: int, point: FailurePoint | None = None) -> bool:
+        """The same failure of the same instance at the same or an earlier point. With both
+        failure points known they decide (the log's steps, the phase and the evidence);
+        without, the SDK's steps and the progress since do, as before failure points."""
         if (rule, role.casefold(), index) != (self.rule, self.role.casefold(), self.index):
             return False
+        if point is not None and self.point is not None:
+            return point.repeats(self.point)
         same_step = self.step is not None and self.step == self.step_now
         return same_step or not self.progress_since
+
+    def where(self, point: FailurePoint | None) -> str:
+        if point is not None and self.point is not None:
+            now, before = point.describe(), self.point.describe()
+            if now == before:
+                return f"{now}, with no training progress past it in between"
+            return f"{now} (it failed {before} last time)"
+        if self.step is not None and self.step == self.step_now:
+            return f"at step {self.step}"
+        return "with no training progress in between"
 
 
 @dataclass(frozen=True)
@@ -260,10 +279,19 @@ def _decide_problem(config: FaultToleranceConfig, history: JobHistory, t: Detect
     return _whole_job_restart(config, history, why)
 
 
-def _ambiguous(c: Classification) -> bool:
-    """A retryable verdict that a deterministic fault can also produce: from the log or the
-    exit status, not a scheduler's reason, a user's keyword or a preemption/node loss."""
-    return c.source in (ErrorSource.LOG, ErrorSource.EXIT_CODE) and c.family != "preemption"
+def _guarded(t: InstanceFailure, previous: PreviousFailure) -> bool:
+    """Whether the repeated-failure guard may judge this failure. Every retryable verdict,
+    whatever decided it (the log, the exit status, a user's keyword, a backend's reason), so
+    that a bug misjudged as transient is stopped at its second identical failure and wastes
+    one restart at most; except a preemption or a node loss (a backend's reason, or a
+    preemption notice in the log) on another node than last time, or when the node of
+    last time is unknown: the infrastructure took a node away again, which says nothing
+    about the code."""
+    c = t.classification
+    infrastructure = c.source == ErrorSource.BACKEND or c.family == "preemption"
+    if infrastructure and (not previous.node or not t.node or previous.node != t.node):
+        return False
+    return True
 
 
 def _decide_failure(config: FaultToleranceConfig, history: JobHistory, t: InstanceFailure) -> Decision:
@@ -303,16 +331,11 @@ def _decide_failure(config: FaultToleranceConfig, history: JobHistory, t: Instan
                 Step.RETRIES_SPENT,
             )
         previous = history.previous_failure_on(t.role, t.index)
-        if _ambiguous(c) and previous is not None and previous.repeated_by(c.rule, t.role, t.index):
-            where = (
-                f"at step {previous.step}"
-                if previous.step is not None and previous.step == previous.step_now
-                else "with no training progress in between"
-            )
+        if previous is not None and _guarded(t, previous) and previous.repeated_by(c.rule, t.role, t.index, t.point):
             return Decision(
                 Action.FAIL_JOB,
                 f"Not restarted: {REPEATED_FAILURE_REASON}; {failed}, as it did before the last "
-                f"restart, {where}. {c.next_step}",
+                f"restart, {previous.where(t.point)}. {c.next_step}",
                 Step.REPEATED_FAILURE,
             )
     # 4

@@ -9,6 +9,7 @@ import re
 from datetime import datetime
 
 from core.classify import Classification, FailureInput, classify_failure
+from core.failpoint import FailurePoint, Phase, failure_point
 from core.logindex import quoted_line_offset
 from core.policy import JobHistory, PreviousFailure
 from jobs.backends.base import Backend, BackendError
@@ -39,9 +40,10 @@ def keywords_of(job: Job) -> tuple[str, ...]:
 
 def classify_instance(
     job: Job, attempt: Attempt, inst: Instance, backend: Backend
-) -> tuple[Classification, int | None]:
+) -> tuple[Classification, int | None, FailurePoint]:
     """Classify one failed instance from its exit and log tail; also returns the
-    byte offset of the line the classifier used, when it can tell."""
+    byte offset of the line the classifier used, when it can tell, and where it failed
+    (the SDK's step when this attempt reported one, else the tail's last step line)."""
     log = InstanceLog(backend, attempt.backend_handle, inst.name)
     try:
         tail = log.tail(TAIL_BYTES)
@@ -62,7 +64,18 @@ def classify_instance(
     # Where in the log the line the message quotes starts (for 'jump to error'): only a
     # log whose size is known places its tail.
     size = log.size()
-    return c, (quoted_line_offset(tail, size, c.message) if size is not None else None)
+    sdk_step = None
+    if attempt.first_progress_at is not None:  # the job's step is this attempt's only once it reported
+        sdk_step = Job.objects.filter(pk=job.pk).values_list("last_progress_step", flat=True).first()
+    point = failure_point(tail, c.evidence, sdk_step=sdk_step, sdk_progress=attempt.first_progress_at is not None)
+    return c, (quoted_line_offset(tail, size, c.message) if size is not None else None), point
+
+
+def point_of(record: RestartRecord) -> FailurePoint | None:
+    """The failure point a record kept; None for one written before points were."""
+    if not record.failure_phase:
+        return None
+    return FailurePoint(step=record.failure_step, phase=Phase(record.failure_phase), evidence=record.evidence)
 
 
 def previous_failure_of(
@@ -87,6 +100,8 @@ def previous_failure_of(
         step=last.progress_step,
         step_now=step_now,
         progress_since=attempt_made_progress(job, attempt, instances, backend),
+        point=point_of(last),
+        node=last.node_name,
     )
 
 
@@ -117,6 +132,8 @@ def instance_failures_of(
                     step=last.progress_step,
                     step_now=step_now,
                     progress_since=run_made_progress(attempt, inst, backend),
+                    point=point_of(last),
+                    node=last.node_name,
                 )
             )
     return tuple(failures)

@@ -26,6 +26,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from core.classify import Classification, ErrorSource, FailureObservation, pick_root_cause
+from core.failpoint import FailurePoint
 from core.policy import Action, Decision, DetectedProblem, InstanceFailure, decide
 from infra import metrics
 from jobs import actions, faults
@@ -195,8 +196,9 @@ def handle_failures(
     )
     observations = []
     offsets = {}
+    points = {}
     for inst in failed:
-        c, offset = classify_instance(job, attempt, inst, backend)
+        c, offset, points[inst.name] = classify_instance(job, attempt, inst, backend)
         offsets[inst.name] = offset
         observations.append(
             FailureObservation(
@@ -226,13 +228,21 @@ def handle_failures(
             index=root_inst.index,
             node=root_inst.node,
             classification=root.classification,
+            point=points[root_inst.name],
         ),
     )
     exit_key = f"{attempt.number}:{root_inst.name}:{root_inst.restarts}"
     if decision.action == Action.RESTART_INSTANCE:
         # Async: the other failed instances are handled on their own later ticks.
         if not restart_instance(
-            job, attempt, root_inst, root.classification, decision, offsets.get(root_inst.name), exit_key
+            job,
+            attempt,
+            root_inst,
+            root.classification,
+            decision,
+            offsets.get(root_inst.name),
+            exit_key,
+            point=points[root_inst.name],
         ):
             return None
         metrics.failure_decided(root.classification, root_inst.exited_at, decision.action)
@@ -264,6 +274,7 @@ def handle_failures(
             classification=root.classification,
             cascades=cascade_info,
             log_offset=offsets.get(root_inst.name),
+            point=points[root_inst.name],
         )
         return TickAction.RESTART_JOB, decision.reason
     if decision.action == Action.FAIL_JOB:
@@ -282,6 +293,8 @@ def handle_failures(
                 "log_offset": offsets.get(root_inst.name),
                 "family": root.classification.family,
                 "evidence": root.classification.evidence,
+                "failure_step": points[root_inst.name].step,
+                "failure_phase": str(points[root_inst.name].phase),
                 "cause": root.classification.cause,
                 "next_step": root.classification.next_step,
             },
@@ -407,6 +420,13 @@ def _progress_step(job: Job) -> int | None:
     return Job.objects.filter(pk=job.pk).values_list("last_progress_step", flat=True).first()
 
 
+def _point_fields(point: FailurePoint | None) -> dict:
+    """A record's failure point (a hang's record has none)."""
+    if point is None:
+        return {}
+    return {"failure_step": point.step, "failure_phase": str(point.phase)}
+
+
 def restart_instance(
     job: Job,
     attempt: Attempt,
@@ -415,6 +435,7 @@ def restart_instance(
     decision: Decision,
     log_offset: int | None,
     exit_key: str,
+    point: FailurePoint | None = None,
 ) -> bool:
     """Async: restart one instance within its attempt. The exit is taken (only one worker
     acts on one exit) and the restart recorded in one transaction, so a worker dying
@@ -442,6 +463,7 @@ def restart_instance(
             family=c.family,
             evidence=c.evidence,
             progress_step=_progress_step(job),
+            **_point_fields(point),
             log_offset=log_offset,
             idempotency_key=f"instance:{job.pk}:{attempt.number}:{inst.name}:{inst.restarts}",
         )
@@ -524,6 +546,7 @@ def restart_job(
     cascades: Sequence[dict] = (),
     log_offset: int | None = None,
     message: str = "",
+    point: FailurePoint | None = None,
 ) -> bool:
     """Whole-job restart: attempt n -> n+1, exactly once. The restart count goes up with
     F() like an instance restart's, so one finishing meanwhile is not overwritten."""
@@ -564,6 +587,7 @@ def restart_job(
             family=c.family if c else "",
             evidence=c.evidence if c else "",
             progress_step=_progress_step(job),
+            **_point_fields(point),
             log_offset=log_offset,
             idempotency_key=f"job:{job.pk}:{n}",
         )

@@ -143,7 +143,8 @@ def test_budget_exhausted_fails_the_job_and_says_why(alice_ws, owner_api, job_bo
     job = submit(owner_api, alice_ws, job_body, args="--enable-job-restart=True --max-num-of-job-restart=1")
     for attempt in (1, 2):
         h = handle_of(job, attempt)
-        memory_backend.write_log(h, "worker-0", b"step=3\n" + NCCL)
+        # past the last failure's step each time, so the repeated-failure guard lets it through
+        memory_backend.write_log(h, "worker-0", b"step=%d\n" % (3 * attempt) + NCCL)
         memory_backend.finish(h, "worker-0", exit_code=1)
         settled(job.pk)
         job.refresh_from_db()
@@ -204,7 +205,8 @@ def test_same_error_cap_counts_across_attempts(alice_ws, owner_api, job_body, me
     job = submit(owner_api, alice_ws, job_body, args=SYNC.replace("=3", "=10") + " --max-num-of-same-error=2")
     for attempt in (1, 2, 3):
         h = handle_of(job, attempt)
-        memory_backend.write_log(h, "worker-0", b"step=5\n" + NCCL)
+        # further each time: not a repeat at the same point (the guard), the same error all the same
+        memory_backend.write_log(h, "worker-0", b"step=%d\n" % (5 * attempt) + NCCL)
         memory_backend.finish(h, "worker-0", exit_code=1)
         settled(job.pk)
         job.refresh_from_db()
