@@ -27,12 +27,13 @@ Pure: the caller gathers the history, persists the decision and builds its idemp
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from types import MappingProxyType
 
 from core.classify import Classification, ErrorSource
 from core.failpoint import FailurePoint
+from core.kinds import Verdict, verdict_of
 from core.flags import ExecutionMode, FaultToleranceConfig, FaultTolerantPolicy
 
 __all__ = [
@@ -217,6 +218,7 @@ class Decision:
     action: Action
     reason: str  # a full sentence shown to the user
     step: Step
+    kind: str = ""  # the failure's verdict kind (core.kinds.Kind); "" for a hang or a stopped job
 
 
 def _what_failed(t: InstanceFailure) -> str:
@@ -295,6 +297,14 @@ def _guarded(t: InstanceFailure, previous: PreviousFailure) -> bool:
 
 
 def _decide_failure(config: FaultToleranceConfig, history: JobHistory, t: InstanceFailure) -> Decision:
+    verdict = verdict_of(t.classification)
+    decision = _decide_on_verdict(config, history, t, verdict)
+    return replace(decision, kind=str(verdict.kind)) if decision.step != Step.STOPPED_BY_USER else decision
+
+
+def _decide_on_verdict(
+    config: FaultToleranceConfig, history: JobHistory, t: InstanceFailure, verdict: Verdict
+) -> Decision:
     c = t.classification
     failed = _what_failed(t)
     # 1
@@ -313,16 +323,16 @@ def _decide_failure(config: FaultToleranceConfig, history: JobHistory, t: Instan
             Step.POLICY_NEVER,
         )
     # 3
-    if config.fault_tolerant_policy == FaultTolerantPolicy.EXIT_CODE_AND_ERROR_MSG and not c.retryable:
+    if config.fault_tolerant_policy == FaultTolerantPolicy.EXIT_CODE_AND_ERROR_MSG and not verdict.restarts:
         return Decision(
             Action.FAIL_JOB,
-            f"Not restarted: {failed}, which a restart cannot fix "
-            f"(--fault-tolerant-policy=ExitCodeAndErrorMsg). {c.cause} {c.next_step}",
+            f"Not restarted: {failed}, which a restart cannot fix ({verdict.reason}; "
+            f"--fault-tolerant-policy=ExitCodeAndErrorMsg). {c.cause} {c.next_step}",
             Step.NOT_RETRYABLE,
         )
-    if config.fault_tolerant_policy == FaultTolerantPolicy.EXIT_CODE_AND_ERROR_MSG and c.retryable:
+    if config.fault_tolerant_policy == FaultTolerantPolicy.EXIT_CODE_AND_ERROR_MSG:
         before = history.same_error_count(c.rule, t.role, t.index)
-        if c.retry_limit is not None and before >= c.retry_limit:
+        if c.retryable and c.retry_limit is not None and before >= c.retry_limit:
             return Decision(
                 Action.FAIL_JOB,
                 f"Not restarted: {failed} again; this is retried only {c.retry_limit} "
@@ -361,20 +371,24 @@ def _decide_failure(config: FaultToleranceConfig, history: JobHistory, t: Instan
                 Step.FAILURE_RATE,
             )
     # 6
-    qualifies = "a retryable error" if c.retryable else "an error (every failure qualifies with OnFailure)"
+    if config.fault_tolerant_policy == FaultTolerantPolicy.ON_FAILURE and not c.retryable:
+        qualifies = "an error (every failure qualifies with OnFailure)"
+    else:
+        qualifies = "a retryable error" if c.retryable else "an error that may be transient"
     if config.job_execution_mode == ExecutionMode.ASYNC:
         if t.role.casefold() not in WHOLE_JOB_ROLES:
             return Decision(
                 Action.RESTART_INSTANCE,
                 f"Restarting {t.instance} alone: the job runs in Async mode and "
-                f"{t.instance} failed with {qualifies}: {c.rule} ({c.message}).",
+                f"{t.instance} failed with {qualifies}: {c.rule} ({c.message}); {verdict.reason}.",
                 Step.INSTANCE_RESTART,
             )
         prefix = f"{t.instance} is a {t.role}, whose failure needs a whole-job restart even in Async mode; "
     else:
         prefix = ""
     # 7
-    return _whole_job_restart(config, history, f"{t.instance} failed with {qualifies}: {c.rule} ({c.message})", prefix)
+    why = f"{t.instance} failed with {qualifies}: {c.rule} ({c.message}); {verdict.reason}"
+    return _whole_job_restart(config, history, why, prefix)
 
 
 def decide(config: FaultToleranceConfig, history: JobHistory, trigger: Trigger) -> Decision:

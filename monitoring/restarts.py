@@ -275,6 +275,7 @@ def handle_failures(
             cascades=cascade_info,
             log_offset=offsets.get(root_inst.name),
             point=points[root_inst.name],
+            kind=decision.kind,
         )
         return TickAction.RESTART_JOB, decision.reason
     if decision.action == Action.FAIL_JOB:
@@ -295,6 +296,7 @@ def handle_failures(
                 "evidence": root.classification.evidence,
                 "failure_step": points[root_inst.name].step,
                 "failure_phase": str(points[root_inst.name].phase),
+                "kind": decision.kind,
                 "cause": root.classification.cause,
                 "next_step": root.classification.next_step,
             },
@@ -464,6 +466,7 @@ def restart_instance(
             evidence=c.evidence,
             progress_step=_progress_step(job),
             **_point_fields(point),
+            verdict_kind=decision.kind,
             log_offset=log_offset,
             idempotency_key=f"instance:{job.pk}:{attempt.number}:{inst.name}:{inst.restarts}",
         )
@@ -547,6 +550,7 @@ def restart_job(
     log_offset: int | None = None,
     message: str = "",
     point: FailurePoint | None = None,
+    kind: str = "",
 ) -> bool:
     """Whole-job restart: attempt n -> n+1, exactly once. The restart count goes up with
     F() like an instance restart's, so one finishing meanwhile is not overwritten."""
@@ -588,6 +592,7 @@ def restart_job(
             evidence=c.evidence if c else "",
             progress_step=_progress_step(job),
             **_point_fields(point),
+            verdict_kind=kind,
             log_offset=log_offset,
             idempotency_key=f"job:{job.pk}:{n}",
         )

@@ -66,6 +66,12 @@ def test_sync_job_restarts_on_a_retryable_error_with_a_full_record(alice_ws, own
     assert record.instance_name == "worker-0" and record.node_name == "mem-0"
     assert record.error_source == "Log" and record.error_code and "NCCL" in record.error_message
     assert "restart 1 of 3" in record.reason
+    # where it failed and the verdict's kind, with its public-report count in the reason (issue 26)
+    assert (record.failure_step, record.failure_phase) == (1, "training")
+    assert record.verdict_kind == "ambiguous" and "ambiguous: transient in 0 of 1 public reports" in record.reason
+    api = owner_api.get(f"/api/v1/jobs/{job.pk}/restarts/").json()
+    row = api["results"][0] if isinstance(api, dict) else api[0]
+    assert (row["verdict_kind"], row["failure_step"], row["failure_phase"]) == ("ambiguous", 1, "training")
     old = Attempt.objects.get(job=job, number=1)
     assert old.status == "Failed" and old.made_progress is True and old.ended_at is not None
     assert memory_backend.stopped and memory_backend.stopped[0][1] == 1
