@@ -282,18 +282,16 @@ def _decide_problem(config: FaultToleranceConfig, history: JobHistory, t: Detect
 
 
 def _guarded(t: InstanceFailure, previous: PreviousFailure) -> bool:
-    """Whether the repeated-failure guard may judge this failure. Every retryable verdict,
+    """Whether the repeated-failure guard may judge this failure. Every retried verdict,
     whatever decided it (the log, the exit status, a user's keyword, a backend's reason), so
     that a bug misjudged as transient is stopped at its second identical failure and wastes
-    one restart at most; except a preemption or a node loss (a backend's reason, or a
-    preemption notice in the log) on another node than last time, or when the node of
-    last time is unknown: the infrastructure took a node away again, which says nothing
-    about the code."""
+    one restart at most; except a preemption, eviction or node loss that the backend itself
+    reported, on another node than last time (or with last time's node unknown): the
+    scheduler took a node away again, which says nothing about the code. A preemption
+    read only from the log is guarded like the rest: a log line can be the code's own."""
     c = t.classification
-    infrastructure = c.source == ErrorSource.BACKEND or c.family == "preemption"
-    if infrastructure and (not previous.node or not t.node or previous.node != t.node):
-        return False
-    return True
+    infrastructure = c.source == ErrorSource.BACKEND and c.family == "preemption"
+    return not (infrastructure and (not previous.node or not t.node or previous.node != t.node))
 
 
 def _decide_failure(config: FaultToleranceConfig, history: JobHistory, t: InstanceFailure) -> Decision:
