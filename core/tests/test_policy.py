@@ -447,7 +447,9 @@ def test_the_guard_leaves_preemptions_the_backend_reported_alone():
     # one read from the log alone is guarded like any line the code could print (issue 26):
     # restarted when it trained in between, stopped at the same point twice
     trained = _previous(rule=preempted.rule, progress_since=True)
-    assert decide(sync_restartable(), history(previous_failure=trained), failure(preempted)).action == Action.RESTART_JOB
+    assert (
+        decide(sync_restartable(), history(previous_failure=trained), failure(preempted)).action == Action.RESTART_JOB
+    )
     d = decide(sync_restartable(), history(previous_failure=_previous(rule=preempted.rule)), failure(preempted))
     assert d.step == Step.REPEATED_FAILURE
 

@@ -92,9 +92,7 @@ def replay(entry: Entry, scenario: str = "rerun") -> Replay:
         if entry.retryable:  # a transient fault: the next attempt trains to the end
             return Replay(entry, scenario, first, restarts, True, d.reason)
         counts[(c.rule, "Worker", 0)] = counts.get((c.rule, "Worker", 0), 0) + 1
-        previous = PreviousFailure(
-            rule=c.rule, role="Worker", index=0, progress_since=True, point=point, node=node
-        )
+        previous = PreviousFailure(rule=c.rule, role="Worker", index=0, progress_since=True, point=point, node=node)
 
 
 def replay_all(entries: Iterable[Entry], scenario: str = "rerun") -> list[Replay]:
