@@ -60,6 +60,7 @@ class Verdict:
     kind: Kind
     retryable_reports: int
     reports: int
+    note: str = ""  # what the context changed (core.failcontext), "" when nothing
 
     @property
     def restarts(self) -> bool:
@@ -76,7 +77,8 @@ class Verdict:
     def reason(self) -> str:
         """'ambiguous: transient in 6 of 12 public reports; retrying once to tell'."""
         tail = "; retrying once to tell" if self.kind == Kind.AMBIGUOUS else ""
-        return f"{self.kind}: {self.sureness}{tail}"
+        note = f", {self.note}" if self.note else ""
+        return f"{self.kind}: {self.sureness}{note}{tail}"
 
 
 def verdict_of(c: Classification, counts: dict[str, tuple[int, int]] | None = None) -> Verdict:

@@ -32,6 +32,7 @@ from enum import StrEnum
 from types import MappingProxyType
 
 from core.classify import Classification, ErrorSource
+from core.failcontext import FailureContext, with_context
 from core.failpoint import FailurePoint
 from core.kinds import Verdict, verdict_of
 from core.flags import ExecutionMode, FaultToleranceConfig, FaultTolerantPolicy
@@ -89,6 +90,7 @@ class InstanceFailure:
     node: str
     classification: Classification
     point: FailurePoint | None = None  # where it failed (core.failpoint), for the guard
+    context: FailureContext | None = None  # what the log tail lacks (core.failcontext)
 
     @property
     def source(self) -> ErrorSource:
@@ -137,14 +139,21 @@ class PreviousFailure:
     point: FailurePoint | None = None  # where it failed (core.failpoint)
     node: str = ""  # the node it failed on
 
-    def repeated_by(self, rule: str, role: str, index: int, point: FailurePoint | None = None) -> bool:
+    def repeated_by(
+        self, rule: str, role: str, index: int, point: FailurePoint | None = None, any_instance: bool = False
+    ) -> bool:
         """The same failure of the same instance at the same or an earlier point. With both
-        failure points known they decide (the log's steps, the phase and the evidence);
-        without, the SDK's steps and the progress since do, as before failure points."""
+        failure points known they decide (the log's steps, the phase and the evidence), and
+        with `any_instance` (a whole-job restart's root cause: every rank runs the same code,
+        and which one fails first is timing) on whichever instance; without points, the
+        SDK's steps and the progress since do, on the same instance, as before failure points."""
+        if point is not None and self.point is not None:
+            same = rule == self.rule and (
+                any_instance or (role.casefold(), index) == (self.role.casefold(), self.index)
+            )
+            return same and point.repeats(self.point)
         if (rule, role.casefold(), index) != (self.rule, self.role.casefold(), self.index):
             return False
-        if point is not None and self.point is not None:
-            return point.repeats(self.point)
         same_step = self.step is not None and self.step == self.step_now
         return same_step or not self.progress_since
 
@@ -295,9 +304,15 @@ def _guarded(t: InstanceFailure, previous: PreviousFailure) -> bool:
 
 
 def _decide_failure(config: FaultToleranceConfig, history: JobHistory, t: InstanceFailure) -> Decision:
-    verdict = verdict_of(t.classification)
+    verdict = with_context(verdict_of(t.classification), t.classification, t.context)
     decision = _decide_on_verdict(config, history, t, verdict)
-    return replace(decision, kind=str(verdict.kind)) if decision.step != Step.STOPPED_BY_USER else decision
+    if decision.step in (Step.STOPPED_BY_USER, Step.POLICY_NEVER):
+        return decision
+    reason = decision.reason
+    if t.context is not None:  # every input the decision weighed, in its reason
+        where = t.point.describe() if t.point is not None else "with no failure point"
+        reason = f"{reason.rstrip()} (Context: {t.context.describe(where)}.)"
+    return replace(decision, reason=reason, kind=str(verdict.kind))
 
 
 def _decide_on_verdict(
@@ -339,7 +354,12 @@ def _decide_on_verdict(
                 Step.RETRIES_SPENT,
             )
         previous = history.previous_failure_on(t.role, t.index)
-        if previous is not None and _guarded(t, previous) and previous.repeated_by(c.rule, t.role, t.index, t.point):
+        whole_job = previous is history.previous_failure
+        if (
+            previous is not None
+            and _guarded(t, previous)
+            and previous.repeated_by(c.rule, t.role, t.index, t.point, any_instance=whole_job)
+        ):
             return Decision(
                 Action.FAIL_JOB,
                 f"Not restarted: {REPEATED_FAILURE_REASON}; {failed}, as it did before the last "

@@ -48,7 +48,7 @@ from jobs.models import (
     RestartResult,
 )
 from monitoring import diagnose
-from monitoring.failures import attempt_made_progress, classify_instance, epoch, history_of
+from monitoring.failures import attempt_made_progress, classify_instance, context_of, epoch, history_of
 
 log = logging.getLogger(__name__)
 
@@ -219,9 +219,10 @@ def handle_failures(
     if not job.fault_tolerance:
         return fail_without_monitoring(job, attempt, root_inst, root.classification, cascades)
 
+    history = history_of(job, attempt, instances, backend)
     decision = decide(
         job.ft,
-        history_of(job, attempt, instances, backend),
+        history,
         InstanceFailure(
             instance=root_inst.name,
             role=root_inst.role,
@@ -229,6 +230,7 @@ def handle_failures(
             node=root_inst.node,
             classification=root.classification,
             point=points[root_inst.name],
+            context=context_of(job, attempt, root_inst, history.previous_failure_on(root_inst.role, root_inst.index)),
         ),
     )
     exit_key = f"{attempt.number}:{root_inst.name}:{root_inst.restarts}"

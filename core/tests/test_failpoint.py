@@ -101,3 +101,22 @@ def test_a_preemption_reported_by_the_backend_on_another_node_is_not_a_repeat():
     assert _decide(c, point, point, node="node-b").action == Action.RESTART_JOB
     # the same node taken away at the same point again: the guard judges it
     assert _decide(c, point, point).step == Step.REPEATED_FAILURE
+
+
+def test_a_whole_job_restart_s_root_cause_repeats_on_whichever_rank_fails_first():
+    # every rank runs the same code: the same bug at the same step is the same fault on another rank
+    c = classify_failure(FailureInput(1, None, "step 4\nConnectionResetError: [Errno 104] Connection reset by peer\n"))
+    point = failure_point("step 4\n", c.evidence)
+    previous = PreviousFailure(rule=c.rule, role="Master", index=0, point=point, node="node-a")
+    config = FaultToleranceConfig(enable_job_restart=True)
+    failing = InstanceFailure("worker-0", "Worker", 0, "node-a", c, point=point)
+    history = JobHistory(total_worker_instances=1, failed_worker_instances_now=1, previous_failure=previous)
+    assert decide(config, history, failing).step == Step.REPEATED_FAILURE
+    # an instance restarted alone (Async) is compared with its own previous failure only
+    own = PreviousFailure(rule=c.rule, role="Worker", index=1, point=point, node="node-a")
+    alone = JobHistory(total_worker_instances=2, failed_worker_instances_now=1, instance_failures=(own,))
+    assert decide(config, alone, failing).action == Action.RESTART_JOB
+    assert (
+        PreviousFailure(rule=c.rule, role="Worker", index=1, point=point).repeated_by(c.rule, "Worker", 0, point)
+        is False
+    )

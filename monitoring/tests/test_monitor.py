@@ -628,3 +628,28 @@ def test_an_output_stamped_before_the_launch_gives_no_negative_stage_in_the_api(
     # a row stored out of order before this fix reads as zero too
     Attempt.objects.filter(pk=attempt.pk).update(running_at=attempt.starting_at - timezone.timedelta(seconds=0.311))
     assert owner_api.get(f"/api/v1/jobs/{job.pk}/attempts/").json()[0]["stages"]["starting"] == 0.0
+
+
+def test_a_bug_failing_on_a_node_where_another_job_just_failed_gets_one_probe(
+    alice_ws, owner_api, job_body, memory_backend
+):
+    # issue 26: other jobs failing on the same node within the same minute are an
+    # infrastructure event, so a deterministic verdict gets one probe, and the reason says why.
+    first = submit(owner_api, alice_ws, job_body)
+    h = handle_of(first)
+    memory_backend.write_log(h, "master-0", BUG)
+    memory_backend.finish(h, "master-0", exit_code=1)
+    settled(first.pk)
+    first.refresh_from_db()
+    assert (
+        first.status == JobStatus.FAILED
+        and "(Context: attempt 1, failed before the first progress, on mem-0.)" in first.reason
+    )
+    second = submit(owner_api, alice_ws, job_body)
+    h = handle_of(second)
+    memory_backend.write_log(h, "master-0", BUG)
+    memory_backend.finish(h, "master-0", exit_code=1)
+    assert settled(second.pk).action == "restart_job"
+    record = RestartRecord.objects.get(job=second)
+    assert record.verdict_kind == "ambiguous"
+    assert "1 other job failed on mem-0 within the same minute: an infrastructure event" in record.reason
