@@ -25,13 +25,10 @@ from __future__ import annotations
 
 import _path  # noqa: F401  (first: the repository root on sys.path; bench/_path.py)
 import argparse
-import os
-import platform
-import subprocess
 import sys
 import time
-from pathlib import Path
 
+from classify_corpus import _commit, _machine  # the same "what ran, on what machine" lines
 from monitoring.corpus import evaluate, outcomes
 
 TARGETS = {"recovered": 0.98, "futile_per_bug": 0.25, "worst": 1}
@@ -43,35 +40,6 @@ def _pct(value: float | None) -> str:
 
 def _num(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.2f}"
-
-
-def _machine() -> str:
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return f"{cpu}, {os.cpu_count()} CPUs, {platform.system()} {platform.release()}, Python {platform.python_version()}"
-
-
-def _commit() -> str:
-    root = Path(__file__).resolve().parents[1]
-    try:
-        out = subprocess.run(
-            ["git", "-C", str(root), "log", "-1", "--format=%h %cI"], capture_output=True, text=True, timeout=10
-        )
-        dirty = subprocess.run(
-            ["git", "-C", str(root), "status", "--porcelain", "--", "core", "monitoring"],
-            capture_output=True,
-            text=True,
-            timeout=10,
-        ).stdout.strip()
-        return out.stdout.strip() + (" (+ uncommitted changes)" if dirty else "")
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
 
 
 def _row(label: str, replays: list[outcomes.Replay]) -> str:

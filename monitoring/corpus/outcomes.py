@@ -24,6 +24,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
 from core.classify import Classification, classify_failure
+from core.failcontext import FailureContext
 from core.failpoint import failure_point
 from core.flags import FaultToleranceConfig
 from core.policy import Action, InstanceFailure, JobHistory, PreviousFailure, decide
@@ -85,7 +86,9 @@ def replay(entry: Entry, scenario: str = "rerun") -> Replay:
             total_worker_instances=1,
             previous_failure=previous,
         )
-        d = decide(CONFIG, history, InstanceFailure("worker-0", "Worker", 0, node, c, point=point))
+        # the context the monitor gathers: one job alone on its nodes, none of them with a record
+        context = FailureContext(attempt=attempt, node=node, previous_node=previous.node if previous else "")
+        d = decide(CONFIG, history, InstanceFailure("worker-0", "Worker", 0, node, c, point=point, context=context))
         if d.action != Action.RESTART_JOB:
             return Replay(entry, scenario, first, restarts, False, d.reason)
         restarts += 1
