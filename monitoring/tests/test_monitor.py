@@ -340,10 +340,11 @@ def test_restart_loop_breaker_stops_three_restarts_without_progress(alice_ws, ow
     job = submit(owner_api, alice_ws, job_body, args=SYNC.replace("=3", "=10"))
     for attempt in (1, 2, 3, 4):
         h = handle_of(job, attempt)
-        # A different instance each time: the same one twice in a row without progress
-        # is the repeated-failure guard's case (tested below), which stops the job sooner.
+        # A different error each time: the same one twice in a row at the same point (on
+        # any rank) is the repeated-failure guard's case (tested below), which stops sooner.
         name = ("worker-0", "master-0")[attempt % 2]
-        memory_backend.write_log(h, name, b"initialising...\n" + NCCL)
+        error = (NCCL, b"RuntimeError: [gloo/transport/tcp/pair.cc:534] Connection reset by peer\n")[attempt % 2]
+        memory_backend.write_log(h, name, b"initialising...\n" + error)
         memory_backend.finish(h, name, exit_code=1)
         settled(job.pk)
         job.refresh_from_db()
