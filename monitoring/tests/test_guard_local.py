@@ -52,7 +52,7 @@ def _submit(api, ws, script, mode):
 
 
 def test_a_step_line_job_failing_the_same_way_each_attempt_is_stopped_after_one_futile_restart(
-    alice, alice_ws, api_as, local_backend, script
+    alice, alice_ws, api_as, local_backend, script, client
 ):
     job = tick_until(_submit(api_as(alice), alice_ws, script, "always"), finished, seconds=30)
     assert job.status == JobStatus.FAILED, job.reason
@@ -61,6 +61,11 @@ def test_a_step_line_job_failing_the_same_way_each_attempt_is_stopped_after_one_
     assert "at step 4" in job.reason
     record = RestartRecord.objects.get(job=job)
     assert (record.failure_step, record.failure_phase, record.verdict_kind) == (4, "training", "transient")
+    # the job page's restart record shows the kind, where it failed and the reason with its counts
+    client.force_login(alice)
+    page = client.get(f"/workspaces/{alice_ws.slug}/jobs/{job.pk}/restarts/{record.pk}/").content.decode()
+    assert "<dd data-verdict-kind>transient · failed at step 4</dd>" in page
+    assert "transient: transient in 1 of 1 public reports" in page
 
 
 def test_a_flaky_step_line_job_is_restarted_and_trains(alice, alice_ws, api_as, local_backend, script):
