@@ -3,13 +3,17 @@
 SPEC section 3's rules, applied in order, plus the restart-loop breaker of section 9:
 1. the job was stopped by a person -> nothing;
 2. policy Never -> the job fails;
-3. with ExitCodeAndErrorMsg a non-retryable classification fails the job
+3. with ExitCodeAndErrorMsg a deterministic verdict fails the job (core.kinds: the
+   classification's kind by its rule's public reports, weighed with the context the log
+   tail lacks, core.failcontext; an ambiguous one gets a probe restart and is judged by
+   repetition)
    (with OnFailure every failure qualifies); so does a retryable one that holds only
-   a few times (a SIGKILL with no evidence is retried once) once those are spent, and an
-   ambiguous retryable one that repeats the previous failure at the same point (the same
-   rule on the same instance, with no progress or at the same step in between, whether
-   the previous one restarted the whole job or, in Async mode, that instance alone): the
-   repeated-failure guard, which catches desyncs that look transient once;
+   a few times (a SIGKILL with no evidence is retried once) once those are spent, and a
+   retried one that repeats the previous failure at the same point (the same rule and the
+   same evidence at the same or an earlier failure point, core.failpoint: on any rank after
+   a whole-job restart, on that instance after it was restarted alone in Async mode): the
+   repeated-failure guard, which stops a bug misjudged as transient at its second identical
+   failure (a preemption or node loss the backend reported on another node is exempt);
 4. the same error (rule, role, index) now occurred more than --max-num-of-same-error
    times -> the job fails;
 5. the fraction of failed worker instances is over --max-tolerated-failure-rate
