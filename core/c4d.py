@@ -36,7 +36,7 @@ A ratio of at least `warn_ratio` is a Warning, at least `slow_ratio` an Info.
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from statistics import median
 from typing import Any, Iterable, Mapping
@@ -396,3 +396,37 @@ def _slowness(by_rank, window, slow_ratio, warn_ratio, min_excess_s, consistency
                 )
             )
     return verdicts
+
+
+def hang_envs(envs: C4DEnvs, silent_s: float) -> C4DEnvs:
+    """The C4D environment for the check hang detection runs before its restart. Every
+    rank has been silent for `silent_s` already, which proves the hang that
+    C4D_HANG_TIMEOUT waits to see; so a collective held for half of that silence counts,
+    when that is shorter, and a hang caught at 6 s gets its verdict even with the default
+    10 s timeout (the restart would come first otherwise, with no verdict at all)."""
+    floor_us = max(1, int(silent_s * 1e6 / 2))
+    return replace(envs, hang_timeout_us=min(envs.hang_timeout_us, floor_us))
+
+
+def with_stacks(result: C4DResult, in_collective: Mapping[int, str]) -> C4DResult:
+    """A rank the records call hung outside communication whose stack is inside a
+    torch.distributed collective (`in_collective`, rank -> op, from the stack snapshot) did
+    enter one: the records count it done (gloo retires a collective once its data moved)
+    but its call never returned while its peers went on to the next. That is a hang in
+    communication: RankCommHang."""
+    verdicts = []
+    for v in result.verdicts:
+        op = in_collective.get(v.rank) if v.rank is not None else None
+        if v.kind != C4DKind.NON_COMM_HANG or not op:
+            verdicts.append(v)
+            continue
+        ev = v.evidence
+        _, found, tail = v.message.partition(" Found hanging")
+        message = (
+            f"Rank {v.rank} never returned from {op} (its stack is inside it; its collective records "
+            f"end at #{ev.get('last_seq')}) while rank(s) {_ranks_text(ev.get('waiting_ranks') or [])} "
+            f"finished it and have waited in {ev.get('op')} #{ev.get('seq')} for {ev.get('waited_s')} s: "
+            "it is hung in communication." + (found + tail if found else "")
+        )
+        verdicts.append(C4DVerdict(v.rank, C4DKind.COMM_HANG, v.severity, message, {**ev, "stack_collective": op}))
+    return C4DResult(tuple(verdicts), result.state)

@@ -1102,6 +1102,17 @@ LOG_SIGNATURES: tuple[Signature, ...] = (
             r"|request canceled while waiting for connection|exceptions\.DeadlineExceeded: 504"
             # huggingface_hub/transformers when the Hub cannot be reached and nothing is cached
             r"|Connection error, and we cannot find the requested files|We couldn't connect to '"
+            # huggingface_hub's LocalEntryNotFoundError when the Hub did not answer and the file
+            # is not cached (its class name also holds "EntryNotFoundError", a 404 below, so this
+            # earlier entry decides the line)
+            r"|make sure your Internet connection is on"
+            # The same timeouts raised by the standard library and the async HTTP clients, at the
+            # end of the traceback a download (pip, datasets, hub) died in: socket/ssl
+            # ("socket.timeout: timed out", "TimeoutError: The read operation timed out"), httpx
+            # and httpcore, aiohttp, fsspec. Without them the traceback is the generic exception.
+            r"|socket\.timeout: timed out|TimeoutError: The (?:read|write|handshake) operation timed out"
+            r"|httpx\.(?:Read|Connect|Write|Pool)Timeout|httpcore\.(?:Read|Connect|Write|Pool)Timeout"
+            r"|aiohttp\.client_exceptions\.ServerTimeoutError|FSTimeoutError"
         ),
         retryable=True,
         error_code="SERVICE_TIMEOUT",
@@ -1112,8 +1123,11 @@ LOG_SIGNATURES: tuple[Signature, ...] = (
         "path to the service or use a closer mirror.",
         documented='urllib3 ReadTimeoutError ("Read timed out"); Go net/http "TLS handshake timeout", '
         '"i/o timeout", "context deadline exceeded"; S3 RequestTimeout; transformers "Connection '
-        'error, and we cannot find the requested files in the cached path"; corpus startup-024, '
-        "-027, -038, external-services-019, -030, -037",
+        'error, and we cannot find the requested files in the cached path"; huggingface_hub '
+        'LocalEntryNotFoundError ("... make sure your Internet connection is on"); Python socket.timeout, '
+        'ssl "The read operation timed out"; httpx/httpcore ReadTimeout, ConnectTimeout; aiohttp '
+        "ServerTimeoutError; fsspec FSTimeoutError; corpus startup-024, -027, -038, external-services-019, "
+        "-030, -037, -072 (unslothai/unsloth#2136: a hub read timeout that a retry gets past)",
     ),
     Signature(
         rule="service-denied",
@@ -1225,14 +1239,19 @@ LOG_SIGNATURES: tuple[Signature, ...] = (
     Signature(
         rule="cuda-unknown-error",
         family="gpu",
-        pattern=_re(r"CUDA error: unknown error|cudaErrorUnknown|cuda runtime error \(999\)"),
+        # NCCL reports the same CUDA status in its own words: "NCCL WARN Cuda failure 999
+        # 'unknown error'" (transport/nvls.cc, enqueue.cc).
+        pattern=_re(
+            r"CUDA error: unknown error|cudaErrorUnknown|cuda runtime error \(999\)|Cuda failure (?:999 )?'unknown error"
+        ),
         retryable=True,
         error_code="CUDA_UNKNOWN_ERROR",
         message="CUDA: unknown error",
         cause="The GPU or its driver failed in a way CUDA could not name, which points at the GPU.",
         next_step=_HARDWARE_NEXT,
         documented="CUDA runtime cudaErrorUnknown (999); corpus gpu-016 (BLOOM-176B: a GPU crashing "
-        "from a hardware failure)",
+        "from a hardware failure), gpu-031 (NVIDIA/nccl-tests#276: NCCL's 'Cuda failure 999', cleared "
+        "by resetting the node's Fabric Manager and GPUs)",
     ),
     Signature(
         rule="device-busy",
@@ -1495,6 +1514,8 @@ LOG_SIGNATURES: tuple[Signature, ...] = (
             r"|ChunkedEncodingError|EOF occurred in violation of protocol|SSLEOFError"
             r"|HTTP 000 CONNECTION FAILED|Connection broken: |GnuTLS recv error|RPC failed; curl \d"
             r"|Could not connect to the endpoint URL"
+            # aiohttp (datasets' streaming, fsspec's HTTP file system): the server went away
+            r"|aiohttp\.client_exceptions\.(?:ServerDisconnectedError|ClientPayloadError|ClientOSError)"
         ),
         retryable=True,
         error_code="CONNECTION_DROPPED",
@@ -1506,7 +1527,9 @@ LOG_SIGNATURES: tuple[Signature, ...] = (
         documented='http.client RemoteDisconnected; urllib3 ProtocolError ("Connection aborted."), '
         'IncompleteRead, "Connection broken: ..."; requests ChunkedEncodingError; ssl SSLEOFError; conda '
         '"HTTP 000 CONNECTION FAILED"; git/curl "GnuTLS recv error", "RPC failed; curl 56"; '
-        'botocore EndpointConnectionError ("Could not connect to the endpoint URL")',
+        'botocore EndpointConnectionError ("Could not connect to the endpoint URL"); aiohttp '
+        "ServerDisconnectedError, ClientPayloadError, ClientOSError (huggingface/datasets#2605: 'This "
+        "error must trigger a retry instead of directly crashing'); corpus external-services-069, -070",
     ),
     Signature(
         rule="service-connection-eof",

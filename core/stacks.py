@@ -105,11 +105,51 @@ COLLECTIVES = frozenset(
 _LAUNCHER_FILES = ("torch/distributed/elastic/", "torch/distributed/run.py", "torch/distributed/launch.py")
 
 # The evidence a suspect was found by, strongest first.
+RULE_NEVER_ENTERED = "never-entered"  # the recorder: peers are inside a collective it never entered
+RULE_NEVER_RETURNED = "never-returned"  # the recorder counts its collective done, its stack is still in it
+RULE_RECORDED_DESYNC = "recorded-desync"  # the recorder: inside another collective than its peers
 RULE_OUTSIDE_COLLECTIVE = "outside-collective"
 RULE_DESYNC = "desync"
 RULE_DIFFERENT_FRAME = "different-frame"
 RULE_ODD_ONE_OUT = "odd-one-out"
-RULES = (RULE_OUTSIDE_COLLECTIVE, RULE_DESYNC, RULE_DIFFERENT_FRAME, RULE_ODD_ONE_OUT)
+RULES = (
+    RULE_NEVER_ENTERED,
+    RULE_NEVER_RETURNED,
+    RULE_RECORDED_DESYNC,
+    RULE_OUTSIDE_COLLECTIVE,
+    RULE_DESYNC,
+    RULE_DIFFERENT_FRAME,
+    RULE_ODD_ONE_OUT,
+)
+
+
+@dataclass(frozen=True)
+class RecordedCollective:
+    """What one rank did last by its collective records (PyTorch's Flight Recorder, else the
+    SDK's reports): the collective it is inside, or the last one it entered and left. The
+    recorder sees what the stacks cannot: DDP launches its gradient all-reduce from autograd
+    hooks in C++, so a rank waiting there shows only `backward` in Python."""
+
+    seq: int  # 0: it has entered none
+    op: str
+    inside: bool
+
+    def describe(self) -> str:
+        return f"{self.op} #{self.seq}" if self.seq else "no collective"
+
+
+def recorded_positions(records: Mapping[int, Iterable]) -> dict[int, RecordedCollective]:
+    """rank -> RecordedCollective from core.c4d records (anything with seq, op, exit): the
+    highest collective it is inside, else the last it entered."""
+    out: dict[int, RecordedCollective] = {}
+    for rank, recs in records.items():
+        recs = list(recs)
+        inside = [r for r in recs if r.exit is None]
+        last = max(inside or recs, key=lambda r: r.seq, default=None)
+        out[int(rank)] = (
+            RecordedCollective(last.seq, last.op, last.exit is None) if last else RecordedCollective(0, "", False)
+        )
+    return out
 
 
 @dataclass(frozen=True)
@@ -506,9 +546,22 @@ def _most_common(values: Sequence[str]) -> str:
     return max(sorted(set(values)), key=values.count) if values else ""
 
 
-def find_culprits(dumps: Sequence[ProcessStacks], sequences: Mapping[int, int] | None = None) -> Culprits:
+def find_culprits(
+    dumps: Sequence[ProcessStacks],
+    sequences: Mapping[int, int] | None = None,
+    recorded: Mapping[int, RecordedCollective] | None = None,
+) -> Culprits:
     """Rank the processes of a hung job by evidence, strongest first.
 
+    0. what the ranks did (`recorded`, rank -> its collective records' last position,
+       from PyTorch's Flight Recorder or the SDK), before any frame name:
+       never-entered: peers are inside collective N, it never entered N, whatever its
+       stack shows; never-returned: the same, but its stack is inside a torch.distributed
+       collective the recorder counts as done (its call never returned: hung in
+       communication); recorded-desync: every rank is inside a collective, it in another
+       (a lower seq, or the minority's op at the same seq). A rank inside the collective
+       its peers wait for is waiting, not guilty, even where its stack shows `backward`;
+       every rank inside the same one: no suspect, the collective itself is stuck.
     1. outside-collective: not inside any collective while peers wait in one (a hang
        in compute, stuck I/O, a deadlock): the collective waits for it;
     2. desync: inside a different collective from its peers: a lower sequence number
@@ -522,6 +575,10 @@ def find_culprits(dumps: Sequence[ProcessStacks], sequences: Mapping[int, int] |
     so two ranks that merely differ give no suspect.
     """
     positions = _positions(dumps)
+    if recorded:
+        by_records = _recorded_culprits(positions, recorded)
+        if by_records is not None:
+            return by_records
     if len(positions) < 2:
         why = (
             f"No suspect: {len(positions)} process(es) with stacks to compare; a culprit "
@@ -620,7 +677,106 @@ def find_culprits(dumps: Sequence[ProcessStacks], sequences: Mapping[int, int] |
     return _no_suspect(why, positions)
 
 
-def _desync(behind: list[_Position], front: list[_Position], what, theirs: str, how: str) -> Culprits:
+def _recorded_culprits(positions: Sequence[_Position], recorded: Mapping[int, RecordedCollective]) -> Culprits | None:
+    """Rule 0 of find_culprits; None when the records show no rank inside a collective (the
+    stacks decide). A rank with stacks but no records is not judged by them."""
+    by_rank: dict[int, _Position] = {
+        p.ref.rank: p for p in positions if p.ref.rank is not None and p.ref.rank in recorded
+    }
+
+    def rank_of(p: _Position) -> int:
+        return p.ref.rank if p.ref.rank is not None else -1
+
+    inside = {r: recorded[r] for r in by_rank if recorded[r].inside}
+    if not inside:
+        return None
+
+    def label(rank: int) -> str:
+        return by_rank[rank].label
+
+    def waiters(ranks: Iterable[int]) -> str:
+        ranks = sorted(ranks)
+        groups: dict[str, list[str]] = {}
+        for r in ranks:
+            groups.setdefault(inside[r].describe(), []).append(label(r))
+        return "; ".join(
+            f"{_names(names)} {'waits' if len(names) == 1 else 'wait'} in {what}" for what, names in groups.items()
+        )
+
+    found: list[Suspect] = []
+    for rank, p in sorted(by_rank.items()):
+        mine = recorded[rank]
+        if mine.inside:
+            continue
+        waiting = [r for r, rc in inside.items() if rc.seq > mine.seq]
+        if not waiting:
+            continue
+        first = min(waiting, key=lambda r: inside[r].seq)
+        if p.collective is not None:
+            why = (
+                f"{p.label} is still inside {p.op} ({p.collective.file}:{p.collective.line}), which its "
+                f"collective records count as done (its last is {mine.describe()}), while "
+                f"{waiters(waiting)}: its call never returned, it is hung in communication."
+            )
+            found.append(Suspect(p.ref, RULE_NEVER_RETURNED, why, p.op, p.collective))
+        else:
+            why = (
+                f"{p.label} never entered {inside[first].describe()} (its last is {mine.describe()}, by the "
+                f"collective records) while {waiters(waiting)}; it is in {_where(p.innermost_busy)}."
+            )
+            found.append(
+                Suspect(
+                    p.ref,
+                    RULE_NEVER_ENTERED,
+                    why,
+                    _short(p.innermost_busy.function) if p.innermost_busy else "",
+                    p.innermost_busy,
+                )
+            )
+    if found:
+        who = _names([by_rank[s.thread.rank].name for s in found if s.thread.rank is not None])
+        victims = sorted(inside)
+        if found[0].rule == RULE_NEVER_ENTERED:
+            cause = (
+                f"{who} stopped making progress in `{found[0].where}` and never entered the collective "
+                f"{_names([by_rank[r].name for r in victims])} waited in"
+            )
+            step = (
+                f"Look at {who}'s stack in the snapshot: it hangs in its own code at `{found[0].where}` "
+                "(compute, I/O, a lock, or a branch that skips a collective); its peers only wait for it."
+            )
+        else:
+            cause = f"{who} never returned from `{found[0].where}` while its peers went on to the next collective"
+            step = f"{who} is hung in communication: check its node's network and the collective it is in."
+        return Culprits(tuple(found), found[0].why, cause, step)
+
+    if len(inside) < len(by_rank):
+        return None  # ranks outside every collective but none behind: the stacks decide
+    seqs = {rc.seq for rc in inside.values()}
+    if len(seqs) > 1:  # behind: in a lower collective than the front's
+        ahead, how = max(seqs), "behind"
+        front = [by_rank[r] for r, rc in inside.items() if rc.seq == ahead]
+        odd = sorted((by_rank[r] for r, rc in inside.items() if rc.seq < ahead), key=lambda p: inside[rank_of(p)].seq)
+    else:  # the same collective, another op than the majority's
+        front, odd = _majority(list(by_rank.values()), key=lambda p: inside[rank_of(p)].op)
+        how = "different"
+    if odd:
+
+        def recorded_as(p: _Position) -> str:
+            return inside[rank_of(p)].describe()
+
+        return _desync(odd, front, recorded_as, recorded_as(front[0]), how, RULE_RECORDED_DESYNC)
+    what = "/".join(sorted({rc.describe() for rc in inside.values()}))
+    return _no_suspect(
+        f"No suspect: all {len(inside)} ranks are inside {what} by their collective records, so every "
+        "rank arrived and the collective itself is stuck (look at the network).",
+        positions,
+    )
+
+
+def _desync(
+    behind: list[_Position], front: list[_Position], what, theirs: str, how: str, rule: str = RULE_DESYNC
+) -> Culprits:
     peers = _names([p.label for p in front])
     verb = "is" if len(front) == 1 else "are"
     tail = (
@@ -631,7 +787,7 @@ def _desync(behind: list[_Position], front: list[_Position], what, theirs: str, 
     suspects = tuple(
         Suspect(
             p.ref,
-            RULE_DESYNC,
+            rule,
             f"{p.label} waits in {what(p)} while {peers} {verb} in {theirs}: {tail}",
             p.op,
             p.collective,
@@ -645,7 +801,7 @@ def _desync(behind: list[_Position], front: list[_Position], what, theirs: str, 
         suspects[0].why,
         f"{who} waited in `{first}` while {_names([p.name for p in front])} waited in `{theirs}`: "
         "the ranks are out of step",
-        f"Check why {who} reached `{behind[0].op}` while its peers are in `{front[0].op}`: a "
+        f"Check why {who} reached `{what(behind[0])}` while its peers are in `{theirs}`: a "
         "collective skipped or added on some ranks (a rank-dependent branch) puts them out of step.",
     )
 
@@ -674,13 +830,32 @@ class StackSnapshot:
     dumps: tuple[ProcessStacks, ...]
     stacks: tuple[AggregatedStack, ...] = field(default=())
     culprits: Culprits = field(default=Culprits((), "", "", ""))
+    records: str = ""  # what the collective records said, or that there were none
 
     @classmethod
-    def of(cls, dumps: Iterable[ProcessStacks], sequences: Mapping[int, int] | None = None) -> "StackSnapshot":
-        """`sequences`: rank -> number of the collective it waits in, where C4D knows it."""
+    def of(
+        cls,
+        dumps: Iterable[ProcessStacks],
+        sequences: Mapping[int, int] | None = None,
+        recorded: Mapping[int, RecordedCollective] | None = None,
+        source: str = "",
+    ) -> "StackSnapshot":
+        """`sequences`: rank -> number of the collective it waits in, where C4D knows it;
+        `recorded`: what each rank did by its collective records, from `source`."""
         dumps = tuple(dumps)
-        culprits = find_culprits(dumps, sequences)
-        return cls(dumps=dumps, stacks=tuple(aggregate_stacks(dumps, culprits)), culprits=culprits)
+        culprits = find_culprits(dumps, sequences, recorded)
+        if recorded:
+            shown = sorted(recorded.items())
+            records = f"Collective records ({source or 'C4D'}): " + "; ".join(
+                f"rank {r} {'inside' if rc.inside else 'last left'} {rc.describe()}" for r, rc in shown[:16]
+            )
+            records += f"; and {len(shown) - 16} more rank(s)." if len(shown) > 16 else "."
+        else:
+            records = (
+                "No collective records (no Flight Recorder dump and no SDK report): "
+                "the suspects come from the stacks alone."
+            )
+        return cls(dumps=dumps, stacks=tuple(aggregate_stacks(dumps, culprits)), culprits=culprits, records=records)
 
     @property
     def suspects(self) -> tuple[AggregatedStack, ...]:
@@ -691,7 +866,15 @@ class StackSnapshot:
         return tuple(d for d in self.dumps if not d.ok)
 
     def summary_text(self, max_frames: int = 8) -> str:
-        return summary_text(self.stacks, self.dumps, max_frames=max_frames, culprits=self.culprits)
+        text = summary_text(self.stacks, self.dumps, max_frames=max_frames, culprits=self.culprits)
+        if not self.records:
+            return text
+        head, _, rest = text.partition("\n")
+        return "\n".join(filter(None, [head, self.records, rest]))
+
+    def in_collective(self) -> dict[int, str]:
+        """rank -> the torch.distributed collective its stack is inside, where it is."""
+        return {p.ref.rank: p.op for p in _positions(self.dumps) if p.ref.rank is not None and p.collective}
 
     def to_dict(self) -> dict:
         return {
@@ -710,6 +893,7 @@ class StackSnapshot:
             ],
             "stacks": [s.to_dict() for s in self.stacks],
             "culprits": self.culprits.to_dict(),
+            "records": self.records,
         }
 
 

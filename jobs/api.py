@@ -30,6 +30,7 @@ from .serializers import (
     JobSerializer,
     JobSubmitSerializer,
     RestartRecordSerializer,
+    RetryableKeywordSerializer,
     RuntimeSerializer,
     WorkspaceSerializer,
 )
@@ -234,6 +235,20 @@ class JobViewSet(viewsets.GenericViewSet):
         job = self.get_job()
         raw = actions.reset_job_token(request.user, job)
         return Response({"token": raw, "token_hint": raw[:10]})
+
+    @extend_schema(request=RetryableKeywordSerializer, responses={200: dict})
+    @action(detail=True, methods=["post"], url_path="retryable-keywords")
+    def retryable_keywords(self, request, pk=None):
+        """Make a log line retryable for this job or every job of its workspace (owners and
+        admins; the job page's form). POST .../retryable-keywords/preview/ first shows what it
+        would have changed on past failures."""
+        job = self.get_job()
+        actions.require_job_action(request.user, job, access.RETRYABLE_KEYWORD)
+        given = RetryableKeywordSerializer(data=request.data)
+        given.is_valid(raise_exception=True)
+        keyword, scope = given.validated_data["keyword"], given.validated_data["scope"]
+        added = actions.add_retryable_keyword(request.user, job, keyword, scope)
+        return Response({"keyword": keyword, "scope": scope, "added": added})
 
     @extend_schema(request=RuntimeSerializer, responses=JobDetailSerializer)
     @action(detail=True, methods=["patch", "post"])

@@ -14,8 +14,9 @@ from rest_framework.response import Response
 
 from jobs import access, actions
 from jobs.models import DiagnosisTrigger, Job
-from jobs.serializers import DiagnosisSerializer
+from jobs.serializers import DiagnosisSerializer, RetryableKeywordSerializer
 
+from .backtest import keyword_backtest
 from .diagnose import snapshot_stacks
 
 
@@ -35,3 +36,15 @@ class JobDiagnosisViewSet(viewsets.GenericViewSet):
             raise exceptions.ValidationError({"job": ["has no running attempt to take stacks of."]})
         diagnosis = snapshot_stacks(job, attempt, trigger=DiagnosisTrigger.ON_DEMAND)
         return Response(DiagnosisSerializer(diagnosis).data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(request=RetryableKeywordSerializer, responses={200: dict})
+    @action(detail=True, methods=["post"], url_path="retryable-keywords/preview")
+    def retryable_keywords_preview(self, request, pk=None):
+        """What a retryable keyword would have changed on past failures (the job's, or the
+        workspace's for scope "workspace"), validated as POST .../retryable-keywords/ is;
+        saves nothing (issue 26)."""
+        job = actions.job_for(request.user, pk)
+        actions.require_job_action(request.user, job, access.RETRYABLE_KEYWORD)
+        given = RetryableKeywordSerializer(data=request.data)
+        given.is_valid(raise_exception=True)
+        return Response(keyword_backtest(job, given.validated_data["keyword"], given.validated_data["scope"]))

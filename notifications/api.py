@@ -24,6 +24,7 @@ from jobs.inputs import MAX_BIGINT, InputError, query_int, workspace_ref
 from jobs.models import ADMIN_ROLES, NOTIFIABLE_EVENT_TYPES, Workspace
 
 from . import dispatch
+from .backtest import rule_backtest
 from .forms import ChannelForm, EventRuleForm
 from .models import Channel, ChannelKind, Delivery, DeliveryStatus, EventRule
 
@@ -324,6 +325,20 @@ class EventRuleViewSet(Writable):
         return (
             EventRule.objects.filter(workspace=self.get_workspace()).prefetch_related("channels").order_by("name", "id")
         )
+
+    @extend_schema(
+        parameters=[WORKSPACE_PARAM],
+        request=EventRuleWriteSerializer,
+        responses={200: dict},
+        summary="Which past events a rule would have matched, and who would have been told; saves nothing",
+    )
+    @action(detail=False, methods=["post"])
+    def preview(self, request, *args, **kwargs):
+        """Validated as a create is (the page's form); nothing is saved (issue 26)."""
+        self.require_admin()
+        serializer = self.write_serializer_class(data=request.data, context=self.get_serializer_context())
+        serializer.is_valid(raise_exception=True)
+        return Response(rule_backtest(self.get_workspace(), serializer.form.cleaned_data))
 
 
 class DeliveryFilter(serializers.Serializer):

@@ -17,6 +17,7 @@ from jobs.inputs import query_int
 from jobs.models import ADMIN_ROLES, Workspace
 
 from . import dispatch
+from .backtest import rule_backtest
 from .forms import ChannelForm, DeliveryFilterForm, EventRuleForm
 from .models import Channel, Delivery, EventRule
 
@@ -155,6 +156,25 @@ def rule_form(request, slug, rule_id=None):
         template="notifications/rule_form.html",
         name="rule",
     )
+
+
+@login_required
+@require_POST
+def rule_preview(request, slug, rule_id=None):
+    """The rule form's values tried on the workspace's past events (issue 26), validated
+    as Save validates them; saves nothing. htmx gets the panel, a plain post the form
+    page with the panel filled in."""
+    workspace = _admin_workspace(request, slug)
+    rule = None if rule_id is None else get_object_or_404(EventRule, pk=rule_id, workspace=workspace)
+    form = EventRuleForm(request.POST, instance=rule, workspace=workspace)
+    valid = form.is_valid()
+    context = _context(
+        workspace, True, form=form, rule=rule, preview=rule_backtest(workspace, form.cleaned_data) if valid else None
+    )
+    status = 200 if valid else 400
+    if request.htmx:
+        return render(request, "notifications/_rule_backtest.html", context, status=status)
+    return render(request, "notifications/rule_form.html", context, status=status)
 
 
 @login_required

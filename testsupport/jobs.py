@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from pathlib import Path
 
 from jobs.backends.osuser import blocked_ancestor, resolve_run_as
@@ -38,3 +39,25 @@ def job_writable(path):
         let_jobs_reach(path)
         os.chmod(path, 0o1777)
     return path
+
+
+def wait_for_log(job, instance, text, timeout=20.0):
+    """Wait until the job's first attempt's `instance` has written `text` (its backend's
+    log, as the page reads it); returns (backend, handle)."""
+    from jobs import actions  # the app registry is ready by the time a test calls this
+
+    backend = actions.get_backend_for(job)
+    handle = job.attempts.get(number=1).backend_handle
+    deadline = time.monotonic() + timeout
+    while text.encode() not in backend.read_log(handle, instance):
+        assert time.monotonic() < deadline, f"{instance} did not write {text!r}"
+        time.sleep(0.1)
+    return backend, handle
+
+
+def stop_job_now(user, job) -> None:
+    """Stop the job as `user` and finish the stop at once, as the worker would."""
+    from jobs import actions
+
+    actions.stop_job(user, job)
+    actions.finish_stop(job.pk)

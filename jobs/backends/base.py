@@ -275,6 +275,12 @@ class Backend(ABC):
         backend collects them (C4D without code changes); {} where it does not."""
         return {}
 
+    def request_flight_recorder_dumps(self, handle: dict, timeout: float = 3.0) -> dict[str, list[int]]:
+        """Ask the running instances for a fresh Flight Recorder dump and wait at most
+        `timeout` s: instance -> the ranks that answered ([]: none in time). {} where the
+        backend cannot ask (flight_recorder_dumps then has the latest periodic dumps)."""
+        return {}
+
     def dump_stacks(self, handle: dict, name: str, timeout: float = 30.0) -> list[dict]:
         """py-spy dumps of the instance's Python processes taken where they run, for
         an instance pids() cannot reach from here: [{"pid", "stacks"}] or

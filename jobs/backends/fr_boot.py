@@ -1,7 +1,8 @@
-"""Vigil's start-up hook for C4D without code changes. The local backend copies this
-file as `sitecustomize.py` into a directory it puts first on the job's PYTHONPATH when
-C4D is on, so every Python process of the job runs it at interpreter start; it is
-never imported by the console.
+"""Vigil's start-up hook for C4D without code changes. The backend copies this file as
+`sitecustomize.py` into a directory put first on the job's PYTHONPATH when C4D is on
+(the local backend: the instance's boot/; Slurm: the attempt's shared runtime/boot/,
+which every node reads), so every Python process of the job runs it at interpreter
+start; it is never imported by the console.
 
 PyTorch's Flight Recorder does the recording (the backend sets TORCH_FR_BUFFER_SIZE):
 nothing of the user's code is wrapped. What torch lacks for gloo is a dump: gloo has
@@ -12,7 +13,11 @@ takes torch's own JSON dump (_dump below) and writes it to $VIGIL_FR_DIR/fr_<ran
 changed (write then rename: the console never reads half a file). A rank hung in a
 collective or in compute keeps its last dump, which is what the console judges.
 The main thread lets go of the GIL while it waits inside a collective, so the dump
-is taken then too.
+is taken then too. The console asks for a fresh dump by writing a new token into
+$VIGIL_FR_DIR/request (jobs/backends/fr_files.py says why a file and not a signal): the
+thread then dumps at once, changed or not, and writes the token to answer_<rank> after
+the dump, so the console knows the dump it reads was taken after it asked. No request
+file, no request: a backend that never creates one sees the hook as before.
 
 Where the recorder falls short -- gloo (torch 2.13, CPU) records whether a collective
 finished, never when, so slowness cannot be judged from it -- the hook also injects the
@@ -46,8 +51,8 @@ def _period():
         return 1.0
 
 
-def _write(directory, rank, data):
-    path = os.path.join(directory, "fr_%d.json" % rank)
+def _write(directory, name, data):
+    path = os.path.join(directory, name)
     tmp = "%s.%d.tmp" % (path, os.getpid())
     with open(tmp, "wb") as f:
         f.write(data)
@@ -75,10 +80,29 @@ def _dump():
     return fallback
 
 
-def _dump_loop(directory, period):
-    last = None
-    while True:
-        time.sleep(period)
+def _requested(path):
+    """The console's latest token in the request file, or "" (none, or being written)."""
+    try:
+        with open(path, "rb") as f:
+            line = f.read(66)
+    except OSError:
+        return ""
+    return line.strip().decode("ascii", "replace") if line.endswith(b"\n") else ""
+
+
+def _dump_loop(directory, period, stop=None):
+    # `answered` starts empty: a request made before this thread first looked is still
+    # answered. The request file is read every 0.2 s, so a hang's diagnosis waits that long
+    # for its fresh dump at most, while the periodic dump stays at `period`.
+    last, answered, due = None, "", time.monotonic() + period
+    request = os.path.join(directory, "request")
+    while stop is None or not stop.is_set():
+        time.sleep(min(period, 0.2))
+        token = _requested(request)
+        fresh = bool(token) and token != answered
+        if not fresh and time.monotonic() < due:
+            continue
+        due = time.monotonic() + period
         dist = sys.modules.get("torch.distributed")
         if dist is None:
             continue
@@ -87,9 +111,14 @@ def _dump_loop(directory, period):
                 continue
             rank = dist.get_rank()
             data = _dump()
-            if data is not None and data != last:
-                _write(directory, rank, data)
+            # Asked for: written even when unchanged, then answered, so the console knows the
+            # dump it reads was taken after it asked.
+            if data is not None and (data != last or fresh):
+                _write(directory, "fr_%d.json" % rank, data)
                 last = data
+            if fresh and data is not None:
+                _write(directory, "answer_%d" % rank, token.encode())
+                answered = token
         except Exception:
             continue
 

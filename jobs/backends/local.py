@@ -70,7 +70,6 @@ import shlex
 import shutil
 import signal as signals
 import socket
-import stat
 import subprocess
 import sys
 import time
@@ -82,7 +81,7 @@ import psutil
 
 from core.warmstart import EntryKind, startup_env_difference, warm_entry
 
-from . import frameworks, osuser, shim
+from . import frameworks, fr_files, osuser, shim
 from .noderedis import redis_target
 from .. import faults
 from .base import (
@@ -106,19 +105,8 @@ ATTEMPT = "attempt.json"
 LAUNCH = "launch.json"  # who claimed the attempt, and when its launch completed
 NODES = "nodes.json"
 USERS = "users"  # <data>/users/<uid>.json: which workspace's jobs run as that OS user (root, 0600)
-# C4D from PyTorch's Flight Recorder (_flight_recorder_env): where each instance's dumps go,
-# the names they take, how many collectives a rank keeps (the hang needs the last few;
-# a dump is written whenever it changes, so it stays small), the most read of one.
-FR_DIR = "c4d"
-FR_BOOT_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fr_boot.py")
-# The SDK modules the hook injects where the job has no vigil of its own (fr_boot._vigil_c4d):
-# this checkout's, so the job reports in the console's own protocol.
-SDK_PACKAGE = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, os.pardir, "sdk", "src", "vigil")
-SDK_C4D_MODULES = ("__init__.py", "_client.py", "c4d.py", "job_monitor.py")
-NCCL_DUMP_PREFIX = "nccl_trace_rank_"
-FR_DUMP_NAME = re.compile(r"^(?:fr_([0-9]{1,7})\.json|nccl_trace_rank_([0-9]{1,7}))$")
-FR_BUFFER_SIZE = 200
-MAX_FR_DUMP = 32 * 1024 * 1024
+# C4D from PyTorch's Flight Recorder (_flight_recorder_env): fr_files is shared with Slurm's nodes.
+FR_DIR = fr_files.FR_DIR
 START_GRACE = 10.0  # seconds a launched instance may stay without state.json before it is LOST
 WARM = "warm"  # <job>/warm/attempt-<n>/<instance>/: the parked shim standing by for attempt n
 STANDBY_NICE = 19  # parked interpreters import at the lowest priority: the running attempt comes first
@@ -584,8 +572,11 @@ class LocalBackend(Backend):
         message whether the path is missing or only closed to the user, so the refusal
         tells a submitter nothing about paths the job could not see (issue 31)."""
         if workdir and not osuser.can_enter(workdir, who):
+            # The way out goes with it: on a root box whose repository sits under a 0700 home
+            # (the README's demo, issue 28) this is the first refusal a newcomer meets.
             raise BackendError(
-                f"workdir: {workdir!r} is not a directory that the job's OS user ({who.name}) can enter on this machine"
+                f"workdir: {workdir!r} is not a directory that the job's OS user ({who.name}) can enter on this "
+                "machine; " + osuser.run_as_advice(who)
             )
 
     def _check_command(self, spec: AttemptLaunch, who: osuser.RunAs) -> None:
@@ -653,37 +644,11 @@ class LocalBackend(Backend):
         0644): the job reads it and cannot change what its other ranks run."""
         fr_dir = os.path.join(idir, FR_DIR)
         self._job_owned_dir(fr_dir, who)
+        fr_files.create_request(fr_dir)  # the job's, as its directory is: fr_files writes no other
+        if who.switch:
+            os.chown(os.path.join(fr_dir, fr_files.REQUEST), who.uid, who.gid)
         boot = os.path.join(idir, "boot")
-        os.mkdir(boot, 0o755)
-        os.chmod(boot, 0o755)
-        _install_readable(FR_BOOT_PATH, os.path.join(boot, "sitecustomize.py"))
-        prefix = os.path.join(fr_dir, NCCL_DUMP_PREFIX)
-        out = {"VIGIL_FR_DIR": fr_dir, "PYTHONPATH": os.pathsep.join(filter(None, [boot, env.get("PYTHONPATH", "")]))}
-        out.update(self._sdk_copy(boot))
-        for name, value in (
-            ("TORCH_FR_BUFFER_SIZE", str(FR_BUFFER_SIZE)),
-            ("TORCH_NCCL_TRACE_BUFFER_SIZE", str(FR_BUFFER_SIZE)),
-            ("TORCH_NCCL_DUMP_ON_TIMEOUT", "1"),
-            ("TORCH_FR_DUMP_TEMP_FILE", prefix),
-            ("TORCH_NCCL_DEBUG_INFO_TEMP_FILE", prefix),
-        ):
-            if not env.get(name):
-                out[name] = value
-        return out
-
-    def _sdk_copy(self, boot: str) -> dict:
-        """The SDK's C4D modules under boot/sdk/vigil (the backend's, 0755/0644 like the hook)
-        for the hook to inject where the recorder has no completion times; {} (the recorder
-        alone) when this checkout has no SDK."""
-        if not all(os.path.isfile(os.path.join(SDK_PACKAGE, m)) for m in SDK_C4D_MODULES):
-            return {}
-        sdk = os.path.join(boot, "sdk")
-        for d in (sdk, os.path.join(sdk, "vigil")):
-            os.mkdir(d, 0o755)
-            os.chmod(d, 0o755)
-        for module in SDK_C4D_MODULES:
-            _install_readable(os.path.join(SDK_PACKAGE, module), os.path.join(sdk, "vigil", module))
-        return {"VIGIL_C4D_SDK": sdk}
+        return fr_files.recorder_env(fr_dir, boot, env, fr_files.install_boot(boot))
 
     def _write_spec(self, idir, spec, name, command, env, workdir, run, who: osuser.RunAs, start=None):
         data = {
@@ -1387,31 +1352,18 @@ class LocalBackend(Backend):
         directories: the start-up hook's fr_<rank>.json or NCCL's own dump on timeout.
         The job writes these files: only regular files are read, never through a link,
         and at most MAX_FR_DUMP bytes of each."""
-        newest: dict[int, tuple[float, str]] = {}
-        for inst in handle.get("instances") or ():
-            fr_dir = os.path.join(self._instance_dir(handle, inst["name"]), FR_DIR)
-            for entry in _listdir(fr_dir):
-                m = FR_DUMP_NAME.match(entry)
-                if not m:
-                    continue
-                rank = int(m.group(1) or m.group(2))
-                path = os.path.join(fr_dir, entry)
-                try:
-                    st = os.lstat(path)
-                except OSError:
-                    continue
-                if stat.S_ISREG(st.st_mode) and st.st_mtime >= newest.get(rank, (-1.0, ""))[0]:
-                    newest[rank] = (st.st_mtime, path)
-        out = {}
-        for rank, (_, path) in newest.items():
-            try:
-                fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-            except OSError:
-                continue
-            with os.fdopen(fd, "rb") as f:
-                if stat.S_ISREG(os.fstat(f.fileno()).st_mode):
-                    out[rank] = f.read(MAX_FR_DUMP)
-        return out
+        return fr_files.read_dumps(
+            os.path.join(self._instance_dir(handle, inst["name"]), FR_DIR) for inst in handle.get("instances") or ()
+        )
+
+    def request_flight_recorder_dumps(self, handle: dict, timeout: float = 3.0) -> dict[str, list[int]]:
+        """Ask the hooks of the instances still running for a fresh dump (fr_files.ask_for_dumps)."""
+        running = {
+            s.name: os.path.join(self._instance_dir(handle, s.name), FR_DIR)
+            for s in self.poll(handle)
+            if s.state == InstanceState.RUNNING
+        }
+        return fr_files.ask_for_dumps(running, timeout) if running else {}
 
     def pids(self, handle: dict, name: str) -> list[int]:
         idir = self._instance_dir(handle, name)
@@ -1457,14 +1409,6 @@ def _path0(entry, cwd: str) -> str:
     if entry.kind is EntryKind.MODULE:
         return os.path.abspath(cwd)
     return os.path.dirname(os.path.realpath(os.path.join(cwd, entry.target)))
-
-
-def _install_readable(src: str, dst: str) -> None:
-    """A copy of the backend's file src at dst (new, 0644): the job reads it, cannot change it."""
-    with open(src, "rb") as f:
-        code = f.read()
-    with os.fdopen(os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644), "wb") as f:
-        f.write(code)
 
 
 def _dir_mode(who: osuser.RunAs) -> int:

@@ -66,7 +66,7 @@ from core.slurm import (
     nodes_from_sinfo_text,
 )
 
-from . import osuser
+from . import fr_files, osuser
 from . import slurm_step as step
 from .base import (
     AttemptLaunch,
@@ -348,7 +348,23 @@ class SlurmBackend(Backend):
         (pkg / "base.py").write_text(RUNTIME_BASE)
         shutil.copyfile(here / "frameworks.py", pkg / "frameworks.py")
         shutil.copyfile(here / "noderedis.py", pkg / "noderedis.py")
+        shutil.copyfile(here / "fr_files.py", pkg / "fr_files.py")
         shutil.copyfile(here / "slurm_step.py", runtime / "slurm_step.py")
+
+    @staticmethod
+    def _install_recorder(spec: AttemptLaunch, attempt_dir: Path) -> None:
+        """C4D without code changes, as the local backend does it: the start-up hook (and
+        the SDK copy it injects) in the attempt's shared directory, which every node reads,
+        not in the console's install path, which the nodes may not have; and each
+        instance's dump directory with its request file (fr_files). The step wrapper puts
+        them in the step's environment (slurm_step.run_instance)."""
+        if not any(e.get("VIGIL_C4D") == "1" for e in (spec.env, *(i.env for i in spec.instances))):
+            return
+        fr_files.install_boot(str(attempt_dir / "runtime" / step.BOOT))
+        for inst in spec.instances:
+            fr_dir = step.fr_dir(str(attempt_dir), inst.name)
+            os.mkdir(fr_dir, 0o700)
+            fr_files.create_request(fr_dir)
 
     @staticmethod
     def identity(requested: str) -> osuser.RunAs | None:
@@ -439,6 +455,7 @@ class SlurmBackend(Backend):
         for inst in spec.instances:
             (attempt_dir / "instances" / inst.name).mkdir(parents=True)
             Path(step.log_file(str(attempt_dir), inst.name)).touch()
+        self._install_recorder(spec, attempt_dir)
         o = self.opts
         ranked = [i.name for i in sorted(spec.instances, key=lambda i: i.rank)]
         ports = dict(
@@ -769,6 +786,24 @@ class SlurmBackend(Backend):
         ):
             return [int(started["pid"])]
         return []
+
+    def flight_recorder_dumps(self, handle: dict) -> dict[int, bytes]:
+        """rank -> the newest Flight Recorder dump of that rank, read from the instances'
+        c4d/ directories in the attempt's shared directory, where the hook on each node
+        writes them (fr_files.read_dumps: regular files only, never through a link)."""
+        d = handle["attempt_dir"]
+        return fr_files.read_dumps(step.fr_dir(d, inst["name"]) for inst in handle.get("instances") or ())
+
+    def request_flight_recorder_dumps(self, handle: dict, timeout: float = 3.0) -> dict[str, list[int]]:
+        """Ask the running instances' hooks, on whatever node, for a fresh dump through the
+        shared directory (fr_files.ask_for_dumps) and wait for their answers."""
+        d = handle["attempt_dir"]
+        running = {}
+        for inst in handle.get("instances") or ():
+            files = self._files(handle, inst)
+            if files.started and not files.exited:
+                running[inst["name"]] = step.fr_dir(d, inst["name"])
+        return fr_files.ask_for_dumps(running, timeout) if running else {}
 
     def dump_stacks(self, handle: dict, name: str, timeout: float = 30.0) -> list[dict]:
         """Stacks of the instance's Python processes, taken on its node by a step that overlaps

@@ -27,6 +27,9 @@ Files of an attempt directory (all JSON written by write-to-temp + rename):
     instances/<name>/run-<run>.json   started: node, pid, step id, time
     instances/<name>/exit-<run>.json  ended: exit code, signal, time, reason
     instances/<name>/stop-<run>.json  the console asked to stop this run
+    instances/<name>/c4d/             C4D on: the Flight Recorder's dumps per rank, the
+                                      console's request for a fresh one (fr_files.py)
+    runtime/boot/                     C4D on: the start-up hook every step's Python runs
 """
 
 from __future__ import annotations
@@ -42,11 +45,13 @@ import time
 import zlib
 
 try:  # imported as part of jobs.backends
+    from . import fr_files
     from .base import InstanceLaunch
     from .frameworks import Placement, framework_setup, instance_environment
     from .noderedis import publish, redis_target
 except ImportError:  # run as a script from the attempt's runtime copy
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from vigil_runtime import fr_files  # type: ignore[no-redef]
     from vigil_runtime.base import InstanceLaunch  # type: ignore[no-redef]
     from vigil_runtime.frameworks import (  # type: ignore[no-redef]
         Placement,
@@ -109,6 +114,31 @@ def stop_file(attempt_dir: str, name: str, run: int) -> str:
 
 def log_file(attempt_dir: str, name: str) -> str:
     return os.path.join(instance_dir(attempt_dir, name), "output.log")
+
+
+BOOT = "boot"  # under runtime/: the start-up hook as sitecustomize.py, and its SDK copy
+
+
+def fr_dir(attempt_dir: str, name: str) -> str:
+    return os.path.join(instance_dir(attempt_dir, name), fr_files.FR_DIR)
+
+
+def recorder_env(attempt_dir: str, name: str, env: dict) -> dict:
+    """C4D on (VIGIL_C4D=1 and the backend installed the hook): the recorder's and the
+    hook's environment for this step, pointing at the attempt's shared directory. The
+    previous run's dumps go first: a restarted rank counts its collectives from 1 again."""
+    boot = os.path.join(attempt_dir, "runtime", BOOT)
+    fr = fr_dir(attempt_dir, name)
+    if env.get("VIGIL_C4D") != "1" or not os.path.isdir(boot) or not os.path.isdir(fr):
+        return {}
+    for entry in os.listdir(fr):
+        if fr_files.FR_DUMP_NAME.match(entry) or fr_files.ANSWER_NAME.match(entry):
+            try:
+                os.unlink(os.path.join(fr, entry))
+            except OSError:
+                pass
+    sdk = os.path.join(boot, "sdk")
+    return fr_files.recorder_env(fr, boot, env, sdk if os.path.isdir(sdk) else None)
 
 
 def restart_request(attempt_dir: str, name: str, run: int) -> str:
@@ -345,6 +375,7 @@ def run_instance(attempt_dir: str, name: str, run: int) -> int:
     base = {**os.environ, "PYTHONUNBUFFERED": "1"}
     env = instance_environment(base, spec.get("env") or {}, inst.get("env") or {}, fw_env)
     env["VIGIL_SLURM_STEP"] = f"{os.environ.get('SLURM_JOB_ID', '')}.{os.environ.get('SLURM_STEP_ID', '')}"
+    env.update(recorder_env(attempt_dir, name, env))
     node = os.environ.get("SLURMD_NODENAME") or socket.gethostname()
     workdir = spec.get("workdir") or instance_dir(attempt_dir, name)
 

@@ -749,3 +749,36 @@ def test_c4d_on_gives_every_rank_the_flight_recorder_and_the_hook_and_the_dumps_
     wait_finished(backend, plain)
     assert backend.read_log(plain, "master-0").decode().splitlines() == ["- - -", "-", "- -", "no hook", "-"]
     assert backend.flight_recorder_dumps(plain) == {}
+
+
+ONE_GLOO_RANK = (
+    "import time, torch, torch.distributed as dist\n"
+    "dist.init_process_group('gloo')\n"
+    "dist.all_reduce(torch.ones(1))\n"
+    "print('ready', flush=True)\n"
+    "time.sleep(60)\n"
+)
+
+
+@pytest.mark.torch
+def test_a_running_rank_answers_the_consoles_request_for_a_fresh_dump(backends):
+    pytest.importorskip("torch", reason="torch is not installed (.ci/run installs torch==2.13.0)")
+    backend = backends()
+    handle = backend.launch(
+        attempt(
+            f'{sys.executable} -c "$PROGRAM"',
+            job_type="PyTorchJob",
+            replicas={"Master": 1},
+            env={"VIGIL_C4D": "1", "PROGRAM": ONE_GLOO_RANK},
+        )
+    )
+    wait_until(lambda: b"ready" in backend.read_log(handle, "master-0"), 60)
+    fr = Path(handle["dir"]) / "master-0" / "c4d"
+    assert (fr / "request").stat().st_uid == fr.stat().st_uid  # the job's, as its directory
+    asked = time.time()
+    assert backend.request_flight_recorder_dumps(handle, timeout=5) == {"master-0": [0]}
+    assert (fr / "fr_0.json").stat().st_mtime >= asked - 0.05  # the kernel's coarse clock
+    [entry] = json.loads(backend.flight_recorder_dumps(handle)[0])["entries"]
+    assert (entry["profiling_name"], entry["collective_seq_id"]) == ("gloo:all_reduce", 1)
+    backend.stop(handle, grace=0.2)
+    assert backend.request_flight_recorder_dumps(handle, timeout=5) == {}  # nothing runs: nothing asked

@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 import redis
 
+from jobs.backends import fr_files
 from jobs.backends.base import AttemptLaunch, BackendError, InstanceLaunch, InstanceState
 from jobs.backends.frameworks import build_instances
 from jobs.backends.osuser import resolve_run_as
@@ -572,14 +573,9 @@ def test_without_json_nodes_and_jobs_are_read_from_slurms_text_output(slurm_clus
 # -- through the console: the monitor restarts a job on Slurm ---------------------------------
 
 
-@pytest.mark.django_db(transaction=True)
-def test_the_ddp_example_on_slurm_restarts_through_the_console_and_its_record_names_the_node(
-    slurm_cluster, settings, alice, alice_ws, api_as, job_body, tmp_path
-):
-    pytest.importorskip("torch", reason="torch is not installed (.ci/run installs torch==2.13.0)")
+def console_on_slurm(settings, slurm_cluster, **options) -> None:
+    """The console's jobs with backend "slurm" go to the test cluster (reset_backends after)."""
     from jobs.backends import reset_backends
-    from jobs.models import Job, JobStatus, RestartRecord
-    from testsupport.monitor import finished, tick_until
 
     settings.JOB_BACKENDS = {
         "local": {"BACKEND": "jobs.backends.memory.MemoryBackend", "OPTIONS": {}},
@@ -590,13 +586,24 @@ def test_the_ddp_example_on_slurm_restarts_through_the_console_and_its_record_na
                 "environment": slurm_cluster.env,
                 "python": sys.executable,
                 "py_spy": PY_SPY,
-                "grace": 2,
-                "linger": 10,
                 "command_timeout": 20,
+                **options,
             },
         },
     }
     reset_backends()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_ddp_example_on_slurm_restarts_through_the_console_and_its_record_names_the_node(
+    slurm_cluster, settings, alice, alice_ws, api_as, job_body, tmp_path
+):
+    pytest.importorskip("torch", reason="torch is not installed (.ci/run installs torch==2.13.0)")
+    from jobs.backends import reset_backends
+    from jobs.models import Job, JobStatus, RestartRecord
+    from testsupport.monitor import finished, tick_until
+
+    console_on_slurm(settings, slurm_cluster, grace=2, linger=10)
     marker = slurm_cluster.shared_dir / f"fired-{tmp_path.name}"
     example = Path(__file__).resolve().parents[2] / "examples" / "ddp_train.py"
     try:
@@ -629,6 +636,146 @@ def test_the_ddp_example_on_slurm_restarts_through_the_console_and_its_record_na
         record = RestartRecord.objects.get(job=job)
         assert record.instance_name == "worker-0" and record.result == "Succeeded"
         assert record.node_name == slurm_cluster.hostname, (record.node_name, slurm_cluster.hostname)
+    finally:
+        slurm_cluster.cancel_all_jobs()
+        reset_backends()
+
+
+# -- C4D without code changes on Slurm: the Flight Recorder through the step's environment ----
+
+HOOK_PROBE = (
+    "import os, sys\n"
+    "hook = sys.modules.get('sitecustomize')\n"
+    "print(getattr(hook, '__file__', 'no hook'))\n"
+    "print(' '.join(os.environ.get(k, '-') for k in ('VIGIL_FR_DIR', 'TORCH_FR_BUFFER_SIZE', 'VIGIL_C4D_SDK')))\n"
+    "print(os.environ.get('PYTHONPATH', '-'))\n"
+)
+
+
+@pytest.mark.slurm
+@pytest.mark.skipif(os.geteuid() != 0, reason="only root may submit as another user (CI runs as root)")
+def test_with_c4d_on_each_step_runs_the_hook_from_the_shared_directory_as_the_workspaces_user(backend, slurm_cluster):
+    let_jobs_reach(slurm_cluster.shared_dir)
+    handle = launch(
+        backend,
+        "c4d-env",
+        [
+            InstanceLaunch("worker-0", "Worker", 0, 0, f'{sys.executable} -c "$PROBE"'),
+            InstanceLaunch("worker-1", "Worker", 1, 1, f'{sys.executable} -c "$PROBE"', env={"VIGIL_C4D": "0"}),
+        ],
+        run_as="nobody",
+        env={"VIGIL_C4D": "1", "PROBE": HOOK_PROBE, "PYTHONPATH": "/opt/mine"},
+    )
+    statuses = wait_for(backend, handle, all_finished)
+    assert {s.state for s in statuses.values()} == {InstanceState.SUCCEEDED}, statuses
+    d = Path(handle["attempt_dir"])
+    boot, fr = d / "runtime" / "boot", d / "instances" / "worker-0" / "c4d"
+    assert backend.read_log(handle, "worker-0").decode().splitlines() == [
+        str(boot / "sitecustomize.py"),
+        f"{fr} 200 {boot / 'sdk'}",
+        f"{boot}:/opt/mine",
+    ]
+    assert backend.read_log(handle, "worker-1").decode().splitlines() == ["no hook", "- - -", "/opt/mine"]
+    nobody = pwd.getpwnam("nobody").pw_uid
+    assert {os.stat(p).st_uid for p in (fr, fr / "request", boot / "sitecustomize.py")} == {nobody}
+    assert fr_files._write_request(str(fr), "token")  # the root console may write the job's request
+
+
+# Two gloo ranks that know nothing of Vigil (no import, no SDK call): rank 1 stops in its own
+# computation before the fourth all_reduce, which rank 0 has entered. A plain all_reduce, not
+# DDP: the recorder records whatever torch.distributed runs, DDP's C++ all-reduces included
+# (monitoring/tests/test_ddp_hang_console.py shows it on the local backend), through this path.
+HUNG_ALL_REDUCE = """
+import time
+import torch, torch.distributed as dist
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+t = torch.ones(1)
+for step in range(1, 4):
+    dist.all_reduce(t)
+    print(f"step={step} rank={rank}", flush=True)
+def compute_forever():
+    while True:
+        time.sleep(1)
+if rank == 1:
+    compute_forever()
+print(f"entering all_reduce 4 at {time.time():.3f}", flush=True)
+dist.all_reduce(t)
+"""
+HANG_INTERVAL = 6
+C4D_ARGS = (
+    f"--enable-job-hang-detection=True --job-hang-interval={HANG_INTERVAL} --job-hang-startup-interval=120 "
+    "--enable-c4d-hang-detection=True --c4d-log-level=Info "
+    "--c4d-common-envs=C4D_HANG_TIMEOUT=2000000,C4D_HANG_TIMES=100,C4D_CONN_BW_CHECK_PERIOD=1"
+)
+
+
+@pytest.mark.slurm
+@pytest.mark.torch
+@pytest.mark.django_db(transaction=True)
+def test_a_rank_hung_in_compute_on_slurm_is_named_by_c4d_from_the_flight_recorder_without_code_changes(
+    slurm_cluster, settings, alice, alice_ws, api_as, job_body, live_server
+):
+    pytest.importorskip("torch", reason="torch is not installed (.ci/run installs torch==2.13.0)")
+    from jobs.backends import get_backend, reset_backends
+    from jobs.models import Diagnosis, Job, JobEvent, JobStatus
+    from testsupport.monitor import finished, tick_until
+
+    settings.VIGIL_CONSOLE_URL = live_server.url
+    console_on_slurm(settings, slurm_cluster, grace=1, linger=0)
+    script = slurm_cluster.shared_dir / f"hung_all_reduce_{os.getpid()}.py"  # where every node reads it
+    script.write_text(HUNG_ALL_REDUCE)
+
+    def verdicts(job):
+        return [v for d in Diagnosis.objects.filter(job=job, kind="c4d").order_by("pk") for v in d.data["verdicts"]]
+
+    try:
+        r = api_as(alice).post(
+            "/api/v1/jobs/",
+            job_body(
+                alice_ws,
+                display_name="hung-on-slurm",
+                backend="slurm",
+                user_command=f"{sys.executable} {script}",
+                settings={"enable_error_monitoring_in_aimaster": True, "error_monitoring_args": C4D_ARGS},
+            ),
+            format="json",
+        )
+        assert r.status_code == 201, r.content
+        job = tick_until(Job.objects.get(pk=r.json()["id"]), verdicts, seconds=90, what="get a C4D verdict", every=0.3)
+        attempt = job.attempts.get()
+        backend, handle = get_backend("slurm"), attempt.backend_handle
+        (entered,) = [
+            float(line.rsplit(" ", 1)[1])
+            for line in backend.read_log(handle, "master-0").decode().splitlines()
+            if line.startswith("entering all_reduce 4 at ")
+        ]
+        first = Diagnosis.objects.filter(job=job, kind="c4d").order_by("pk").first()
+        assert first.created_at.timestamp() - entered <= HANG_INTERVAL + 5, (first.created_at, entered)
+        assert all(d.data["source"] == "flight_recorder" for d in Diagnosis.objects.filter(job=job, kind="c4d"))
+        assert {(v["rank"], v["kind"], v["instance"], v["node"]) for v in verdicts(job)} == {
+            (1, "RankNonCommHang", "worker-0", slurm_cluster.hostname)
+        }, verdicts(job)
+        assert JobEvent.objects.filter(job=job, type="c4d", payload__rank=1, payload__instance="worker-0").exists()
+
+        # Asked for a fresh dump through the shared directory, both hooks answer: the rank
+        # sleeping in its computation and the rank blocked inside gloo's all_reduce.
+        assert backend.request_flight_recorder_dumps(handle, timeout=5) == {"master-0": [0], "worker-0": [1]}
+        dumps = backend.flight_recorder_dumps(handle)
+        assert sorted(dumps) == [0, 1]
+        fr = Path(handle["attempt_dir"], "instances", "master-0", "c4d")
+        assert (fr / "fr_0.json").stat().st_mtime >= (fr / "request").stat().st_mtime
+        ours = (fr / "request").read_text().strip()
+
+        # Then the hang: the monitor's diagnosis (fresh dumps, stacks through py-spy on the
+        # node, C4D) before the job fails as hung.
+        job = tick_until(job, finished, seconds=40, what="end as hung", every=0.3)
+        assert job.status == JobStatus.FAILED and "hung" in job.reason, job.reason
+        assert Diagnosis.objects.filter(job=job, kind="stacks").exists()
+        asked = (fr / "request").read_text().strip()  # by the hang's diagnosis, answered by both
+        assert asked != ours and [
+            fr_files.answers(str(fr.parent.parent / n / "c4d"), asked) for n in ("master-0", "worker-0")
+        ] == [[0], [1]]
     finally:
         slurm_cluster.cancel_all_jobs()
         reset_backends()

@@ -33,6 +33,13 @@ came from: batch 1 was there while the catalog's signatures were written, batch 
 gathered afterwards and never shown to whoever writes them, so its agreement is a fresh
 held-back measure (`Score.fresh`); batch 3 was gathered later still, after the signatures
 batch 2 measured, and is kept unseen the same way (`Score.of_batch`, `Score.seen`).
+Batch 4 (issue 26) was gathered after the signatures written from issue 26's training
+material (commit a412e3d: 13 entries of batch 1, split by id like every entry, for downloads
+timing out inside a Python exception, GPU faults of one node and their look-alike bugs) and is
+kept unseen whole like batches 2 and 3: 83 entries, weighted to the kinds issue 26 names
+(registry rate limits and timeouts, hub and index outages, GPU hardware and driver faults,
+preemption and node loss) and to their look-alikes (missing tags and wrong architectures,
+401/404/quota, version mismatches, ports in use, collective timeouts from rank-0-only work).
 """
 
 from __future__ import annotations

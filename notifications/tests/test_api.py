@@ -55,6 +55,7 @@ def every_endpoint(channel, rule, delivery):
         ("delete", url(CHANNELS, pk=ch), None),
         ("get", url(RULES), None),
         ("post", url(RULES), body_ru),
+        ("post", url(RULES, tail="preview/"), body_ru),
         ("get", url(RULES, pk=ru), None),
         ("patch", url(RULES, pk=ru), {"name": "y"}),
         ("put", url(RULES, pk=ru), body_ru),
@@ -105,8 +106,8 @@ def test_bobs_objects_are_404_through_alices_workspace(
     job = Job.objects.create(workspace=bob_ws, created_by=bob, display_name="bobs", user_command="true")
     delivery = Delivery.objects.create(event=make_event(job), channel=theirs, status=DeliveryStatus.FAILED)
     for method, path, body in every_endpoint(theirs, rule, delivery):
-        if path.rstrip("/").endswith(("channels", "rules", "deliveries")):
-            continue  # the lists and creates are Alice's own
+        if path.rstrip("/").endswith(("channels", "rules", "deliveries", "rules/preview")):
+            continue  # the lists, creates and previews are Alice's own
         r = call(alice_api, method, path, body)
         assert r.status_code == 404, (method, path, r.status_code)
     assert Channel.objects.filter(pk=theirs.pk, name="theirs").exists()
@@ -263,6 +264,9 @@ def test_a_bad_rule_is_a_400_naming_the_field_and_stores_or_changes_nothing(alic
     r = alice_api.post(url(RULES), body, format="json")
     assert r.status_code == 400 and field in r.json(), r.content
     assert EventRule.objects.count() == before
+    # the preview validates as the save does
+    r = alice_api.post(url(RULES, tail="preview/"), body, format="json")
+    assert r.status_code == 400 and field in r.json(), r.content
     r = alice_api.patch(url(RULES, pk=rule.pk), change, format="json")
     assert r.status_code == 400 and field in r.json(), r.content
     fresh = EventRule.objects.get(pk=rule.pk)
@@ -276,10 +280,43 @@ def test_a_bad_rule_is_a_400_naming_the_field_and_stores_or_changes_nothing(alic
 
 def test_a_rule_cannot_use_another_workspaces_channel(alice_api, objects, bob_ws, make_channel):
     theirs = make_channel(HOOK, name="theirs", workspace=bob_ws)
+    r = alice_api.post(
+        url(RULES, tail="preview/"), {"name": "r", "event_types": ["restart"], "channels": [theirs.pk]}, format="json"
+    )
+    assert r.status_code == 400 and "channels" in r.json()
     r = alice_api.post(url(RULES), {"name": "r", "event_types": ["restart"], "channels": [theirs.pk]}, format="json")
     assert r.status_code == 400 and "channels" in r.json()
     r = alice_api.patch(url(RULES, pk=objects[1].pk), {"channels": [theirs.pk]}, format="json")
     assert r.status_code == 400 and "channels" in r.json()
+
+
+def test_a_rule_preview_lists_the_past_events_it_would_have_matched_and_saves_nothing(
+    alice_api, alice_ws, alice, objects, make_event, make_channel
+):
+    channel, rule, delivery = objects  # "restarts" sent a restart event of resnet-ddp to "ops"
+    pager = make_channel(HOOK + "/pager", name="pager")
+    bert = Job.objects.create(workspace=alice_ws, created_by=alice, display_name="bert-large", user_command="true")
+    resnet = delivery.event.job
+    failed_resnet = make_event(resnet, type="job_failed", message="Not restarted: worker-0 failed")
+    make_event(bert, type="job_failed", message="Not restarted: worker-1 failed")
+    make_event(resnet, type="status", message="Job succeeded")  # not notifiable: never matched
+    body = {"name": "resnet failures", "event_types": ["job_failed", "restart"], "job_scope": "pattern"}
+    body |= {"job_pattern": "RESNET-*", "channels": [channel.pk, pager.pk]}
+    rules, deliveries = EventRule.objects.count(), Delivery.objects.count()
+    r = alice_api.post(url(RULES, tail="preview/"), body, format="json")
+    assert r.status_code == 200, r.content
+    data = r.json()
+    assert [e["event"] for e in data["events"]] == [failed_resnet.pk, delivery.event_id]  # newest first
+    assert {e["job_name"] for e in data["events"]} == {"resnet-ddp"}
+    first, second = data["events"]
+    assert first["channels"] == ["ops", "pager"] and first["already_sent_to"] == []
+    assert second["already_sent_to"] == ["ops"]  # the existing rule sent that one to ops
+    s = data["summary"]
+    assert (s["events_considered"], s["matched"], s["jobs"], s["new_messages"]) == (3, 2, 1, 3)
+    assert s["sentence"] == (
+        "Would have matched 2 of the last 3 events (1 job): 3 messages to ops, pager, besides 1 that other rules sent there."
+    )
+    assert (EventRule.objects.count(), Delivery.objects.count()) == (rules, deliveries)
 
 
 # --- deliveries -----------------------------------------------------------------------------

@@ -46,6 +46,14 @@ function keyboardScroll(root) {
   });
 }
 document.addEventListener("htmx:afterSwap", (e) => { localize(e.target); keyboardScroll(document); });
+// A back-test panel (a rule tried on the past before it is kept) shows its 400: the
+// refusal names the field, and htmx 2 swaps no 4xx by default.
+document.addEventListener("htmx:beforeSwap", (e) => {
+  if (e.detail.xhr.status === 400 && e.detail.target.matches("[data-backtest]")) {
+    e.detail.shouldSwap = true;
+    e.detail.isError = false;
+  }
+});
 window.addEventListener("resize", () => keyboardScroll(document));
 keyboardScroll(document);
 initKeysDialog();

@@ -7,13 +7,14 @@ list, job and rules pages. Screenshots go to test-artifacts/screenshots/."""
 from __future__ import annotations
 
 import re
-import time
 from pathlib import Path
 
 import pytest
 from playwright.sync_api import expect
 
 from jobs import actions
+from testsupport.jobs import stop_job_now as stop
+from testsupport.jobs import wait_for_log
 from jobs.models import RestartRecord
 
 pytestmark = [pytest.mark.browser, pytest.mark.redis, pytest.mark.django_db(transaction=True)]
@@ -28,21 +29,6 @@ NUMBERED = (
     'elif [ "$VIGIL_INSTANCE" = "worker-0" ] && [ $i -eq 401 ]; then echo "RuntimeError: CUDA error: out of memory"; '
     'else echo "step $i"; fi; i=$((i+1)); done; sleep 120'
 )
-
-
-def wait_for_log(job, instance, text, timeout=20.0):
-    backend = actions.get_backend_for(job)
-    handle = job.attempts.get(number=1).backend_handle
-    deadline = time.monotonic() + timeout
-    while text.encode() not in backend.read_log(handle, instance):
-        assert time.monotonic() < deadline, f"{instance} did not write {text!r}"
-        time.sleep(0.1)
-    return backend, handle
-
-
-def stop(alice, job):
-    actions.stop_job(alice, job)
-    actions.finish_stop(job.pk)
 
 
 def test_a_line_permalink_opens_the_log_at_that_line_and_line_numbers_link_to_lines(

@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import http.server
 import threading
-import time
 
 import pytest
 from playwright.sync_api import expect
 
 from jobs import actions
+from testsupport.jobs import stop_job_now as stop
+from testsupport.jobs import wait_for_log
 
 pytestmark = [pytest.mark.browser, pytest.mark.redis, pytest.mark.django_db(transaction=True)]
 
@@ -23,21 +24,6 @@ window.__csp = [];
 document.addEventListener("securitypolicyviolation",
   (e) => window.__csp.push(e.violatedDirective + " " + e.blockedURI + " " + (e.sample || "")));
 """
-
-
-def wait_for_log(job, instance, text, timeout=20.0):
-    backend = actions.get_backend_for(job)
-    handle = job.attempts.get(number=1).backend_handle
-    deadline = time.monotonic() + timeout
-    while text.encode() not in backend.read_log(handle, instance):
-        assert time.monotonic() < deadline, f"{instance} did not write {text!r}"
-        time.sleep(0.1)
-    return backend, handle
-
-
-def stop(alice, job):
-    actions.stop_job(alice, job)
-    actions.finish_stop(job.pk)
 
 
 @pytest.fixture

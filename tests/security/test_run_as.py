@@ -65,6 +65,8 @@ def test_a_workdir_behind_a_root_only_directory_is_refused_as_the_jobs_user(back
     with pytest.raises(BackendError) as refused:
         backend.launch(attempt(f"ls; cat file.txt; echo {SECRET}-was-read", workdir=str(closed)))
     assert "workdir" in str(refused.value) and "(nobody)" in str(refused.value)
+    # and the settings that get the job going (issue 28: the README's demo on a root box)
+    assert "VIGIL_LOCAL_RUN_AS" in str(refused.value) and "VIGIL_LOCAL_ALLOW_ROOT=1" in str(refused.value)
     assert not os.path.exists(backend.attempt_dir("job1", 1))  # nothing ran
 
 
