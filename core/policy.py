@@ -3,13 +3,17 @@
 SPEC section 3's rules, applied in order, plus the restart-loop breaker of section 9:
 1. the job was stopped by a person -> nothing;
 2. policy Never -> the job fails;
-3. with ExitCodeAndErrorMsg a non-retryable classification fails the job
+3. with ExitCodeAndErrorMsg a deterministic verdict fails the job (core.kinds: the
+   classification's kind by its rule's public reports, weighed with the context the log
+   tail lacks, core.failcontext; an ambiguous one gets a probe restart and is judged by
+   repetition)
    (with OnFailure every failure qualifies); so does a retryable one that holds only
-   a few times (a SIGKILL with no evidence is retried once) once those are spent, and an
-   ambiguous retryable one that repeats the previous failure at the same point (the same
-   rule on the same instance, with no progress or at the same step in between, whether
-   the previous one restarted the whole job or, in Async mode, that instance alone): the
-   repeated-failure guard, which catches desyncs that look transient once;
+   a few times (a SIGKILL with no evidence is retried once) once those are spent, and a
+   retried one that repeats the previous failure at the same point (the same rule and the
+   same evidence at the same or an earlier failure point, core.failpoint: on any rank after
+   a whole-job restart, on that instance after it was restarted alone in Async mode): the
+   repeated-failure guard, which stops a bug misjudged as transient at its second identical
+   failure (a preemption or node loss the backend reported on another node is exempt);
 4. the same error (rule, role, index) now occurred more than --max-num-of-same-error
    times -> the job fails;
 5. the fraction of failed worker instances is over --max-tolerated-failure-rate
@@ -27,11 +31,14 @@ Pure: the caller gathers the history, persists the decision and builds its idemp
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from types import MappingProxyType
 
 from core.classify import Classification, ErrorSource
+from core.failcontext import FailureContext, with_context
+from core.failpoint import FailurePoint
+from core.kinds import Verdict, verdict_of
 from core.flags import ExecutionMode, FaultToleranceConfig, FaultTolerantPolicy
 
 __all__ = [
@@ -86,6 +93,8 @@ class InstanceFailure:
     index: int
     node: str
     classification: Classification
+    point: FailurePoint | None = None  # where it failed (core.failpoint), for the guard
+    context: FailureContext | None = None  # what the log tail lacks (core.failcontext)
 
     @property
     def source(self) -> ErrorSource:
@@ -131,12 +140,36 @@ class PreviousFailure:
     step: int | None = None  # the training step the SDK had reported when it failed
     progress_since: bool = False  # the attempt that has failed now made training progress
     step_now: int | None = None  # the step the SDK reports now
+    point: FailurePoint | None = None  # where it failed (core.failpoint)
+    node: str = ""  # the node it failed on
 
-    def repeated_by(self, rule: str, role: str, index: int) -> bool:
+    def repeated_by(
+        self, rule: str, role: str, index: int, point: FailurePoint | None = None, any_instance: bool = False
+    ) -> bool:
+        """The same failure of the same instance at the same or an earlier point. With both
+        failure points known they decide (the log's steps, the phase and the evidence), and
+        with `any_instance` (a whole-job restart's root cause: every rank runs the same code,
+        and which one fails first is timing) on whichever instance; without points, the
+        SDK's steps and the progress since do, on the same instance, as before failure points."""
+        if point is not None and self.point is not None:
+            same = rule == self.rule and (
+                any_instance or (role.casefold(), index) == (self.role.casefold(), self.index)
+            )
+            return same and point.repeats(self.point)
         if (rule, role.casefold(), index) != (self.rule, self.role.casefold(), self.index):
             return False
         same_step = self.step is not None and self.step == self.step_now
         return same_step or not self.progress_since
+
+    def where(self, point: FailurePoint | None) -> str:
+        if point is not None and self.point is not None:
+            now, before = point.describe(), self.point.describe()
+            if now == before:
+                return f"{now}, with no training progress past it in between"
+            return f"{now} (it failed {before} last time)"
+        if self.step is not None and self.step == self.step_now:
+            return f"at step {self.step}"
+        return "with no training progress in between"
 
 
 @dataclass(frozen=True)
@@ -198,6 +231,7 @@ class Decision:
     action: Action
     reason: str  # a full sentence shown to the user
     step: Step
+    kind: str = ""  # the failure's verdict kind (core.kinds.Kind); "" for a hang or a stopped job
 
 
 def _what_failed(t: InstanceFailure) -> str:
@@ -260,13 +294,34 @@ def _decide_problem(config: FaultToleranceConfig, history: JobHistory, t: Detect
     return _whole_job_restart(config, history, why)
 
 
-def _ambiguous(c: Classification) -> bool:
-    """A retryable verdict that a deterministic fault can also produce: from the log or the
-    exit status, not a scheduler's reason, a user's keyword or a preemption/node loss."""
-    return c.source in (ErrorSource.LOG, ErrorSource.EXIT_CODE) and c.family != "preemption"
+def _guarded(t: InstanceFailure, previous: PreviousFailure) -> bool:
+    """Whether the repeated-failure guard may judge this failure. Every retried verdict,
+    whatever decided it (the log, the exit status, a user's keyword, a backend's reason), so
+    that a bug misjudged as transient is stopped at its second identical failure and wastes
+    one restart at most; except a preemption, eviction or node loss that the backend itself
+    reported, on another node than last time (or with last time's node unknown): the
+    scheduler took a node away again, which says nothing about the code. A preemption
+    read only from the log is guarded like the rest: a log line can be the code's own."""
+    c = t.classification
+    infrastructure = c.source == ErrorSource.BACKEND and c.family == "preemption"
+    return not (infrastructure and (not previous.node or not t.node or previous.node != t.node))
 
 
 def _decide_failure(config: FaultToleranceConfig, history: JobHistory, t: InstanceFailure) -> Decision:
+    verdict = with_context(verdict_of(t.classification), t.classification, t.context)
+    decision = _decide_on_verdict(config, history, t, verdict)
+    if decision.step in (Step.STOPPED_BY_USER, Step.POLICY_NEVER):
+        return decision
+    reason = decision.reason
+    if t.context is not None:  # every input the decision weighed, in its reason
+        where = t.point.describe() if t.point is not None else "with no failure point"
+        reason = f"{reason.rstrip()} (Context: {t.context.describe(where)}.)"
+    return replace(decision, reason=reason, kind=str(verdict.kind))
+
+
+def _decide_on_verdict(
+    config: FaultToleranceConfig, history: JobHistory, t: InstanceFailure, verdict: Verdict
+) -> Decision:
     c = t.classification
     failed = _what_failed(t)
     # 1
@@ -285,16 +340,16 @@ def _decide_failure(config: FaultToleranceConfig, history: JobHistory, t: Instan
             Step.POLICY_NEVER,
         )
     # 3
-    if config.fault_tolerant_policy == FaultTolerantPolicy.EXIT_CODE_AND_ERROR_MSG and not c.retryable:
+    if config.fault_tolerant_policy == FaultTolerantPolicy.EXIT_CODE_AND_ERROR_MSG and not verdict.restarts:
         return Decision(
             Action.FAIL_JOB,
-            f"Not restarted: {failed}, which a restart cannot fix "
-            f"(--fault-tolerant-policy=ExitCodeAndErrorMsg). {c.cause} {c.next_step}",
+            f"Not restarted: {failed}, which a restart cannot fix ({verdict.reason}; "
+            f"--fault-tolerant-policy=ExitCodeAndErrorMsg). {c.cause} {c.next_step}",
             Step.NOT_RETRYABLE,
         )
-    if config.fault_tolerant_policy == FaultTolerantPolicy.EXIT_CODE_AND_ERROR_MSG and c.retryable:
+    if config.fault_tolerant_policy == FaultTolerantPolicy.EXIT_CODE_AND_ERROR_MSG:
         before = history.same_error_count(c.rule, t.role, t.index)
-        if c.retry_limit is not None and before >= c.retry_limit:
+        if c.retryable and c.retry_limit is not None and before >= c.retry_limit:
             return Decision(
                 Action.FAIL_JOB,
                 f"Not restarted: {failed} again; this is retried only {c.retry_limit} "
@@ -303,16 +358,16 @@ def _decide_failure(config: FaultToleranceConfig, history: JobHistory, t: Instan
                 Step.RETRIES_SPENT,
             )
         previous = history.previous_failure_on(t.role, t.index)
-        if _ambiguous(c) and previous is not None and previous.repeated_by(c.rule, t.role, t.index):
-            where = (
-                f"at step {previous.step}"
-                if previous.step is not None and previous.step == previous.step_now
-                else "with no training progress in between"
-            )
+        whole_job = previous is history.previous_failure
+        if (
+            previous is not None
+            and _guarded(t, previous)
+            and previous.repeated_by(c.rule, t.role, t.index, t.point, any_instance=whole_job)
+        ):
             return Decision(
                 Action.FAIL_JOB,
                 f"Not restarted: {REPEATED_FAILURE_REASON}; {failed}, as it did before the last "
-                f"restart, {where}. {c.next_step}",
+                f"restart, {previous.where(t.point)}. {c.next_step}",
                 Step.REPEATED_FAILURE,
             )
     # 4
@@ -338,20 +393,24 @@ def _decide_failure(config: FaultToleranceConfig, history: JobHistory, t: Instan
                 Step.FAILURE_RATE,
             )
     # 6
-    qualifies = "a retryable error" if c.retryable else "an error (every failure qualifies with OnFailure)"
+    if config.fault_tolerant_policy == FaultTolerantPolicy.ON_FAILURE and not c.retryable:
+        qualifies = "an error (every failure qualifies with OnFailure)"
+    else:
+        qualifies = "a retryable error" if c.retryable else "an error that may be transient"
     if config.job_execution_mode == ExecutionMode.ASYNC:
         if t.role.casefold() not in WHOLE_JOB_ROLES:
             return Decision(
                 Action.RESTART_INSTANCE,
                 f"Restarting {t.instance} alone: the job runs in Async mode and "
-                f"{t.instance} failed with {qualifies}: {c.rule} ({c.message}).",
+                f"{t.instance} failed with {qualifies}: {c.rule} ({c.message}); {verdict.reason}.",
                 Step.INSTANCE_RESTART,
             )
         prefix = f"{t.instance} is a {t.role}, whose failure needs a whole-job restart even in Async mode; "
     else:
         prefix = ""
     # 7
-    return _whole_job_restart(config, history, f"{t.instance} failed with {qualifies}: {c.rule} ({c.message})", prefix)
+    why = f"{t.instance} failed with {qualifies}: {c.rule} ({c.message}); {verdict.reason}"
+    return _whole_job_restart(config, history, why, prefix)
 
 
 def decide(config: FaultToleranceConfig, history: JobHistory, trigger: Trigger) -> Decision:

@@ -464,6 +464,14 @@ class RestartRecord(models.Model):
     family = models.CharField(max_length=32, blank=True, default="")
     evidence = models.TextField(blank=True, default="")
     progress_step = models.BigIntegerField(null=True, blank=True)
+    # Where it failed (core.failpoint, issue 26): the last training step (the SDK's, else the
+    # log's step lines) and the phase ("startup" before the first progress, "training";
+    # "" on records older than failure points); with `evidence`, what the guard compares.
+    failure_step = models.BigIntegerField(null=True, blank=True)
+    failure_phase = models.CharField(max_length=10, blank=True, default="")
+    # The verdict's kind (core.kinds: transient, deterministic, ambiguous; "" for a hang),
+    # whose words and public-report counts the reason carries.
+    verdict_kind = models.CharField(max_length=16, blank=True, default="")
     result = models.CharField(max_length=10, choices=RestartResult.choices, default=RestartResult.PENDING)
     duration_seconds = models.FloatField(null=True, blank=True)
     completed_at = models.DateTimeField(null=True, blank=True)

@@ -6,19 +6,26 @@ restart). Reads only; the restarts module decides and acts on it."""
 from __future__ import annotations
 
 import re
-from datetime import datetime
+from datetime import datetime, timedelta
+
+from django.utils import timezone
 
 from core.classify import Classification, FailureInput, classify_failure
+from core.failcontext import FailureContext
+from core.failpoint import FailurePoint, Phase, failure_point
+from core.reputation import WINDOW_SECONDS, NodeFaultSeen, standings
 from core.logindex import quoted_line_offset
 from core.policy import JobHistory, PreviousFailure
 from jobs.backends.base import Backend, BackendError
 from jobs.logs import InstanceLog
-from jobs.models import Attempt, Instance, InstanceStatus, Job, RestartKind, RestartRecord
+from jobs.models import Attempt, Instance, InstanceStatus, Job, NodeFault, RestartKind, RestartRecord
 
 TAIL_BYTES = 64 * 1024
 # What every backend writes into an instance's log when it restarts that instance alone
 # (jobs.backends: local, memory and slurm's restart_instance), followed by its name.
 RESTART_MARK = b"===== vigil: "
+# Failures of other jobs on the same node this close to this one are one infrastructure event.
+SAME_MINUTE = timedelta(seconds=60)
 # Lines that show training progress without the SDK: "step=12", "Step 12", "iteration 5", "epoch 3".
 PROGRESS_RE = re.compile(rb"(?i)\b(?:step|iter(?:ation)?|epoch)\b\s*[=:#]?\s*\d+")
 
@@ -39,9 +46,10 @@ def keywords_of(job: Job) -> tuple[str, ...]:
 
 def classify_instance(
     job: Job, attempt: Attempt, inst: Instance, backend: Backend
-) -> tuple[Classification, int | None]:
+) -> tuple[Classification, int | None, FailurePoint]:
     """Classify one failed instance from its exit and log tail; also returns the
-    byte offset of the line the classifier used, when it can tell."""
+    byte offset of the line the classifier used, when it can tell, and where it failed
+    (the SDK's step when this attempt reported one, else the tail's last step line)."""
     log = InstanceLog(backend, attempt.backend_handle, inst.name)
     try:
         tail = log.tail(TAIL_BYTES)
@@ -62,7 +70,18 @@ def classify_instance(
     # Where in the log the line the message quotes starts (for 'jump to error'): only a
     # log whose size is known places its tail.
     size = log.size()
-    return c, (quoted_line_offset(tail, size, c.message) if size is not None else None)
+    sdk_step = None
+    if attempt.first_progress_at is not None:  # the job's step is this attempt's only once it reported
+        sdk_step = Job.objects.filter(pk=job.pk).values_list("last_progress_step", flat=True).first()
+    point = failure_point(tail, c.evidence, sdk_step=sdk_step, sdk_progress=attempt.first_progress_at is not None)
+    return c, (quoted_line_offset(tail, size, c.message) if size is not None else None), point
+
+
+def point_of(record: RestartRecord) -> FailurePoint | None:
+    """The failure point a record kept; None for one written before points were."""
+    if not record.failure_phase:
+        return None
+    return FailurePoint(step=record.failure_step, phase=Phase(record.failure_phase), evidence=record.evidence)
 
 
 def previous_failure_of(
@@ -87,6 +106,8 @@ def previous_failure_of(
         step=last.progress_step,
         step_now=step_now,
         progress_since=attempt_made_progress(job, attempt, instances, backend),
+        point=point_of(last),
+        node=last.node_name,
     )
 
 
@@ -117,6 +138,8 @@ def instance_failures_of(
                     step=last.progress_step,
                     step_now=step_now,
                     progress_since=run_made_progress(attempt, inst, backend),
+                    point=point_of(last),
+                    node=last.node_name,
                 )
             )
     return tuple(failures)
@@ -184,3 +207,39 @@ def attempt_made_progress(job: Job, attempt: Attempt, instances: list[Instance],
         if PROGRESS_RE.search(tail):
             return True
     return False
+
+
+def context_of(job: Job, attempt: Attempt, inst: Instance, previous: PreviousFailure | None) -> FailureContext:
+    """What the log tail lacks (core.failcontext): the attempt, the node now and last time,
+    the node's record across jobs, and other jobs failing on it within the same minute."""
+    if not inst.node:
+        return FailureContext(attempt=attempt.number, previous_node=previous.node if previous else "")
+    at = inst.exited_at or timezone.now()
+    others = (
+        Instance.objects.filter(
+            node=inst.node,
+            status__in=(InstanceStatus.FAILED, InstanceStatus.LOST),
+            exited_at__gte=at - SAME_MINUTE,
+            exited_at__lte=at + SAME_MINUTE,
+        )
+        .exclude(attempt__job_id=job.pk)
+        .values("attempt__job_id")
+        .distinct()
+        .count()
+    )
+    since = timezone.now() - timedelta(seconds=WINDOW_SECONDS)
+    seen = [
+        NodeFaultSeen(inst.node, job_id, code, retryable, created.timestamp())
+        for job_id, code, retryable, created in NodeFault.objects.filter(
+            node=inst.node, created_at__gte=since
+        ).values_list("job_id", "error_code", "retryable", "created_at")[:1000]
+    ]
+    standing = standings(seen, timezone.now().timestamp()).get(inst.node)
+    return FailureContext(
+        attempt=attempt.number,
+        node=inst.node,
+        previous_node=previous.node if previous else "",
+        node_flagged=bool(standing and standing.proposed_for_isolation),
+        node_record=standing.evidence if standing and standing.proposed_for_isolation else "",
+        other_jobs_failing=others,
+    )

@@ -26,6 +26,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from core.classify import Classification, ErrorSource, FailureObservation, pick_root_cause
+from core.failpoint import FailurePoint
 from core.policy import Action, Decision, DetectedProblem, InstanceFailure, decide
 from core.stacks import hang_classification
 from infra import metrics
@@ -48,7 +49,7 @@ from jobs.models import (
     RestartResult,
 )
 from monitoring import diagnose
-from monitoring.failures import attempt_made_progress, classify_instance, epoch, history_of
+from monitoring.failures import attempt_made_progress, classify_instance, context_of, epoch, history_of
 
 log = logging.getLogger(__name__)
 
@@ -196,8 +197,9 @@ def handle_failures(
     )
     observations = []
     offsets = {}
+    points = {}
     for inst in failed:
-        c, offset = classify_instance(job, attempt, inst, backend)
+        c, offset, points[inst.name] = classify_instance(job, attempt, inst, backend)
         offsets[inst.name] = offset
         observations.append(
             FailureObservation(
@@ -218,22 +220,32 @@ def handle_failures(
     if not job.fault_tolerance:
         return fail_without_monitoring(job, attempt, root_inst, root.classification, cascades)
 
+    history = history_of(job, attempt, instances, backend)
     decision = decide(
         job.ft,
-        history_of(job, attempt, instances, backend),
+        history,
         InstanceFailure(
             instance=root_inst.name,
             role=root_inst.role,
             index=root_inst.index,
             node=root_inst.node,
             classification=root.classification,
+            point=points[root_inst.name],
+            context=context_of(job, attempt, root_inst, history.previous_failure_on(root_inst.role, root_inst.index)),
         ),
     )
     exit_key = f"{attempt.number}:{root_inst.name}:{root_inst.restarts}"
     if decision.action == Action.RESTART_INSTANCE:
         # Async: the other failed instances are handled on their own later ticks.
         if not restart_instance(
-            job, attempt, root_inst, root.classification, decision, offsets.get(root_inst.name), exit_key
+            job,
+            attempt,
+            root_inst,
+            root.classification,
+            decision,
+            offsets.get(root_inst.name),
+            exit_key,
+            point=points[root_inst.name],
         ):
             return None
         metrics.failure_decided(root.classification, root_inst.exited_at, decision.action)
@@ -265,6 +277,8 @@ def handle_failures(
             classification=root.classification,
             cascades=cascade_info,
             log_offset=offsets.get(root_inst.name),
+            point=points[root_inst.name],
+            kind=decision.kind,
         )
         return TickAction.RESTART_JOB, decision.reason
     if decision.action == Action.FAIL_JOB:
@@ -283,6 +297,9 @@ def handle_failures(
                 "log_offset": offsets.get(root_inst.name),
                 "family": root.classification.family,
                 "evidence": root.classification.evidence,
+                "failure_step": points[root_inst.name].step,
+                "failure_phase": str(points[root_inst.name].phase),
+                "kind": decision.kind,
                 "cause": root.classification.cause,
                 "next_step": root.classification.next_step,
             },
@@ -433,6 +450,13 @@ def _progress_step(job: Job) -> int | None:
     return Job.objects.filter(pk=job.pk).values_list("last_progress_step", flat=True).first()
 
 
+def _point_fields(point: FailurePoint | None) -> dict:
+    """A record's failure point (a hang's record has none)."""
+    if point is None:
+        return {}
+    return {"failure_step": point.step, "failure_phase": str(point.phase)}
+
+
 def restart_instance(
     job: Job,
     attempt: Attempt,
@@ -441,6 +465,7 @@ def restart_instance(
     decision: Decision,
     log_offset: int | None,
     exit_key: str,
+    point: FailurePoint | None = None,
 ) -> bool:
     """Async: restart one instance within its attempt. The exit is taken (only one worker
     acts on one exit) and the restart recorded in one transaction, so a worker dying
@@ -468,6 +493,8 @@ def restart_instance(
             family=c.family,
             evidence=c.evidence,
             progress_step=_progress_step(job),
+            **_point_fields(point),
+            verdict_kind=decision.kind,
             log_offset=log_offset,
             idempotency_key=f"instance:{job.pk}:{attempt.number}:{inst.name}:{inst.restarts}",
         )
@@ -550,6 +577,8 @@ def restart_job(
     cascades: Sequence[dict] = (),
     log_offset: int | None = None,
     message: str = "",
+    point: FailurePoint | None = None,
+    kind: str = "",
 ) -> bool:
     """Whole-job restart: attempt n -> n+1, exactly once. The restart count goes up with
     F() like an instance restart's, so one finishing meanwhile is not overwritten."""
@@ -590,6 +619,8 @@ def restart_job(
             family=c.family if c else "",
             evidence=c.evidence if c else "",
             progress_step=_progress_step(job),
+            **_point_fields(point),
+            verdict_kind=kind,
             log_offset=log_offset,
             idempotency_key=f"job:{job.pk}:{n}",
         )

@@ -70,6 +70,25 @@ BENCHES = {
         ),
         exit_is_verdict=True,
     ),
+    "decision_outcomes.py": Bench(
+        short=("--quick",),
+        labels=(
+            "decision outcomes:",
+            "machine:",
+            "held back:",
+            "scenario: rerun",
+            "  whole ",
+            "  training ",
+            "  held back ",
+            "  holdout ",
+            "  batch 1 ",
+            "torchrun: recovered",
+            "targets on the held-back part:",
+            "misses:",
+            "targets ",
+        ),
+        exit_is_verdict=True,
+    ),
     "stacks.py": Bench(
         short=("--repeat", "1", "--ddp-ranks", "2"),
         labels=(

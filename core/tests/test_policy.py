@@ -436,15 +436,22 @@ def test_the_repeated_failure_guard_needs_the_same_failure_at_the_same_point(pre
         assert d.action == Action.RESTART_JOB
 
 
-def test_the_guard_leaves_preemptions_and_scheduler_reasons_alone():
+def test_the_guard_leaves_preemptions_the_backend_reported_alone():
     preempted = classify_failure(
         FailureInput(None, 15, "*** JOB 7 ON n1 CANCELLED AT 2021-06-18T13:05:36 DUE TO PREEMPTION ***\n")
     )
     assert preempted.family == "preemption" and preempted.retryable
     evicted = classify_failure(FailureInput(None, None, "", backend_reason="Evicted"))
-    for c in (preempted, evicted):
-        d = decide(sync_restartable(), history(previous_failure=_previous(rule=c.rule)), failure(c))
-        assert d.action == Action.RESTART_JOB, c.rule
+    d = decide(sync_restartable(), history(previous_failure=_previous(rule=evicted.rule)), failure(evicted))
+    assert d.action == Action.RESTART_JOB
+    # one read from the log alone is guarded like any line the code could print (issue 26):
+    # restarted when it trained in between, stopped at the same point twice
+    trained = _previous(rule=preempted.rule, progress_since=True)
+    assert (
+        decide(sync_restartable(), history(previous_failure=trained), failure(preempted)).action == Action.RESTART_JOB
+    )
+    d = decide(sync_restartable(), history(previous_failure=_previous(rule=preempted.rule)), failure(preempted))
+    assert d.step == Step.REPEATED_FAILURE
 
 
 def test_the_guard_reads_an_instance_restarted_alone_by_its_own_previous_failure():

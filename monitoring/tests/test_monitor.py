@@ -66,6 +66,12 @@ def test_sync_job_restarts_on_a_retryable_error_with_a_full_record(alice_ws, own
     assert record.instance_name == "worker-0" and record.node_name == "mem-0"
     assert record.error_source == "Log" and record.error_code and "NCCL" in record.error_message
     assert "restart 1 of 3" in record.reason
+    # where it failed and the verdict's kind, with its public-report count in the reason (issue 26)
+    assert (record.failure_step, record.failure_phase) == (1, "training")
+    assert record.verdict_kind == "ambiguous" and "ambiguous: transient in 0 of 1 public reports" in record.reason
+    api = owner_api.get(f"/api/v1/jobs/{job.pk}/restarts/").json()
+    row = api["results"][0] if isinstance(api, dict) else api[0]
+    assert (row["verdict_kind"], row["failure_step"], row["failure_phase"]) == ("ambiguous", 1, "training")
     old = Attempt.objects.get(job=job, number=1)
     assert old.status == "Failed" and old.made_progress is True and old.ended_at is not None
     assert memory_backend.stopped and memory_backend.stopped[0][1] == 1
@@ -143,7 +149,8 @@ def test_budget_exhausted_fails_the_job_and_says_why(alice_ws, owner_api, job_bo
     job = submit(owner_api, alice_ws, job_body, args="--enable-job-restart=True --max-num-of-job-restart=1")
     for attempt in (1, 2):
         h = handle_of(job, attempt)
-        memory_backend.write_log(h, "worker-0", b"step=3\n" + NCCL)
+        # past the last failure's step each time, so the repeated-failure guard lets it through
+        memory_backend.write_log(h, "worker-0", b"step=%d\n" % (3 * attempt) + NCCL)
         memory_backend.finish(h, "worker-0", exit_code=1)
         settled(job.pk)
         job.refresh_from_db()
@@ -204,7 +211,8 @@ def test_same_error_cap_counts_across_attempts(alice_ws, owner_api, job_body, me
     job = submit(owner_api, alice_ws, job_body, args=SYNC.replace("=3", "=10") + " --max-num-of-same-error=2")
     for attempt in (1, 2, 3):
         h = handle_of(job, attempt)
-        memory_backend.write_log(h, "worker-0", b"step=5\n" + NCCL)
+        # further each time: not a repeat at the same point (the guard), the same error all the same
+        memory_backend.write_log(h, "worker-0", b"step=%d\n" % (5 * attempt) + NCCL)
         memory_backend.finish(h, "worker-0", exit_code=1)
         settled(job.pk)
         job.refresh_from_db()
@@ -332,10 +340,11 @@ def test_restart_loop_breaker_stops_three_restarts_without_progress(alice_ws, ow
     job = submit(owner_api, alice_ws, job_body, args=SYNC.replace("=3", "=10"))
     for attempt in (1, 2, 3, 4):
         h = handle_of(job, attempt)
-        # A different instance each time: the same one twice in a row without progress
-        # is the repeated-failure guard's case (tested below), which stops the job sooner.
+        # A different error each time: the same one twice in a row at the same point (on
+        # any rank) is the repeated-failure guard's case (tested below), which stops sooner.
         name = ("worker-0", "master-0")[attempt % 2]
-        memory_backend.write_log(h, name, b"initialising...\n" + NCCL)
+        error = (NCCL, b"RuntimeError: [gloo/transport/tcp/pair.cc:534] Connection reset by peer\n")[attempt % 2]
+        memory_backend.write_log(h, name, b"initialising...\n" + error)
         memory_backend.finish(h, name, exit_code=1)
         settled(job.pk)
         job.refresh_from_db()
@@ -620,3 +629,28 @@ def test_an_output_stamped_before_the_launch_gives_no_negative_stage_in_the_api(
     # a row stored out of order before this fix reads as zero too
     Attempt.objects.filter(pk=attempt.pk).update(running_at=attempt.starting_at - timezone.timedelta(seconds=0.311))
     assert owner_api.get(f"/api/v1/jobs/{job.pk}/attempts/").json()[0]["stages"]["starting"] == 0.0
+
+
+def test_a_bug_failing_on_a_node_where_another_job_just_failed_gets_one_probe(
+    alice_ws, owner_api, job_body, memory_backend
+):
+    # issue 26: other jobs failing on the same node within the same minute are an
+    # infrastructure event, so a deterministic verdict gets one probe, and the reason says why.
+    first = submit(owner_api, alice_ws, job_body)
+    h = handle_of(first)
+    memory_backend.write_log(h, "master-0", BUG)
+    memory_backend.finish(h, "master-0", exit_code=1)
+    settled(first.pk)
+    first.refresh_from_db()
+    assert (
+        first.status == JobStatus.FAILED
+        and "(Context: attempt 1, failed before the first progress, on mem-0.)" in first.reason
+    )
+    second = submit(owner_api, alice_ws, job_body)
+    h = handle_of(second)
+    memory_backend.write_log(h, "master-0", BUG)
+    memory_backend.finish(h, "master-0", exit_code=1)
+    assert settled(second.pk).action == "restart_job"
+    record = RestartRecord.objects.get(job=second)
+    assert record.verdict_kind == "ambiguous"
+    assert "1 other job failed on mem-0 within the same minute: an infrastructure event" in record.reason

@@ -37,7 +37,7 @@ SCRIPT = textwrap.dedent(
         print("step=1 loss=0.9", flush=True)
         raise ValueError("shapes (3,4) and (5,6) not aligned")
     if mode == "always_nccl" and me == who:
-        print("step=1", flush=True)
+        print(f"step={attempt}", flush=True)  # further each time: not a repeat at the same point
         print("ncclSystemError: System call (e.g. socket, malloc) or external library call failed", file=sys.stderr, flush=True)
         sys.exit(1)
     if mode == "cascade":

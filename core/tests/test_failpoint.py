@@ -1,0 +1,122 @@
+"""Failure points (issue 26): where a failure happened, and when two are the same fault at the same point."""
+
+from __future__ import annotations
+
+import pytest
+
+from core.classify import FailureInput, classify_failure
+from core.failpoint import FailurePoint, Phase, failure_point, last_logged_step, normalise
+from core.flags import FaultToleranceConfig
+from core.policy import REPEATED_FAILURE_REASON, Action, InstanceFailure, JobHistory, PreviousFailure, Step, decide
+
+TRACE = (
+    "Traceback (most recent call last):\n"
+    '  File "/tmp/train.py", line 9, in <module>\n'
+    "RuntimeError: rank 3 (pid 4412) saw a bad batch at 0x7f3a9c0012f0\n"
+)
+
+
+def test_the_last_step_comes_from_the_log_s_step_lines_without_the_sdk():
+    tail = "step 1 loss=2.0\nStep 2/10 loss 1.9\niteration: 3\n" + TRACE
+    assert last_logged_step(tail) == 3
+    assert last_logged_step("no progress here\n") is None
+    point = failure_point(tail, "RuntimeError: x")
+    assert (point.step, point.phase) == (3, Phase.TRAINING)
+
+
+def test_the_sdk_s_step_wins_and_a_silent_start_is_the_startup_phase():
+    assert failure_point("step 3\n", "e", sdk_step=7).step == 7
+    startup = failure_point("Loading model...\n" + TRACE, "e")
+    assert (startup.step, startup.phase) == (None, Phase.STARTUP)
+    assert failure_point("epoch 2\n", "e").phase == Phase.TRAINING  # progress that names no step
+    assert failure_point("", "e", sdk_progress=True).phase == Phase.TRAINING
+
+
+def test_evidence_is_compared_without_what_changes_between_runs():
+    a = "2026-12-03T10:00:01Z RuntimeError: rank 3 (pid 4412) saw a bad batch at 0x7f3a9c0012f0"
+    b = "2026-12-04T11:22:33Z RuntimeError: rank 3 (pid 981) saw a bad batch at 0x55aa00"
+    assert normalise(a) == normalise(b)
+    assert normalise(a) != normalise("RuntimeError: CUDA error: an illegal memory access")
+
+
+@pytest.mark.parametrize(
+    "before, now, repeated",
+    [
+        ((40, Phase.TRAINING), (40, Phase.TRAINING), True),  # the same step
+        ((40, Phase.TRAINING), (12, Phase.TRAINING), True),  # earlier
+        ((40, Phase.TRAINING), (41, Phase.TRAINING), False),  # past it: a new fault
+        ((None, Phase.STARTUP), (None, Phase.STARTUP), True),
+        ((40, Phase.TRAINING), (None, Phase.STARTUP), True),  # earlier: it did not even start
+        ((None, Phase.STARTUP), (3, Phase.TRAINING), False),  # it trained this time
+        ((None, Phase.TRAINING), (None, Phase.TRAINING), True),  # training both times, no step to tell
+    ],
+)
+def test_the_same_evidence_at_the_same_or_an_earlier_point_repeats(before, now, repeated):
+    p = FailurePoint(before[0], before[1], "RuntimeError: bad batch 3")
+    q = FailurePoint(now[0], now[1], "RuntimeError: bad batch 4")
+    assert q.repeats(p) is repeated
+    assert not FailurePoint(now[0], now[1], "OSError: other").repeats(p)
+
+
+def test_a_checkpoint_resumed_rerun_failing_at_the_old_step_is_the_same_point():
+    first = failure_point("".join(f"step {n}\n" for n in range(1, 101)) + TRACE, "RuntimeError: boom")
+    resumed = failure_point("".join(f"step {n}\n" for n in range(60, 101)) + TRACE, "RuntimeError: boom")
+    assert (first.step, resumed.step) == (100, 100) and resumed.repeats(first)
+
+
+def test_a_malformed_point_is_rejected_naming_the_field():
+    with pytest.raises(ValueError, match="step"):
+        FailurePoint(-1, Phase.TRAINING, "")
+    with pytest.raises(ValueError):
+        FailurePoint(1, "sleeping", "")
+    with pytest.raises(ValueError, match="evidence"):
+        FailurePoint(1, Phase.TRAINING, None)
+
+
+def _decide(c, point, previous_point, node="node-a", previous_node="node-a"):
+    previous = PreviousFailure(rule=c.rule, role="Worker", index=0, point=previous_point, node=previous_node)
+    return decide(
+        FaultToleranceConfig(enable_job_restart=True, max_num_of_job_restart=3),
+        JobHistory(total_worker_instances=1, failed_worker_instances_now=1, previous_failure=previous),
+        InstanceFailure("worker-0", "Worker", 0, node, c, point=point),
+    )
+
+
+def test_the_guard_stops_a_step_line_job_that_never_imports_the_sdk_at_its_second_identical_failure():
+    # A bug the catalog reads as transient (a connection reset in the user's own code).
+    log = "step 1\nstep 2\nConnectionResetError: [Errno 104] Connection reset by peer\n"
+    c = classify_failure(FailureInput(1, None, log))
+    assert c.retryable
+    point = failure_point(log, c.evidence)
+    d = _decide(c, point, point)
+    assert (d.action, d.step) == (Action.FAIL_JOB, Step.REPEATED_FAILURE)
+    assert REPEATED_FAILURE_REASON in d.reason and "at step 2" in d.reason
+    further = failure_point(log.replace("step 2\n", "step 2\nstep 3\n"), c.evidence)
+    assert _decide(c, further, point).action == Action.RESTART_JOB  # past the last point: decided afresh
+
+
+def test_a_preemption_reported_by_the_backend_on_another_node_is_not_a_repeat():
+    c = classify_failure(FailureInput(None, None, "", backend_reason="Evicted"))
+    point = FailurePoint(None, Phase.STARTUP, c.evidence)
+    assert _decide(c, point, point, node="node-b").action == Action.RESTART_JOB
+    # the same node taken away at the same point again: the guard judges it
+    assert _decide(c, point, point).step == Step.REPEATED_FAILURE
+
+
+def test_a_whole_job_restart_s_root_cause_repeats_on_whichever_rank_fails_first():
+    # every rank runs the same code: the same bug at the same step is the same fault on another rank
+    c = classify_failure(FailureInput(1, None, "step 4\nConnectionResetError: [Errno 104] Connection reset by peer\n"))
+    point = failure_point("step 4\n", c.evidence)
+    previous = PreviousFailure(rule=c.rule, role="Master", index=0, point=point, node="node-a")
+    config = FaultToleranceConfig(enable_job_restart=True)
+    failing = InstanceFailure("worker-0", "Worker", 0, "node-a", c, point=point)
+    history = JobHistory(total_worker_instances=1, failed_worker_instances_now=1, previous_failure=previous)
+    assert decide(config, history, failing).step == Step.REPEATED_FAILURE
+    # an instance restarted alone (Async) is compared with its own previous failure only
+    own = PreviousFailure(rule=c.rule, role="Worker", index=1, point=point, node="node-a")
+    alone = JobHistory(total_worker_instances=2, failed_worker_instances_now=1, instance_failures=(own,))
+    assert decide(config, alone, failing).action == Action.RESTART_JOB
+    assert (
+        PreviousFailure(rule=c.rule, role="Worker", index=1, point=point).repeated_by(c.rule, "Worker", 0, point)
+        is False
+    )

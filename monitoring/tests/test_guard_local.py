@@ -1,0 +1,75 @@
+"""The repeated-failure guard on real processes (issue 26): a job that prints step lines and
+never imports the SDK, failing the same way at the same step on every attempt, is stopped after
+one futile restart; a flaky one is restarted and trains."""
+
+import textwrap
+
+import pytest
+
+from jobs.models import RestartRecord
+from jobs.models import JobStatus
+from testsupport import factory
+from testsupport.jobs import job_writable
+from testsupport.monitor import finished, tick_until
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+ARGS = (
+    "--job-execution-mode=Sync --enable-job-restart=True --max-num-of-job-restart=3 "
+    "--fault-tolerant-policy=ExitCodeAndErrorMsg"
+)
+# No SDK import: progress is only the step lines. The failure is the user's own code raising
+# an error the catalog reads as transient (a connection reset), with this run's pid in it.
+SCRIPT = textwrap.dedent(
+    """
+    import os, sys
+    marker = os.path.join(os.environ["MARKERS"], "failed-once")
+    for step in range(1, 6):
+        print(f"step {step} loss={1.0 / step:.3f}", flush=True)
+        if step == 4 and (os.environ["MODE"] == "always" or not os.path.exists(marker)):
+            open(marker, "w").close()
+            raise ConnectionResetError(f"[Errno 104] Connection reset by peer (pid {os.getpid()})")
+    """
+)
+
+
+@pytest.fixture
+def script(tmp_path):
+    path = tmp_path / "train.py"
+    path.write_text(SCRIPT)
+    job_writable(tmp_path / "markers")
+    return path
+
+
+def _submit(api, ws, script, mode):
+    return factory.submit(
+        api,
+        ws,
+        user_command=factory.script_command(script),
+        envs={"MODE": mode, "MARKERS": str(script.parent / "markers")},
+        settings={"enable_error_monitoring_in_aimaster": True, "error_monitoring_args": ARGS},
+    )
+
+
+def test_a_step_line_job_failing_the_same_way_each_attempt_is_stopped_after_one_futile_restart(
+    alice, alice_ws, api_as, local_backend, script, client
+):
+    job = tick_until(_submit(api_as(alice), alice_ws, script, "always"), finished, seconds=30)
+    assert job.status == JobStatus.FAILED, job.reason
+    assert job.current_attempt == 2  # one restart, then the guard
+    assert "the same failure at the same point twice: likely deterministic" in job.reason
+    assert "at step 4" in job.reason
+    record = RestartRecord.objects.get(job=job)
+    assert (record.failure_step, record.failure_phase, record.verdict_kind) == (4, "training", "transient")
+    # the job page's restart record shows the kind, where it failed and the reason with its counts
+    client.force_login(alice)
+    page = client.get(f"/workspaces/{alice_ws.slug}/jobs/{job.pk}/restarts/{record.pk}/").content.decode()
+    assert "<dd data-verdict-kind>transient · failed at step 4</dd>" in page
+    assert "transient: transient in 1 of 1 public reports" in page
+
+
+def test_a_flaky_step_line_job_is_restarted_and_trains(alice, alice_ws, api_as, local_backend, script):
+    job = tick_until(_submit(api_as(alice), alice_ws, script, "once"), finished, seconds=30)
+    assert job.status == JobStatus.SUCCEEDED, job.reason
+    assert job.current_attempt == 2
+    assert RestartRecord.objects.get(job=job).failure_step == 4
