@@ -9,7 +9,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('jobs', '0013_node_error'),
+        ('jobs', '0014_failure_points'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
