@@ -62,37 +62,68 @@ def test_the_held_back_marks_are_the_split_scripts():
 # strict xfail below turns into a failure the day they are met, so the floors are then
 # raised to the targets.
 ISSUE_TARGETS = {"overall": 0.97, "held_back": 0.93, "false_retryable": 0.01}
-# What the classifier last reached on the complete corpus, less a small margin (raised with
-# each round of signatures, never lowered): a later signature that breaks old cases fails
-# here. Set at 80.7 % overall, 68.3 % held back, 14.2 % false-retryable (414 entries, 93 of
-# them batch 2, gathered after the signatures were written).
+# What the classifier reached on the corpus as it was when each floor was set, less a small
+# margin (raised with each round of signatures, never lowered): a later signature that breaks
+# those cases fails here. A floor is scored on the entries it was set on, not on entries
+# gathered since: new real reports that go against a line's verdict lower a figure without any
+# signature breaking (issue 26's 13 training entries and batch 4 did: 14.4 % false-retryable
+# on all 521, while the 425 below still score 14.29 %); they get floors of their own below.
+# Set at 80.7 % overall, 68.3 % held back, 14.2 % false-retryable (414 entries, 93 of them
+# batch 2, gathered after the signatures were written).
 FLOORS = {"overall": 0.805, "held_back": 0.68, "false_retryable": 0.143}
 # The same scored by the restart policy's decision over the attempts an entry describes (a
 # retry-once verdict is retried once, then not: evaluate.py), set at 82.4 % overall, 69.8 %
 # held back, 11.3 % false-retryable (425 entries, batch 3's 11 included).
 DECISION_FLOORS = {"overall": 0.82, "held_back": 0.695, "false_retryable": 0.115}
+# Those 425: batches 1 to 3 but for the entries gathered for issue 26 (commit a412e3d).
+ISSUE_26_TRAINING = frozenset({f"external-services-{n:03d}" for n in range(63, 74)} | {"gpu-031", "gpu-032"})
+SET_ON = [e for e in ENTRIES if e.batch <= 3 and e.id not in ISSUE_26_TRAINING]
+SET_ON_SCORE = evaluate.score(evaluate.run(SET_ON))
+# The complete corpus after issue 26's gathering (521 entries, batch 4's 83 included), set at
+# 81.4 % overall, 70.4 % held back, 14.4 % false-retryable; by the decision 82.7 %, 71.6 %,
+# 12.0 %. Raised as signatures improve; a new batch gets a line of its own.
+COMPLETE_FLOORS = {"overall": 0.81, "held_back": 0.70, "false_retryable": 0.145}
+COMPLETE_DECISION_FLOORS = {"overall": 0.825, "held_back": 0.713, "false_retryable": 0.121}
 
 
-def test_overall_agreement_stays_above_its_floor():
-    assert SCORE.agreement >= FLOORS["overall"], f"{SCORE.agreement:.1%}; misses: {_misses(SCORE.misses)}"
+def test_the_floors_are_scored_on_the_425_entries_they_were_set_on():
+    assert len(SET_ON) == 425
 
 
-def test_held_back_agreement_stays_above_its_floor():
-    assert SCORE.held_back, "no held-back entries"
-    assert SCORE.held_back_agreement >= FLOORS["held_back"], f"{SCORE.held_back_agreement:.1%}"
+@pytest.mark.parametrize(
+    "score, floors", [(SET_ON_SCORE, FLOORS), (SCORE, COMPLETE_FLOORS)], ids=["set-on", "complete"]
+)
+def test_overall_agreement_stays_above_its_floor(score, floors):
+    assert score.agreement >= floors["overall"], f"{score.agreement:.1%}; misses: {_misses(score.misses)}"
 
 
-def test_false_retryable_rate_stays_below_its_ceiling():
-    false_retryable = [o for o in SCORE.outcomes if not o.entry.retryable and o.classification.retryable]
-    assert SCORE.false_retryable_rate <= FLOORS["false_retryable"], _misses(false_retryable)
+@pytest.mark.parametrize(
+    "score, floors", [(SET_ON_SCORE, FLOORS), (SCORE, COMPLETE_FLOORS)], ids=["set-on", "complete"]
+)
+def test_held_back_agreement_stays_above_its_floor(score, floors):
+    assert score.held_back, "no held-back entries"
+    assert score.held_back_agreement >= floors["held_back"], f"{score.held_back_agreement:.1%}"
 
 
-def test_the_policys_decisions_stay_above_their_floors():
-    agreement, false_retryable = SCORE.decision()
-    held_back, _ = SCORE.decision("held_back")
-    assert agreement >= DECISION_FLOORS["overall"], f"{agreement:.1%}"
-    assert held_back >= DECISION_FLOORS["held_back"], f"{held_back:.1%}"
-    assert false_retryable <= DECISION_FLOORS["false_retryable"], f"{false_retryable:.1%}"
+@pytest.mark.parametrize(
+    "score, floors", [(SET_ON_SCORE, FLOORS), (SCORE, COMPLETE_FLOORS)], ids=["set-on", "complete"]
+)
+def test_false_retryable_rate_stays_below_its_ceiling(score, floors):
+    false_retryable = [o for o in score.outcomes if not o.entry.retryable and o.classification.retryable]
+    assert score.false_retryable_rate <= floors["false_retryable"], _misses(false_retryable)
+
+
+@pytest.mark.parametrize(
+    "score, floors",
+    [(SET_ON_SCORE, DECISION_FLOORS), (SCORE, COMPLETE_DECISION_FLOORS)],
+    ids=["set-on", "complete"],
+)
+def test_the_policys_decisions_stay_above_their_floors(score, floors):
+    agreement, false_retryable = score.decision()
+    held_back, _ = score.decision("held_back")
+    assert agreement >= floors["overall"], f"{agreement:.1%}"
+    assert held_back >= floors["held_back"], f"{held_back:.1%}"
+    assert false_retryable <= floors["false_retryable"], f"{false_retryable:.1%}"
 
 
 def _entry(verdict: str, exit_code: int = 137, log: str = "") -> evaluate.Entry:
