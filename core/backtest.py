@@ -4,10 +4,10 @@ Pure: past failures in (their classification inputs, what Vigil did and what hap
 next), the proposed keywords in; per failure the verdict then and with the keywords,
 what Vigil would have done differently, and whether the outcome proved the new verdict
 right. It re-runs the real classifier (`classify_failure` with the proposed
-`user_keywords`) and the real restart decision (`core.policy.decide`), so a keyword
-that only renames a verdict the policy restarts anyway changes nothing, and one that
-takes a failure away from the repeated-failure guard shows as a restart instead of a
-fail.
+`user_keywords`) and the real restart decision (`core.policy.decide`, with the failure
+points of core.failpoint, so the repeated-failure guard judges a keyword's verdict as it
+judges every retried one), so a keyword that only renames a verdict the policy restarts
+anyway changes nothing.
 
 The history each failure is decided on is rebuilt from the failures of its job that
 came before it, re-classified with the same keywords (a keyword changes the rule, and
@@ -29,6 +29,7 @@ from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
 from core.classify import Classification, FailureInput, classify_failure
+from core.failpoint import FailurePoint, Phase
 from core.flags import FaultToleranceConfig
 from core.policy import Action, InstanceFailure, JobHistory, PreviousFailure, decide
 
@@ -36,7 +37,6 @@ __all__ = [
     "Did",
     "Change",
     "Proved",
-    "FailurePoint",
     "NextAttempt",
     "PastFailure",
     "FailureReplay",
@@ -69,20 +69,6 @@ class Proved(StrEnum):
 
 
 @dataclass(frozen=True)
-class FailurePoint:
-    """How far an attempt had trained when it failed (or has trained so far)."""
-
-    trained: bool = False  # it showed training progress (the SDK, or a step line in its log)
-    step: int | None = None  # the last training step known, when one is
-
-    def passed(self, other: FailurePoint) -> bool:
-        """Did this attempt train past the point where `other` failed?"""
-        if self.step is not None and other.step is not None:
-            return self.step > other.step
-        return self.trained and not other.trained
-
-
-@dataclass(frozen=True)
 class NextAttempt:
     """What the attempt a whole-job restart started did."""
 
@@ -109,7 +95,7 @@ class PastFailure:
     did: Did  # what Vigil did then
     rule: str  # the verdict recorded then
     evidence: str = ""
-    point: FailurePoint = field(default_factory=FailurePoint)
+    point: FailurePoint = field(default_factory=lambda: FailurePoint(None, Phase.STARTUP, ""))
     next_attempt: NextAttempt | None = None  # only for a whole-job restart whose attempt exists
     node: str = ""
     stopped_by_user: bool = False
@@ -159,7 +145,8 @@ def outcome_of(failure: PastFailure, before: PastFailure | None = None) -> Prove
     started this one's attempt, when there was one."""
     after = failure.next_attempt
     if failure.did is Did.RESTARTED and after is not None:
-        if after.succeeded or after.point.passed(failure.point):
+        # past the failure's point: core.failpoint's own comparison, as the guard makes it
+        if after.succeeded or not after.point.not_past(failure.point):
             return Proved.RETRYABLE
         if after.failed and _same_way(failure, after):
             return Proved.DETERMINISTIC
@@ -186,27 +173,29 @@ def _keywords(base: tuple[str, ...], proposed: tuple[str, ...]) -> tuple[str, ..
     return tuple(out[:100])
 
 
-def _decision(f: PastFailure, c: Classification, earlier: Sequence[tuple[PastFailure, str]]) -> Did:
+def _decision(f: PastFailure, c: Classification, earlier: Sequence[tuple[PastFailure, str, str]]) -> Did:
     """The restart decision on `f` with verdict `c`, on the history of its job's earlier
-    failures (each with its rule under the same keywords)."""
+    failures (each with its rule and evidence line under the same keywords)."""
     if f.config is None:
         return Did.FAILED
     counts: dict[tuple[str, str, int], int] = {}
-    for p, rule in earlier:
+    for p, rule, _ in earlier:
         if p.did is Did.RESTARTED:  # the history counts the restarts' root causes
             key = (rule, p.role, p.index)
             counts[key] = counts.get(key, 0) + 1
     previous = None
     if earlier:
-        p, rule = earlier[-1]
+        p, rule, evidence = earlier[-1]
         if p.did is Did.RESTARTED and p.attempt + 1 == f.attempt:
             previous = PreviousFailure(
                 rule=rule,
                 role=p.role,
                 index=p.index,
                 step=p.point.step,
-                progress_since=f.point.trained,
+                progress_since=f.point.phase == Phase.TRAINING,
                 step_now=f.point.step,
+                point=replace(p.point, evidence=evidence),
+                node=p.node,
             )
     history = JobHistory(
         stopped_by_user=f.stopped_by_user,
@@ -217,7 +206,14 @@ def _decision(f: PastFailure, c: Classification, earlier: Sequence[tuple[PastFai
         consecutive_restarts_without_progress=f.restarts_without_progress_before,
         previous_failure=previous,
     )
-    trigger = InstanceFailure(instance=f.instance, role=f.role, index=f.index, node=f.node, classification=c)
+    trigger = InstanceFailure(
+        instance=f.instance,
+        role=f.role,
+        index=f.index,
+        node=f.node,
+        classification=c,
+        point=replace(f.point, evidence=c.evidence),  # the guard compares the evidence this verdict read
+    )
     return _did(decide(f.config, history, trigger).action)
 
 
@@ -246,8 +242,9 @@ def backtest_keywords(failures: Iterable[PastFailure], proposed: Sequence[str]) 
     replays: dict[int, FailureReplay] = {}
     for job_failures in by_job.values():
         ordered = sorted(job_failures, key=lambda f: f.attempt)
-        then_rules: list[tuple[PastFailure, str]] = []
-        with_rules: list[tuple[PastFailure, str]] = []
+        # each earlier failure with its rule and evidence line as re-classified (the guard compares both)
+        then_rules: list[tuple[PastFailure, str, str]] = []
+        with_rules: list[tuple[PastFailure, str, str]] = []
         for i, f in enumerate(ordered):
             before = ordered[i - 1] if i and ordered[i - 1].attempt + 1 == f.attempt else None
             proved = outcome_of(f, before)
@@ -255,14 +252,19 @@ def backtest_keywords(failures: Iterable[PastFailure], proposed: Sequence[str]) 
                 replay = FailureReplay(
                     f.ref, f.job, f.attempt, f.instance, f.did, None, None, None, Change.LOG_GONE, False, proved, None
                 )
-                then_rules.append((f, f.rule))
-                with_rules.append((f, f.rule))
+                then_rules.append((f, f.rule, f.evidence))
+                with_rules.append((f, f.rule, f.evidence))
             else:
                 then = classify_failure(_with(f.failure, _keywords(f.keywords, ())))
                 now = classify_failure(_with(f.failure, _keywords(f.keywords, proposed)))
                 did_then = _decision(f, then, then_rules)
                 did_now = _decision(f, now, with_rules)
                 matched = now != then
+                # A change is the proposal's when it changes the replayed decision, and it is
+                # told against what Vigil did: the replay lacks what the decision weighed beyond
+                # the log (other jobs failing on the node that minute, core.failcontext), so its
+                # decision without the proposal can differ from Vigil's.
+                change = Change.NONE if did_now is did_then else _change(f.did, did_now)
                 replay = FailureReplay(
                     f.ref,
                     f.job,
@@ -272,13 +274,13 @@ def backtest_keywords(failures: Iterable[PastFailure], proposed: Sequence[str]) 
                     then,
                     now,
                     did_now,
-                    _change(did_then, did_now),
+                    change,
                     matched,
                     proved,
                     _right(now, proved),
                 )
-                then_rules.append((f, then.rule))
-                with_rules.append((f, now.rule))
+                then_rules.append((f, then.rule, then.evidence))
+                with_rules.append((f, now.rule, now.evidence))
             replays[id(f)] = replay
     return [replays[id(f)] for f in given]
 

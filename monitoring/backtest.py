@@ -11,14 +11,12 @@ the runs after the restart too, and hangs, which no keyword decides.
 from __future__ import annotations
 
 import os
-import re
 from dataclasses import dataclass
 
 from django.urls import reverse
 
 from core.backtest import (
     Did,
-    FailurePoint,
     FailureReplay,
     NextAttempt,
     PastFailure,
@@ -26,6 +24,7 @@ from core.backtest import (
     summarize,
 )
 from core.classify import Classification, FailureInput
+from core.failpoint import FailurePoint, failure_point
 from jobs import actions
 from jobs.backends.base import BackendError
 from jobs.logs import InstanceLog
@@ -41,12 +40,11 @@ from jobs.models import (
     RestartRecord,
     Workspace,
 )
-from monitoring.failures import PROGRESS_RE, TAIL_BYTES, keywords_of
+from monitoring.failures import TAIL_BYTES, keywords_of
 
 # The newest failures are the ones a person remembers; an older past is not read.
 MAX_FAILURES = 200
 _PROBLEM_SOURCES = ("Hang", "ExitHang", "C4D")
-_STEP_RE = re.compile(rb"(?i)\b(?:step|iter(?:ation)?)\b\s*[=:#]?\s*(\d{1,12})")
 
 
 @dataclass
@@ -76,26 +74,31 @@ def _tail(backend, handle: dict, name: str) -> bytes | None:
         log.close()
 
 
-def _point(attempt: Attempt | None, tail: bytes | None, step: int | None = None) -> FailurePoint:
-    """How far an attempt trained: the SDK's progress, else its log's step lines."""
+def _point(attempt: Attempt | None, tail: bytes | None, step: int | None = None, evidence: str = "") -> FailurePoint:
+    """Where an attempt failed (or how far it trained): core.failpoint's point, from the SDK's
+    progress, else its log's step lines, as the monitor reads it for the guard."""
     if attempt is None:
-        return FailurePoint()
+        return failure_point(b"", evidence)
     samples = [int(s[1]) for s in attempt.progress_samples or [] if len(s) > 1]
     if step is None and samples:
         step = max(samples)
-    if step is None and tail:
-        found = [int(m.group(1)) for m in _STEP_RE.finditer(tail)]
-        step = found[-1] if found else None
-    trained = bool(
-        attempt.made_progress or attempt.first_progress_at or step is not None or (tail and PROGRESS_RE.search(tail))
-    )
-    return FailurePoint(trained=trained, step=step)
+    progress = bool(attempt.made_progress or attempt.first_progress_at)
+    return failure_point(tail or b"", evidence, sdk_step=step, sdk_progress=progress)
 
 
 def _failures(jobs: list[Job]) -> list[_Failure]:
     by_id = {j.pk: j for j in jobs}
     out = [
-        _Failure(by_id[r.job_id], r.attempt, r.instance_name, Did.RESTARTED, r.rule, r.evidence, r.progress_step, r.pk)
+        _Failure(
+            by_id[r.job_id],
+            r.attempt,
+            r.instance_name,
+            Did.RESTARTED,
+            r.rule,
+            r.evidence,
+            r.progress_step,
+            r.pk,
+        )
         for r in RestartRecord.objects.filter(job__in=jobs, root_cause=True, kind=RestartKind.JOB)
         .exclude(error_source__in=_PROBLEM_SOURCES)
         .exclude(instance_name="")
@@ -108,7 +111,13 @@ def _failures(jobs: list[Job]) -> list[_Failure]:
         if p.get("instance") and p.get("rule") and p.get("error_source") not in _PROBLEM_SOURCES:
             out.append(
                 _Failure(
-                    by_id[e.job_id], e.attempt or 0, p["instance"], Did.FAILED, p["rule"], p.get("evidence") or "", None
+                    by_id[e.job_id],
+                    e.attempt or 0,
+                    p["instance"],
+                    Did.FAILED,
+                    p["rule"],
+                    p.get("evidence") or "",
+                    None,
                 )
             )
     return out
@@ -169,7 +178,11 @@ def _inputs(failures: list[_Failure]) -> tuple[list[PastFailure], dict[str, _Fai
             its_failure = failed_at.get((job.pk, f.attempt + 1))
             name = its_failure.instance if its_failure else inst.name
             after = NextAttempt(
-                point=_point(following, _tail(backends[job.pk], following.backend_handle, name)),
+                point=_point(
+                    following,
+                    _tail(backends[job.pk], following.backend_handle, name),
+                    evidence=its_failure.evidence if its_failure else "",
+                ),
                 succeeded=following.status == AttemptStatus.SUCCEEDED,
                 failed=its_failure is not None,
                 rule=its_failure.rule if its_failure else "",
@@ -191,7 +204,7 @@ def _inputs(failures: list[_Failure]) -> tuple[list[PastFailure], dict[str, _Fai
                 did=f.did,
                 rule=f.rule,
                 evidence=f.evidence,
-                point=_point(attempt, tail, f.step),
+                point=_point(attempt, tail, f.step, f.evidence),
                 next_attempt=after,
                 node=inst.node,
                 job_restarts_before=restarts_before,

@@ -54,6 +54,12 @@ def test_the_preview_figures_are_the_rows_and_nothing_is_saved_until_add(
         assert job.status == JobStatus.FAILED, job.reason
     tick_until(trained, lambda j: j.status == JobStatus.SUCCEEDED, seconds=30, backend=local_backend, what="succeed")
     assert RestartRecord.objects.filter(job=trained).count() == 1
+    # The two fail on the same node within the same minute: the first is failed at once
+    # (deterministic), the second is probed once as a possible infrastructure event and then
+    # failed by the repeated-failure guard (issue 26's context).
+    at_once = [j for j in failing if not RestartRecord.objects.filter(job=j).exists()]
+    probed = [j for j in failing if j not in at_once]
+    assert (len(at_once), len(probed)) == (1, 1)
 
     page = page_for(alice)
     page.goto(f"/workspaces/{alice_ws.slug}/jobs/{failing[0].pk}/")
@@ -62,14 +68,18 @@ def test_the_preview_figures_are_the_rows_and_nothing_is_saved_until_add(
     offer.locator("input[name=scope][value=workspace]").check()
     offer.get_by_role("button", name="Try on past failures").click()
     summary = offer.locator("[data-backtest-summary]")
-    expect(summary).to_contain_text("Would have restarted 2 jobs", timeout=15_000)
+    expect(summary).to_contain_text("Would have restarted 1 job", timeout=15_000)
     shoot(page, "keyword-backtest")
 
     rows = offer.locator("[data-backtest-row]")
-    expect(rows).to_have_count(3)  # the two watchdog failures and fault-once's restart
+    # the failure at once, the probed job's restart and its repeat, and fault-once's restart
+    expect(rows).to_have_count(4)
     restart_rows = offer.locator("[data-backtest-row][data-change=restart_instead_of_fail]")
     restart_jobs = {restart_rows.nth(i).get_attribute("data-job") for i in range(restart_rows.count())}
-    assert restart_jobs == {str(j.pk) for j in failing}
+    # the keyword turns only the failure at once into a restart: the repeat stays the guard's
+    assert restart_jobs == {str(at_once[0].pk)}
+    for row in offer.locator(f"[data-backtest-row][data-job='{probed[0].pk}']").all():
+        expect(row).to_have_attribute("data-change", "none")
     sentence = summary.inner_text()
     figure = int(re.search(r"Would have restarted (\d+) jobs?", sentence).group(1))
     assert figure == len(restart_jobs)
