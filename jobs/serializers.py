@@ -15,6 +15,7 @@ from rest_framework import serializers
 from rest_framework.utils.serializer_helpers import ReturnDict
 
 from core.flags import FlagError, parse_flags
+from core.replicas import layout_error
 from core.stages import durations as stage_durations
 
 from .access import masked_envs, sees_secrets
@@ -623,6 +624,17 @@ class JobSubmitSerializer(FlatErrorsSerializer):
         if missing:
             raise serializers.ValidationError(missing)
         return specs
+
+    def validate(self, attrs: dict) -> dict:
+        """Replica groups against the roles: the flag string alone cannot say whether N
+        divides the instances (core.replicas)."""
+        args = (attrs.get("settings") or {}).get("error_monitoring_args", "")
+        groups = parse_flags(args).replica_groups
+        instances = sum(spec["pod_count"] for spec in attrs["job_specs"])
+        error = layout_error(groups, instances, attrs["job_type"])
+        if error:
+            raise serializers.ValidationError({"settings": {"error_monitoring_args": [error]}})
+        return attrs
 
     def valid_submission(self) -> ValidSubmission:
         data = self.validated_data
