@@ -103,6 +103,10 @@ class AttemptLaunch:
     # attempt, with these modules imported. Backends without them start cold.
     warm: bool = False
     warm_modules: tuple[str, ...] = ()
+    # Replica groups (issue 30, torchft): 0 = none; N >= 2 splits the instances into N groups
+    # with a Lighthouse for the attempt. Backends without a Lighthouse refuse N >= 2.
+    replica_groups: int = 0
+    lighthouse_heartbeat_timeout_ms: int = 5000
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
