@@ -15,7 +15,9 @@ SPEC section 3's rules, applied in order, plus the restart-loop breaker of secti
 5. the fraction of failed worker instances is over --max-tolerated-failure-rate
    (-1 = off) -> the job fails;
 6. Async: restart the failed instance alone, unless it is a PS or Chief (whole-job
-   restart); Sync: whole-job restart;
+   restart); Sync: whole-job restart; replica groups (--replica-groups=N, issue 30):
+   restart the failed instance's group alone, whatever the mode, after rules 3-5 counted
+   the failure as one at its position in every group (a bug in one group is a bug in all);
 7. a whole-job restart needs --enable-job-restart=True and fewer than
    --max-num-of-job-restart restarts so far; otherwise the job fails. The breaker: when
    the last 3 whole-job restarts in a row made no training progress, the job fails.
@@ -33,6 +35,7 @@ from types import MappingProxyType
 
 from core.classify import Classification, ErrorSource
 from core.flags import ExecutionMode, FaultToleranceConfig, FaultTolerantPolicy
+from core.replicas import kept_training
 
 __all__ = [
     "RESTART_LOOP_LIMIT",
@@ -58,6 +61,7 @@ WHOLE_JOB_ROLES = frozenset({"ps", "chief"})
 class Action(StrEnum):
     RESTART_JOB = "restart_job"
     RESTART_INSTANCE = "restart_instance"
+    RESTART_GROUP = "restart_group"
     FAIL_JOB = "fail_job"
     NOTHING = "nothing"
 
@@ -73,6 +77,7 @@ class Step(StrEnum):
     SAME_ERROR_LIMIT = "same_error_limit"  # 4
     FAILURE_RATE = "failure_rate"  # 5
     INSTANCE_RESTART = "instance_restart"  # 6 (Async)
+    GROUP_RESTART = "group_restart"  # 6 (replica groups)
     RESTART_DISABLED = "restart_disabled"  # 7
     RESTART_BUDGET = "restart_budget"  # 7
     RESTART_LOOP = "restart_loop"  # SPEC 9 breaker
@@ -86,6 +91,10 @@ class InstanceFailure:
     index: int
     node: str
     classification: Classification
+    # Replica groups: the failed instance's group, and the (role, index) of the instances at
+    # its position in the other groups, whose failures count as its own in rules 3 and 4.
+    group: int | None = None
+    counterparts: tuple[tuple[str, int], ...] = ()
 
     @property
     def source(self) -> ErrorSource:
@@ -260,6 +269,20 @@ def _decide_problem(config: FaultToleranceConfig, history: JobHistory, t: Detect
     return _whole_job_restart(config, history, why)
 
 
+def _same_error_count(history: JobHistory, rule: str, t: InstanceFailure) -> int:
+    return sum(history.same_error_count(rule, role, index) for role, index in ((t.role, t.index), *t.counterparts))
+
+
+def _repeated(history: JobHistory, rule: str, t: InstanceFailure) -> PreviousFailure | None:
+    """The previous failure this one repeats: on the same instance, or (replica groups) at
+    the same position of another group."""
+    for role, index in ((t.role, t.index), *t.counterparts):
+        previous = history.previous_failure_on(role, index)
+        if previous is not None and previous.repeated_by(rule, role, index):
+            return previous
+    return None
+
+
 def _ambiguous(c: Classification) -> bool:
     """A retryable verdict that a deterministic fault can also produce: from the log or the
     exit status, not a scheduler's reason, a user's keyword or a preemption/node loss."""
@@ -293,7 +316,7 @@ def _decide_failure(config: FaultToleranceConfig, history: JobHistory, t: Instan
             Step.NOT_RETRYABLE,
         )
     if config.fault_tolerant_policy == FaultTolerantPolicy.EXIT_CODE_AND_ERROR_MSG and c.retryable:
-        before = history.same_error_count(c.rule, t.role, t.index)
+        before = _same_error_count(history, c.rule, t)
         if c.retry_limit is not None and before >= c.retry_limit:
             return Decision(
                 Action.FAIL_JOB,
@@ -302,8 +325,8 @@ def _decide_failure(config: FaultToleranceConfig, history: JobHistory, t: Instan
                 f"(--fault-tolerant-policy=ExitCodeAndErrorMsg). {c.cause} {c.next_step}",
                 Step.RETRIES_SPENT,
             )
-        previous = history.previous_failure_on(t.role, t.index)
-        if _ambiguous(c) and previous is not None and previous.repeated_by(c.rule, t.role, t.index):
+        previous = _repeated(history, c.rule, t) if _ambiguous(c) else None
+        if previous is not None:
             where = (
                 f"at step {previous.step}"
                 if previous.step is not None and previous.step == previous.step_now
@@ -316,7 +339,7 @@ def _decide_failure(config: FaultToleranceConfig, history: JobHistory, t: Instan
                 Step.REPEATED_FAILURE,
             )
     # 4
-    occurrences = history.same_error_count(c.rule, t.role, t.index) + 1
+    occurrences = _same_error_count(history, c.rule, t) + 1
     limit = config.max_num_of_same_error
     if occurrences > limit:
         return Decision(
@@ -339,6 +362,14 @@ def _decide_failure(config: FaultToleranceConfig, history: JobHistory, t: Instan
             )
     # 6
     qualifies = "a retryable error" if c.retryable else "an error (every failure qualifies with OnFailure)"
+    if config.replica_groups >= 2 and t.group is not None:
+        kept = kept_training(config.replica_groups, t.group)
+        return Decision(
+            Action.RESTART_GROUP,
+            f"Group {t.group} restarted alone; {kept} kept training: {t.instance} failed with "
+            f"{qualifies}: {c.rule} ({c.message}).",
+            Step.GROUP_RESTART,
+        )
     if config.job_execution_mode == ExecutionMode.ASYNC:
         if t.role.casefold() not in WHOLE_JOB_ROLES:
             return Decision(
