@@ -20,6 +20,7 @@ from datetime import datetime
 from pathlib import Path
 
 import pytest
+from django.urls import reverse
 
 from jobs.models import Attempt, JobEvent, JobStatus, RestartRecord
 from monitoring import tick
@@ -52,7 +53,7 @@ def steps_of(text: str) -> list[tuple[float, int, int, bool]]:
 
 
 def test_a_killed_group_restarts_alone_and_rejoins_while_the_other_keeps_stepping(
-    alice, alice_ws, api_as, local_backend, tmp_path
+    alice, alice_ws, api_as, local_backend, tmp_path, client
 ):
     job = factory.submit(
         api_as(alice),
@@ -127,5 +128,15 @@ def test_a_killed_group_restarts_alone_and_rejoins_while_the_other_keeps_steppin
     finals = {int(g): (int(s), float(loss)) for g, s, loss in FINAL.findall(master + worker)}
     assert finals[0][0] == finals[1][0] == 220
     assert all(math.isfinite(loss) for _, loss in finals.values())
+    # The monitor read the Lighthouse: the joint quorum, group 0 alone with group 1 recovering,
+    # and the joint quorum again; the job page lists them.
+    quorums = [e.payload for e in JobEvent.objects.filter(job=job, type="status") if e.payload.get("kind") == "quorum"]
+    assert any(q["groups"] == [0, 1] for q in quorums), quorums
+    assert any(q["groups"] == [0] and q["recovering"] == [1] for q in quorums), quorums
+    assert quorums[-1]["groups"] == [0, 1]
+    client.force_login(alice)
+    page = client.get(reverse("pages:job-detail", args=[alice_ws.slug, job.pk])).content.decode()
+    assert 'id="h-groups">Replica groups' in page and "2 torchft replica groups" in page
+    assert re.search(r"<td>group 0 <span class=\"muted\">\(step \d+\)</span></td>\s*<td>group 1</td>", page)
     # The Lighthouse ended with the job.
     assert local_backend.lighthouse_pids(handle) == []
