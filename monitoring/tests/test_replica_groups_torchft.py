@@ -27,7 +27,10 @@ from monitoring import tick
 from testsupport import factory
 
 pytest.importorskip("torch", reason="torch is not installed (.ci/run installs torch==2.13.0)")
-pytest.importorskip("torchft", reason="torchft is not installed (.ci/run installs torchft==0.2.0 after torch)")
+pytest.importorskip(
+    "torchft",
+    reason="torchft is not installed (.ci/run installs requirements-torchft.txt, torchft==0.2.0, after torch)",
+)
 pytestmark = [pytest.mark.torch, pytest.mark.django_db(transaction=True)]
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "torchft_train.py"
