@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any, cast
 
 from django.conf import settings as django_settings
+from django.utils.module_loading import import_string
 from rest_framework import serializers
 from rest_framework.utils.serializer_helpers import ReturnDict
 
@@ -517,6 +518,11 @@ class SubmissionSettingsSerializer(serializers.Serializer):
         return (value or "").strip()
 
 
+def _backend_class(name: str) -> type:
+    """The configured backend's class, for its capability flags (nothing is started)."""
+    return import_string(django_settings.JOB_BACKENDS[name]["BACKEND"])
+
+
 class WorkspaceRef(serializers.CharField):
     """A workspace id (an int, or digits) or slug, as jobs.inputs.workspace_ref reads it."""
 
@@ -632,6 +638,9 @@ class JobSubmitSerializer(FlatErrorsSerializer):
         groups = parse_flags(args).replica_groups
         instances = sum(spec["pod_count"] for spec in attrs["job_specs"])
         error = layout_error(groups, instances, attrs["job_type"])
+        backend = attrs.get("backend") or "local"
+        if not error and groups and not _backend_class(backend).can_run_replica_groups:
+            error = f"--replica-groups: the {backend!r} backend cannot run replica groups (it starts no Lighthouse)"
         if error:
             raise serializers.ValidationError({"settings": {"error_monitoring_args": [error]}})
         return attrs

@@ -212,6 +212,7 @@ class Backend(ABC):
 
     can_dump_stacks: bool = False  # pids() returns local PIDs that py-spy can read
     can_isolate_nodes: bool = False  # isolate_node()/restore_node() work
+    can_run_replica_groups: bool = False  # AttemptLaunch.replica_groups >= 2: a Lighthouse per attempt (issue 30)
     name: str = ""  # its key in settings.JOB_BACKENDS
 
     def __init__(self, name: str = "", **options):

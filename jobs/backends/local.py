@@ -165,6 +165,7 @@ def _ephemeral_low() -> int:
 class LocalBackend(Backend):
     can_dump_stacks = True
     can_isolate_nodes = True
+    can_run_replica_groups = True
 
     def __init__(
         self,

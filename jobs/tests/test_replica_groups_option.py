@@ -85,3 +85,16 @@ def test_the_form_field_sets_the_groups_and_a_bad_count_is_refused(client, alice
     assert ok.status_code == 302, ok.content.decode()[:2000]
     job = Job.objects.get()
     assert (job.ft.replica_groups, job.ft.lighthouse_heartbeat_timeout_ms) == (3, 1000)
+
+
+def test_a_backend_that_starts_no_lighthouse_refuses_replica_groups(alice_ws, alice, api_as, job_body, settings):
+    settings.JOB_BACKENDS = {
+        "local": {"BACKEND": "jobs.backends.memory.MemoryBackend", "OPTIONS": {}},
+        "slurm": {"BACKEND": "jobs.backends.slurm.SlurmBackend", "OPTIONS": {}},
+    }
+    body = _body(job_body, alice_ws, "--replica-groups=2")
+    body["backend"] = "slurm"
+    r = api_as(alice).post("/api/v1/jobs/", body, format="json")
+    assert r.status_code == 400, r.content
+    assert "the 'slurm' backend cannot run replica groups" in r.json()["settings.error_monitoring_args"][0]
+    assert Job.objects.count() == 0
