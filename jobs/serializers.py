@@ -20,6 +20,7 @@ from core.replicas import layout_error
 from core.stages import durations as stage_durations
 
 from .access import masked_envs, sees_secrets
+from .backends.base import Backend as JobBackend
 from .inputs import InputError, flat_errors, text_problem, whole_number, workspace_ref
 from .models import Attempt, Diagnosis, Instance, Job, JobEvent, JobType, Membership, RestartRecord, Workspace
 from .submission import (
@@ -518,9 +519,9 @@ class SubmissionSettingsSerializer(serializers.Serializer):
         return (value or "").strip()
 
 
-def _backend_class(name: str) -> type:
+def _backend_class(name: str) -> type[JobBackend]:
     """The configured backend's class, for its capability flags (nothing is started)."""
-    return import_string(django_settings.JOB_BACKENDS[name]["BACKEND"])
+    return cast("type[JobBackend]", import_string(django_settings.JOB_BACKENDS[name]["BACKEND"]))
 
 
 class WorkspaceRef(serializers.CharField):
