@@ -479,7 +479,7 @@ def config_to_initial(config: FaultToleranceConfig) -> dict:
     out: dict[str, bool | str] = {}
     for field in FT_FIELD_FLAGS:
         value = getattr(config, field)
-        if value is None:  # an optional flag left out: a blank field
+        if value is None or (field == "replica_groups" and value == 0):  # left out, or off: a blank field
             out[field] = ""
             continue
         if isinstance(value, tuple):  # the module list, as the flag writes it

@@ -98,3 +98,10 @@ def test_a_backend_that_starts_no_lighthouse_refuses_replica_groups(alice_ws, al
     assert r.status_code == 400, r.content
     assert "the 'slurm' backend cannot run replica groups" in r.json()["settings.error_monitoring_args"][0]
     assert Job.objects.count() == 0
+
+
+def test_a_clone_shows_no_groups_as_a_blank_field_and_groups_as_their_number():
+    from jobs.forms import config_to_initial
+
+    assert config_to_initial(parse_flags(""))["replica_groups"] == ""  # "0" would not submit again
+    assert config_to_initial(parse_flags("--replica-groups=2"))["replica_groups"] == "2"
