@@ -345,7 +345,8 @@ def _decide_failure(config: FaultToleranceConfig, history: JobHistory, t: Instan
         return Decision(
             Action.FAIL_JOB,
             f"Not restarted: the error {c.rule} has now occurred {occurrences} times on "
-            f"{t.instance}, more than --max-num-of-same-error={limit}; {failed}.",
+            f"{t.instance}{' and its counterparts in the other replica groups' if t.counterparts else ''}, "
+            f"more than --max-num-of-same-error={limit}; {failed}.",
             Step.SAME_ERROR_LIMIT,
         )
     # 5

@@ -59,6 +59,7 @@ def test_the_same_error_cap_counts_the_same_position_in_every_group():
     h = JobHistory(same_error_counts={(rule, "Master", 0): 1, (rule, "Worker", 1): 1})
     d = decide(GROUPS, h, t)
     assert d.action == Action.FAIL_JOB and d.step == Step.SAME_ERROR_LIMIT
+    assert "3 times on worker-3 and its counterparts in the other replica groups" in d.reason
     # Per instance it would have been the first.
     alone = InstanceFailure(t.instance, t.role, t.index, t.node, t.classification, group=2)
     assert decide(GROUPS, h, alone).action == Action.RESTART_GROUP
