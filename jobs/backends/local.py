@@ -106,9 +106,6 @@ ATTEMPT = "attempt.json"
 # The attempt's torchft Lighthouse (replica groups, issue 30): its shim's directory beside the instances'.
 LIGHTHOUSE = "lighthouse"
 LIGHTHOUSE_PROGRAM = "torchft_lighthouse"  # torchft's console script (it parses the process's own argv)
-# A group that heartbeats is waited for this long before a quorum goes on without it (torchft's
-# default is 60 s: a restarted group heartbeats as soon as its Manager starts, and joins at once).
-LIGHTHOUSE_JOIN_TIMEOUT_MS = 10_000
 LIGHTHOUSE_QUORUM_TICK_MS = 100
 LAUNCH = "launch.json"  # who claimed the attempt, and when its launch completed
 NODES = "nodes.json"
@@ -619,7 +616,11 @@ class LocalBackend(Backend):
                 "--min_replicas=1",
                 f"--bind={bind}",
                 f"--heartbeat_timeout_ms={spec.lighthouse_heartbeat_timeout_ms}",
-                f"--join_timeout_ms={LIGHTHOUSE_JOIN_TIMEOUT_MS}",
+                # How long a quorum waits for a group that heartbeats but has not asked to join:
+                # a restarted group heartbeats from its Manager's start, seconds before its first
+                # step (torchft's default, 60 s, stalled the healthy groups 10 s at 10 s, measured
+                # in bench/restart_latency.py); the heartbeat timeout bounds that pause instead.
+                f"--join_timeout_ms={spec.lighthouse_heartbeat_timeout_ms}",
                 f"--quorum_tick_ms={LIGHTHOUSE_QUORUM_TICK_MS}",
             ]
         )
