@@ -33,11 +33,30 @@ themselves); the job then runs to its end and must succeed.
   parked. Printed with it: how many ranks of attempt 2 started warm, and the memory
   the standby holds at the kill (RSS and USS of the parked interpreters, summed).
 
-Runs alternate (Vigil, Vigil warm, torchrun shared, torchrun fresh) so that load on
+- Vigil replica groups (issue 30): examples/torchft_train.py (torchft 0.2.0, gloo, CPU) with
+  the same ranks as --replica-groups=WORLD groups of one rank, the job's Lighthouse at
+  --lighthouse-heartbeat-timeout-ms=1000, warm restarts on, policy OnFailure. The last
+  group's rank is SIGKILLed at its first step line from step 10 on once its parked
+  interpreter for its next run is ready; Vigil restarts that group alone. "Resumed" is
+  the kill until the restarted group's first committed step in a quorum of every group.
+
+Goodput lost per fault, in rank-seconds of training not done or redone:
+  - a whole-job restart (Vigil, Vigil warm, torchrun): WORLD x (resumed + the training
+    done since the last checkpoint, which is recomputed). With a checkpoint every
+    --checkpoint-every seconds of training (default 60) and a fault at a random moment,
+    that is half the interval on average: WORLD x (resumed + 60 / 2);
+  - one group's failure and recovery: the failed group's ranks x (kill -> rejoined; it
+    heals from a peer's weights, nothing is recomputed) + each healthy rank's pause (its
+    longest gap between step lines around the fault, less its median step time) + one
+    step of every rank for the step whose all-reduce failed and did not commit.
+  Target: the group's loss under 10 % of a whole-job warm restart's.
+
+Runs alternate (Vigil, Vigil warm, Vigil replica groups, torchrun shared, torchrun fresh) so that load on
 the machine falls on all alike. A run that does not resume within --timeout counts
 as "never resumed" and is left out of the median.
 
-Run:  .venv/bin/python bench/restart_latency.py [--runs 5] [--timeout 60] [--only vigil|warm|torchrun]
+Run:  .venv/bin/python bench/restart_latency.py [--runs 5] [--timeout 60] [--only vigil|warm|groups|torchrun]
+      [--checkpoint-every 60]   (the replica-group arm needs torchft==0.2.0: pip install -r requirements-torchft.txt)
 --quick (CI, tests/test_benches.py): one run of each arm with 2 ranks, the same lines; a
 start-up check, not a measurement.
 Targets: Vigil's median at most 1.0x torchrun's; Vigil warm's at most 0.5x torchrun
@@ -77,6 +96,14 @@ FLAGS = (
 TRAIN_ENV = {"VIGIL_EXAMPLE_STEPS": "30", "VIGIL_EXAMPLE_SLEEP": "0.05", "VIGIL_EXAMPLE_PG_TIMEOUT": "60"}
 WARM_FLAGS = FLAGS + " --enable-warm-restart=True --warm-modules=torch,torch.distributed,torch._dynamo"
 WARM_STEPS = "400"  # 20 s of steps: attempt 1 still trains when its standby has imported torch
+GROUP_SCRIPT = str(ROOT / "examples" / "torchft_train.py")
+GROUP_FLAGS = (
+    "--replica-groups={groups} --lighthouse-heartbeat-timeout-ms=1000 --fault-tolerant-policy=OnFailure "
+    "--enable-warm-restart=True --warm-modules=torch,torch.distributed,torch._dynamo,torchft"
+)
+GROUP_ENV = {"VIGIL_EXAMPLE_STEPS": "400", "VIGIL_EXAMPLE_SLEEP": "0.05"}
+GROUP_LINE = re.compile(r"^(\S+Z) step=(\d+) rank=\d+ group=(\d+) participants=(\d+) committed=(True|False)")
+CHECKPOINT_EVERY = 60.0
 LINE = re.compile(r"^(?:\[[^\]]*\]:)?(\S+Z) (start|step=\d+) rank=(\d+)(?:.* pid=(\d+))?")
 
 
@@ -362,6 +389,100 @@ def vigil_run(stack: VigilStack, i: int, timeout: float, warm: bool = False) -> 
     return out
 
 
+def _epoch(stamp: str) -> float:
+    return (datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%S.%fZ") - datetime(1970, 1, 1)).total_seconds()
+
+
+def group_steps(path: Path) -> list[tuple[float, int, int, bool]]:
+    """(time, step, participants, committed) of each step line of a torchft_train log."""
+    out = []
+    for line in path.read_text(errors="replace").splitlines():
+        m = GROUP_LINE.match(line)
+        if m:
+            out.append((_epoch(m.group(1)), int(m.group(2)), int(m.group(4)), m.group(5) == "True"))
+    return out
+
+
+def group_run(stack: VigilStack, i: int, timeout: float) -> dict:
+    """One replica group killed and restarted alone; the goodput lost (module docstring)."""
+    from jobs.models import Instance, Job, JobStatus, RestartRecord
+
+    groups = WORLD
+    job = stack.submit(
+        f"restart-latency-groups-{i}",
+        GROUP_FLAGS.format(groups=groups),
+        f"exec {PYTHON} {GROUP_SCRIPT}",
+        dict(GROUP_ENV),
+    )
+    h1 = handle_of(job, 1)
+    if not h1:
+        return {"error": "attempt 1 was not launched"}
+    logs = {inst["rank"]: Path(h1["dir"]) / inst["name"] / "output.log" for inst in h1["instances"]}
+    victim = max(logs)
+    name = next(inst["name"] for inst in h1["instances"] if inst["rank"] == victim)
+    park = Path(h1["dir"]).parent / "warm" / "attempt-1-run-2" / name / "park-state.json"
+    from jobs.backends import get_backend
+
+    backend = get_backend("local")
+    t_kill = None
+    deadline = time.monotonic() + 180
+    while t_kill is None and time.monotonic() < deadline:
+        steps = group_steps(logs[victim]) if logs[victim].exists() else []
+        ready = park.exists() and "parked_at" in park.read_text(errors="replace")
+        if steps and steps[-1][1] >= 10 and steps[-1][2] == groups and ready:
+            pids = backend.pids(h1, name)
+            t_kill = time.time()
+            for pid in pids:
+                os.kill(pid, signal.SIGKILL)
+            break
+        time.sleep(0.01)
+    if t_kill is None:
+        return {"error": f"group {victim} never reached step 10 in a full quorum with its standby parked"}
+
+    def rejoined():
+        text = logs[victim].read_text(errors="replace")
+        if "restarted (run 2" not in text:
+            return None
+        after = text.split("restarted (run 2", 1)[1]
+        for line in after.splitlines():
+            m = GROUP_LINE.match(line)
+            if m and m.group(5) == "True" and int(m.group(4)) == groups:
+                return _epoch(m.group(1))
+        return None
+
+    t_back = wait_until(rejoined, timeout, 0.02)
+    done = wait_until(lambda: Job.objects.get(pk=job.pk).status in (JobStatus.SUCCEEDED, JobStatus.FAILED), 120, 0.2)
+    job.refresh_from_db()
+    record = RestartRecord.objects.filter(job=job).first()
+    out = {
+        "kill": t_kill,
+        "status": job.status if done else f"{job.status} (timed out)",
+        "attempts": job.current_attempt,
+        "decision": record.restart_time.timestamp() - t_kill if record else None,
+        "launched": (record.completed_at.timestamp() - t_kill) if record and record.completed_at else None,
+        "warm_ranks": Instance.objects.filter(attempt__job=job, name=name, start="warm").count(),
+        "reason": record.reason if record else "",
+    }
+    if t_back is None:
+        out["error"] = f"group {victim} did not rejoin a full quorum within {timeout:g} s"
+        return out
+    out["resumed"] = t_back - t_kill
+    pauses, step_time = [], []
+    for rank, path in logs.items():
+        if rank == victim:
+            continue
+        steps = group_steps(path)
+        gaps = [b[0] - a[0] for a, b in zip(steps, steps[1:])]
+        typical = statistics.median(gaps) if gaps else 0.0
+        step_time.append(typical)
+        near = [b[0] - a[0] for a, b in zip(steps, steps[1:]) if t_kill - 1 <= b[0] <= t_back + 2]
+        pauses.append(max(0.0, max(near, default=typical) - typical))
+    uncommitted = WORLD * (statistics.median(step_time) if step_time else 0.0)
+    out["pause"] = max(pauses, default=0.0)
+    out["lost"] = 1 * out["resumed"] + sum(pauses) + uncommitted
+    return out
+
+
 # --- torchrun ------------------------------------------------------------------------------------------
 
 
@@ -467,7 +588,13 @@ def main():
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--timeout", type=float, default=60.0, help="seconds after the kill to give up on a run")
     parser.add_argument(
-        "--only", choices=["vigil", "warm", "torchrun"], default=None, help="one arm (vigil: Vigil cold only)"
+        "--only", choices=["vigil", "warm", "groups", "torchrun"], default=None, help="one arm (vigil: Vigil cold only)"
+    )
+    parser.add_argument(
+        "--checkpoint-every",
+        type=float,
+        default=CHECKPOINT_EVERY,
+        help="seconds of training between checkpoints, for the goodput lost by a whole-job restart (default 60)",
     )
     parser.add_argument("--quick", action="store_true", help="one run of each arm with 2 ranks (CI: that it starts)")
     args = parser.parse_args()
@@ -479,10 +606,23 @@ def main():
     print(f"  machine: {machine_line()}")
     print(f"  job: {SCRIPT} with {TRAIN_ENV}, {WORLD} ranks (gloo, CPU); {args.runs} runs per system, interleaved")
     print(f"  load average at the start: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
-    results = {"Vigil": [], "Vigil warm": [], "torchrun (shared store)": [], "torchrun (fresh store)": []}
+    results = {
+        "Vigil": [],
+        "Vigil warm": [],
+        "Vigil replica groups": [],
+        "torchrun (shared store)": [],
+        "torchrun (fresh store)": [],
+    }
+    try:
+        import torchft  # noqa: F401 - the replica-group arm runs only where it is installed
+
+        with_groups = True
+    except ImportError:
+        with_groups = False
+        print("  replica groups: SKIPPED, torchft is not installed (pip install -r requirements-torchft.txt)")
     stack = None
     try:
-        if args.only in (None, "vigil", "warm"):
+        if args.only in (None, "vigil", "warm", "groups"):
             stack = VigilStack()
             print(
                 f"  Vigil: Procfile processes {stack.commands}, private Redis {stack.redis.url}, "
@@ -494,10 +634,12 @@ def main():
         )
         for i in range(args.runs):
             runs = []
-            if stack and args.only != "warm":
+            if stack and args.only in (None, "vigil"):
                 runs.append(("Vigil", lambda: vigil_run(stack, i, args.timeout)))
-            if stack and args.only != "vigil":
+            if stack and args.only in (None, "warm"):
                 runs.append(("Vigil warm", lambda: vigil_run(stack, i, args.timeout, warm=True)))
+            if stack and args.only in (None, "groups") and with_groups:
+                runs.append(("Vigil replica groups", lambda: group_run(stack, i, args.timeout)))
             if args.only in (None, "torchrun"):
                 runs.append(("torchrun (shared store)", lambda: torchrun_run(False, args.timeout)))
                 runs.append(("torchrun (fresh store)", lambda: torchrun_run(True, args.timeout)))
@@ -506,11 +648,14 @@ def main():
                 results[name].append(r)
                 extra = ""
                 if "decision" in r and r["decision"] is not None:
-                    extra = (
-                        f"  (decision +{r['decision']:.3f} s, attempt 2 launched +{r['launched']:.3f} s, "
-                        f"job {r['status']})"
-                    )
-                    if "warm_ranks" in r:
+                    what = "group restarted" if "pause" in r else "attempt 2 launched"
+                    extra = f"  (decision +{r['decision']:.3f} s, {what} +{r['launched']:.3f} s, job {r['status']})"
+                    if "pause" in r:
+                        extra += (
+                            f"  [healthy groups' longest pause {r['pause']:.2f} s; {r['warm_ranks']} warm; "
+                            f"record: {r['reason'][:70]!r}]"
+                        )
+                    elif "warm_ranks" in r:
                         mem = r.get("memory") or {}
                         extra += (
                             f"  [{r['warm_ranks']} of {WORLD} ranks warm; standby "
@@ -549,6 +694,31 @@ def main():
         print(
             f"  worst run: Vigil warm {worst['Vigil warm']:.2f} s, Vigil cold {worst['Vigil']:.2f} s "
             f"(target: warm no slower: {'MET' if worst['Vigil warm'] <= worst['Vigil'] else 'MISSED'})"
+        )
+    ckpt = args.checkpoint_every
+    print(
+        f"\ngoodput lost per fault (rank-seconds not done or redone; a whole-job restart also "
+        f"recomputes the training since the last checkpoint: one every {ckpt:g} s of training, "
+        f"{ckpt / 2:g} s on average at a random fault, x {WORLD} ranks):"
+    )
+    lost = {}
+    for name, rs in results.items():
+        if name == "Vigil replica groups":
+            figures = [r["lost"] for r in rs if "lost" in r]
+            how = (
+                f"the killed group's 1 rank x its downtime + the {WORLD - 1} healthy ranks' pauses + 1 uncommitted step"
+            )
+        else:
+            figures = [WORLD * (r["resumed"] + ckpt / 2) for r in rs if "resumed" in r]
+            how = f"{WORLD} ranks x (resumed + {ckpt / 2:g} s)"
+        if figures:
+            lost[name] = statistics.median(figures)
+            print(f"  {name:<26} median {lost[name]:8.2f} rank-s  n={len(figures)}  ({how})")
+    g, warm_lost = lost.get("Vigil replica groups"), lost.get("Vigil warm")
+    if g is not None and warm_lost:
+        print(
+            f"  Vigil replica groups / Vigil warm (whole job): {g / warm_lost:.1%}  (target < 10%: "
+            f"{'MET' if g < 0.1 * warm_lost else 'MISSED'})"
         )
     print(f"  load average at the end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
 

@@ -47,6 +47,13 @@ Decisions the SPEC leaves open
     modules it imports while parked: comma-separated dotted names (ASCII identifiers,
     no keywords), each at most once, 1 to 64 of them, default
     ``torch,torch.distributed,torch._dynamo``. It may be set while warm restart is off (unused then).
+  * ``--replica-groups=N`` (issue 30) runs the job as N torchft replica groups (its instances
+    split into N equal groups in rank order) with a Lighthouse keeping their quorum; a failed
+    group is restarted alone. N is 2 to 1024; 0, the default, means one ordinary job. That N
+    divides the instances and that the job is a PyTorchJob is checked where the roles are
+    known (jobs/serializers.py). ``--lighthouse-heartbeat-timeout-ms`` is how long the
+    Lighthouse waits for a silent group before it forms a quorum without it (torchft's
+    default, 5000; 100 to 600000): the pause the healthy groups see when one dies.
   * The whole string is at most 16384 characters.
 
 ``FaultToleranceConfig`` validates itself on construction (also when built from a
@@ -174,6 +181,22 @@ _MODULES_ACCEPTED = (
     f"module names separated by commas (e.g. torch,torch.distributed,mypkg.models), "
     f"each a dotted Python name given once, at most {MAX_WARM_MODULES}"
 )
+MAX_REPLICA_GROUPS = 1024
+REPLICA_GROUPS_FLAG = "--replica-groups"
+_GROUPS_ACCEPTED = f"a whole number from 2 to {MAX_REPLICA_GROUPS} (the job's instances split into that many groups)"
+_HEARTBEAT = _IntRule(100, 600_000, "a whole number of milliseconds from 100 to 600000")
+
+
+_GROUPS = _IntRule(2, MAX_REPLICA_GROUPS, _GROUPS_ACCEPTED)
+
+
+def _check_groups(value: Any) -> int:
+    # 0 is the default (no replica groups); a user who writes the flag asks for 2 or more.
+    if value == 0 and not isinstance(value, bool):
+        return 0
+    return _GROUPS.check(REPLICA_GROUPS_FLAG, value)
+
+
 _RATE_ACCEPTED = "a decimal from 0 to 1 (e.g. 0.3), or -1 to turn the limit off"
 
 
@@ -483,6 +506,16 @@ FLAGS: tuple[_Flag, ...] = (
         lambda v: v.to_flag_value(),
         empty_ok=True,
     ),
+    # Issue 30's, after the SPEC's table.
+    _Flag(
+        REPLICA_GROUPS_FLAG,
+        "replica_groups",
+        _GROUPS_ACCEPTED,
+        lambda t: _GROUPS.from_text(REPLICA_GROUPS_FLAG, t),
+        _check_groups,
+        str,
+    ),
+    _int_flag("--lighthouse-heartbeat-timeout-ms", "lighthouse_heartbeat_timeout_ms", _HEARTBEAT),
 )
 _FLAG_BY_NAME = {f.flag: f for f in FLAGS}
 _FLAG_BY_FIELD = {f.field: f for f in FLAGS}
@@ -509,6 +542,8 @@ class FaultToleranceConfig:
     warm_modules: tuple[str, ...] = DEFAULT_WARM_MODULES
     c4d_log_level: C4DLogLevel = C4DLogLevel.WARNING
     c4d_common_envs: C4DEnvs = field(default_factory=C4DEnvs)
+    replica_groups: int = 0  # 0: no replica groups
+    lighthouse_heartbeat_timeout_ms: int = 5000
 
     def __post_init__(self) -> None:
         for spec in FLAGS:

@@ -19,7 +19,9 @@ SPEC section 3's rules, applied in order, plus the restart-loop breaker of secti
 5. the fraction of failed worker instances is over --max-tolerated-failure-rate
    (-1 = off) -> the job fails;
 6. Async: restart the failed instance alone, unless it is a PS or Chief (whole-job
-   restart); Sync: whole-job restart;
+   restart); Sync: whole-job restart; replica groups (--replica-groups=N, issue 30):
+   restart the failed instance's group alone, whatever the mode, after rules 3-5 counted
+   the failure as one at its position in every group (a bug in one group is a bug in all);
 7. a whole-job restart needs --enable-job-restart=True and fewer than
    --max-num-of-job-restart restarts so far; otherwise the job fails. The breaker: when
    the last 3 whole-job restarts in a row made no training progress, the job fails.
@@ -40,6 +42,7 @@ from core.failcontext import FailureContext, with_context
 from core.failpoint import FailurePoint
 from core.kinds import Verdict, verdict_of
 from core.flags import ExecutionMode, FaultToleranceConfig, FaultTolerantPolicy
+from core.replicas import kept_training
 
 __all__ = [
     "RESTART_LOOP_LIMIT",
@@ -65,6 +68,7 @@ WHOLE_JOB_ROLES = frozenset({"ps", "chief"})
 class Action(StrEnum):
     RESTART_JOB = "restart_job"
     RESTART_INSTANCE = "restart_instance"
+    RESTART_GROUP = "restart_group"
     FAIL_JOB = "fail_job"
     NOTHING = "nothing"
 
@@ -80,6 +84,7 @@ class Step(StrEnum):
     SAME_ERROR_LIMIT = "same_error_limit"  # 4
     FAILURE_RATE = "failure_rate"  # 5
     INSTANCE_RESTART = "instance_restart"  # 6 (Async)
+    GROUP_RESTART = "group_restart"  # 6 (replica groups)
     RESTART_DISABLED = "restart_disabled"  # 7
     RESTART_BUDGET = "restart_budget"  # 7
     RESTART_LOOP = "restart_loop"  # SPEC 9 breaker
@@ -95,6 +100,10 @@ class InstanceFailure:
     classification: Classification
     point: FailurePoint | None = None  # where it failed (core.failpoint), for the guard
     context: FailureContext | None = None  # what the log tail lacks (core.failcontext)
+    # Replica groups: the failed instance's group, and the (role, index) of the instances at
+    # its position in the other groups, whose failures count as its own in rules 3 and 4.
+    group: int | None = None
+    counterparts: tuple[tuple[str, int], ...] = ()
 
     @property
     def source(self) -> ErrorSource:
@@ -307,6 +316,25 @@ def _guarded(t: InstanceFailure, previous: PreviousFailure) -> bool:
     return not (infrastructure and (not previous.node or not t.node or previous.node != t.node))
 
 
+def _same_error_count(history: JobHistory, rule: str, t: InstanceFailure) -> int:
+    return sum(history.same_error_count(rule, role, index) for role, index in ((t.role, t.index), *t.counterparts))
+
+
+def _repeated(history: JobHistory, t: InstanceFailure) -> PreviousFailure | None:
+    """The previous failure this one repeats, for the guard (_guarded): on the same instance
+    (after a whole-job restart, on any: which rank fails first is timing), or, with replica
+    groups, at the same position of another group (a bug in one group is a bug in all)."""
+    c = t.classification
+    for role, index in ((t.role, t.index), *t.counterparts):
+        previous = history.previous_failure_on(role, index)
+        if previous is None or not _guarded(t, previous):
+            continue
+        whole_job = previous is history.previous_failure
+        if previous.repeated_by(c.rule, role, index, t.point, any_instance=whole_job):
+            return previous
+    return None
+
+
 def _decide_failure(config: FaultToleranceConfig, history: JobHistory, t: InstanceFailure) -> Decision:
     verdict = with_context(verdict_of(t.classification), t.classification, t.context)
     decision = _decide_on_verdict(config, history, t, verdict)
@@ -348,7 +376,7 @@ def _decide_on_verdict(
             Step.NOT_RETRYABLE,
         )
     if config.fault_tolerant_policy == FaultTolerantPolicy.EXIT_CODE_AND_ERROR_MSG:
-        before = history.same_error_count(c.rule, t.role, t.index)
+        before = _same_error_count(history, c.rule, t)
         if c.retryable and c.retry_limit is not None and before >= c.retry_limit:
             return Decision(
                 Action.FAIL_JOB,
@@ -357,13 +385,8 @@ def _decide_on_verdict(
                 f"(--fault-tolerant-policy=ExitCodeAndErrorMsg). {c.cause} {c.next_step}",
                 Step.RETRIES_SPENT,
             )
-        previous = history.previous_failure_on(t.role, t.index)
-        whole_job = previous is history.previous_failure
-        if (
-            previous is not None
-            and _guarded(t, previous)
-            and previous.repeated_by(c.rule, t.role, t.index, t.point, any_instance=whole_job)
-        ):
+        previous = _repeated(history, t)
+        if previous is not None:
             return Decision(
                 Action.FAIL_JOB,
                 f"Not restarted: {REPEATED_FAILURE_REASON}; {failed}, as it did before the last "
@@ -371,13 +394,14 @@ def _decide_on_verdict(
                 Step.REPEATED_FAILURE,
             )
     # 4
-    occurrences = history.same_error_count(c.rule, t.role, t.index) + 1
+    occurrences = _same_error_count(history, c.rule, t) + 1
     limit = config.max_num_of_same_error
     if occurrences > limit:
         return Decision(
             Action.FAIL_JOB,
             f"Not restarted: the error {c.rule} has now occurred {occurrences} times on "
-            f"{t.instance}, more than --max-num-of-same-error={limit}; {failed}.",
+            f"{t.instance}{' and its counterparts in the other replica groups' if t.counterparts else ''}, "
+            f"more than --max-num-of-same-error={limit}; {failed}.",
             Step.SAME_ERROR_LIMIT,
         )
     # 5
@@ -397,6 +421,14 @@ def _decide_on_verdict(
         qualifies = "an error (every failure qualifies with OnFailure)"
     else:
         qualifies = "a retryable error" if c.retryable else "an error that may be transient"
+    if config.replica_groups >= 2 and t.group is not None:
+        kept = kept_training(config.replica_groups, t.group)
+        return Decision(
+            Action.RESTART_GROUP,
+            f"Group {t.group} restarted alone; {kept} kept training: {t.instance} failed with "
+            f"{qualifies}: {c.rule} ({c.message}).",
+            Step.GROUP_RESTART,
+        )
     if config.job_execution_mode == ExecutionMode.ASYNC:
         if t.role.casefold() not in WHOLE_JOB_ROLES:
             return Decision(

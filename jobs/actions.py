@@ -320,6 +320,8 @@ def attempt_launch_spec(job: Job, attempt: Attempt, avoid_nodes=()) -> AttemptLa
         workspace=str(job.workspace_id),
         warm=bool(job.fault_tolerance and job.ft.enable_warm_restart),
         warm_modules=tuple(job.ft.warm_modules) if job.fault_tolerance else (),
+        replica_groups=job.ft.replica_groups,
+        lighthouse_heartbeat_timeout_ms=job.ft.lighthouse_heartbeat_timeout_ms,
     )
 
 

@@ -45,7 +45,7 @@ OTHER = "error_monitoring_args"
 # Flags whose blank field means "not given" (their default is derived from other flags).
 OPTIONAL_FIELDS = {f.field for f in FLAGS if f.optional}
 # Fields whose blank means the flag's default (a form posted before the field existed, or cleared).
-BLANK_IS_DEFAULT = {"warm_modules"}
+BLANK_IS_DEFAULT = {"warm_modules", "replica_groups", "lighthouse_heartbeat_timeout_ms"}
 
 # Form field -> the flag it sets (None: a C4D environment variable).
 FT_FIELD_FLAGS = {f.field: f.flag for f in FLAGS if f.field != "c4d_common_envs"}
@@ -125,6 +125,11 @@ class JobForm(forms.Form):
         required=False,
         initial=",".join(DEFAULT_WARM_MODULES),
         widget=forms.TextInput(attrs={"class": "mono", "spellcheck": "false"}),
+    )
+    # Blank: no replica groups (core.flags' 0); the serializer checks that N divides the instances.
+    replica_groups = forms.CharField(label="Replica groups (torchft)", required=False, widget=_num(placeholder="off"))
+    lighthouse_heartbeat_timeout_ms = forms.CharField(
+        label="Lighthouse heartbeat timeout (ms)", required=False, initial="5000", widget=_num()
     )
     enable_job_hang_detection = forms.BooleanField(label="Hang Detection", required=False)
     job_hang_interval = forms.CharField(label="Hang interval (s)", initial="1800", widget=_num())
@@ -474,7 +479,7 @@ def config_to_initial(config: FaultToleranceConfig) -> dict:
     out: dict[str, bool | str] = {}
     for field in FT_FIELD_FLAGS:
         value = getattr(config, field)
-        if value is None:  # an optional flag left out: a blank field
+        if value is None or (field == "replica_groups" and value == 0):  # left out, or off: a blank field
             out[field] = ""
             continue
         if isinstance(value, tuple):  # the module list, as the flag writes it

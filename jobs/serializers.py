@@ -11,13 +11,16 @@ from __future__ import annotations
 from typing import Any, cast
 
 from django.conf import settings as django_settings
+from django.utils.module_loading import import_string
 from rest_framework import serializers
 from rest_framework.utils.serializer_helpers import ReturnDict
 
 from core.flags import FlagError, parse_flags
+from core.replicas import layout_error
 from core.stages import durations as stage_durations
 
 from .access import masked_envs, sees_secrets
+from .backends.base import Backend as JobBackend
 from .inputs import InputError, flat_errors, text_problem, whole_number, workspace_ref
 from .models import Attempt, Diagnosis, Instance, Job, JobEvent, JobType, Membership, RestartRecord, Workspace
 from .submission import (
@@ -519,6 +522,11 @@ class SubmissionSettingsSerializer(serializers.Serializer):
         return (value or "").strip()
 
 
+def _backend_class(name: str) -> type[JobBackend]:
+    """The configured backend's class, for its capability flags (nothing is started)."""
+    return cast("type[JobBackend]", import_string(django_settings.JOB_BACKENDS[name]["BACKEND"]))
+
+
 class WorkspaceRef(serializers.CharField):
     """A workspace id (an int, or digits) or slug, as jobs.inputs.workspace_ref reads it."""
 
@@ -626,6 +634,20 @@ class JobSubmitSerializer(FlatErrorsSerializer):
         if missing:
             raise serializers.ValidationError(missing)
         return specs
+
+    def validate(self, attrs: dict) -> dict:
+        """Replica groups against the roles: the flag string alone cannot say whether N
+        divides the instances (core.replicas)."""
+        args = (attrs.get("settings") or {}).get("error_monitoring_args", "")
+        groups = parse_flags(args).replica_groups
+        instances = sum(spec["pod_count"] for spec in attrs["job_specs"])
+        error = layout_error(groups, instances, attrs["job_type"])
+        backend = attrs.get("backend") or "local"
+        if not error and groups and not _backend_class(backend).can_run_replica_groups:
+            error = f"--replica-groups: the {backend!r} backend cannot run replica groups (it starts no Lighthouse)"
+        if error:
+            raise serializers.ValidationError({"settings": {"error_monitoring_args": [error]}})
+        return attrs
 
     def valid_submission(self) -> ValidSubmission:
         data = self.validated_data

@@ -37,6 +37,7 @@ from .backends.base import BackendError
 from .goodput import job_goodput
 from .forms import BOOL_FIELDS, FieldFlagErrors, JobForm, fault_tolerance_from, ft_warnings, initial_from_job
 from .hang_panel import hang_panel
+from .quorum_panel import quorum_panel
 from .progress_panel import SPARK_H, SPARK_W, list_sparklines, progress_panel
 from .inputs import query_int
 from .logs import InstanceLog
@@ -290,6 +291,7 @@ def _job_context(request, workspace, job) -> dict:
         "standby": SimpleLazyObject(lambda: _standby_view(job)),
         # Lazy: without report_progress it reads log tails, for the progress part only.
         "progress": SimpleLazyObject(lambda: progress_panel(job, attempts, records, now)),
+        "quorums": quorum_panel(job, current.number if current else None),
     }
 
 
@@ -422,6 +424,7 @@ FRAGMENTS = {
     "restarts": "jobs/_restart_table.html",
     "diagnoses": "jobs/_diagnoses.html",
     "progress": "jobs/_progress.html",
+    "groups": "jobs/_replica_groups.html",
 }
 
 

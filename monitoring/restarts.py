@@ -28,6 +28,7 @@ from django.utils import timezone
 from core.classify import Classification, ErrorSource, FailureObservation, pick_root_cause
 from core.failpoint import FailurePoint
 from core.policy import Action, Decision, DetectedProblem, InstanceFailure, decide
+from core.replicas import GroupLayout
 from core.stacks import hang_classification
 from infra import metrics
 from jobs import actions, faults, isolation
@@ -69,6 +70,7 @@ class TickAction(StrEnum):
     STOPPED = "stopped"
     RESTART_JOB = Action.RESTART_JOB.value
     RESTART_INSTANCE = Action.RESTART_INSTANCE.value
+    RESTART_GROUP = Action.RESTART_GROUP.value
     FAIL_JOB = Action.FAIL_JOB.value
     NOTHING = Action.NOTHING.value  # a decision was made: do nothing (recorded as an event)
 
@@ -232,9 +234,27 @@ def handle_failures(
             classification=root.classification,
             point=points[root_inst.name],
             context=context_of(job, attempt, root_inst, history.previous_failure_on(root_inst.role, root_inst.index)),
+            **group_of_failure(job, instances, root_inst),
         ),
     )
     exit_key = f"{attempt.number}:{root_inst.name}:{root_inst.restarts}"
+    if decision.action == Action.RESTART_GROUP:
+        # The group's other failures are its own cascade: restarted with it, never decided apart.
+        members = group_members(job, instances, root_inst)
+        if not restart_instance(
+            job,
+            attempt,
+            root_inst,
+            root.classification,
+            decision,
+            offsets.get(root_inst.name),
+            exit_key,
+            point=points[root_inst.name],
+            group=members,
+        ):
+            return None
+        metrics.failure_decided(root.classification, root_inst.exited_at, decision.action)
+        return TickAction.RESTART_GROUP, decision.reason
     if decision.action == Action.RESTART_INSTANCE:
         # Async: the other failed instances are handled on their own later ticks.
         if not restart_instance(
@@ -442,6 +462,37 @@ def count_node_fault(job: Job, inst: Instance, c: Classification) -> None:
             isolation.on_node_fault(job, inst.node)
 
 
+# --- replica groups (issue 30) -----------------------------------------------------------
+
+
+def _layout(job: Job, instances: Sequence[Instance]) -> GroupLayout | None:
+    groups = job.ft.replica_groups if job.fault_tolerance else 0
+    if groups < 2 or not instances or len(instances) % groups:
+        return None
+    return GroupLayout(groups, len(instances))
+
+
+def group_of_failure(job: Job, instances: Sequence[Instance], inst: Instance) -> dict:
+    """InstanceFailure's group fields for a job with replica groups ({} without)."""
+    layout = _layout(job, instances)
+    if layout is None:
+        return {}
+    by_rank = {i.rank: i for i in instances}
+    return {
+        "group": layout.group_of(inst.rank),
+        "counterparts": tuple((by_rank[r].role, by_rank[r].index) for r in layout.counterparts(inst.rank)),
+    }
+
+
+def group_members(job: Job, instances: Sequence[Instance], inst: Instance) -> list[str]:
+    """The names of the instances in `inst`'s replica group, in rank order ([inst.name] without groups)."""
+    layout = _layout(job, instances)
+    if layout is None:
+        return [inst.name]
+    by_rank = {i.rank: i for i in instances}
+    return [by_rank[r].name for r in layout.members(layout.group_of(inst.rank))]
+
+
 # --- performing --------------------------------------------------------------------------
 
 
@@ -466,15 +517,21 @@ def restart_instance(
     log_offset: int | None,
     exit_key: str,
     point: FailurePoint | None = None,
+    group: Sequence[str] = (),
 ) -> bool:
     """Async: restart one instance within its attempt. The exit is taken (only one worker
     acts on one exit) and the restart recorded in one transaction, so a worker dying
     right after leaves a pending record that recover() completes, never an exit that
-    nobody restarts. False if another worker took this exit first."""
+    nobody restarts. False if another worker took this exit first. With replica groups,
+    `group` is the failed instance's group: its other members' exits are taken in the same
+    transaction and the whole group restarts (complete_instance_restart)."""
     number = RestartRecord.objects.filter(job=job, kind=RestartKind.INSTANCE).count() + 1
     with transaction.atomic():
         if not Instance.objects.filter(pk=inst.pk, handled_exit_key="").update(handled_exit_key=exit_key):
             return False
+        Instance.objects.filter(attempt=attempt, name__in=[n for n in group if n != inst.name]).filter(
+            handled_exit_key=""
+        ).update(handled_exit_key=f"group-of:{exit_key}")
         record = RestartRecord.objects.create(
             job=job,
             number=number,
@@ -506,7 +563,13 @@ def restart_instance(
             attempt=attempt.number,
             instance=inst.name,
             key=f"restart:{record.idempotency_key}",
-            payload={"kind": "instance", "rule": c.rule, "error_code": c.error_code, "record": record.pk},
+            payload={
+                "kind": "instance",
+                "rule": c.rule,
+                "error_code": c.error_code,
+                "record": record.pk,
+                **({"group": list(group)} if len(group) > 1 or decision.action == Action.RESTART_GROUP else {}),
+            },
         )
     metrics.restart_decided("instance", metrics.cause_of(c, c.source))
     faults.point("restart.instance_after_record")
@@ -522,14 +585,27 @@ def complete_instance_restart(job: Job, attempt: Attempt, record: RestartRecord)
     started = time.monotonic()
     name = record.instance_name
     handle = attempt.backend_handle
-    status = next((s for s in actions._safe_poll(backend, handle) if s.name == name), None)
-    # Already restarted: its new run is live, or ended after the decision.
-    done = status is not None and (
-        not status.state.finished or (status.exited_at or 0) > record.restart_time.timestamp()
-    )
-    if not done:
+    instances = list(Instance.objects.filter(attempt=attempt))
+    failed = next((i for i in instances if i.name == name), None)
+    names = group_members(job, instances, failed) if failed is not None else [name]
+    polled = {s.name: s for s in actions._safe_poll(backend, handle)}
+    decided = record.restart_time.timestamp()
+
+    def restarted(n: str) -> bool:
+        # Its next run started after the decision (or, for the failed one, its run is live or
+        # ended since): a worker that died half-way already asked the backend.
+        status = polled.get(n)
+        if status is None:
+            return False
+        if status.started_at is not None and status.started_at > decided:
+            return True
+        return n == name and (not status.state.finished or (status.exited_at or 0) > decided)
+
+    todo = [n for n in names if not restarted(n)]
+    if todo:
         try:
-            handle = backend.restart_instance(handle, name)
+            for n in todo:
+                handle = backend.restart_instance(handle, n)
         except BackendError as exc:
             if RestartRecord.objects.filter(pk=record.pk, result=RestartResult.PENDING).update(
                 result=RestartResult.FAILED, completed_at=timezone.now()
@@ -550,7 +626,7 @@ def complete_instance_restart(job: Job, attempt: Attempt, record: RestartRecord)
         ):
             return  # completed by another worker
         Attempt.objects.filter(pk=attempt.pk).update(backend_handle=handle)
-        Instance.objects.filter(attempt=attempt, name=name).update(
+        Instance.objects.filter(attempt=attempt, name__in=names).update(
             status=InstanceStatus.RUNNING,
             exit_code=None,
             signal=None,

@@ -34,7 +34,7 @@ from jobs.models import (
     RestartRecord,
     RestartResult,
 )
-from monitoring import checks, schedule
+from monitoring import checks, quorum, schedule
 from monitoring.state import MonitorState
 from monitoring.restarts import (
     TickAction,
@@ -262,6 +262,12 @@ def _run_job(
 
     if all(i.status == InstanceStatus.SUCCEEDED for i in instances) and instances:
         actions.succeed_job(job, attempt)
+        if attempt.backend_handle.get("lighthouse"):
+            # Replica groups: the attempt's Lighthouse outlives its groups; it ends with the job.
+            try:
+                backend.stop(attempt.backend_handle, grace=1.0)
+            except BackendError as exc:
+                log.warning("job %s: the Lighthouse of attempt %s did not stop: %s", job.pk, attempt.number, exc)
         result.action = TickAction.SUCCEEDED
         return result
 
@@ -276,6 +282,11 @@ def _run_job(
 
     if job.status != JobStatus.RUNNING:
         return result
+    if job.fault_tolerance and attempt.backend_handle.get("lighthouse"):
+        ended = quorum.observe(job, attempt, now)  # replica groups: the quorum, a group that never rejoined
+        if ended:
+            result.action, result.reason = TickAction.FAIL_JOB, ended[1]
+            return result
     if job.fault_tolerance:
         problem = checks.check_problems(job, job.ft, attempt, instances, backend, now) or checks.check_c4d(
             job, job.ft, attempt, instances, now

@@ -178,6 +178,8 @@ BENCHES = {
             "run 1 torchrun (shared store)",
             "run 1 torchrun (fresh store)",
             "fault -> all ranks of the new attempt training:",
+            "replica groups",  # its run, or why it was skipped (torchft not installed)
+            "goodput lost per fault (rank-seconds",
             "load average at the end:",
         ),
         torch=True,

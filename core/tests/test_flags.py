@@ -41,6 +41,8 @@ SPEC_TABLE_ORDER = (
     "--c4d-log-level",
     "--c4d-common-envs",
 )
+# Issue 30's replica groups, after the SPEC's table.
+REPLICA_GROUP_FLAGS = ("--replica-groups", "--lighthouse-heartbeat-timeout-ms")
 
 
 def rejection(text: str) -> FlagError:
@@ -53,7 +55,7 @@ def rejection(text: str) -> FlagError:
 
 
 def test_the_known_flags_are_the_spec_table_in_its_order():
-    assert KNOWN_FLAGS == SPEC_TABLE_ORDER
+    assert KNOWN_FLAGS == SPEC_TABLE_ORDER + REPLICA_GROUP_FLAGS
 
 
 @pytest.mark.parametrize("text", ["", "   ", "\n\t \n"])
@@ -835,6 +837,8 @@ VALID_VALUES = {
         st.sampled_from(["torch", "torch.distributed", "numpy", "my_pkg.sub_1"]), unique=True, min_size=1, max_size=4
     ).map(",".join),
     "--c4d-log-level": st.sampled_from(["Info", "Warning", "Error"]).flatmap(any_case),
+    "--replica-groups": st.integers(2, 1024).map(str),
+    "--lighthouse-heartbeat-timeout-ms": st.integers(100, 600_000).map(str),
     "--c4d-common-envs": st.lists(
         st.sampled_from(
             [

@@ -103,6 +103,10 @@ class AttemptLaunch:
     # attempt, with these modules imported. Backends without them start cold.
     warm: bool = False
     warm_modules: tuple[str, ...] = ()
+    # Replica groups (issue 30, torchft): 0 = none; N >= 2 splits the instances into N groups
+    # with a Lighthouse for the attempt. Backends without a Lighthouse refuse N >= 2.
+    replica_groups: int = 0
+    lighthouse_heartbeat_timeout_ms: int = 5000
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -208,6 +212,7 @@ class Backend(ABC):
 
     can_dump_stacks: bool = False  # pids() returns local PIDs that py-spy can read
     can_isolate_nodes: bool = False  # isolate_node()/restore_node() work
+    can_run_replica_groups: bool = False  # AttemptLaunch.replica_groups >= 2: a Lighthouse per attempt (issue 30)
     name: str = ""  # its key in settings.JOB_BACKENDS
 
     def __init__(self, name: str = "", **options):

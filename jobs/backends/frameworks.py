@@ -40,6 +40,8 @@ import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+from core.replicas import GroupLayout
+
 from .base import InstanceLaunch
 
 PYTORCH = "PyTorchJob"
@@ -170,8 +172,15 @@ def framework_setup(
     attempt: int,
     instances: tuple[InstanceLaunch, ...],
     placements: Mapping[str, Placement],
+    replica_groups: int = 0,
+    lighthouse: str = "",
 ) -> dict[str, InstanceSetup]:
-    """Per instance name: the framework and VIGIL_* variables, and files to write."""
+    """Per instance name: the framework and VIGIL_* variables, and files to write.
+
+    With replica groups (PyTorchJob, issue 30) each group gets its own rendezvous: the
+    MASTER_ADDR/PORT of its first rank, RANK and WORLD_SIZE within the group, plus what
+    torchft reads (TORCHFT_LIGHTHOUSE, the Lighthouse's URL) and REPLICA_GROUP_ID /
+    NUM_REPLICA_GROUPS, which torchft's own examples read to name the group."""
     _check(job_type, instances, placements)
     ordered = _ordered(instances)
     node_rank, local_rank, local_size = _node_ranks(ordered, placements)
@@ -188,7 +197,26 @@ def framework_setup(
         }
         result[inst.name] = InstanceSetup(env=env, files={})
 
-    if job_type == PYTORCH:
+    if job_type == PYTORCH and replica_groups:
+        layout = GroupLayout(replica_groups, len(ordered))
+        for position, inst in enumerate(ordered):
+            group = layout.group_of(position)
+            master = placements[ordered[layout.members(group)[0]].name]
+            node = placements[inst.name].node
+            result[inst.name].env.update(
+                MASTER_ADDR=master.host,
+                MASTER_PORT=str(master.port),
+                WORLD_SIZE=str(layout.size),
+                RANK=str(layout.rank_in_group(position)),
+                LOCAL_RANK=str(local_rank[inst.name]),
+                LOCAL_WORLD_SIZE=str(local_size[node]),
+                NODE_RANK=str(node_rank[node]),
+                TORCHFT_LIGHTHOUSE=lighthouse,
+                REPLICA_GROUP_ID=str(group),
+                NUM_REPLICA_GROUPS=str(replica_groups),
+                VIGIL_REPLICA_GROUP=str(group),
+            )
+    elif job_type == PYTORCH:
         master = placements[ordered[0].name]
         for inst in ordered:
             node = placements[inst.name].node

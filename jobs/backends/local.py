@@ -102,6 +102,10 @@ DEFAULT_INHERIT = ("PATH", "HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "LC_CTYP
 LOG = "output.log"
 STOP = "stop.json"
 ATTEMPT = "attempt.json"
+# The attempt's torchft Lighthouse (replica groups, issue 30): its shim's directory beside the instances'.
+LIGHTHOUSE = "lighthouse"
+LIGHTHOUSE_PROGRAM = "torchft_lighthouse"  # torchft's console script (it parses the process's own argv)
+LIGHTHOUSE_QUORUM_TICK_MS = 100
 LAUNCH = "launch.json"  # who claimed the attempt, and when its launch completed
 NODES = "nodes.json"
 USERS = "users"  # <data>/users/<uid>.json: which workspace's jobs run as that OS user (root, 0600)
@@ -146,6 +150,7 @@ def _ephemeral_low() -> int:
 class LocalBackend(Backend):
     can_dump_stacks = True
     can_isolate_nodes = True
+    can_run_replica_groups = True
 
     def __init__(
         self,
@@ -481,7 +486,12 @@ class LocalBackend(Backend):
     def _launch_claimed(self, spec: AttemptLaunch, attempt_dir: str, who: osuser.RunAs) -> dict:
         placement = self._place(spec)
         previous = shim.read_json(os.path.join(self.attempt_dir(spec.job_id, spec.attempt - 1), ATTEMPT)) or {}
-        ports = self._free_ports(len(spec.instances), avoid=set((previous.get("ports") or {}).values()))
+        avoid = set((previous.get("ports") or {}).values()) | {(previous.get("lighthouse") or {}).get("port")}
+        groups = spec.replica_groups if spec.job_type == frameworks.PYTORCH else 0
+        ports = self._free_ports(len(spec.instances) + (1 if groups else 0), avoid=avoid)
+        lighthouse = {"port": ports.pop(), "url": ""} if groups else None
+        if lighthouse is not None:
+            lighthouse["url"] = f"http://{self.host}:{lighthouse['port']}"
         placements = {
             inst.name: frameworks.Placement(
                 node=placement[inst.name][0],
@@ -493,7 +503,14 @@ class LocalBackend(Backend):
             for inst, port in zip(spec.instances, ports)
         }
         try:
-            setups = frameworks.framework_setup(spec.job_type, spec.attempt, spec.instances, placements)
+            setups = frameworks.framework_setup(
+                spec.job_type,
+                spec.attempt,
+                spec.instances,
+                placements,
+                replica_groups=groups,
+                lighthouse=lighthouse["url"] if lighthouse else "",
+            )
         except frameworks.FrameworkError as exc:
             raise BackendError(str(exc)) from exc
 
@@ -548,13 +565,61 @@ class LocalBackend(Backend):
                 for i in spec.instances
             ],
         }
+        if lighthouse is not None:
+            handle["lighthouse"] = lighthouse
+            if spec.warm:
+                handle["warm_runs"] = list(spec.warm_modules)
+            self._write_lighthouse_spec(spec, attempt_dir, lighthouse["port"], base, workdir, who)
         faults.point("launch.after_spec")
         shim.write_json_atomic(os.path.join(attempt_dir, ATTEMPT), handle)
         faults.point("launch.after_attempt_json")
+        if lighthouse is not None:
+            self._start_shims(handle, [LIGHTHOUSE])  # first: the groups' Managers connect to it at start
         self._start_shims(handle, [i.name for i in spec.instances], standbys)
         # Standbys not used (incompatible, or for instances that start cold) are of no further use.
         self.discard_standby(spec.job_id, keep=set(standbys.values()))
         return handle
+
+    def _write_lighthouse_spec(self, spec: AttemptLaunch, attempt_dir, port, base, workdir, who: osuser.RunAs):
+        """The attempt's torchft Lighthouse, run by a shim like an instance (its own process
+        group, its log, stopped with the attempt, as the job's OS user) but not one of the
+        job's instances: the monitor reads it, the policy never restarts it. It is torchft's
+        `torchft_lighthouse` beside the backend's Python (option `python`), else on PATH,
+        bound to this backend's host only: its HTTP port also answers "kill this replica"."""
+        program = os.path.join(os.path.dirname(self.python), LIGHTHOUSE_PROGRAM)
+        if not os.access(program, os.X_OK):
+            program = shutil.which(LIGHTHOUSE_PROGRAM) or ""
+        if not program:
+            raise BackendError(
+                f"--replica-groups: torchft's {LIGHTHOUSE_PROGRAM} is neither beside {self.python} nor on PATH; "
+                "install torchft (pip install torchft==0.2.0) where the backend runs"
+            )
+        ldir = os.path.join(attempt_dir, LIGHTHOUSE)
+        os.mkdir(ldir, _dir_mode(who))
+        os.chmod(ldir, _dir_mode(who))
+        bind = f"{socket.gethostbyname(self.host)}:{port}"
+        command = " ".join(
+            [
+                shlex.quote(program),
+                "--min_replicas=1",
+                f"--bind={bind}",
+                f"--heartbeat_timeout_ms={spec.lighthouse_heartbeat_timeout_ms}",
+                # How long a quorum waits for a group that heartbeats but has not asked to join:
+                # a restarted group heartbeats from its Manager's start, seconds before its first
+                # step (torchft's default, 60 s, stalled the healthy groups 10 s at 10 s, measured
+                # in bench/restart_latency.py); the heartbeat timeout bounds that pause instead.
+                f"--join_timeout_ms={spec.lighthouse_heartbeat_timeout_ms}",
+                f"--quorum_tick_ms={LIGHTHOUSE_QUORUM_TICK_MS}",
+            ]
+        )
+        env = {**base, **self._home_env(ldir, who)}
+        self._write_spec(ldir, spec, LIGHTHOUSE, command, env, workdir, run=1, who=who)
+        os.close(os.open(os.path.join(ldir, LOG), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600))
+
+    def stop(self, handle: dict, grace: float | None = None) -> None:
+        """Stop the attempt: its instances, and its Lighthouse if it has one."""
+        extra = [LIGHTHOUSE] if handle.get("lighthouse") else []
+        self._stop(handle, self.instance_names(handle) + extra, grace)
 
     def handle_for(self, job_id, attempt) -> dict:
         """The handle of an attempt from disk (re-adoption when the caller lost it)."""
@@ -830,12 +895,49 @@ class LocalBackend(Backend):
             if self._standby_alive(park_dir) is not None:
                 keep.add(park_dir)
         self.discard_standby(spec.job_id, keep=keep)
+        dirs = {i["name"]: self._standby_dir(spec.job_id, nxt, i["name"]) for i in handle["instances"]}
+        self._park(spec.job_id, spec.warm_modules, handle, {n: d for n, d in dirs.items() if d not in keep}, nxt)
+        if handle.get("warm_runs") is not None:
+            self._park_runs(handle, [i["name"] for i in handle["instances"]])
+
+    # Replica groups restart one group within its attempt (issue 30): with warm restarts on,
+    # each instance also has a parked interpreter for its own next run, under
+    # <job>/warm/attempt-<n>-run-<r>/<instance>/, parked again after each restart.
+    def _run_standby_dir(self, handle: dict, name: str, run: int) -> str:
+        generation = f"attempt-{int(handle['attempt'])}-run-{int(run)}"
+        return os.path.join(self.data_dir, "jobs", str(handle["job_id"]), WARM, generation, name)
+
+    def _park_runs(self, handle: dict, names: list[str]) -> None:
+        dirs = {}
+        for name in names:
+            ispec = shim.read_json(os.path.join(handle["dir"], name, shim.SPEC)) or {}
+            dirs[name] = self._run_standby_dir(handle, name, int(ispec.get("run", 1)) + 1)
+        self._park(handle["job_id"], tuple(handle["warm_runs"]), handle, dirs, int(handle["attempt"]))
+
+    def _warm_run(self, handle: dict, name: str, ispec: dict) -> str | None:
+        """Set `ispec` (the instance's next run) to start in its parked interpreter; the
+        standby's directory, or None (then it starts cold, and `ispec` says why)."""
+        if handle.get("warm_runs") is None:
+            return None
+        ispec.pop("warm", None)
+        park_dir = self._run_standby_dir(handle, name, int(ispec["run"]))
+        entry = warm_entry(ispec.get("command") or "").entry
+        if entry is None or self._standby_alive(park_dir) is None:
+            ispec["start_reason"] = "no parked interpreter was ready for this run"
+            return None
+        ispec.pop("start_reason", None)
+        ispec["warm"] = {
+            "kind": entry.kind.value,
+            "target": entry.target,
+            "argv": entry.argv,
+            "path0": _path0(entry, ispec.get("cwd") or ""),
+        }
+        return park_dir
+
+    def _park(self, job_id, modules, handle: dict, dirs: dict[str, str], attempt: int) -> None:
+        """Park one interpreter for each instance name in `dirs`, in its directory there."""
         pending, launchers = {}, []
-        for inst in handle["instances"]:
-            name = inst["name"]
-            park_dir = self._standby_dir(spec.job_id, nxt, name)
-            if park_dir in keep:
-                continue
+        for name, park_dir in dirs.items():
             ispec = shim.read_json(os.path.join(handle["dir"], name, shim.SPEC)) or {}
             decision = warm_entry(ispec.get("command") or "")
             if decision.entry is None:
@@ -863,13 +965,13 @@ class LocalBackend(Backend):
                         "env": env,
                         "user": user,
                         "uid": user["uid"] if user else None,
-                        "modules": list(spec.warm_modules),
+                        "modules": list(modules),
                         "nice": STANDBY_NICE,
                         "path0": _path0(decision.entry, cwd),
                         "linger": self.standby_linger,
                         "watch_dir": handle["dir"],
-                        "job_id": str(spec.job_id),
-                        "attempt": nxt,
+                        "job_id": str(job_id),
+                        "attempt": attempt,
                         "instance": name,
                     },
                 )
@@ -890,9 +992,8 @@ class LocalBackend(Backend):
             launchers.append(proc)
             pending[rfd] = (name, proc, b"")
         try:
-            self._wait_ready(
-                os.path.dirname(self._standby_dir(spec.job_id, nxt, "x")), pending, launchers, count_faults=False
-            )
+            where = os.path.dirname(next(iter(dirs.values()))) if dirs else ""
+            self._wait_ready(where, pending, launchers, count_faults=False)
         except BackendError:
             pass  # those standbys are missing: their instances restart cold
 
@@ -1172,9 +1273,6 @@ class LocalBackend(Backend):
         )
 
     # -- stop -------------------------------------------------------------------------
-    def stop(self, handle: dict, grace: float | None = None) -> None:
-        self._stop(handle, self.instance_names(handle), grace)
-
     def stop_instance(self, handle: dict, name: str, grace: float | None = None) -> None:
         self.check_instance(handle, name)
         self._stop(handle, [name], grace)
@@ -1287,8 +1385,11 @@ class LocalBackend(Backend):
             )
         spec["run"] = run + 1
         spec["redis"] = self.redis
+        standby = self._warm_run(handle, name, spec)
         shim.write_json_atomic(os.path.join(idir, shim.SPEC), spec)
-        self._start_shims(handle, [name])
+        self._start_shims(handle, [name], {name: standby} if standby else None)
+        if handle.get("warm_runs") is not None:
+            self._park_runs(handle, [name])  # for the run after this one
         return handle
 
     # -- logs ---------------------------------------------------------------------------
@@ -1329,8 +1430,11 @@ class LocalBackend(Backend):
         for job in _listdir(jobs_dir):
             killed += self.discard_standby(job)
         for handle in self.attempt_handles():
-            for inst in handle["instances"]:
-                idir = os.path.join(handle["dir"], inst["name"])
+            names = [i["name"] for i in handle["instances"]] + ([LIGHTHOUSE] if handle.get("lighthouse") else [])
+            for name in names:
+                idir = os.path.join(handle["dir"], name)
+                if not os.path.isdir(idir):
+                    continue
                 for entry in os.listdir(idir):
                     if not (entry.startswith("state") and entry.endswith(".json")):
                         continue
@@ -1364,6 +1468,13 @@ class LocalBackend(Backend):
             if s.state == InstanceState.RUNNING
         }
         return fr_files.ask_for_dumps(running, timeout) if running else {}
+
+    def lighthouse_pids(self, handle: dict) -> list[int]:
+        """The live processes of the attempt's Lighthouse ([] without one, or once it ended)."""
+        if not handle.get("lighthouse"):
+            return []
+        state = shim.read_json(os.path.join(handle["dir"], LIGHTHOUSE, shim.STATE))
+        return self._processes(state)[1] if state else []
 
     def pids(self, handle: dict, name: str) -> list[int]:
         idir = self._instance_dir(handle, name)

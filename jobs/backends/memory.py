@@ -36,6 +36,7 @@ class _Attempt:
 class MemoryBackend(Backend):
     can_dump_stacks = False
     can_isolate_nodes = True
+    can_run_replica_groups = True  # the groups' instances, without a Lighthouse: a test double
 
     def __init__(self, name: str = "memory", *, nodes: list[dict] | None = None, initial_state: str = "running"):
         super().__init__(name)

@@ -184,3 +184,27 @@ def test_an_instance_without_placement_is_refused():
     insts = build_instances("ElasticBatchJob", {"Worker": 2}, "x")
     with pytest.raises(FrameworkError, match="no placement for worker-1"):
         framework_setup("ElasticBatchJob", 1, insts, {"worker-0": Placement("n", "h", 1)})
+
+
+def test_replica_groups_get_their_own_rendezvous_and_the_lighthouse():
+    """Issue 30: 4 ranks as 2 torchft groups: ranks 0-1 and 2-3, each with its first rank's
+    address, ranks within the group, and what torchft reads."""
+    insts = build_instances("PyTorchJob", {"Master": 1, "Worker": 3}, "x")
+    setup = framework_setup(
+        "PyTorchJob", 1, insts, placements(insts, nodes=("a", "b")), replica_groups=2, lighthouse="http://h:29510"
+    )
+    keys = ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "REPLICA_GROUP_ID", "NUM_REPLICA_GROUPS")
+    got = {name: tuple(s.env[k] for k in keys) for name, s in setup.items()}
+    assert got == {
+        "master-0": ("a.cluster", "30000", "2", "0", "0", "2"),
+        "worker-0": ("a.cluster", "30000", "2", "1", "0", "2"),
+        "worker-1": ("b.cluster", "30002", "2", "0", "1", "2"),
+        "worker-2": ("b.cluster", "30002", "2", "1", "1", "2"),
+    }
+    assert {s.env["TORCHFT_LIGHTHOUSE"] for s in setup.values()} == {"http://h:29510"}
+    assert [setup[n].env["VIGIL_RANK"] for n in ("master-0", "worker-0", "worker-1", "worker-2")] == [
+        "0",
+        "1",
+        "2",
+        "3",
+    ]
