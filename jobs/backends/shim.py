@@ -234,6 +234,12 @@ def _reap_nohang():
 
 def _end_leftovers(pgid, grace):
     """After the instance ended: SIGTERM what it left running, SIGKILL after `grace`."""
+    # The usual case, nothing left, without scanning /proc (~4 ms of CPU on a quiet
+    # 2-core VM, taken from the listener and Redis just as the exit is announced): a
+    # descendant that outlived the instance is the shim's child (orphans are reparented
+    # to it, their subreaper) or below one, or in the instance's group.
+    if not _has_children() and not _group_alive(pgid):
+        return
     me = os.getpid()
     left = descendants([me])
     if not left and not _group_alive(pgid):
@@ -249,6 +255,17 @@ def _end_leftovers(pgid, grace):
     signal_all(pgid, descendants([me]), signal.SIGKILL)
     time.sleep(0.05)
     _reap_nohang()
+
+
+def _has_children():
+    """Does the shim still have a child? Reaps those that have ended on the way."""
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return False
+        if pid == 0:
+            return True
 
 
 def _group_alive(pgid):

@@ -19,6 +19,9 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
+import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -28,7 +31,7 @@ from console.devredis import PrivateRedis
 from jobs.backends import shim as shim_module
 from jobs.backends.base import InstanceState
 from jobs.tests.test_local_backend import Backends, attempt, wait_finished, wait_until
-from testsupport.jobs import let_jobs_reach
+from testsupport.jobs import job_writable, let_jobs_reach
 
 REDIS_URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
 
@@ -205,3 +208,37 @@ def test_a_reserved_file_is_written_atomically_and_falls_back_when_its_temporary
     os.unlink(again.tmp)
     again.write_json({"exit_code": 1})
     assert json.loads(target.read_text()) == {"exit_code": 1} and list(tmp_path.glob("exit.json.tmp.*")) == []
+
+
+def test_an_instance_that_left_nothing_behind_costs_no_scan_of_proc():
+    # In a process of its own: the check reaps the caller's ended children.
+    script = textwrap.dedent(
+        """
+        import os, subprocess, sys
+        from jobs.backends import shim
+        child = subprocess.Popen(["true"], process_group=0)
+        os.waitpid(child.pid, 0)
+        def scanned(_roots):
+            sys.exit("scanned /proc")
+        shim.descendants = scanned
+        shim._end_leftovers(child.pid, 0.2)
+        """
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0, done.stderr
+
+
+def test_what_an_instance_left_running_when_it_exited_is_still_ended(backends):
+    backend = backends()
+    pidfile = Path(job_writable(backends.data_dir.parent / "shared")) / "pids"
+    # One in the instance's group, one that left it: each outlives the instance.
+    handle = backend.launch(attempt(f"sleep 30 & echo $! >> {pidfile}; setsid sleep 31 & echo $! >> {pidfile}; exit 0"))
+    [status] = wait_finished(backend, handle)
+    assert (status.state, status.exit_code) == (InstanceState.SUCCEEDED, 0)
+    pids = [int(p) for p in pidfile.read_text().split()]
+    assert len(pids) == 2
+
+    def ended(pid):
+        return shim_module.proc_start_ticks(pid) is None  # gone, or a zombie
+
+    wait_until(lambda: all(ended(p) for p in pids), what="the shim to end what the instance left")
