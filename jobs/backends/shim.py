@@ -30,7 +30,9 @@ depend on Django, Redis or the process that launched it:
    connection is opened and authenticated (noderedis.Announcer; a Redis that
    restarted meanwhile is reconnected to at the exit). The job cannot reach that
    connection: it exists only in the shim, after the child was started;
-6. end whatever the instance left behind (SIGTERM, then SIGKILL).
+6. end whatever the instance left behind (SIGTERM, then SIGKILL); when the shim
+   has no child left and the instance's group is gone there is nothing to look
+   for, and /proc is not scanned.
 
 Parked (issue 19, warm restarts): `python -I -S shim.py --park <standby dir> <ready fd>`
 starts one parked interpreter (warm_boot.py) for the next attempt of a job, as the
