@@ -88,7 +88,7 @@ def test_the_password_file_is_made_the_consoles_alone(tmp_path):
 
 
 @pytest.mark.redis
-def test_a_job_never_sees_the_password_and_its_exit_is_still_announced(backends, monkeypatch):  # noqa: F811
+def test_a_job_never_sees_the_password_and_its_exit_is_still_announced(backends, monkeypatch, tmp_path):  # noqa: F811
     private = PrivateRedis(password="job-must-not-see-this").start()
     try:
         # The console's own environment holds the URL, as honcho's processes do.
@@ -99,8 +99,23 @@ def test_a_job_never_sees_the_password_and_its_exit_is_still_announced(backends,
         pubsub = client.pubsub()
         pubsub.subscribe(backend.exit_channel)
         pubsub.get_message(timeout=1.0)
-        probe = "env; echo ==== its shim; cat /proc/$PPID/environ 2>/dev/null | tr '\\0' '\\n'; sleep 0.2; exit 3"
+        # It looks once its shim holds the authenticated connection it will announce the
+        # exit on (`go`): in every argv and environment it can read, and at its own files
+        # (the pattern is not the password, so that grep's own argv and the probe's do not match).
+        go = tmp_path / "go"
+        probe = (
+            f"while [ ! -e {go} ]; do sleep 0.02; done; env; echo ==== its shim;"
+            " cat /proc/$PPID/environ 2>/dev/null | tr '\\0' '\\n';"
+            " echo ==== showing it; grep -l 'job-must-not-see-thi[s]' /proc/[0-9]*/cmdline /proc/[0-9]*/environ 2>/dev/null;"
+            " echo ==== its files; ls -l /proc/$$/fd; exit 3"
+        )
         handle = backend.launch(attempt(probe, job_id="job-redis-auth"))
+        shim_connection = "vigil-shim:job-redis-auth/1/worker-0"
+        deadline = time.monotonic() + 10
+        while not any(c.get("name") == shim_connection for c in client.client_list()):
+            assert time.monotonic() < deadline, "the shim did not connect to the password-protected Redis"
+            time.sleep(0.02)
+        go.touch()
         message = None
         deadline = time.monotonic() + 10
         while message is None and time.monotonic() < deadline:
@@ -109,9 +124,13 @@ def test_a_job_never_sees_the_password_and_its_exit_is_still_announced(backends,
         client.close()
         assert message is not None, "no exit announcement through the password-protected Redis"
         assert json.loads(message["data"])["exit_code"] == 3
-        own, _, shims = backend.read_log(handle, "worker-0").decode().partition("==== its shim")
-        assert "PATH=" in own  # the probe ran
+        own, _, rest = backend.read_log(handle, "worker-0").decode().partition("==== its shim")
+        shims, _, rest = rest.partition("==== showing it")
+        showing, _, files = rest.partition("==== its files")
+        assert "PATH=" in own and "->" in files  # the probe ran
         assert "job-must-not-see-this" not in own and "REDIS_URL" not in own and "CELERY_BROKER_URL" not in own
+        assert showing.strip() == ""  # no argv, nor environment it can read, holds the password
+        assert "socket:" not in files  # nor does it hold a connection to Redis
         if os.geteuid() == 0:
             # As root, jobs run as another user, and their shim's environment (root's, with
             # the console's) is unreadable to them.
