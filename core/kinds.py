@@ -19,7 +19,9 @@ A key's reports come from every training entry whose evidence has that key, whic
 decided it: "transient in 9 of 11 public reports of network and timeout errors". Below
 MIN_REPORTS a finer key is one or two stories, not a share, and the coarser one decides.
 Only log evidence is keyed finer: a backend's reason is the scheduler's word, and a user's
-retryable keyword is the user's.
+retryable keyword is the user's. A verdict of the exit status alone (crashed-with-exit-code)
+has no evidence line; the last of the tail's last lines that names an error these keys know
+stands in for it (core.classify keeps those lines).
 
 - ambiguous: the public reports go both ways, the minority at least AMBIGUOUS_SHARE of
   them (one in five), or their majority goes against the catalog's verdict. Below one in
@@ -142,32 +144,47 @@ def _family(cls: str, errno: int | None, status: int | None) -> str:
     return ""
 
 
+def _finer_keys(line: str) -> list[tuple[str, str]]:
+    """A line's keys below the line itself: its HTTP status, errno, class, family."""
+    keys: list[tuple[str, str]] = []
+    m = _HTTP_STATUS.search(line)
+    status = int(next(g for g in m.groups() if g)) if m else None
+    if status is not None:
+        keys.append((f"http:{status}", f"HTTP {status}"))
+    m = _ERRNO.search(line)
+    errno = int(next(g for g in m.groups() if g)) if m else None
+    if errno is not None:
+        keys.append((f"errno:{errno}", f"[Errno {errno}]"))
+    m = _EXCEPTION.search(line)
+    qualified = _VENDORED.sub("", m.group(1)) if m else ""
+    cls = qualified.rsplit(".", 1)[-1]
+    if cls and cls not in _GENERIC:
+        if qualified != cls:
+            keys.append((f"exception:{qualified}", qualified))
+        keys.append((f"exception:{cls}", cls))
+    family = _family(cls, errno, status)
+    if family:
+        keys.append((f"family:{family}", _FAMILY_WORDS[family]))
+    return keys
+
+
 def evidence_keys(c: Classification) -> list[tuple[str, str]]:
     """(key, words) of a verdict's evidence from the finest to the coarsest, the rule last.
 
-    The words name the key in the reason the user reads ("ConnectionResetError")."""
+    The words name the key in the reason the user reads ("ConnectionResetError"). When only
+    the exit status decided, the evidence is the last of the tail's last lines that names
+    an error these keys know (a status, an errno, an exception class), if one does."""
     keys: list[tuple[str, str]] = []
     line = c.evidence.strip()
     if c.source == ErrorSource.LOG and line:
-        keys.append((f"line:{normalise(line)}", "this line"))
-        m = _HTTP_STATUS.search(line)
-        status = int(next(g for g in m.groups() if g)) if m else None
-        if status is not None:
-            keys.append((f"http:{status}", f"HTTP {status}"))
-        m = _ERRNO.search(line)
-        errno = int(next(g for g in m.groups() if g)) if m else None
-        if errno is not None:
-            keys.append((f"errno:{errno}", f"[Errno {errno}]"))
-        m = _EXCEPTION.search(line)
-        qualified = _VENDORED.sub("", m.group(1)) if m else ""
-        cls = qualified.rsplit(".", 1)[-1]
-        if cls and cls not in _GENERIC:
-            if qualified != cls:
-                keys.append((f"exception:{qualified}", qualified))
-            keys.append((f"exception:{cls}", cls))
-        family = _family(cls, errno, status)
-        if family:
-            keys.append((f"family:{family}", _FAMILY_WORDS[family]))
+        keys = [(f"line:{normalise(line)}", "this line"), *_finer_keys(line)]
+    elif c.source == ErrorSource.EXIT_CODE and not line:
+        for tail_line in reversed(c.tail_lines):
+            finer = _finer_keys(tail_line)
+            if finer:
+                keys = [(k, f"{words} (the log's last error line: {tail_line[:120]})") for k, words in finer]
+                keys.insert(0, (f"line:{normalise(tail_line)}", f"its last error line ({tail_line[:120]})"))
+                break
     keys.append((f"rule:{c.rule}", ""))
     return keys
 

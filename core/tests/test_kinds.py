@@ -116,3 +116,21 @@ def test_the_committed_table_counts_finer_keys_from_every_rule():
     v = verdict_of(c)
     assert v.kind == Kind.AMBIGUOUS and v.basis and v.reports >= MIN_REPORTS
     assert v.retryable_reports / v.reports > 0.5
+
+
+def test_an_exit_status_verdict_is_keyed_by_the_last_error_line_of_its_tail():
+    from core.classify import FailureInput, classify_failure
+
+    tail = "Downloading model...\nrequests.exceptions.httperror 503 server error for url http://x/y\n 14%|#    | 3/20\n"
+    c = classify_failure(FailureInput(exit_code=1, signal=None, log_tail=tail))
+    assert c.rule == "crashed-with-exit-code" and not c.evidence
+    keys = evidence_keys(c)
+    assert [k for k, _ in keys][1:] == ["http:503", "family:network", "rule:crashed-with-exit-code"]
+    v = verdict_of(c, {"crashed-with-exit-code": (1, 20)}, {"family:network": (21, 24)})
+    assert v.kind == Kind.AMBIGUOUS
+    assert v.reason.startswith(
+        "ambiguous: transient in 21 of 24 public reports of network and timeout errors "
+        "(the log's last error line: requests.exceptions.httperror 503 server error"
+    )
+    plain = classify_failure(FailureInput(exit_code=1, signal=None, log_tail="loading\ndone\n"))
+    assert [k for k, _ in evidence_keys(plain)] == ["rule:crashed-with-exit-code"]
