@@ -43,7 +43,7 @@ import signal as _signal
 from re import _constants as _sre  # type: ignore[attr-defined]  # parse-tree opcodes, stable since 3.11
 from re import _parser as _sre_parse  # type: ignore[attr-defined]
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 
 import ahocorasick
@@ -104,6 +104,9 @@ class Classification:
     family: str = ""  # the failure family of the signature that decided (catalog, corpus)
     evidence: str = ""  # the log line (or backend reason) that decided; "" when only the exit status did
     retry_limit: int | None = None  # retryable this many times per (rule, role, index), then not
+    # When only the exit status decided (no evidence): the tail's last non-blank lines, which
+    # core.kinds searches for an error it can count ("...HTTPError 429 ...") and the user reads.
+    tail_lines: tuple[str, ...] = ()
 
 
 def prepare_tail(log_tail: bytes | bytearray | memoryview | str) -> str:
@@ -615,8 +618,16 @@ def classify_failure(f: FailureInput) -> Classification:
     return (
         (_by_keyword(text, text.casefold(), f.user_keywords) if f.user_keywords else None)
         or _by_catalog(text, folded, _ending(_effective_signal(f.exit_code, f.signal)))
-        or _by_exit_status(f.exit_code, f.signal)
+        or replace(_by_exit_status(f.exit_code, f.signal), tail_lines=_last_lines(text))
     )
+
+
+TAIL_LINES = 5
+
+
+def _last_lines(text: str) -> tuple[str, ...]:
+    lines = [_one_line(line) for line in text[-8192:].splitlines() if line.strip()]
+    return tuple(lines[-TAIL_LINES:])
 
 
 # ---- root cause among several failed instances (SPEC 9) -------------------------------

@@ -4,7 +4,8 @@ SPEC section 3's rules, applied in order, plus the restart-loop breaker of secti
 1. the job was stopped by a person -> nothing;
 2. policy Never -> the job fails;
 3. with ExitCodeAndErrorMsg a deterministic verdict fails the job (core.kinds: the
-   classification's kind by its rule's public reports, weighed with the context the log
+   classification's kind by the public reports of its evidence's finest key that has
+   enough of them, else of its rule, weighed with the context the log
    tail lacks, core.failcontext; an ambiguous one gets a probe restart and is judged by
    repetition)
    (with OnFailure every failure qualifies); so does a retryable one that holds only

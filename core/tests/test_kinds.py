@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from core.classify import Classification, ErrorSource
-from core.kinds import Kind, reports_of, verdict_of
+from core.kinds import MIN_REPORTS, Kind, evidence_keys, reports_of, verdict_of
 
 
 def _c(retryable: bool, rule: str = "some-rule") -> Classification:
@@ -42,3 +42,95 @@ def test_the_committed_table_is_read():
     retryable, reports = reports_of("service-unavailable")
     assert reports > 0 and retryable == reports
     assert verdict_of(_c(True, "service-unavailable")).kind == Kind.TRANSIENT
+
+
+def _log(evidence: str, retryable: bool = False, rule: str = "python-exception") -> Classification:
+    return Classification(retryable, rule, "E", "msg", ErrorSource.LOG, "cause", "next", False, evidence=evidence)
+
+
+def test_evidence_is_keyed_from_the_line_to_the_rule():
+    keys = [k for k, _ in evidence_keys(_log("pip._vendor.urllib3.exceptions.ReadTimeoutError: Read timed out."))]
+    assert keys == [
+        "line:pip._vendor.urllib#.exceptions.readtimeouterror: read timed out.",  # digits stripped as the guard does
+        "exception:urllib3.exceptions.ReadTimeoutError",  # the vendored copy is the same class
+        "exception:ReadTimeoutError",
+        "family:network",
+        "rule:python-exception",
+    ]
+    keys = [k for k, _ in evidence_keys(_log("ConnectionResetError: [Errno 104] Connection reset by peer"))]
+    assert keys[1:] == ["errno:104", "exception:ConnectionResetError", "family:network", "rule:python-exception"]
+    keys = [k for k, _ in evidence_keys(_log("requests.exceptions.HTTPError: 503 Server Error: Service Unavailable"))]
+    assert keys[1:3] == ["http:503", "exception:requests.exceptions.HTTPError"] and "family:network" in keys
+    assert "family:refused" in [k for k, _ in evidence_keys(_log("HTTPError: 404 Client Error: Not Found for url"))]
+    assert "family:programming" in [k for k, _ in evidence_keys(_log("TypeError: 'NoneType' object is not callable"))]
+
+
+def test_a_generic_class_says_nothing_by_itself_nor_does_a_bare_timeout_word():
+    keys = [k for k, _ in evidence_keys(_log("RuntimeError: mat1 and mat2 shapes cannot be multiplied (1x2 and 6x64)"))]
+    assert keys == [
+        "line:runtimeerror: mat# and mat# shapes cannot be multiplied (#x# and #x#)",
+        "rule:python-exception",
+    ]
+    keys = [
+        k for k, _ in evidence_keys(_log("[Rank 1] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=1)"))
+    ]
+    assert keys[1:] == ["rule:python-exception"]
+    assert [k for k, _ in evidence_keys(_log("socket.timeout: timed out"))][1:3] == [
+        "exception:socket.timeout",
+        "exception:timeout",
+    ]
+
+
+def test_only_log_evidence_is_keyed_finer():
+    user = Classification(
+        True, "user-keyword", "E", "m", ErrorSource.USER_KEYWORD, "c", "n", False, evidence="TypeError: x"
+    )
+    backend = Classification(True, "preempted", "E", "m", ErrorSource.BACKEND, "c", "n", False, evidence="Preempted")
+    assert [k for k, _ in evidence_keys(user)] == ["rule:user-keyword"]
+    assert [k for k, _ in evidence_keys(backend)] == ["rule:preempted"]
+
+
+def test_a_finer_key_with_enough_reports_decides_and_names_itself():
+    c = _log("ConnectionResetError: [Errno 104] Connection reset by peer")
+    rules = {"python-exception": (1, 15)}  # the rule alone: deterministic
+    assert verdict_of(c, rules, {}).kind == Kind.DETERMINISTIC
+    keyed = {"exception:ConnectionResetError": (3, 7), "family:network": (21, 23)}
+    v = verdict_of(c, rules, keyed)  # the class is finer than the family and has MIN_REPORTS
+    assert v.kind == Kind.AMBIGUOUS
+    assert v.reason == "ambiguous: transient in 3 of 7 public reports of ConnectionResetError; retrying once to tell"
+
+
+def test_below_the_minimum_a_finer_key_leaves_it_to_the_coarser():
+    c = _log("ConnectionResetError: [Errno 104] Connection reset by peer")
+    keyed = {"exception:ConnectionResetError": (MIN_REPORTS - 1, MIN_REPORTS - 1), "family:network": (1, 20)}
+    v = verdict_of(c, {"python-exception": (10, 10)}, keyed)
+    assert (v.kind, v.retryable_reports, v.reports) == (Kind.DETERMINISTIC, 1, 20)
+    assert v.reason == "deterministic: transient in 1 of 20 public reports of network and timeout errors"
+    v = verdict_of(c, {"python-exception": (1, 15)}, {"family:network": (1, 2)})  # nothing finer has enough
+    assert v.reason == "deterministic: transient in 1 of 15 public reports"
+
+
+def test_the_committed_table_counts_finer_keys_from_every_rule():
+    # network errors are decided by many rules (service-timeout, connection-dropped, ...): mostly transient
+    c = _log("requests.exceptions.ConnectionError: ('Connection aborted.', RemoteDisconnected('closed'))")
+    v = verdict_of(c)
+    assert v.kind == Kind.AMBIGUOUS and v.basis and v.reports >= MIN_REPORTS
+    assert v.retryable_reports / v.reports > 0.5
+
+
+def test_an_exit_status_verdict_is_keyed_by_the_last_error_line_of_its_tail():
+    from core.classify import FailureInput, classify_failure
+
+    tail = "Downloading model...\nrequests.exceptions.httperror 503 server error for url http://x/y\n 14%|#    | 3/20\n"
+    c = classify_failure(FailureInput(exit_code=1, signal=None, log_tail=tail))
+    assert c.rule == "crashed-with-exit-code" and not c.evidence
+    keys = evidence_keys(c)
+    assert [k for k, _ in keys][1:] == ["http:503", "family:network", "rule:crashed-with-exit-code"]
+    v = verdict_of(c, {"crashed-with-exit-code": (1, 20)}, {"family:network": (21, 24)})
+    assert v.kind == Kind.AMBIGUOUS
+    assert v.reason.startswith(
+        "ambiguous: transient in 21 of 24 public reports of network and timeout errors "
+        "(the log's last error line: requests.exceptions.httperror 503 server error"
+    )
+    plain = classify_failure(FailureInput(exit_code=1, signal=None, log_tail="loading\ndone\n"))
+    assert [k for k, _ in evidence_keys(plain)] == ["rule:crashed-with-exit-code"]
