@@ -19,8 +19,9 @@ REPLAYS = {s: outcomes.replay_all(ENTRIES, s) for s in outcomes.SCENARIOS}
 TARGETS = {"recovered": 0.98, "futile_per_bug": 0.25, "worst": 1}
 # Reached on 425 entries (batches 1-3) at issue 26's landing, every scenario: recovered 59.6 %
 # held back (77.8 % whole), 0.28 futile restarts per not-retryable fault held back (0.21
-# whole). Raised with better rules, never lowered.
-FLOORS = {"recovered": 0.59, "futile_per_bug": 0.29}
+# whole); then on 521 (batch 4 in) with the kinds keyed by evidence finer than the rule:
+# 69.5 % and 0.27 held back (81.7 %, 0.24 whole). Raised with better rules, never lowered.
+FLOORS = {"recovered": 0.69, "futile_per_bug": 0.28}
 
 
 def _held(scenario: str) -> outcomes.Figures:
