@@ -238,25 +238,10 @@ def handle_failures(
         ),
     )
     exit_key = f"{attempt.number}:{root_inst.name}:{root_inst.restarts}"
-    if decision.action == Action.RESTART_GROUP:
-        # The group's other failures are its own cascade: restarted with it, never decided apart.
-        members = group_members(job, instances, root_inst)
-        if not restart_instance(
-            job,
-            attempt,
-            root_inst,
-            root.classification,
-            decision,
-            offsets.get(root_inst.name),
-            exit_key,
-            point=points[root_inst.name],
-            group=members,
-        ):
-            return None
-        metrics.failure_decided(root.classification, root_inst.exited_at, decision.action)
-        return TickAction.RESTART_GROUP, decision.reason
-    if decision.action == Action.RESTART_INSTANCE:
+    if decision.action in (Action.RESTART_GROUP, Action.RESTART_INSTANCE):
+        # A group's other failures are its own cascade: restarted with it, never decided apart.
         # Async: the other failed instances are handled on their own later ticks.
+        alone = decision.action == Action.RESTART_INSTANCE
         if not restart_instance(
             job,
             attempt,
@@ -266,10 +251,11 @@ def handle_failures(
             offsets.get(root_inst.name),
             exit_key,
             point=points[root_inst.name],
+            group=() if alone else group_members(job, instances, root_inst),
         ):
             return None
         metrics.failure_decided(root.classification, root_inst.exited_at, decision.action)
-        return TickAction.RESTART_INSTANCE, decision.reason
+        return (TickAction.RESTART_INSTANCE if alone else TickAction.RESTART_GROUP), decision.reason
     # Only one worker acts on one exit.
     if not Instance.objects.filter(pk=root_inst.pk, handled_exit_key="").update(handled_exit_key=exit_key):
         return None
