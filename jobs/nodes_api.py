@@ -17,21 +17,6 @@ from .isolation import decide_proposal, open_proposals, restore_node
 from .models import NodeFault
 
 
-class NodeDecisionSerializer(serializers.Serializer):
-    """A staff decision on a node's isolation proposal (the API and the nodes page)."""
-
-    decision = serializers.ChoiceField(
-        choices=["confirm", "dismiss"], error_messages={"invalid_choice": "must be confirm or dismiss; got {input!r}."}
-    )
-    reason = serializers.CharField(max_length=300, trim_whitespace=True)
-
-    def validate_reason(self, value: str) -> str:
-        problem = text_problem(value, one_line=True)
-        if problem:
-            raise serializers.ValidationError(problem)
-        return value
-
-
 class NodeRestoreSerializer(serializers.Serializer):
     """A staff member returns an isolated node to service (the nodes page): why, in one line."""
 
@@ -42,6 +27,14 @@ class NodeRestoreSerializer(serializers.Serializer):
         if problem:
             raise serializers.ValidationError(problem)
         return value
+
+
+class NodeDecisionSerializer(NodeRestoreSerializer):
+    """A staff decision on a node's isolation proposal (the API and the nodes page)."""
+
+    decision = serializers.ChoiceField(
+        choices=["confirm", "dismiss"], error_messages={"invalid_choice": "must be confirm or dismiss; got {input!r}."}
+    )
 
 
 def proposals_by_node() -> dict[tuple[str, str], list[dict]]:
