@@ -40,8 +40,6 @@ import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from core.replicas import GroupLayout
-
 from .base import InstanceLaunch
 
 PYTORCH = "PyTorchJob"
@@ -198,6 +196,10 @@ def framework_setup(
         result[inst.name] = InstanceSetup(env=env, files={})
 
     if job_type == PYTORCH and replica_groups:
+        # Imported here: this file also runs on Slurm's nodes (vigil_runtime, the standard
+        # library only), where no job has replica groups (the Slurm backend refuses them).
+        from core.replicas import GroupLayout
+
         layout = GroupLayout(replica_groups, len(ordered))
         for position, inst in enumerate(ordered):
             group = layout.group_of(position)
