@@ -4,11 +4,11 @@ directory is in exactly one shard, and the shards never share a database."""
 from testsupport import suite
 
 
-def test_every_testpath_is_in_exactly_one_shard_and_the_monitor_and_core_go_first():
+def test_every_testpath_is_in_exactly_one_shard_and_the_monitor_core_and_notifications_go_first():
     paths = suite.testpaths()
     shards = suite.shards(paths)
     assert sorted(p for s in shards for p in s) == sorted(paths)
-    assert shards[0] == [p for p in paths if p in ("monitoring", "core")]
+    assert shards[0] == [p for p in paths if p in ("monitoring", "core", "notifications")]
     assert len(shards) == 2 and all(shards)
 
 

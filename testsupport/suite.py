@@ -11,8 +11,9 @@ SQLite's test database is named by the process id already, and on PostgreSQL eac
 DATABASE_URL gets its own database name (pytest-django creates `test_<name>`).
 
 The first shard takes the test directories listed in FIRST (the monitor and the pure
-core, whose real DDP jobs are the longest tests); the second takes every other directory
-in pytest.ini's `testpaths`, so a directory added there is never left out.
+core, whose real DDP jobs are the longest tests, and the notifications, since the second
+holds the Slurm clusters and the browser); the second takes every other directory in
+pytest.ini's `testpaths`, so a directory added there is never left out.
 
 Run as one session instead, exactly as before, when the arguments name tests (a path or
 a node id), when REDIS_URL is set (one Redis the two would share), or with
@@ -32,7 +33,7 @@ from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 REPO = Path(__file__).resolve().parents[1]
-FIRST = ("monitoring", "core")
+FIRST = ("monitoring", "core", "notifications")
 
 
 def testpaths() -> list[str]:
