@@ -7,13 +7,25 @@ from testsupport import suite
 def test_every_testpath_is_in_exactly_one_shard_and_the_monitor_core_and_notifications_go_first():
     paths = suite.testpaths()
     shards = suite.shards(paths)
-    assert sorted(p for s in shards for p in s) == sorted(paths)
-    assert shards[0] == [p for p in paths if p in ("monitoring", "core", "notifications")]
     assert len(shards) == 2 and all(shards)
+    first, second = shards
+    assert sorted(p for p in first + second if p in paths) == sorted(paths)
+    assert {"monitoring", "core", "notifications"} <= set(first)
+    # A file taken from a directory of the second shard runs in the first only.
+    moved = [p for p in first if p not in paths]
+    assert moved and all((suite.REPO / p).is_file() for p in moved)
+    assert [a for a in second if a.startswith("--ignore=")] == [f"--ignore={p}" for p in moved]
 
 
 def test_a_new_directory_goes_to_the_second_shard():
     assert suite.shards(["core", "newthing", "monitoring"]) == [["core", "monitoring"], ["newthing"]]
+
+
+def test_a_file_of_first_under_a_second_shard_directory_moves_and_is_ignored_there():
+    assert suite.shards(["core", "tests"]) == [
+        ["core", "tests/test_chaos.py"],
+        ["tests", "--ignore=tests/test_chaos.py"],
+    ]
 
 
 def test_postgresql_gets_a_database_per_shard_and_sqlite_is_left_alone():
