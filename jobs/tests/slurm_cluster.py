@@ -27,6 +27,10 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from jobs.backends.slurm import SlurmBackend
 
 DAEMONS = ("munged", "slurmctld", "slurmd")
 CLIENTS = ("sbatch", "srun", "squeue", "sinfo", "scontrol", "scancel")
@@ -111,6 +115,27 @@ class SlurmCluster:
     def env(self) -> dict[str, str]:
         """Environment for Slurm client commands pointed at this cluster."""
         return {"SLURM_CONF": str(self.conf)}
+
+    @property
+    def port_range(self) -> dict[str, int]:
+        """The backend's instance ports for jobs on this cluster, below the local backend's
+        range and the kernel's ephemeral one: every node of this cluster is this machine, so
+        the default range (29500 up) meets the local backend's DDP jobs of the other test
+        shard and outgoing connections' source ports (a PostgreSQL run: attempt 2 of the
+        DDP example on Slurm failed with address-in-use)."""
+        return {"port_base": 10000, "port_span": 10000}
+
+    def backend(self, **options: Any) -> SlurmBackend:
+        """A Slurm backend for this cluster: its shared directory, its SLURM_CONF and its ports."""
+        from jobs.backends.slurm import SlurmBackend
+
+        return SlurmBackend(
+            log_dir=str(self.shared_dir),
+            environment=self.env,
+            port_base=self.port_range["port_base"],
+            port_span=self.port_range["port_span"],
+            **options,
+        )
 
     def client_env(self) -> dict[str, str]:
         env = dict(os.environ)

@@ -148,9 +148,7 @@ def slurm_cluster():
 
 @pytest.fixture
 def backend(slurm_cluster: SlurmCluster):
-    b = SlurmBackend(
-        log_dir=str(slurm_cluster.shared_dir),
-        environment=slurm_cluster.env,
+    b = slurm_cluster.backend(
         python=sys.executable,
         py_spy=PY_SPY,
         grace=2,
@@ -425,7 +423,9 @@ def test_a_fresh_backend_readopts_a_running_attempt_from_its_handle(backend, slu
     wait_for_log(backend, handle, "worker-0", b"up")
     stored = json.loads(json.dumps(handle))  # as the Attempt row keeps it
 
-    fresh = SlurmBackend(log_dir=str(slurm_cluster.shared_dir), environment=slurm_cluster.env, python=sys.executable)
+    fresh = slurm_cluster.backend(
+        python=sys.executable,
+    )
     assert fresh.poll(stored)[0].state == InstanceState.RUNNING
     # A re-delivered launch task submits nothing new; a lost handle is found on disk.
     assert launch(fresh, "readopt", instances) == handle
@@ -486,8 +486,8 @@ def test_a_node_failure_fails_the_instance_with_node_fail_and_the_node(backend, 
 
 @pytest.mark.slurm
 def test_an_unknown_partition_is_a_permanent_refusal(slurm_cluster):
-    b = SlurmBackend(
-        log_dir=str(slurm_cluster.shared_dir), environment=slurm_cluster.env, partition="no-such-partition"
+    b = slurm_cluster.backend(
+        partition="no-such-partition",
     )
     with pytest.raises(BackendError) as err:
         launch(b, "refused", [InstanceLaunch("worker-0", "Worker", 0, 0, "true")])
@@ -514,9 +514,7 @@ def test_slurm_down_is_a_retryable_error_saying_so(slurm_cluster, tmp_path):
 @pytest.mark.slurm
 @pytest.mark.redis
 def test_an_exit_on_a_node_is_announced_over_redis_after_it_is_on_disk(slurm_cluster, tmp_path):
-    b = SlurmBackend(
-        log_dir=str(slurm_cluster.shared_dir),
-        environment=slurm_cluster.env,
+    b = slurm_cluster.backend(
         python=sys.executable,
         redis_url=REDIS_URL,
         channel_prefix=f"vigil-test-{os.getpid()}-{tmp_path.name}",
@@ -551,9 +549,7 @@ def test_an_exit_on_a_node_is_announced_over_redis_after_it_is_on_disk(slurm_clu
 
 @pytest.mark.slurm
 def test_without_json_nodes_and_jobs_are_read_from_slurms_text_output(slurm_cluster):
-    b = SlurmBackend(
-        log_dir=str(slurm_cluster.shared_dir),
-        environment=slurm_cluster.env,
+    b = slurm_cluster.backend(
         python=sys.executable,
         use_json=False,
         partition=slurm_cluster.partition,
@@ -584,6 +580,7 @@ def console_on_slurm(settings, slurm_cluster, **options) -> None:
             "OPTIONS": {
                 "log_dir": str(slurm_cluster.shared_dir),
                 "environment": slurm_cluster.env,
+                **slurm_cluster.port_range,
                 "python": sys.executable,
                 "py_spy": PY_SPY,
                 "command_timeout": 20,

@@ -64,6 +64,7 @@ def slurm_backends(cluster: SlurmCluster, **extra) -> dict:
             "OPTIONS": {
                 "log_dir": str(cluster.shared_dir),
                 "environment": cluster.env,
+                **cluster.port_range,
                 "python": sys.executable,
                 "grace": 2,
                 "linger": 5,
@@ -349,12 +350,9 @@ def test_each_nodes_logs_and_exit_announcements_arrive_as_a_local_ones_do(cluste
     import redis
 
     from jobs.backends.base import AttemptLaunch, InstanceLaunch, InstanceState
-    from jobs.backends.slurm import SlurmBackend
 
     url = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
-    b = SlurmBackend(
-        log_dir=str(cluster.shared_dir),
-        environment=cluster.env,
+    b = cluster.backend(
         python=sys.executable,
         redis_url=url,
         channel_prefix=f"vigil-test-{os.getpid()}-{tmp_path.name}",
