@@ -848,5 +848,19 @@ def main(argv):
         raise
 
 
+def _end_now(code):
+    """Leave without the interpreter's teardown. Once the exit is announced nothing is left
+    to finalise (every file the shim writes goes through os.write and is closed), and the
+    teardown is milliseconds of CPU taken, on a 2-core machine, from the listener and Redis
+    just as they deliver the announcement: bench/exit_detection.py, announced p99 5.6-6.9 ms
+    with it, 3.0 ms without (issue 28)."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main(sys.argv))
+    _end_now(main(sys.argv) or 0)
