@@ -37,7 +37,9 @@ Environment (besides the above):
     VIGIL_EXAMPLE_TIMEOUT seconds for the Manager's collectives and RPCs (default 10)
     FAULT                 sigkill | sigkill_in_allreduce   (default none)
     FAULT_GROUP           the group that misbehaves (default 1)
-    FAULT_STEP            the step at which it does (default 10)
+    FAULT_STEP            the step at which it does (default 10); sigkill_in_allreduce waits
+                          from there for a step whose quorum holds another group, the peer
+                          it dies on (a group can train alone while the others start)
     FAULT_ONCE            marker file: the fault fires only while it does not exist
 """
 
@@ -148,7 +150,13 @@ def main() -> int:
         if dist.get_world_size() > 1:
             dist.all_reduce(flat)  # within the group: a peer dying here fails the whole group
             flat /= dist.get_world_size()
-        if fault == "sigkill_in_allreduce" and group == fault_group and step >= fault_step and fault_fires():
+        if (
+            fault == "sigkill_in_allreduce"
+            and group == fault_group
+            and step >= fault_step
+            and manager.num_participants() > 1  # alone, there is no peer to die on
+            and fault_fires()
+        ):
             # The peers are in this step's all-reduce, waiting for this group's share: give
             # them time to be blocked in it, then die there ("Connection closed by peer").
             say(f"step={step} rank={rank} group={group} dying inside the all-reduce (injected)")

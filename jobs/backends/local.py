@@ -1321,7 +1321,10 @@ class LocalBackend(Backend):
         for root in roots:
             try:
                 for p in psutil.Process(root).children(recursive=True):
-                    if p.pid not in pids and p.pid != shim_pid:
+                    # psutil lists zombies too: a descendant that ended and that the shim, its
+                    # subreaper, has yet to reap is not a process of the instance any more
+                    # (a stopped Lighthouse's was still listed, CI, issue 30's test).
+                    if p.pid not in pids and p.pid != shim_pid and shim.proc_start_ticks(p.pid) is not None:
                         pids.append(p.pid)
             except psutil.Error:
                 pass

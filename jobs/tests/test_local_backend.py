@@ -247,6 +247,30 @@ def test_a_recycled_pid_is_not_mistaken_for_the_instance(backends):
     stranger.wait()
 
 
+def test_a_descendant_that_ended_and_awaits_its_reaper_is_not_listed_as_a_process(backends):
+    # Between a stopped instance's last process ending and the shim (its subreaper) reaping
+    # it, psutil still lists it as the shim's child: a zombie. The backend's processes of the
+    # instance leave it out, as its wait for the stop already did (issue 30's CI: a stopped
+    # Lighthouse read as still running). The "shim" here is a live shell that holds a child
+    # that has exited and is not reaped while the shell sleeps.
+    backend = backends()
+    handle = backend.launch(attempt("true"))
+    wait_finished(backend, handle)
+    holder = subprocess.Popen(["sh", "-c", "sleep 0.1 & exec sleep 30"])
+    backends.extra_pids.append(holder.pid)
+    [child] = wait_until(lambda: psutil.Process(holder.pid).children(), what="the holder's child")
+    wait_until(lambda: child.status() == psutil.STATUS_ZOMBIE, what="its child to end unreaped")
+    idir = backends.data_dir / "jobs/job1/attempt-1/worker-0"
+    state = json.loads((idir / "state.json").read_text())
+    state.update(shim_pid=holder.pid, shim_start=proc_start_ticks(holder.pid))
+    (idir / "state.json").write_text(json.dumps(state))
+
+    assert child.pid in [p.pid for p in psutil.Process(holder.pid).children(recursive=True)]
+    assert backend.pids(handle, "worker-0") == []
+    holder.kill()
+    holder.wait()
+
+
 def test_every_instance_gets_exactly_its_pytorch_variables(backends):
     backend = backends()
     dump = 'printf "%s %s %s %s %s %s" "$MASTER_ADDR" "$MASTER_PORT" "$WORLD_SIZE" "$RANK" "$LOCAL_RANK" "$NODE_RANK"'
