@@ -98,6 +98,10 @@ def _test_wiring(request):
     # its stretched quiet period (core.pacing, kept in Redis) would carry into the next
     # test. Tests of the stretch raise this themselves.
     settings.MONITOR_QUIET_MAX_SECONDS = 0.0
+    # The jobs' SDK reports to no console unless the test gives them one (live_server): the
+    # default is where `make run` serves, and a console a developer runs there beside the
+    # suite got every test job's posts (answered 401). Nothing listens on the discard port.
+    settings.VIGIL_CONSOLE_URL = "http://127.0.0.1:9"
     from console.celery import app
     from jobs.backends import get_backend, reset_backends
 
