@@ -421,6 +421,9 @@ class Instance(StatusTransitions, models.Model):
     class Meta:
         ordering = ["attempt", "rank", "role", "index"]
         constraints = [models.UniqueConstraint(fields=["attempt", "name"], name="one_instance_name_per_attempt")]
+        # Every failure decision asks which other jobs failed on the same node within the same
+        # minute (monitoring.failures.context_of, issue 26): without it, a scan of every instance.
+        indexes = [models.Index(fields=["node", "exited_at"], name="instance_node_exited")]
 
     def __str__(self):
         return f"{self.name} of {self.attempt}"
