@@ -13,10 +13,15 @@ failure until spent) is replayed on the same sequences in the same run.
 Prints, on the whole corpus, on the training part (what signature writers may read), on the
 held-back part (the held-back 30 % and every batch >= 2, never read by them) and per batch:
 recovered % of retryable faults, futile restarts per not-retryable fault and the worst single
-one, and first-verdict agreement (secondary). Misses of held-back entries are counted but
+one, and first-verdict agreement (secondary); and, apart, the calibration batch, whose entries the
+verdict counts are taken on (monitoring/corpus/verdict_table.py), so its row is not a measure. Misses of held-back entries are counted but
 listed only with --show-held-back, so rules are never written from them.
 
-Run:  .venv/bin/python bench/decision_outcomes.py [--show-held-back] [--quick]
+--frontier also replays the corpus with other ambiguity cuts (core.kinds.AMBIGUOUS_SHARE, the
+share of public reports against a verdict from which it is probed): the trade-off between the
+two targets that a cut alone can buy, to tell a threshold problem from a missing signature.
+
+Run:  .venv/bin/python bench/decision_outcomes.py [--show-held-back] [--quick] [--frontier]
 Targets (held-back part, every scenario): recovered >= 98 %, <= 0.25 futile restarts per
 not-retryable fault, never more than 1 on one fault. Exit 1 when a target is missed.
 """
@@ -25,10 +30,14 @@ from __future__ import annotations
 
 import _path  # noqa: F401  (first: the repository root on sys.path; bench/_path.py)
 import argparse
+import contextlib
+import json
 import sys
 import time
+from collections.abc import Iterator
 
 from classify_corpus import _commit, _machine  # the same "what ran, on what machine" lines
+import core.kinds
 from monitoring.corpus import evaluate, outcomes
 
 TARGETS = {"recovered": 0.98, "futile_per_bug": 0.25, "worst": 1}
@@ -53,10 +62,41 @@ def _row(label: str, replays: list[outcomes.Replay]) -> str:
     )
 
 
+FRONTIER_CUTS = (0.02, 0.05, 0.1, 0.2, 0.3, 0.5)
+
+
+@contextlib.contextmanager
+def _ambiguity_cut(share: float) -> Iterator[None]:
+    """The decision path with another AMBIGUOUS_SHARE (read by core.kinds.verdict_of at each call)."""
+    committed = core.kinds.AMBIGUOUS_SHARE
+    core.kinds.AMBIGUOUS_SHARE = share
+    try:
+        yield
+    finally:
+        core.kinds.AMBIGUOUS_SHARE = committed
+
+
+def _frontier(entries: list[evaluate.Entry], scenarios: tuple[str, ...]) -> None:
+    print()
+    print("frontier: the same replay with other ambiguity cuts (the worst scenario of each part)")
+    for share in FRONTIER_CUTS:
+        parts = []
+        with _ambiguity_cut(share):
+            for label, held in (("training", False), ("held back", True)):
+                part = [e for e in entries if outcomes.held_back(e) is held]
+                figs = [outcomes.figures(outcomes.replay_all(part, s)) for s in scenarios]
+                recovered = min(f.recovered_share or 0.0 for f in figs)
+                futile = max(f.futile_per_bug or 0.0 for f in figs)
+                parts.append(f"{label}: recovered {_pct(recovered):>6}, futile/bug {_num(futile)}")
+        committed = " (committed)" if share == core.kinds.AMBIGUOUS_SHARE else ""
+        print(f"  cut {share:<4} {'   '.join(parts)}{committed}")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--show-held-back", action="store_true", help="also list the held-back part's misses")
     parser.add_argument("--quick", action="store_true", help="every 7th entry and one scenario: the same labels")
+    parser.add_argument("--frontier", action="store_true", help="also replay with other ambiguity cuts")
     args = parser.parse_args(argv)
 
     entries = evaluate.load_corpus()
@@ -71,6 +111,12 @@ def main(argv: list[str] | None = None) -> int:
     print(f"machine: {_machine()}")
     held = [e for e in entries if outcomes.held_back(e)]
     print(f"held back: {len(held)} entries (holdout, and every batch >= {evaluate.FRESH_BATCH})")
+    counts = json.loads(core.kinds.COUNTS_PATH.read_text(encoding="utf-8"))
+    calibration = evaluate.load_calibration()
+    print(
+        f"verdict counts: {counts['training_entries']} training entries a signature of their own decided, "
+        f"{counts['calibration_entries']} calibration entries (counted, never measured)"
+    )
     met = True
     for scenario in scenarios:
         started = time.perf_counter()
@@ -86,6 +132,8 @@ def main(argv: list[str] | None = None) -> int:
         print(_row("holdout", [r for r in replays if r.entry.holdout]))
         for batch in sorted({r.entry.batch for r in replays}):
             print(_row(f"batch {batch}", [r for r in replays if r.entry.batch == batch]))
+        if calibration and not args.quick:
+            print(_row("calibration", outcomes.replay_all(calibration, scenario)) + "  (counted: not a measure)")
         f = outcomes.figures(held_part)
         ok = (
             f.recovered_share is not None
@@ -108,6 +156,8 @@ def main(argv: list[str] | None = None) -> int:
         for r in shown:
             what = "not recovered" if r.entry.retryable else f"{r.futile} futile restart(s)"
             print(f"    {r.entry.id:<24} {what:<22} rule {r.first.rule}; {r.last_reason[:140]}")
+    if args.frontier:
+        _frontier(entries, scenarios)
     print()
     print(f"targets {'met' if met else 'MISSED'} (held-back part, every scenario)")
     return 0 if met else 1

@@ -195,16 +195,19 @@ LOG_SIGNATURES: tuple[Signature, ...] = (
     Signature(
         rule="nccl-shm-segment-failed",
         family="network",
-        pattern=_re(r"Error while (?:creating|attaching to) shared memory segment"),
+        # NCCL's words when it creates its segment, and when it cannot grow it to the size it needs
+        # ("NCCL WARN Error: failed to extend /dev/shm/nccl-03v824 to 4194660 bytes", corpus storage-016).
+        pattern=_re(r"Error while (?:creating|attaching to) shared memory segment|failed to extend /dev/shm/"),
         retryable=False,
         error_code="NCCL_SHM_FAILED",
         message="NCCL could not set up its shared memory (/dev/shm)",
-        cause="NCCL could not create or map its buffers in /dev/shm, which is too small in the "
+        cause="NCCL could not create, map or grow its buffers in /dev/shm, which is too small in the "
         "instance (a container's default is 64 MB); every attempt fails the same way.",
         next_step="Give the instance more shared memory (docker --ipc=host or --shm-size, a memory-backed "
         "emptyDir on /dev/shm in Kubernetes), or set NCCL_SHM_DISABLE=1, then submit the job again.",
         documented='NCCL src/misc/shmutils.cc ncclShmOpen ("Error while creating shared memory segment %s '
-        '(size %ld)"); NCCL troubleshooting, Docker: "--shm-size=1g" or "--ipc=host"',
+        '(size %ld)", "Error: failed to extend %s to %ld bytes"); NCCL troubleshooting, Docker: "--shm-size=1g" or '
+        '"--ipc=host"; corpus storage-016',
     ),
     Signature(
         rule="cuda-invalid-device",
@@ -248,7 +251,12 @@ LOG_SIGNATURES: tuple[Signature, ...] = (
     Signature(
         rule="nccl-watchdog-timeout",
         family="collective-timeout",
-        pattern=_re(r"Watchdog caught collective operation timeout"),
+        # The watchdog's message, or the frame that only its timeout throws from when a log kept
+        # only the C++ stack ("Exception raised from checkTimeout at ...", "frame #1:
+        # c10d::ProcessGroupNCCL::WorkNCCL::checkTimeout(...)"; corpus collective-timeout-014).
+        pattern=_re(
+            r"Watchdog caught collective operation timeout|WorkNCCL::checkTimeout\(|Exception raised from checkTimeout at"
+        ),
         retryable=False,
         error_code="NCCL_COLLECTIVE_TIMEOUT",
         message="NCCL watchdog: a collective operation timed out",
@@ -260,7 +268,7 @@ LOG_SIGNATURES: tuple[Signature, ...] = (
         # transient stall, so a bare watchdog timeout is not retried; a peer's real error
         # (killed, network, GPU) is picked as the root cause over it.
         documented="torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp WorkNCCL::checkTimeout; corpus "
-        "collective-timeout-005, -007, -013 (github.com/pytorch/pytorch/issues/97191)",
+        "collective-timeout-005, -007, -013 (github.com/pytorch/pytorch/issues/97191), -014 (the stack alone)",
     ),
     Signature(
         rule="nccl-communicator-aborted",
@@ -360,23 +368,26 @@ LOG_SIGNATURES: tuple[Signature, ...] = (
     # ---- sockets (strerror texts of Linux errno) -----------------------------------
     # Matched ignoring case: Go programs (container runtimes, registries' clients, kubelet)
     # print the same errno texts lower-cased ("read: connection reset by peer",
-    # "connect: connection refused"), and they are the same failure.
+    # "connect: connection refused"), and they are the same failure. Windows names the same
+    # errors in Winsock's words ("[WinError 10054] An existing connection was forcibly closed by
+    # the remote host"), read with them.
     Signature(
         rule="connection-reset",
         family="network",
-        pattern=_re(r"Connection reset by peer", _I),
+        pattern=_re(r"Connection reset by peer|An existing connection was forcibly closed by the remote host", _I),
         retryable=True,
         error_code="ECONNRESET",
         message="The connection was reset by a peer",
         cause=_PEER_OR_NETWORK,
         next_step=_RETRY_COMM,
         cascade_like=True,
-        documented="Linux errno ECONNRESET (104), strerror text",
+        documented="Linux errno ECONNRESET (104), strerror text; Winsock WSAECONNRESET (10054) text; corpus "
+        "external-services-314 (W&B's connection reset when the GPU server lost its internet connection)",
     ),
     Signature(
         rule="connection-refused",
         family="network",
-        pattern=_re(r"Connection refused", _I),
+        pattern=_re(r"Connection refused|the target machine actively refused it", _I),
         retryable=True,
         error_code="ECONNREFUSED",
         message="A connection was refused",
@@ -384,7 +395,8 @@ LOG_SIGNATURES: tuple[Signature, ...] = (
         "or a peer was not started yet or had already exited.",
         next_step=_RETRY_COMM,
         cascade_like=True,
-        documented="Linux errno ECONNREFUSED (111), strerror text",
+        documented="Linux errno ECONNREFUSED (111), strerror text; Winsock WSAECONNREFUSED (10061) text "
+        '("No connection could be made because the target machine actively refused it")',
     ),
     Signature(
         rule="broken-pipe",
@@ -401,24 +413,31 @@ LOG_SIGNATURES: tuple[Signature, ...] = (
     Signature(
         rule="no-route-to-host",
         family="network",
-        pattern=_re(r"No route to host|Network is unreachable|Host is down", _I),
+        pattern=_re(
+            r"No route to host|Network is unreachable|Host is down"
+            r"|A socket operation was attempted to an unreachable (?:host|network)",
+            _I,
+        ),
         retryable=True,
         error_code="EHOSTUNREACH",
         message="No route to host",
         cause="The network could not reach another node of the job.",
         next_step=_HARDWARE_NEXT,
-        documented="Linux errno EHOSTUNREACH (113), strerror text",
+        documented="Linux errno EHOSTUNREACH (113), strerror text; Winsock WSAEHOSTUNREACH (10065), "
+        "WSAENETUNREACH (10051) texts",
     ),
     Signature(
         rule="connection-timed-out",
         family="network",
-        pattern=_re(r"Connection timed out|connect\(\) timed out", _I),
+        pattern=_re(r"Connection timed out|connect\(\) timed out|did not properly respond after a period of time", _I),
         retryable=True,
         error_code="ETIMEDOUT",
         message="A network connection timed out",
         cause="Another node did not answer in time; the network or that node is in trouble.",
         next_step=_RETRY_COMM,
-        documented="Linux errno ETIMEDOUT (110), strerror text; NCCL socket connect",
+        documented="Linux errno ETIMEDOUT (110), strerror text; NCCL socket connect; Winsock WSAETIMEDOUT "
+        '(10060) text ("A connection attempt failed because the connected party did not properly respond '
+        'after a period of time")',
     ),
     # Decision: not retryable. Since pytorch/pytorch#74641 ("c10d: retry dns lookup failures",
     # for #73682: Kubernetes pods' DNS records appear up to ~30 s after the pod) c10d's client
@@ -1019,6 +1038,71 @@ LOG_SIGNATURES: tuple[Signature, ...] = (
         "private, then submit the job again.",
         documented='Docker/containerd registry errors ("manifest unknown", "pull access denied"); corpus startup-007',
     ),
+    # Decision (issue 26): a layer whose download broke off is the transfer, not the image;
+    # the daemon itself retries these ("Download failed, retrying") and a later pull of the
+    # same layer from the same registry gets it. A missing image or tag is the entry above.
+    Signature(
+        rule="image-layer-download-failed",
+        family="startup",
+        pattern=_re(
+            r"Download failed, retrying(?: \(\d{1,3}/\d{1,3}\))?: "
+            r"|ApplyLayer exit status 1 unexpected EOF|Untar re-exec error: exit status 1: output: unexpected EOF"
+            r"|Error pulling image \([^)\n]{0,120}\) from [^\n]{0,300}?unexpected EOF"
+        ),
+        retryable=True,
+        error_code="IMAGE_LAYER_DOWNLOAD_FAILED",
+        message="Downloading a layer of the image broke off",
+        cause="The connection to the registry broke while a layer of the image was being downloaded "
+        "or unpacked, a hiccup of the transfer rather than a missing or wrong image.",
+        next_step="The job is retried automatically. If it keeps happening on one node, check that "
+        "node's network path to the registry (or a registry mirror in between).",
+        documented='moby distribution/xfer download.go ("Download failed, retrying: %v", "Download failed, '
+        'retrying (%d/%d): %v"); docker v1 pull "Error pulling image (%s) from %s, ... unexpected EOF", '
+        '"ApplyLayer exit status 1 unexpected EOF", "Untar re-exec error: exit status 1: output: unexpected '
+        'EOF"; corpus startup-201 (the same layer pulled fine a minute later)',
+    ),
+    # Decision (issue 26): a cloud that has no machine of the type right now says so in its
+    # own words, and tells to try again later; an account whose quota for the type is too
+    # small is told to ask for more, which no retry changes.
+    Signature(
+        rule="cloud-capacity-unavailable",
+        family="startup",
+        pattern=_re(
+            r"CapacityError: Unable to provision requested ML compute capacity|InsufficientInstanceCapacity"
+            r"|EC2InsufficientCapacityError|ZONE_RESOURCE_POOL_EXHAUSTED"
+            r"|does not have enough resources available to fulfill the request|(?:Zonal)?AllocationFailed\b"
+        ),
+        retryable=True,
+        error_code="CLOUD_CAPACITY_UNAVAILABLE",
+        message="The cloud had no capacity for the requested machine type",
+        cause="The cloud provider had no free machine of the requested type in that zone at the "
+        "time (a stockout), so the instance could not be provisioned.",
+        next_step="The job is retried automatically. If capacity stays short, allow another zone or "
+        "instance type, or use a reservation.",
+        documented='AWS SageMaker CapacityError ("Unable to provision requested ML compute capacity"); EC2 '
+        'InsufficientInstanceCapacity ("We currently do not have sufficient capacity ... try again later"); '
+        'GCE ZONE_RESOURCE_POOL_EXHAUSTED ("does not have enough resources available to fulfill the request. '
+        'Try a different zone, or try again later"); Azure AllocationFailed / ZonalAllocationFailed; corpus '
+        "startup-204 (SageMaker out of capacity: such jobs need to be retried)",
+    ),
+    Signature(
+        rule="cloud-quota-exceeded",
+        family="startup",
+        pattern=_re(
+            r"ResourceLimitExceeded|VcpuLimitExceeded|Quota '[A-Z0-9_]{2,60}' exceeded"
+            r"|results in exceeding approved [^\n]{0,80}? quota"
+        ),
+        retryable=False,
+        error_code="CLOUD_QUOTA_EXCEEDED",
+        message="The account's quota for the requested resources is too small",
+        cause="The cloud account's service limit (quota) for this instance type, GPU or vCPU count "
+        "is lower than the job asks for; a retry asks for the same and is refused the same way.",
+        next_step="Ask the cloud provider for a higher limit (or use a type within the quota), then "
+        "submit the job again.",
+        documented='AWS SageMaker/EC2 ResourceLimitExceeded, VcpuLimitExceeded ("Please contact AWS support to '
+        'request an increase for this limit"); GCE "Quota \'NVIDIA_V100_GPUS\' exceeded. Limit: ..."; Azure '
+        '"Operation could not be completed as it results in exceeding approved ... quota"; corpus startup-205',
+    ),
     Signature(
         rule="container-config-error",
         family="startup",
@@ -1047,6 +1131,27 @@ LOG_SIGNATURES: tuple[Signature, ...] = (
         documented='NVML "Failed to initialize NVML: Driver/library version mismatch"; corpus gpu-006',
     ),
     # ---- external services (model hubs, object stores, registries, package indexes) --
+    # The Hugging Face libraries in offline mode (HF_HUB_OFFLINE, TRANSFORMERS_OFFLINE,
+    # HF_DATASETS_OFFLINE, local_files_only=True) never look the file up: a model or dataset not
+    # in the cache fails the same way on every attempt. Before service-denied, whose
+    # "EntryNotFoundError" the same LocalEntryNotFoundError line holds.
+    Signature(
+        rule="hub-offline-mode",
+        family="external-services",
+        pattern=_re(r"and outgoing traffic has been\b|OfflineModeIsEnabled"),
+        retryable=False,
+        error_code="HUB_OFFLINE",
+        message="The model hub is in offline mode and the file is not cached",
+        cause="The Hugging Face libraries were set to offline mode (HF_HUB_OFFLINE, TRANSFORMERS_OFFLINE, "
+        "HF_DATASETS_OFFLINE or local_files_only) and the model or dataset is not in the local cache.",
+        next_step="Download the files into the cache the job uses (or point it at a local copy), or turn "
+        "offline mode off for the job, then submit the job again.",
+        documented='huggingface_hub file_download.py LocalEntryNotFoundError ("Cannot find the requested files '
+        "in the disk cache and outgoing traffic has been disabled. To enable hf.co look-ups and downloads "
+        "online, set 'local_files_only' to False.\"), _snapshot_download.py (\"Cannot find an appropriate cached "
+        'snapshot folder for the specified revision on the local disk and outgoing traffic has been disabled"), '
+        "huggingface_hub/datasets OfflineModeIsEnabled; corpus external-services-303",
+    ),
     Signature(
         rule="service-rate-limited",
         family="external-services",
@@ -1110,9 +1215,13 @@ LOG_SIGNATURES: tuple[Signature, ...] = (
             # end of the traceback a download (pip, datasets, hub) died in: socket/ssl
             # ("socket.timeout: timed out", "TimeoutError: The read operation timed out"), httpx
             # and httpcore, aiohttp, fsspec. Without them the traceback is the generic exception.
-            r"|socket\.timeout: timed out|TimeoutError: The (?:read|write|handshake) operation timed out"
+            # ssl's read, write or handshake timing out: TimeoutError since Python 3.10, and
+            # socket.timeout before it (the same exception under its old name)
+            r"|socket\.timeout: timed out|(?:TimeoutError|socket\.timeout): The (?:read|write|handshake) operation timed out"
             r"|httpx\.(?:Read|Connect|Write|Pool)Timeout|httpcore\.(?:Read|Connect|Write|Pool)Timeout"
             r"|aiohttp\.client_exceptions\.ServerTimeoutError|FSTimeoutError"
+            # Weights & Biases when its server does not answer wandb.init() in time
+            r"|Run initialization has timed out after \d|Error communicating with wandb process"
         ),
         retryable=True,
         error_code="SERVICE_TIMEOUT",
@@ -1124,7 +1233,11 @@ LOG_SIGNATURES: tuple[Signature, ...] = (
         documented='urllib3 ReadTimeoutError ("Read timed out"); Go net/http "TLS handshake timeout", '
         '"i/o timeout", "context deadline exceeded"; S3 RequestTimeout; transformers "Connection '
         'error, and we cannot find the requested files in the cached path"; huggingface_hub '
-        'LocalEntryNotFoundError ("... make sure your Internet connection is on"); Python socket.timeout, '
+        'LocalEntryNotFoundError ("... make sure your Internet connection is on"); W&B wandb.init() '
+        '"Run initialization has timed out after %s sec", InitStartError "Error communicating with wandb process" '
+        "(corpus external-services-202: many users at once while W&B lagged); Python socket.timeout, "
+        'socket.timeout\'s "The read operation timed out" before Python 3.10 (corpus startup-302: pip in a '
+        "docker build, hail-is/hail#8390), "
         'ssl "The read operation timed out"; httpx/httpcore ReadTimeout, ConnectTimeout; aiohttp '
         "ServerTimeoutError; fsspec FSTimeoutError; corpus startup-024, -027, -038, external-services-019, "
         "-030, -037, -072 (unslothai/unsloth#2136: a hub read timeout that a retry gets past)",
@@ -1223,6 +1336,26 @@ LOG_SIGNATURES: tuple[Signature, ...] = (
         "to check the shared storage.",
         documented='Linux errno ESTALE (116) "Stale file handle"; corpus storage-009',
     ),
+    # PyTorch's serializer (caffe2/serialize/inline_container.cc, PyTorchStreamWriter) reports
+    # that writing the checkpoint failed, without saying why: a full disk or quota (what the
+    # user must fix; it says nothing of "No space left on device") or the file system failing
+    # for the moment. Not retried by the catalog; the reports go both ways, which makes it the
+    # probe's to tell (core.kinds).
+    Signature(
+        rule="checkpoint-write-failed",
+        family="storage",
+        pattern=_re(r"PytorchStreamWriter failed writing file|inline_container\.cc:\d{1,6}\] \. unexpected pos \d"),
+        retryable=False,
+        error_code="CHECKPOINT_WRITE_FAILED",
+        message="Writing the checkpoint failed",
+        cause="torch.save could not write the checkpoint file: most often the disk or the quota is full, "
+        "sometimes the shared file system failed for the moment.",
+        next_step="Check the free space and quota where the checkpoints go (old checkpoints, another run's "
+        "output); if there is room, the storage failed for the moment and a retry will tell.",
+        documented='caffe2/serialize/inline_container.cc PyTorchStreamWriter::writeRecord ("PytorchStreamWriter '
+        'failed writing file %s: file write failed", "unexpected pos %d vs %d"); corpus storage-004 (the '
+        "output volume full), storage-019 (a Lustre/NFS write that succeeded on the second attempt)",
+    ),
     Signature(
         rule="io-error",
         family="storage",
@@ -1240,18 +1373,43 @@ LOG_SIGNATURES: tuple[Signature, ...] = (
         rule="cuda-unknown-error",
         family="gpu",
         # NCCL reports the same CUDA status in its own words: "NCCL WARN Cuda failure 999
-        # 'unknown error'" (transport/nvls.cc, enqueue.cc).
+        # 'unknown error'" (transport/nvls.cc, enqueue.cc). Before CUDA 10.1 the runtime's
+        # cudaErrorUnknown was 30, which PyTorch's and Torch7's THC printed as "cuda runtime
+        # error (30) : unknown error" and "THCudaCheck FAIL ... error=30 : unknown error";
+        # the driver API names it CUDA_ERROR_UNKNOWN (999).
         pattern=_re(
-            r"CUDA error: unknown error|cudaErrorUnknown|cuda runtime error \(999\)|Cuda failure (?:999 )?'unknown error"
+            r"CUDA error: unknown error|cudaErrorUnknown|cuda runtime error \((?:30|999)\)"
+            r"|Cuda failure (?:999 )?'unknown error|error=(?:30|999) : unknown error|CUDA_ERROR_UNKNOWN"
         ),
         retryable=True,
         error_code="CUDA_UNKNOWN_ERROR",
         message="CUDA: unknown error",
         cause="The GPU or its driver failed in a way CUDA could not name, which points at the GPU.",
         next_step=_HARDWARE_NEXT,
-        documented="CUDA runtime cudaErrorUnknown (999); corpus gpu-016 (BLOOM-176B: a GPU crashing "
+        documented="CUDA runtime cudaErrorUnknown (999; 30 before CUDA 10.1), driver API CUDA_ERROR_UNKNOWN; "
+        "PyTorch/Torch7 THC's 'cuda runtime error (%d) : %s' and 'THCudaCheck FAIL ... error=%d : %s'; "
+        "corpus gpu-200 and gpu-201 (cleared by rebooting the machine), gpu-016 (BLOOM-176B: a GPU crashing "
         "from a hardware failure), gpu-031 (NVIDIA/nccl-tests#276: NCCL's 'Cuda failure 999', cleared "
         "by resetting the node's Fabric Manager and GPUs)",
+    ),
+    # torch_xla's cluster resolver (torch_xla/distributed/xla_dist.py, used by xla_dist and
+    # xmp.spawn on TPU pods) checks the Cloud TPU's state before it starts the workers and
+    # refuses a TPU that is still being created, repaired or restarted ("is not READY yet") or
+    # whose health check fails ("is not HEALTHY yet"), telling to re-run when it is: the TPU's
+    # state, not the program's.
+    Signature(
+        rule="tpu-not-ready",
+        family="gpu",
+        pattern=_re(r"TPU [^\n]{1,200}? is not (?:READY|HEALTHY) yet"),
+        retryable=True,
+        error_code="TPU_NOT_READY",
+        message="The TPU was not ready or not healthy",
+        cause="The Cloud TPU the job runs on was not ready (still being created, repaired or "
+        "restarted) or failed its health check when the job started.",
+        next_step=_HARDWARE_NEXT,
+        documented='torch_xla/distributed/xla_dist.py ClusterResolver ("TPU {tpu_name} is not READY yet. '
+        'Re-run when all TPUs are READY", "... is not HEALTHY yet. Re-run when all TPUs are HEALTHY"); '
+        "corpus gpu-301 (pytorch/xla#2142: a TPU pod unhealthy after an interrupted run, gone with no change)",
     ),
     Signature(
         rule="device-busy",
@@ -1514,6 +1672,8 @@ LOG_SIGNATURES: tuple[Signature, ...] = (
             r"|ChunkedEncodingError|EOF occurred in violation of protocol|SSLEOFError"
             r"|HTTP 000 CONNECTION FAILED|Connection broken: |GnuTLS recv error|RPC failed; curl \d"
             r"|Could not connect to the endpoint URL"
+            # Winsock's WSAECONNABORTED (10053): the local stack gave up on the connection
+            r"|An established connection was aborted by the software in your host machine"
             # aiohttp (datasets' streaming, fsspec's HTTP file system): the server went away
             r"|aiohttp\.client_exceptions\.(?:ServerDisconnectedError|ClientPayloadError|ClientOSError)"
         ),
@@ -1613,6 +1773,304 @@ LOG_SIGNATURES: tuple[Signature, ...] = (
         "StatusCode.UNAVAILABLE; tensorflow errors_impl.UnavailableError",
     ),
     # ---- the program itself: not retryable ----------------------------------------
+    # Issue 26's fifth round: failures a restart does not fix that fell to the fallbacks (the
+    # bare exit code, the generic exception), written from what the program or library prints
+    # in its own words. They sit after every infrastructure signature above, so on the same line
+    # a network, hardware or storage reading wins, and before the import and generic ones, so a
+    # more precise reading of the same line wins over theirs.
+    #
+    # A command-line parser that rejects the arguments: argparse prints its usage and then
+    # "<prog>: error: <message>" and exits 2, with these messages (CPython Lib/argparse.py); click
+    # prints "Error: <message>" after its usage; absl's flags "FATAL Flags parsing error"; and
+    # Hugging Face's HfArgumentParser raises on arguments no dataclass declares. Not another tool's
+    # "<name>: error:" line without argparse's words (Slurm's "srun: error: Task launch ... failed"
+    # and "sbatch: error: Slurm temporarily unable to accept job" are the scheduler's, and often
+    # clear; corpus startup-403's "slurm_load_jobs error: Socket timed out" cleared).
+    Signature(
+        rule="arguments-rejected",
+        family="user-error",
+        pattern=_re(
+            r"(?m)^"
+            + _PREFIX
+            + r"(?:[^\n:]{1,120}: error: (?:unrecognized arguments: |the following arguments are required: "
+            r"|argument [^\n]{1,200}?: (?:invalid [^\n]{1,40}?value: |invalid choice: |expected (?:one|at least one|at most one|\d{1,3}) "
+            r"argument|not allowed with argument |ignored explicit argument )|ambiguous option: "
+            r"|one of the arguments [^\n]{1,200}? is required)"
+            r"|Error: (?:[Nn]o such option: |Missing (?:option|argument|parameter) |Invalid value for "
+            r"|Got unexpected extra arguments? ))"
+            r"|FATAL Flags parsing error: |Some specified arguments are not used by the HfArgumentParser"
+        ),
+        retryable=False,
+        error_code="ARGUMENTS_REJECTED",
+        message="The program's arguments were rejected",
+        cause="The program's command-line parser (argparse, click, absl flags or HfArgumentParser) rejected "
+        "the arguments the instance was started with: an option the script does not declare, a required "
+        "one missing, or a value it does not accept. Every attempt is started with the same arguments and "
+        "fails the same way.",
+        next_step="Make the job's command match the arguments the script declares (the usage line above the "
+        "error lists them) and submit the job again. A launcher that passes its own option (the old "
+        "torch.distributed.launch's --local-rank / --local_rank) needs the script to accept it, or the "
+        "script can read LOCAL_RANK from the environment and be started with torchrun.",
+        documented="CPython Lib/argparse.py (ArgumentParser.error: usage, then '%(prog)s: error: %(message)s', exit 2; "
+        "'unrecognized arguments: %s', 'the following arguments are required: %s', 'argument %s: invalid "
+        "choice: ...'); click exceptions.py (NoSuchOption 'No such option: {name}', MissingParameter, BadParameter "
+        "'Invalid value for {param_hint}: ...', shown as 'Error: ...'); absl flags ('FATAL Flags parsing error: "
+        "...'); transformers HfArgumentParser; corpus user-error-033, -034, -400, -401, -403, -404",
+    ),
+    # A configuration that the program's config system rejects: Hydra and OmegaConf name the key
+    # ("Could not override 'trainer.gpus'.", "Key 'gpus' is not in struct", "Missing mandatory
+    # value: model.name"), and PyYAML says where the file does not parse ("mapping values are not
+    # allowed here", "found character '\t' that cannot start any token", printed with or without
+    # its class: yaml.scanner.ScannerError). Not Hydra's "Error executing job with overrides",
+    # which precedes any exception of the job (a download that timed out as well), nor JSON that
+    # does not decode: a service that answered an error page while it was down reads the same
+    # ("Expecting value: line 1 column 1", corpus external-services-405, retryable).
+    Signature(
+        rule="config-invalid",
+        family="user-error",
+        pattern=_re(
+            r"Key '[^'\n]{1,200}' (?:is not in struct|not in '[^'\n]{1,200}')|Could not override '[^'\n]{1,300}'"
+            r"|Could not append to config\. An item is already at|Missing mandatory value: |Error (?:parsing|merging) override"
+            r"|Cannot find primary config '|In '[^'\n]{1,200}': Could not find '"
+            r"|mapping values are not allowed here|found character '\\t' that cannot start any token"
+            r"|could not find expected ':'|did not find expected key|expected <block end>, but found"
+            r"|found undefined alias|found unknown escape character"
+        ),
+        retryable=False,
+        error_code="CONFIG_INVALID",
+        message="The job's configuration was rejected",
+        cause="The configuration the program loads was rejected: a Hydra/OmegaConf key it does not have or a "
+        "mandatory value left unset (often from a command-line override), or a YAML file that does not parse. "
+        "It is read the same way on every attempt.",
+        next_step="Fix the key or value the line names in the config file or the override (Hydra adds a key "
+        "the config does not have with '+key=value'), or the YAML syntax at the line and column it gives "
+        "(tabs are not allowed for indentation), then submit the job again.",
+        documented="omegaconf errors (ConfigAttributeError/ConfigKeyError \"Key '%s' is not in struct\", "
+        "MissingMandatoryValue 'Missing mandatory value: %s'); hydra ConfigCompositionException (\"Could not "
+        "override '%s'.\", 'Error merging override', 'Error parsing override'); PyYAML scanner/parser errors; "
+        "corpus user-error-030, -406, -408, -416",
+    ),
+    # pip's resolver with an answer from the index: the versions pinned conflict
+    # (ResolutionImpossible), or the index lists versions and none satisfies the requirement;
+    # conda's and mamba's solvers likewise. Not "(from versions: none)" nor old pip's "(from
+    # versions: )" or "No distributions at all found": an index that answered nothing (a CDN
+    # answering empty pages, a proxy, an outage) reads the same as a package it does not have
+    # (corpus external-services-403, retryable, and -023, not).
+    Signature(
+        rule="package-resolution-failed",
+        family="external-services",
+        pattern=_re(
+            # pip's closing "ERROR: ResolutionImpossible: for help visit <url>" says less than the line
+            # above it that names the requirements in conflict, which then decides (the later line wins)
+            r"ResolutionImpossible(?!: for help visit)|because these package versions have conflicting dependencies"
+            r"|Could not find a version that satisfies the requirement [^\n]{1,300}?\(from versions: (?!none\))[^)\n]"
+            r"|requires a different Python: |PackagesNotFoundError: |PackageNotFoundError: Package missing in current"
+            r"|UnsatisfiableError: |ResolvePackageNotFound: |Could not solve for environment specs"
+        ),
+        retryable=False,
+        error_code="PACKAGE_RESOLUTION_FAILED",
+        message="The packages could not be installed",
+        cause="The package manager reached its index but could not satisfy the requirements: pinned versions "
+        "that conflict, a version the index does not have for this Python or platform, or a package the "
+        "configured channels do not carry. The same requirements fail the same way on every attempt.",
+        next_step="Change the requirements the message names: align or loosen the conflicting pins, pick a "
+        "version the index lists, use a Python version the package supports, or add the channel that has it "
+        "(conda-forge, pytorch), then submit the job again.",
+        documented="pip's resolver (resolvelib ResolutionImpossible; 'Cannot install ... because these package "
+        "versions have conflicting dependencies'; 'Could not find a version that satisfies the requirement %s "
+        "(from versions: %s)'); conda PackagesNotFoundError, UnsatisfiableError, ResolvePackageNotFound; corpus "
+        "external-services-022, -400, -401, -408",
+    ),
+    # cuDNN's and cuBLAS's statuses for a call whose parameters they do not accept: a programming
+    # error (shapes, strides, dtypes, a non-contiguous input, a batch over a kernel's limit), not
+    # the device. Not EXECUTION_FAILED, INTERNAL_ERROR or ALLOC_FAILED, which a faulty GPU or the
+    # memory running out also give.
+    Signature(
+        rule="cuda-library-rejected-call",
+        family="user-error",
+        pattern=_re(
+            r"CUDNN_STATUS_(?:BAD_PARAM|NOT_SUPPORTED|ARCH_MISMATCH)|CUBLAS_STATUS_(?:INVALID_VALUE|NOT_SUPPORTED|ARCH_MISMATCH)"
+        ),
+        retryable=False,
+        error_code="CUDA_LIBRARY_REJECTED_CALL",
+        message="cuDNN/cuBLAS rejected the call's parameters",
+        cause="cuDNN or cuBLAS refused an operation's parameters (BAD_PARAM, NOT_SUPPORTED, INVALID_VALUE, "
+        "ARCH_MISMATCH): shapes, strides, data types or a memory layout the library does not accept, or a "
+        "library built for another GPU. The same operation fails the same way on every attempt.",
+        next_step="Check the operation the log names: its input shapes and dtypes, that its inputs are "
+        "contiguous, a batch too large for the kernel (split it), and that cuDNN/cuBLAS match the GPU and "
+        "torch's CUDA (torch.backends.cudnn.enabled=False tells a cuDNN limit apart); fix it and submit the "
+        "job again.",
+        documented="cuDNN API reference (cudnnStatus_t: CUDNN_STATUS_BAD_PARAM 'an incorrect value or parameter "
+        "was passed', NOT_SUPPORTED, ARCH_MISMATCH); cuBLAS cublasStatus_t INVALID_VALUE; corpus gpu-400, gpu-401",
+    ),
+    # Shapes, dtypes and devices that do not fit, in PyTorch's words: a checkpoint saved from
+    # another configuration of the model (load_state_dict's "size mismatch for ...: copying a param
+    # with shape ... from checkpoint"), operands whose shapes or devices differ, a view that the
+    # data cannot fill. Printed with or without a traceback ("Error: size mismatch for ..." by a
+    # wrapper, "what():  shape '[..]' is invalid" by libtorch).
+    Signature(
+        rule="shape-mismatch",
+        family="user-error",
+        pattern=_re(
+            r"size mismatch for [^\n]{1,300}?: copying a param with shape|Error\(s\) in loading state_dict for "
+            r"|Expected all tensors to be on the same device|mat1 and mat2 shapes cannot be multiplied"
+            r"|The size of tensor a \(\d{1,12}\) must match the size of tensor b|shape '\[[^\]\n]{0,200}\]' is invalid for input of size"
+            r"|expected scalar type \w{1,40} but found \w{1,40}"
+        ),
+        retryable=False,
+        error_code="SHAPE_MISMATCH",
+        message="Tensor shapes, devices or types do not match",
+        cause="The model and what it is given do not fit: a checkpoint saved from another model configuration, "
+        "operands of incompatible shapes or data types, or tensors on different devices. It follows from the "
+        "code, the config and the checkpoint, so every attempt fails at the same place.",
+        next_step="Make the model's configuration match the checkpoint (the message gives both shapes), or fix "
+        "the shapes, dtypes or devices it names (move inputs to the model's device), then submit the job again.",
+        documented="PyTorch Module.load_state_dict ('size mismatch for {}: copying a param with shape {} from "
+        "checkpoint, the shape in current model is {}'), ATen shape and device checks; corpus user-error-006, "
+        "-007, -009, -010, -011, -409, -410",
+    ),
+    # Collectives that the ranks do not agree on, as PyTorch's debug mode
+    # (TORCH_DISTRIBUTED_DEBUG=DETAIL) and NCCL's own check name them: the program's ranks call
+    # different collectives, or with tensors of different sizes; a restart repeats it.
+    Signature(
+        rule="collective-mismatch",
+        family="collective-timeout",
+        pattern=_re(r"Detected mismatch between collectives on ranks|Mismatched collective detected"),
+        retryable=False,
+        error_code="COLLECTIVE_MISMATCH",
+        message="The ranks called mismatched collectives",
+        cause="The ranks of the job called different collective operations, or the same one with tensors of "
+        "different shapes or types, so they cannot complete it: the program takes different paths on "
+        "different ranks, which a restart repeats.",
+        next_step="Make every rank call the same collectives in the same order with the same shapes (look for "
+        "code that only some ranks run, or data-dependent shapes), using the ranks and operations the message "
+        "names, then submit the job again.",
+        documented="torch/csrc/distributed/c10d ProcessGroupWrapper ('Detected mismatch between collectives on "
+        "ranks'); NCCL 'Mismatched collective detected, please check your collective calls'; corpus "
+        "collective-timeout-003, -018, -020",
+    ),
+    # A compiled extension loaded against libraries it was not built for: the dynamic linker's
+    # "undefined symbol" (a C++ extension built for another torch, most often), the C++ runtime or
+    # glibc too old for the binary, NumPy's 1.x/2.x ABI. Before the import error, whose line it
+    # often is ("ImportError: ...so: undefined symbol: _ZN3c10..."): the fix is a rebuild.
+    Signature(
+        rule="extension-abi-mismatch",
+        family="user-error",
+        pattern=_re(
+            # not on a warning's line: torchvision warns "Failed to load image Python extension: ...
+            # image.so: undefined symbol: ..." at import and runs on without its image functions
+            r"(?m)^(?![^\n]{0,1000}?(?i:warn))[^\n]{0,1000}?undefined symbol: \S"
+            r"|version `(?:GLIBCXX|GLIBC|CXXABI)_[\d.]{1,12}' not found"
+            r"|compiled using NumPy 1\.x cannot be run in|module compiled against (?:ABI|API) version"
+            r"|detected CUDA version \([^)\n]{1,20}\) mismatches the version that was used to compile PyTorch"
+        ),
+        retryable=False,
+        error_code="EXTENSION_ABI_MISMATCH",
+        message="A compiled extension does not match the installed libraries",
+        cause="A compiled module (a PyTorch C++/CUDA extension or a binary wheel) was built against other "
+        "versions of torch, CUDA, the C++ runtime or NumPy than the ones installed, so a symbol it needs is "
+        "missing. Every attempt loads the same files.",
+        next_step="Rebuild or reinstall the extension against the installed torch (pip install --no-cache-dir "
+        "--force-reinstall, or the wheel built for this torch and CUDA), or install the torch version it was "
+        "built for; make sure only one torch is on the library path, then submit the job again.",
+        documented="glibc ld.so ('undefined symbol: %s', \"version `%s' not found\"); NumPy 2 ABI message; "
+        "torch.utils.cpp_extension CUDA version check; corpus user-error-018, -413",
+    ),
+    # Building a C++/CUDA extension that fails: nvcc that does not know the architecture it is
+    # asked for, a compiler's command that failed (setuptools' "error: command '/usr/bin/nvcc'
+    # failed with exit status 1"), ninja's stop, torch's own build error. The same build fails the
+    # same way. Not another command that failed during a build ("error: command 'git' failed ..."),
+    # which may be a download: the line before it says why.
+    Signature(
+        rule="extension-build-failed",
+        family="startup",
+        pattern=_re(
+            r"nvcc fatal[ \t]{0,8}: "
+            r"|error: command '(?:[^'\n]{0,200}/)?(?:nvcc|gcc|g\+\+|c\+\+|cc|clang\+{0,2}|x86_64-linux-gnu-g(?:cc|\+\+)|cl\.exe)"
+            r"(?:-\d{1,3})?' failed with exit (?:status|code) \d"
+            r"|ninja: build stopped: subcommand failed|Error (?:compiling objects|building extension) for extension"
+            r"|Error building extension '"
+        ),
+        retryable=False,
+        error_code="EXTENSION_BUILD_FAILED",
+        message="Building a compiled extension failed",
+        cause="Compiling a C++/CUDA extension failed: the compiler rejected the code or its flags (an nvcc "
+        "too old for the GPU architecture asked for, a compiler or headers that do not match torch). The "
+        "same build fails the same way on every attempt.",
+        next_step="Read the compiler's first error above this line; match the CUDA toolkit (nvcc) to the GPU "
+        "and to torch's CUDA version, or set TORCH_CUDA_ARCH_LIST to architectures the toolkit supports, "
+        "install the missing compiler or headers, then submit the job again.",
+        documented="nvcc ('nvcc fatal   : Unsupported gpu architecture'); setuptools/distutils (\"error: command "
+        "'%s' failed with exit code %d\"); torch.utils.cpp_extension ('Error building extension', 'Error "
+        "compiling objects for extension'); corpus startup-400",
+    ),
+    # The CPU met an instruction it does not have: a binary built for newer CPUs (TensorFlow's
+    # wheels need AVX from 1.6 on, PyTorch's some builds need AVX2) on an older one. The shell's
+    # report of SIGILL, zsh's, faulthandler's and mpirun's ("exited on signal 4 (Illegal
+    # instruction)"); not CUDA's "an illegal instruction was encountered" (a GPU kernel's,
+    # cuda-kernel-fault).
+    Signature(
+        rule="illegal-instruction",
+        family="signals",
+        pattern=_re(
+            r"(?m)Illegal instruction(?:[ \t]{1,24}\(core dumped\)|[ \t]*$)|illegal hardware instruction"
+            r"|Fatal Python error: Illegal instruction|on signal 4 \(Illegal instruction\)"
+        ),
+        retryable=False,
+        error_code="SIGILL",
+        message="Illegal instruction: the program was built for another CPU",
+        cause="The CPU met an instruction it does not support: the program or a library in it (a prebuilt "
+        "TensorFlow or PyTorch wheel) was built for newer CPUs (AVX, AVX2, AVX-512) than this node's, so it "
+        "crashes on every attempt on such a node.",
+        next_step="Install a build for this CPU (an older release, or one built from source), or run on nodes "
+        "whose CPUs have the instructions (the flags in /proc/cpuinfo), then submit the job again.",
+        documented="POSIX SIGILL, bash/zsh termination reports ('Illegal instruction (core dumped)', 'illegal "
+        "hardware instruction'); Open MPI's mpirun ('exited on signal 4 (Illegal instruction)'); TensorFlow 1.6 "
+        "release notes (prebuilt binaries use AVX); corpus signals-203, signals-401, signals-403, signals-404",
+    ),
+    # Native code that aborted on its own check or exception: the message of an uncaught C++
+    # exception (libstdc++ prints "terminate called after throwing an instance of 'T'" and then
+    # "  what():  <message>"; libc++ "terminating (with|due to) uncaught exception of type T:
+    # <message>"), a failed assert() ("file:line: func: Assertion `cond' failed.") or a glog CHECK
+    # ("Check failed: a <= b (0 vs. -1.19e-07)"). The what() line, not the terminate line: alone,
+    # "terminate called after throwing an instance of 'c10::DistBackendError'" only says that an
+    # exception was not caught, and the line above it (a watchdog's timeout, an NCCL error) says
+    # which. Where the message names a known fault (NCCL, a connection, a shape), that reading
+    # decides: it is on the same line and earlier in the catalog. Not the c10d watchdog's report of
+    # a communicator's failure ("Process group watchdog thread terminated with exception: ..."),
+    # whatever its cause, nor EAGAIN's "Resource temporarily unavailable" (std::system_error when a
+    # thread could not be started: the node's process limit, which other jobs share), nor a CHECK on a runtime status that a device, the memory or a peer also
+    # gives (cuDNN's EXECUTION_FAILED and INTERNAL_ERROR, out of memory, CUDA's unknown error; the
+    # absl/gRPC codes UNAVAILABLE, DEADLINE_EXCEEDED, ABORTED and RESOURCE_EXHAUSTED, which gRPC
+    # documents as retryable).
+    Signature(
+        rule="native-abort",
+        family="user-error",
+        pattern=_re(
+            r"(?m)^"
+            + _PREFIX
+            + r"[ \t]{0,12}what\(\):[ \t](?![^\n]{0,300}?(?:watchdog thread terminated|Resource temporarily unavailable))"
+            r"|terminating (?:with|due to) uncaught exception of type (?![^\n]{0,300}?Resource temporarily unavailable)[^\n]{1,300}"
+            r"|Assertion `[^\n]{1,400}?[`'] failed"
+            r"|Check failed: (?![^\n]{0,300}?(?:EXECUTION_FAILED|INTERNAL_ERROR|ALLOC_FAILED|out of memory|unknown error"
+            r"|UNAVAILABLE|DEADLINE_EXCEEDED|ABORTED|RESOURCE_EXHAUSTED))"
+        ),
+        retryable=False,
+        error_code="NATIVE_ABORT",
+        message="The program aborted in native code",
+        cause="Native code in the program or a library (C++, CUDA, a compiled extension) threw an exception "
+        "nobody caught, or failed an assertion or a CHECK, and the process aborted. With the same code, "
+        "versions and inputs it fails the same way on the next attempt.",
+        next_step="Read the exception's message (the what() line) or the failed check: most often a shape, "
+        "type or configuration the native code does not accept, or a library built for other versions (match "
+        "torch, CUDA and compiled extensions). Fix it and submit the job again; if the message names a "
+        "passing network or hardware fault, add that line as a retryable keyword.",
+        documented="libstdc++ verbose terminate handler ('terminate called after throwing an instance of', "
+        "then 'what():  %s'); libc++abi ('terminating with uncaught exception of type'); glibc assert ('Assertion `%s' "
+        "failed.'); glog CHECK ('Check failed: '); corpus gpu-400, user-error-409, -410 (whose what() lines a finer "
+        "signature reads)",
+    ),
     Signature(
         rule="python-import-error",
         family="user-error",
@@ -1692,25 +2150,34 @@ LOG_SIGNATURES: tuple[Signature, ...] = (
     Signature(
         rule="disk-full",
         family="storage",
-        pattern=_re(r"No space left on device|StorageFull"),
+        # Ignoring case: Go programs (docker's layer extraction, containerd) print the same errno
+        # text lower-cased ("write /usr/local/...: no space left on device", corpus startup-206).
+        pattern=_re(r"No space left on device|StorageFull", _I),
         retryable=False,
         error_code="ENOSPC",
         message="Disk full: No space left on device",
         cause="The instance's disk is full, e.g. too many model files or checkpoints.",
         next_step="Enlarge the disk, clean up old checkpoints, or keep large files on mounted "
         "external storage, then submit the job again.",
-        documented="Linux errno ENOSPC (28), strerror text; PAI-EAS FAQ IoError StorageFull",
+        documented="Linux errno ENOSPC (28), strerror text; PAI-EAS FAQ IoError StorageFull; corpus startup-206",
     ),
     Signature(
         rule="loss-is-nan",
         family="nan",
-        pattern=_re(r"Loss became infinite or NaN|Minimum loss scale reached", _I),
+        pattern=_re(
+            r"Loss became infinite or NaN|Minimum loss scale reached"
+            # DeepSpeed's dynamic loss scaler when fp16 keeps overflowing at its minimum scale
+            r"|Current loss scale already at minimum",
+            _I,
+        ),
         retryable=False,
         error_code="LOSS_NAN",
         message="The training loss became NaN or infinite",
         cause=_NAN_CAUSE,
         next_step=_NAN_NEXT,
-        documented='detectron2 FloatingPointError "Loss became infinite or NaN"; fairseq "Minimum loss scale reached"',
+        documented='detectron2 FloatingPointError "Loss became infinite or NaN"; fairseq "Minimum loss scale reached"; '
+        'DeepSpeed runtime/fp16/loss_scaler.py ("Current loss scale already at minimum - cannot decrease scale anymore. '
+        'Exiting run."), corpus nan-016, nan-017',
     ),
     # "loss" (not the end of a longer word), then up to 40 characters without "=" or ":" (so
     # the value is the loss's own, not a later field's), then "=", ":", "is" or "became" and

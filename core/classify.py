@@ -104,6 +104,10 @@ class Classification:
     family: str = ""  # the failure family of the signature that decided (catalog, corpus)
     evidence: str = ""  # the log line (or backend reason) that decided; "" when only the exit status did
     retry_limit: int | None = None  # retryable this many times per (rule, role, index), then not
+    # When the generic exception decided and Python printed it as the last of a chain ("During
+    # handling of the above exception", "The above exception was the direct cause"): the chain's
+    # first exception, its root cause, which core.kinds counts too; "" otherwise.
+    root_cause: str = ""
     # When only the exit status decided (no evidence): the tail's last non-blank lines, which
     # core.kinds searches for an error it can count ("...HTTPError 429 ...") and the user reads.
     tail_lines: tuple[str, ...] = ()
@@ -158,6 +162,7 @@ def _from_signature(
     groups: dict[str, str | None],
     line: str = "",
     evidence: str = "",
+    root_cause: str = "",
 ) -> Classification:
     message = sig.message
     if "{" in message:
@@ -178,6 +183,7 @@ def _from_signature(
         family=sig.family,
         evidence=_one_line(evidence or line),
         retry_limit=sig.retry_limit,
+        root_cause=_one_line(root_cause),
     )
 
 
@@ -418,6 +424,33 @@ class _Ending(StrEnum):
     CRASHED = "crash"  # SIGSEGV, SIGBUS, SIGILL, SIGFPE: a fault inside the process
 
 
+# A launcher's own exception for a child process that failed, raised after the child's output:
+# subprocess.CalledProcessError from `accelerate launch` (simple_launcher, multi_gpu_launcher), the
+# old torch.distributed.launch and DeepSpeed's runner; torchrun's ChildFailedError (which the
+# generic signature already skips). It says that the child failed, not why: the child's last
+# error above it does.
+_WRAPPER = re.compile(r"\b(?:CalledProcessError|ChildFailedError)\b")
+
+
+def _line_of(text: str, line_start: int) -> str:
+    line_end = text.find("\n", line_start)
+    return text[line_start : line_end if line_end >= 0 else len(text)]
+
+
+def _last_unwrapped(
+    text: str, wrapper: tuple[tuple[int, int], Signature, re.Match[str], int]
+) -> tuple[tuple[int, int], Signature, re.Match[str], int] | None:
+    """The last match of the wrapper's (generic) signature above the wrapper's line that is not a
+    wrapper's own: the child's exception. None when the child printed none."""
+    (_, order), sig, _, wrapper_start = wrapper
+    child = None
+    for match in sig.pattern.finditer(text, 0, wrapper_start):
+        line_start = text.rfind("\n", 0, match.start()) + 1
+        if not _WRAPPER.search(_line_of(text, line_start)):
+            child = ((line_start, order), sig, match, line_start)
+    return child
+
+
 def _by_catalog(
     text: str, folded: str, ending: _Ending = _Ending.EXIT, families: tuple[str, ...] | None = None
 ) -> Classification | None:
@@ -430,7 +463,8 @@ def _by_catalog(
     killed from outside, only signatures that can explain such a kill count; for one that
     crashed by a fault signal, only not-retryable ones and hardware/node faults. With
     `families`, only the specific signatures of those families count (refining a backend
-    reason).
+    reason). A launcher's exception for a failed child (CalledProcessError, ChildFailedError) is
+    not the program's own: the child's exception above it, if it printed one, stands in for it.
     """
     found: dict[bool, tuple[tuple[int, int], Signature, re.Match[str], int]] = {}
     for order, literals in sorted(_candidates(folded).items()):
@@ -449,6 +483,11 @@ def _by_catalog(
         if sig.specific not in found or key > found[sig.specific][0]:
             found[sig.specific] = (key, sig, last, line_start)
     specific, generic = found.get(True), found.get(False)
+    if generic is not None and _WRAPPER.search(_line_of(text, generic[3])):
+        # A launcher's report of a child that failed: the child's own exception above it is the
+        # one that ended the program, and the one a specific signature must not precede. A child
+        # that printed no exception leaves the launcher's (its output is no traceback to read).
+        generic = _last_unwrapped(text, generic) or generic
     if specific is not None and generic is not None:
         if specific[3] < _exception_block_start(text, generic[3]):
             specific = None
@@ -458,7 +497,18 @@ def _by_catalog(
     _, sig, match, line_start = chosen
     line_end = text.find("\n", match.end())
     line = text[line_start : line_end if line_end >= 0 else len(text)]
-    return _from_signature(sig, ErrorSource.LOG, match.groupdict(), line)
+    root = _chain_root(text, sig, line_start) if not sig.specific else ""
+    return _from_signature(sig, ErrorSource.LOG, match.groupdict(), line, root_cause=root)
+
+
+def _chain_root(text: str, sig: Signature, line_start: int) -> str:
+    """The first exception of the chain whose last exception is on the line at `line_start`,
+    when Python printed a chain: the root cause, printed first. "" when there is no chain."""
+    start = _exception_block_start(text, line_start)
+    if not any(marker in text[start:line_start] for marker in _CHAIN_MARKERS):
+        return ""
+    first = sig.pattern.search(text, start, line_start)
+    return "" if first is None else _line_of(text, text.rfind("\n", 0, first.start()) + 1)
 
 
 def _signal_name(number: int) -> str:

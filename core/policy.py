@@ -33,6 +33,7 @@ Pure: the caller gathers the history, persists the decision and builds its idemp
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
@@ -253,6 +254,21 @@ def _flag_bool(value: bool) -> str:
     return "True" if value else "False"
 
 
+# A retryable catalog entry's advice opens by promising the restart ("The job is retried.",
+# "... retried automatically, preferably on another node.", "... retried once;"); a job that
+# fails now was not retried.
+_RETRIED = re.compile(r"^The job is retried\b[^.;]*[.;]\s*")
+
+
+def _failing_advice(c: Classification, cause: bool = True) -> str:
+    """The cause and next step of a failure that fails the job, without a promise of a retry
+    that is not made: its further advice ("If it repeats on the same node, check that node")
+    stands."""
+    rest = _RETRIED.sub("", c.next_step.strip())
+    advice = rest[:1].upper() + rest[1:]
+    return f"{c.cause} {advice}".strip() if cause else advice
+
+
 def _whole_job_restart(config: FaultToleranceConfig, history: JobHistory, why: str, prefix: str = "") -> Decision:
     """Rule 7 and the restart-loop breaker."""
     if not config.enable_job_restart:
@@ -373,7 +389,7 @@ def _decide_on_verdict(
         return Decision(
             Action.FAIL_JOB,
             f"Not restarted: {failed}, which a restart cannot fix ({verdict.reason}; "
-            f"--fault-tolerant-policy=ExitCodeAndErrorMsg). {c.cause} {c.next_step}",
+            f"--fault-tolerant-policy=ExitCodeAndErrorMsg). {_failing_advice(c)}",
             Step.NOT_RETRYABLE,
         )
     if config.fault_tolerant_policy == FaultTolerantPolicy.EXIT_CODE_AND_ERROR_MSG:
@@ -383,7 +399,7 @@ def _decide_on_verdict(
                 Action.FAIL_JOB,
                 f"Not restarted: {failed} again; this is retried only {c.retry_limit} "
                 f"time{'s' if c.retry_limit != 1 else ''} on one instance, and it already was "
-                f"(--fault-tolerant-policy=ExitCodeAndErrorMsg). {c.cause} {c.next_step}",
+                f"(--fault-tolerant-policy=ExitCodeAndErrorMsg). {_failing_advice(c)}",
                 Step.RETRIES_SPENT,
             )
         previous = _repeated(history, t)
@@ -391,7 +407,7 @@ def _decide_on_verdict(
             return Decision(
                 Action.FAIL_JOB,
                 f"Not restarted: {REPEATED_FAILURE_REASON}; {failed}, as it did before the last "
-                f"restart, {previous.where(t.point)}. {c.next_step}",
+                f"restart, {previous.where(t.point)}. {_failing_advice(c, cause=False)}".rstrip(),
                 Step.REPEATED_FAILURE,
             )
     # 4

@@ -453,6 +453,35 @@ SAMPLES: list[tuple[str, int, str]] = [
         "\tstatus = StatusCode.UNAVAILABLE\n"
         '\tdetails = "Socket closed"\n',
     ),
+    # torch_xla's xla_dist on a TPU pod that failed its health check (pytorch/xla#2142)
+    ("tpu-not-ready", 1, "RuntimeError: TPU node-v3-32 is not HEALTHY yet. Re-run when all TPUs are HEALTHY\n"),
+    # torch.save into a volume that filled up (h2oai/h2o-llmstudio#214)
+    (
+        "checkpoint-write-failed",
+        1,
+        "Traceback (most recent call last):\n"
+        'File "/root/.local/share/virtualenvs/workspace-dqq3IVyd/lib/python3.10/site-packages/torch/serialization.py", '
+        "line 668, in _save\n"
+        "zip_file.write_record(name, storage.data_ptr(), num_bytes)\n"
+        "RuntimeError: [enforce fail at inline_container.cc:471] . PytorchStreamWriter failed writing file data/228: "
+        "file write failed\n",
+    ),
+    # huggingface_hub's snapshot_download with HF_HUB_OFFLINE=1 and the model not cached
+    (
+        "hub-offline-mode",
+        1,
+        "huggingface_hub.utils._errors.LocalEntryNotFoundError: Cannot find an appropriate cached snapshot folder "
+        "for the specified revision on the local disk and outgoing traffic has been disabled. To enable repo "
+        "look-ups and downloads online, pass 'local_files_only=False' as input.\n",
+    ),
+    # libtorch's internal assert as an uncaught c10::Error, aborting the process (pytorch/pytorch#76229)
+    (
+        "native-abort",
+        134,
+        "terminate called after throwing an instance of 'c10::Error'\n"
+        '  what():  _ivalue_INTERNAL ASSERT FAILED at "../torch/csrc/jit/api/object.h":35, please report a bug to '
+        "PyTorch. \n",
+    ),
     ("loss-value-nan", 1, "iter 1200 | lr 3.0e-04 | loss 2.113\n[INFO] epoch 3 step 1201: train_loss=nan lr=3.0e-04\n"),
     (
         "python-exception",
@@ -549,6 +578,97 @@ def test_torchrun_child_failed_summary_does_not_hide_the_child_error():
         "train.py FAILED\n"
     )
     assert classify(tail).message == "ValueError: bad batch"
+
+
+# accelerate's launcher ends every failed run with its own traceback (kohya-ss/sd-scripts#1354,
+# accelerate/commands/launch.py simple_launcher), the old torch.distributed.launch and DeepSpeed's
+# runner likewise (thu-coai/EVA#4); the child's output is above it.
+ACCELERATE_SUMMARY = (
+    "Traceback (most recent call last):\n"
+    '  File "/Users/kleinsun/open/kohya_ss/venv/bin/accelerate", line 8, in <module>\n'
+    "    sys.exit(main())\n"
+    '  File "/Users/kleinsun/open/kohya_ss/venv/lib/python3.10/site-packages/accelerate/commands/launch.py", '
+    "line 637, in simple_launcher\n"
+    "    raise subprocess.CalledProcessError(returncode=process.returncode, cmd=cmd)\n"
+    "subprocess.CalledProcessError: Command '['/Users/kleinsun/open/kohya_ss/venv/bin/python', "
+    "'/Users/kleinsun/Documents/open/kohya_ss/sd-scripts/sdxl_train.py', '--config_file', "
+    "'/Users/kleinsun/Documents/open/kohya_ss/outputs/config_dreambooth-20240531-163416.toml']' "
+    "returned non-zero exit status 1.\n"
+)
+
+
+@pytest.mark.parametrize(
+    "child, rule, retryable",
+    [
+        # the child's transient error, in its own traceback (apqlzm/medihunter#52's line)
+        (
+            TRACEBACK_HEAD + "requests.exceptions.ConnectionError: ('Connection aborted.', "
+            "RemoteDisconnected('Remote end closed connection without response'))\n",
+            "connection-dropped",
+            True,
+        ),
+        # the child's bug: the child's exception is named, not the launcher's
+        (TRACEBACK_HEAD + "KeyError: 'input_ids'\n", "python-exception", False),
+    ],
+    ids=["transient", "bug"],
+)
+def test_a_launchers_called_process_error_does_not_hide_the_childs_error(child, rule, retryable):
+    got = classify(child + ACCELERATE_SUMMARY)
+    assert (got.rule, got.retryable) == (rule, retryable)
+    assert "CalledProcessError" not in got.message
+
+
+@pytest.mark.parametrize(
+    "child",
+    [
+        "",
+        # DeepSpeed's runner could not ssh to its hostfile's placeholder host (corpus rendezvous-007):
+        # no exception of the child's, so what came before the launcher's traceback stays stale
+        "ssh: Could not resolve hostname node-0: Name or service not known\n",
+    ],
+    ids=["no-output", "no-exception"],
+)
+def test_a_called_process_error_without_a_childs_exception_is_the_crash_it_reports(child):
+    got = classify(child + ACCELERATE_SUMMARY)
+    assert (got.rule, got.retryable) == ("python-exception", False)
+    assert got.message.startswith("subprocess.CalledProcessError: Command")
+
+
+def test_a_stale_warning_above_the_childs_own_traceback_stays_stale_under_a_launcher():
+    # the child's exception, not the launcher's, is the one earlier warnings must precede
+    tail = (
+        "[W socket.cpp:697] [c10d] The client socket has failed to connect to [::ffff:10.0.0.1]:29500 "
+        "(errno: 111 - Connection refused).\n" + TRACEBACK_HEAD + "[rank1]: ValueError: expected 3 dimensions, got 2\n"
+    )
+    got = classify(tail + ACCELERATE_SUMMARY)
+    assert (got.rule, got.message) == ("python-exception", "ValueError: expected 3 dimensions, got 2")
+
+
+@pytest.mark.parametrize(
+    "tail, rule, retryable",
+    [
+        # the hub unreachable with offline mode off is the connection's (huggingface_hub's message)
+        (
+            "huggingface_hub.utils._errors.LocalEntryNotFoundError: Connection error, and we cannot find the "
+            "requested files in the disk cache. Please try again or make sure your Internet connection is on.\n",
+            "service-timeout",
+            True,
+        ),
+        # a checkpoint write that says why: the disk is full (Linux's ENOSPC text after PyTorch's)
+        (
+            "RuntimeError: [enforce fail at inline_container.cc:471] . PytorchStreamWriter failed writing file "
+            "data/228: file write failed\nOSError: [Errno 28] No space left on device\n",
+            "disk-full",
+            False,
+        ),
+        # torch_xla's other refusal: the TPU still being created or repaired
+        ("RuntimeError: TPU my-pod is not READY yet. Re-run when all TPUs are READY\n", "tpu-not-ready", True),
+    ],
+    ids=["hub-online", "write-says-disk-full", "tpu-not-ready"],
+)
+def test_the_hub_offline_checkpoint_write_and_tpu_readings_keep_to_their_own_case(tail, rule, retryable):
+    got = classify(tail)
+    assert (got.rule, got.retryable) == (rule, retryable)
 
 
 def test_gpu_xid_message_names_the_xid():
@@ -708,6 +828,39 @@ def test_a_specific_cause_chained_into_the_final_traceback_beats_the_generic_exc
     )
     got = classify(tail)
     assert (got.rule, got.retryable) == ("connection-reset", True)
+
+
+# ssl's exception for a TLS connection the peer closed, as Python prints it (Lib/ssl.py,
+# SSLZeroReturnError's "TLS/SSL connection has been closed (EOF)"); no signature reads it.
+ABORTED = "ssl.SSLZeroReturnError: TLS/SSL connection has been closed (EOF) (_ssl.c:1131)\n"
+
+
+@pytest.mark.parametrize(
+    "marker",
+    [
+        "During handling of the above exception, another exception occurred:",
+        "The above exception was the direct cause of the following exception:",
+    ],
+)
+def test_a_generic_exception_raised_from_another_keeps_the_chains_first_exception_as_its_root_cause(marker):
+    tail = (
+        "Traceback (most recent call last):\n"
+        '  File "/workspace/data.py", line 41, in fetch\n'
+        "    chunk = sock.recv(65536)\n" + ABORTED + "\n" + marker + "\n\n"
+        "Traceback (most recent call last):\n"
+        '  File "/workspace/train.py", line 12, in <module>\n'
+        "RuntimeError: could not fetch shard 7\n"
+    )
+    got = classify(tail)
+    assert (got.rule, got.evidence) == ("python-exception", "RuntimeError: could not fetch shard 7")
+    assert got.root_cause == ABORTED.strip()
+
+
+def test_an_exception_that_is_not_chained_has_no_root_cause_but_itself():
+    assert classify(TRACEBACK_HEAD + ABORTED).root_cause == ""
+    # two tracebacks that are not chained (a caught warning's, then the crash) are no chain
+    tail = "Traceback (most recent call last):\n" + ABORTED + "step 4 loss 1.9\n" + TRACEBACK_HEAD + "KeyError: 'x'\n"
+    assert classify(tail).root_cause == ""
 
 
 def test_startup_connection_refused_warnings_do_not_hide_a_later_user_bug():
@@ -1297,6 +1450,33 @@ GENERALISED_LINES = [
         "IncompleteRead(0 bytes read, 512 more expected))",
     ),
     ("service-timeout", True, "google.api_core.exceptions.DeadlineExceeded: 504 Deadline Exceeded"),
+    # ssl's read timing out under Python 3.6's name for it (hail-is/hail#8390, pip in a docker build)
+    ("service-timeout", True, "socket.timeout: The read operation timed out"),
+    # Winsock's words for the same socket errors (wandb/wandb#4331; Windows' FormatMessage texts)
+    (
+        "connection-reset",
+        True,
+        "ConnectionResetError: [WinError 10054] An existing connection was forcibly closed by the remote host",
+    ),
+    (
+        "connection-refused",
+        True,
+        "ConnectionRefusedError: [WinError 10061] No connection could be made because the target machine actively "
+        "refused it",
+    ),
+    (
+        "connection-timed-out",
+        True,
+        "TimeoutError: [WinError 10060] A connection attempt failed because the connected party did not properly "
+        "respond after a period of time, or established connection failed because connected host has failed to respond",
+    ),
+    ("no-route-to-host", True, "OSError: [WinError 10065] A socket operation was attempted to an unreachable host"),
+    (
+        "connection-dropped",
+        True,
+        "ConnectionAbortedError: [WinError 10053] An established connection was aborted by the software in your "
+        "host machine",
+    ),
     (
         "image-not-found",
         False,
@@ -1348,3 +1528,147 @@ GENERALISED_LINES = [
 def test_a_familys_line_in_another_tools_words_is_classified_by_its_family(rule, retryable, line):
     got = classify(line + "\n")
     assert (got.rule, got.retryable) == (rule, retryable)
+
+
+# Issue 26 (second training gathering): CUDA's unknown error in the words of the runtimes
+# before CUDA 10.1 (cudaErrorUnknown was 30) and of the driver API. A line from the training
+# entries (corpus gpu-200, gpu-201), and look-alikes that name an unknown error of something
+# else or another CUDA status, which must not match.
+@pytest.mark.parametrize(
+    "line",
+    [
+        "RuntimeError: cuda runtime error (30) : unknown error at /opt/conda/conda-bld/pytorch/work/aten/src/THC/"
+        "THCGeneral.cpp:51",
+        "THCudaCheck FAIL file=/tmp/luarocks_cutorch-scm-1-3687/cutorch/lib/THC/THCGeneral.c line=70 error=30 : "
+        "unknown error",
+        "tensorflow.python.framework.errors_impl.InternalError: failed call to cuInit: CUDA_ERROR_UNKNOWN: unknown error",
+    ],
+)
+def test_cudas_unknown_error_in_the_older_runtimes_words_is_the_gpu(line):
+    got = classify(line + "\n")
+    assert (got.rule, got.retryable, got.family) == ("cuda-unknown-error", True, "gpu")
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "nvidia-container-cli: detection error: nvml error: unknown error: unknown",
+        "RuntimeError: cuda runtime error (3) : initialization error at /pytorch/aten/src/THC/THCGeneral.cpp:50",
+        "THCudaCheck FAIL file=/pytorch/aten/src/THC/THCGeneral.cpp line=51 error=300 : unknown error",
+        "RuntimeError: Unknown error -1",
+    ],
+)
+def test_another_unknown_error_or_cuda_status_is_not_cudas_unknown_error(line):
+    assert classify(line + "\n").rule != "cuda-unknown-error"
+
+
+# Issue 26 (second training gathering): a layer download that broke off, in the docker
+# daemon's and the v1 pull's words. A line from the training entry (corpus startup-201) and
+# the daemon's own retry line; look-alikes: a missing tag, a rate limit, a truncated file.
+@pytest.mark.parametrize(
+    "line",
+    [
+        "[10.0.104.20] eb8d8bd629e3: Error pulling image (1447) from docker.xxx.com/app, endpoint: "
+        "https://docker.xxx.com/v1/, ApplyLayer exit status 1 unexpected EOF",
+        'May 05 08:00:31 host dockerd[1371075]: time="2021-05-05T08:00:31Z" level=info msg="Download failed, '
+        'retrying (3/5): unexpected EOF"',
+        'time="2020-03-19T16:56:14.793901390Z" level=error msg="Download failed, retrying: unexpected EOF"',
+    ],
+)
+def test_a_layer_download_that_broke_off_is_retried(line):
+    got = classify(line + "\n")
+    assert (got.rule, got.retryable, got.family) == ("image-layer-download-failed", True, "startup")
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "Error response from daemon: manifest for ubuntu:99.04 not found: manifest unknown: manifest unknown",
+        "Error response from daemon: toomanyrequests: You have reached your pull rate limit.",
+        "RuntimeError: unexpected EOF, expected 8 more bytes. The file might be corrupted.",
+        "eb8d8bd629e3: Download complete",
+    ],
+)
+def test_a_missing_image_a_rate_limit_or_a_truncated_file_is_not_a_broken_layer_download(line):
+    assert classify(line + "\n").rule != "image-layer-download-failed"
+
+
+# Issue 26 (second training gathering): a cloud out of capacity for the machine type
+# (retried) and an account whose quota is too small (not): lines from the training entries
+# (corpus startup-204, startup-205) and the clouds' own documented words; look-alikes: a rate
+# limit named RequestLimitExceeded, a pod waiting for GPUs, a size the region does not offer.
+@pytest.mark.parametrize(
+    "line, rule, retryable",
+    [
+        (
+            'FailureReason: "CapacityError: Unable to provision requested ML compute capacity. Please retry using a '
+            'different ML instance type."',
+            "cloud-capacity-unavailable",
+            True,
+        ),
+        (
+            "An error occurred (InsufficientInstanceCapacity) when calling the RunInstances operation: We currently "
+            "do not have sufficient p4d.24xlarge capacity in the Availability Zone you requested (us-east-1a).",
+            "cloud-capacity-unavailable",
+            True,
+        ),
+        (
+            "ERROR: (gcloud.compute.instances.create) Could not fetch resource: - The zone 'projects/p/zones/"
+            "us-central1-a' does not have enough resources available to fulfill the request.  Try a different zone, "
+            "or try again later.",
+            "cloud-capacity-unavailable",
+            True,
+        ),
+        (
+            "ResourceLimitExceeded: An error occurred (ResourceLimitExceeded) when calling the CreateTrainingJob "
+            "operation: The account-level service limit 'ml.p3.2xlarge for training job usage' is 0 Instances",
+            "cloud-quota-exceeded",
+            False,
+        ),
+        (
+            "- Quota 'NVIDIA_A100_GPUS' exceeded.  Limit: 0.0 in region us-central1.",
+            "cloud-quota-exceeded",
+            False,
+        ),
+    ],
+)
+def test_a_cloud_out_of_capacity_is_retried_and_a_quota_too_small_is_not(line, rule, retryable):
+    got = classify(line + "\n")
+    assert (got.rule, got.retryable, got.family) == (rule, retryable, "startup")
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "botocore.exceptions.ClientError: An error occurred (RequestLimitExceeded) when calling the "
+        "DescribeInstances operation: Request limit exceeded.",
+        "0/4 nodes are available: 4 Insufficient nvidia.com/gpu.",
+        "The requested size for resource '/subscriptions/x/virtualMachines/vm0' is currently not available in "
+        "location 'westeurope'. (Code: SkuNotAvailable)",
+    ],
+)
+def test_a_rate_limit_a_pending_pod_or_an_unoffered_size_is_neither_capacity_nor_quota(line):
+    assert classify(line + "\n").rule not in ("cloud-capacity-unavailable", "cloud-quota-exceeded")
+
+
+# Issue 26 (second training gathering): W&B's server not answering wandb.init() in time is a
+# service timeout (corpus external-services-202); W&B refusing the request is not.
+@pytest.mark.parametrize(
+    "line",
+    [
+        "CommError: Run initialization has timed out after 90.0 sec. ",
+        "wandb: ERROR Run initialization has timed out after 600 sec. Please try increasing the timeout with the "
+        "`init_timeout` setting",
+    ],
+)
+def test_wandb_init_timing_out_is_a_service_timeout(line):
+    got = classify(line + "\n")
+    assert (got.rule, got.retryable) == ("service-timeout", True)
+
+
+def test_wandb_refusing_the_project_is_not_a_service_timeout():
+    line = (
+        "wandb.errors.CommError: It appears that you do not have permission to access the requested resource. "
+        "Please reach out to the project owner to grant you access. (Error 404: Not Found)"
+    )
+    assert classify(line + "\n").rule != "service-timeout"

@@ -486,3 +486,36 @@ def test_malformed_instance_failures_are_rejected_naming_the_field():
 def test_a_malformed_previous_failure_is_rejected_naming_the_field():
     with pytest.raises(ValueError, match="previous_failure"):
         history(previous_failure=("nccl-system-error", "Worker", 1))
+
+
+def test_a_job_failed_on_a_retryable_entry_is_not_told_it_will_be_retried():
+    # A retryable entry's advice opens "The job is retried automatically ..."; once the guard
+    # or the per-instance retry limit fails the job, that sentence is false, and the
+    # rest of the advice (where to look) is what the person needs.
+    nccl, sigkill = retryable(), sigkill_without_evidence()
+    assert nccl.next_step.startswith("The job is retried automatically")
+    assert sigkill.next_step.startswith("The job is retried once")
+    guarded = decide(sync_restartable(), history(previous_failure=_previous()), failure(nccl))
+    spent = decide(
+        sync_restartable(), history(same_error_counts={("killed-by-signal", "Worker", 1): 1}), failure(sigkill)
+    )
+    assert guarded.step == Step.REPEATED_FAILURE and spent.step == Step.RETRIES_SPENT
+    for d, c in ((guarded, nccl), (spent, sigkill)):
+        assert d.action == Action.FAIL_JOB
+        assert "retried automatically" not in d.reason and "retried once" not in d.reason, d.reason
+        further = c.next_step.split(". ", 1)[1]  # "If it keeps happening, look for ..."
+        assert d.reason.endswith(further), d.reason
+
+
+def test_no_retryable_entrys_advice_promises_a_retry_to_a_job_that_fails():
+    # Every entry of the catalog, not only the two above: a new one's advice in other words
+    # ("The job is retried." or "...; if ...") must lose its promise too.
+    import re
+
+    from core.catalog import SIGNATURES
+    from core.policy import _failing_advice
+
+    promise = re.compile(r"\b(?:is|will be) (?:retried|restarted)\b(?! again)|automatically", re.I)
+    for s in (s for s in SIGNATURES if s.retryable):
+        c = Classification(True, s.rule, "E", "m", ErrorSource.LOG, s.cause, s.next_step, False)
+        assert not promise.search(_failing_advice(c, cause=False)), (s.rule, s.next_step)

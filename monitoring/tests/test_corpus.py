@@ -77,28 +77,39 @@ FLOORS = {"overall": 0.805, "held_back": 0.68, "false_retryable": 0.143}
 DECISION_FLOORS = {"overall": 0.82, "held_back": 0.695, "false_retryable": 0.115}
 # Those 425: batches 1 to 3 but for the entries gathered for issue 26 (commit a412e3d).
 ISSUE_26_TRAINING = frozenset({f"external-services-{n:03d}" for n in range(63, 74)} | {"gpu-031", "gpu-032"})
-SET_ON = [e for e in ENTRIES if e.batch <= 3 and e.id not in ISSUE_26_TRAINING]
+# The second, third and fourth gatherings of issue 26's training material (batch 1, ids numbered
+# 200 to 499 in their family), gathered after every floor here was set, so no floor counts them: SET_ON
+# leaves them out with ISSUE_26_TRAINING, and the complete floors are scored on the 521 without
+# them (evaluate.gathered_after_the_floors, which test_corpus_outcomes uses too).
+ISSUE_26_LATER_TRAINING = frozenset(e.id for e in ENTRIES if evaluate.gathered_after_the_floors(e))
+SET_ON = [e for e in ENTRIES if e.batch <= 3 and e.id not in ISSUE_26_TRAINING and e.id not in ISSUE_26_LATER_TRAINING]
 SET_ON_SCORE = evaluate.score(evaluate.run(SET_ON))
 # The complete corpus after issue 26's gathering (521 entries, batch 4's 83 included), set at
 # 81.4 % overall, 70.4 % held back, 14.4 % false-retryable; by the decision 82.7 %, 71.6 %,
-# 12.0 %. Raised as signatures improve; a new batch gets a line of its own.
+# 12.0 %. Raised as signatures improve; a new batch gets a line of its own. Scored on those
+# 521 (batches 1 to 4) only, so that a batch gathered later (batch 5, held back whole) does not
+# move them.
+# Nor the later gatherings of issue 26's training material (ids 200 to 499, batch 1).
+COMPLETE = [e for e in ENTRIES if e.batch <= 4 and e.id not in ISSUE_26_LATER_TRAINING]
+COMPLETE_SCORE = evaluate.score(evaluate.run(COMPLETE))
 COMPLETE_FLOORS = {"overall": 0.81, "held_back": 0.70, "false_retryable": 0.145}
 COMPLETE_DECISION_FLOORS = {"overall": 0.825, "held_back": 0.713, "false_retryable": 0.121}
 
 
-def test_the_floors_are_scored_on_the_425_entries_they_were_set_on():
+def test_the_floors_are_scored_on_the_entries_they_were_set_on():
     assert len(SET_ON) == 425
+    assert len(COMPLETE) == 521
 
 
 @pytest.mark.parametrize(
-    "score, floors", [(SET_ON_SCORE, FLOORS), (SCORE, COMPLETE_FLOORS)], ids=["set-on", "complete"]
+    "score, floors", [(SET_ON_SCORE, FLOORS), (COMPLETE_SCORE, COMPLETE_FLOORS)], ids=["set-on", "complete"]
 )
 def test_overall_agreement_stays_above_its_floor(score, floors):
     assert score.agreement >= floors["overall"], f"{score.agreement:.1%}; misses: {_misses(score.misses)}"
 
 
 @pytest.mark.parametrize(
-    "score, floors", [(SET_ON_SCORE, FLOORS), (SCORE, COMPLETE_FLOORS)], ids=["set-on", "complete"]
+    "score, floors", [(SET_ON_SCORE, FLOORS), (COMPLETE_SCORE, COMPLETE_FLOORS)], ids=["set-on", "complete"]
 )
 def test_held_back_agreement_stays_above_its_floor(score, floors):
     assert score.held_back, "no held-back entries"
@@ -106,7 +117,7 @@ def test_held_back_agreement_stays_above_its_floor(score, floors):
 
 
 @pytest.mark.parametrize(
-    "score, floors", [(SET_ON_SCORE, FLOORS), (SCORE, COMPLETE_FLOORS)], ids=["set-on", "complete"]
+    "score, floors", [(SET_ON_SCORE, FLOORS), (COMPLETE_SCORE, COMPLETE_FLOORS)], ids=["set-on", "complete"]
 )
 def test_false_retryable_rate_stays_below_its_ceiling(score, floors):
     false_retryable = [o for o in score.outcomes if not o.entry.retryable and o.classification.retryable]
@@ -115,7 +126,7 @@ def test_false_retryable_rate_stays_below_its_ceiling(score, floors):
 
 @pytest.mark.parametrize(
     "score, floors",
-    [(SET_ON_SCORE, DECISION_FLOORS), (SCORE, COMPLETE_DECISION_FLOORS)],
+    [(SET_ON_SCORE, DECISION_FLOORS), (COMPLETE_SCORE, COMPLETE_DECISION_FLOORS)],
     ids=["set-on", "complete"],
 )
 def test_the_policys_decisions_stay_above_their_floors(score, floors):

@@ -68,7 +68,13 @@ def test_sync_job_restarts_on_a_retryable_error_with_a_full_record(alice_ws, own
     assert "restart 1 of 3" in record.reason
     # where it failed and the verdict's kind, with its public-report count in the reason (issue 26)
     assert (record.failure_step, record.failure_phase) == (1, "training")
-    assert record.verdict_kind == "ambiguous" and "ambiguous: transient in 0 of 1 public reports" in record.reason
+    # the count is the committed table's (core/verdict_counts.json), which grows with the corpus
+    from core.kinds import reports_of
+
+    retryable, reports = reports_of(record.rule)
+    assert reports and retryable / reports < 0.8  # public reports against the catalog's retry: ambiguous
+    assert record.verdict_kind == "ambiguous"
+    assert f"ambiguous: transient in {retryable} of {reports} public reports; retrying once" in record.reason
     api = owner_api.get(f"/api/v1/jobs/{job.pk}/restarts/").json()
     row = api["results"][0] if isinstance(api, dict) else api[0]
     assert (row["verdict_kind"], row["failure_step"], row["failure_phase"]) == ("ambiguous", 1, "training")
