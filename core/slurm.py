@@ -70,6 +70,10 @@ UNSCHEDULABLE_NODE_STATES = frozenset(
     }
 )
 
+# Node states of a node that is lost (its slurmd silent or the node set DOWN), as against
+# one taken out of service on purpose (DRAIN, MAINT, RESERVED, power saving).
+DOWN_NODE_STATES = frozenset({"DOWN", "NOT_RESPONDING", "NO_RESPOND"})
+
 # Slurm's words for "it is not there right now"; anything else a command
 # refuses with is taken as a permanent refusal of this request.
 TRANSIENT_MARKERS = (
@@ -208,6 +212,7 @@ class SlurmNode:
     slots: int
     schedulable: bool
     reason: str = ""
+    down: bool = False  # DOWN or not responding: lost, as against drained or reserved on purpose
 
 
 NOT_RESPONDING = "Not responding"  # slurmctld's own reason for a node it set DOWN this way
@@ -233,6 +238,7 @@ def nodes_from_sinfo_json(data: dict, partition: str = "") -> list[SlurmNode]:
             slots=int(_number(n.get("cpus")) or 0),
             schedulable=not (words & UNSCHEDULABLE_NODE_STATES),
             reason=_reason(str(n.get("reason") or ""), words),
+            down=bool(words & DOWN_NODE_STATES),
         )
     return list(seen.values())
 
@@ -247,6 +253,10 @@ def nodes_from_sinfo_text(text: str) -> list[SlurmNode]:
         words = _node_state_words(parts[2])
         reason = _reason("" if parts[3].strip() == "none" else parts[3].strip(), words)
         seen[parts[0]] = SlurmNode(
-            parts[0], int(parts[1]) if parts[1].isdigit() else 0, not (words & UNSCHEDULABLE_NODE_STATES), reason
+            parts[0],
+            int(parts[1]) if parts[1].isdigit() else 0,
+            not (words & UNSCHEDULABLE_NODE_STATES),
+            reason,
+            down=bool(words & DOWN_NODE_STATES),
         )
     return list(seen.values())

@@ -66,6 +66,31 @@ def test_drained_and_down_nodes_are_not_schedulable_in_json_and_text():
     ]
 
 
+def test_a_lost_node_is_down_and_one_taken_out_on_purpose_is_not():
+    data = {
+        "nodes": [
+            {"name": "a", "cpus": 8, "state": "idle", "state_flags": ["DRAIN"], "reason": "Vigil: job 4"},
+            {"name": "b", "cpus": 8, "state": ["MIXED", "NOT_RESPONDING"], "reason": ""},
+            {"name": "c", "cpus": 8, "state": "down", "reason": "Not responding"},
+            {"name": "d", "cpus": 8, "state": ["IDLE"], "state_flags": ["MAINT"], "reason": ""},
+        ]
+    }
+    assert [(n.name, n.down) for n in nodes_from_sinfo_json(data)] == [
+        ("a", False),
+        ("b", True),
+        ("c", True),
+        ("d", False),
+    ]
+    text = "a|8|drained|Vigil: job 4\nb|8|mixed*|none\nc|8|down*|Not responding\nd|8|idle|none\ne|8|draining|x\n"
+    assert [(n.name, n.down) for n in nodes_from_sinfo_text(text)] == [
+        ("a", False),
+        ("b", True),
+        ("c", True),
+        ("d", False),
+        ("e", False),
+    ]
+
+
 def test_a_job_is_waiting_active_or_unknown_by_its_state():
     assert SlurmJob("1", "PENDING").waiting and SlurmJob("1", "PENDING").active
     assert SlurmJob("1", "RUNNING").active and not SlurmJob("1", "RUNNING").waiting

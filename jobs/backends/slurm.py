@@ -45,6 +45,7 @@ import dataclasses
 import inspect
 import json
 import os
+import re
 import shlex
 import shutil
 import socket
@@ -203,6 +204,12 @@ def instance_status(
     started = files.started or {}
     if job.state == "NODE_FAIL" and failed_nodes and started.get("node"):
         return _node_fail_status(inst, files, job, failed_nodes)
+    lost_with = _node_lost_with(files, failed_nodes)
+    if lost_with:
+        # The step ended without the instance's report because its node died, and Slurm
+        # has not yet failed the job for it (srun hears of the node first, CI): the node's
+        # failure, not an exit without a status.
+        return _node_fail_status(inst, files, job, failed_nodes | {lost_with})
     base = dict(
         name=inst["name"],
         role=inst["role"],
@@ -267,6 +274,28 @@ def instance_status(
         + ("reported an exit" if files.started else "started")
         + said,
     )
+
+
+_SRUN_NODE_FAILURE = re.compile(r"\bNode failure on (\S+?)[;,.]?(?:\s|$)")
+
+
+def unreported_exit(files: InstanceFiles) -> bool:
+    """The run ended without the instance's own report (the supervisor wrote it, in srun's
+    words), and nobody asked it to stop."""
+    ex = files.exited
+    return (
+        ex is not None and files.stop_requested_at is None and ex.get("exit_code") is None and ex.get("signal") is None
+    )
+
+
+def _node_lost_with(files: InstanceFiles, failed_nodes: frozenset) -> str:
+    """The node an unreported exit died with: the instance's own node when Slurm holds it
+    down, or when srun said that node failed. "" when neither."""
+    node = (files.started or {}).get("node") or ""
+    if not node or not unreported_exit(files):
+        return ""
+    said = _SRUN_NODE_FAILURE.search((files.exited or {}).get("reason") or "")
+    return node if node in failed_nodes or (said and said.group(1) == node) else ""
 
 
 def _node_fail_status(inst: dict, files: InstanceFiles, job: SlurmJob, failed_nodes: frozenset) -> PolledInstance:
@@ -698,16 +727,21 @@ class SlurmBackend(Backend):
     def poll(self, handle: dict) -> list[PolledInstance]:
         job = self.job(handle)
         said = "" if job.active else step.last_line(os.path.join(handle["attempt_dir"], "batch.log"))
-        failed = self._failed_nodes(handle) if job.state == "NODE_FAIL" else frozenset()
-        return [instance_status(inst, self._files(handle, inst), job, said, failed) for inst in handle["instances"]]
+        files = [self._files(handle, inst) for inst in handle["instances"]]
+        # Which nodes are down matters after a NODE_FAIL, and for a run that ended without
+        # its instance's report: one sinfo call, only then.
+        asks = job.state == "NODE_FAIL" or any(unreported_exit(f) for f in files)
+        failed = self._failed_nodes(handle) if asks else frozenset()
+        return [instance_status(inst, f, job, said, failed) for inst, f in zip(handle["instances"], files)]
 
     def _failed_nodes(self, handle: dict) -> frozenset:
-        """Which of the attempt's nodes failed: those Slurm now holds unschedulable (DOWN,
-        not responding). Slurm's job record names all the job's nodes, not the lost one."""
+        """Which of the attempt's nodes failed: those Slurm now holds DOWN or not responding
+        (a drained node was taken out on purpose, not lost). Slurm's job record names all
+        the job's nodes, not the lost one."""
         allocation = step.read_json(os.path.join(handle["attempt_dir"], "allocation.json")) or {}
         mine = set(allocation.get("nodes") or ())
         try:
-            return frozenset(n.name for n in self.list_nodes() if not n.schedulable and n.name in mine)
+            return frozenset(n.name for n in self._sinfo_nodes() if n.down and n.name in mine)
         except BackendError:
             return frozenset()
 
@@ -823,6 +857,9 @@ class SlurmBackend(Backend):
     # -- nodes -------------------------------------------------------------------------------------
 
     def list_nodes(self) -> list[Node]:
+        return _nodes(self._sinfo_nodes())
+
+    def _sinfo_nodes(self) -> list[SlurmNode]:
         res = self._run("sinfo", "--json", check=False) if self.opts["use_json"] else None
         if res is not None and res.returncode == 0:
             try:
@@ -832,10 +869,10 @@ class SlurmBackend(Backend):
             # With the controller down, 22.05 exits 0 with "errors" and no nodes: the text
             # form below then fails with Slurm's own words.
             if isinstance(data, dict) and not data.get("errors"):
-                return _nodes(nodes_from_sinfo_json(data, self.opts["partition"]))
+                return nodes_from_sinfo_json(data, self.opts["partition"])
         part = [f"--partition={self.opts['partition']}"] if self.opts["partition"] else []
         res = self._run("sinfo", "-h", "-N", *part, "-o", "%N|%c|%T|%E")
-        return _nodes(nodes_from_sinfo_text(res.stdout))
+        return nodes_from_sinfo_text(res.stdout)
 
     def isolate_node(self, name: str, reason: str) -> None:
         if not reason.strip():

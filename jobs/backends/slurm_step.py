@@ -27,6 +27,7 @@ Files of an attempt directory (all JSON written by write-to-temp + rename):
     instances/<name>/run-<run>.json   started: node, pid, step id, time
     instances/<name>/exit-<run>.json  ended: exit code, signal, time, reason
     instances/<name>/stop-<run>.json  the console asked to stop this run
+    instances/<name>/srun-<run>.err   srun's own messages for the run ("Node failure on n3")
     instances/<name>/c4d/             C4D on: the Flight Recorder's dumps per rank, the
                                       console's request for a fresh one (fr_files.py)
     runtime/boot/                     C4D on: the start-up hook every step's Python runs
@@ -181,6 +182,11 @@ def attempt_ports(job_id: str, attempt: int, count: int, base: int, span: int) -
 
 def last_line(path: str, nbytes: int = 2000) -> str:
     """The last non-empty line of a file ("" if none): the gist of an error log."""
+    return last_lines(path, 1, nbytes)
+
+
+def last_lines(path: str, count: int, nbytes: int = 2000) -> str:
+    """The last `count` non-empty lines of a file, joined with "; " ("" if none)."""
     try:
         with open(path, "rb") as fh:
             fh.seek(0, os.SEEK_END)
@@ -188,7 +194,12 @@ def last_line(path: str, nbytes: int = 2000) -> str:
             lines = [ln.strip() for ln in fh.read().decode(errors="replace").splitlines() if ln.strip()]
     except OSError:
         return ""
-    return lines[-1][:300] if lines else ""
+    return "; ".join(line[:300] for line in lines[-count:])
+
+
+def srun_said_file(attempt_dir: str, name: str, run: int) -> str:
+    """Where srun's own messages for one run of an instance go (its stderr)."""
+    return os.path.join(instance_dir(attempt_dir, name), f"srun-{run}.err")
 
 
 def expand_hostlist(text: str) -> list[str]:
@@ -303,7 +314,14 @@ def supervise(attempt_dir: str) -> int:
             )
             return
         node = allocation["placements"][name]["node"]
-        steps[name] = (run, subprocess.Popen(srun_argv(attempt_dir, spec, name, node, run), stdin=subprocess.DEVNULL))
+        # srun's own words (a node failure, a step it could not launch) go to a file of this
+        # run, not the batch log the instances share: they explain a step that left no exit
+        # report of the instance's own.
+        with open(srun_said_file(attempt_dir, name, run), "ab") as said:
+            steps[name] = (
+                run,
+                subprocess.Popen(srun_argv(attempt_dir, spec, name, node, run), stdin=subprocess.DEVNULL, stderr=said),
+            )
 
     for inst in spec["instances"]:
         start(inst["name"], 1)
@@ -316,8 +334,11 @@ def supervise(attempt_dir: str) -> int:
                 continue
             del steps[name]
             if read_json(exit_file(attempt_dir, name, run)) is None:
-                # The wrapper was killed (SIGKILL, OOM killer) or never ran: say so, in srun's words.
-                said = last_line(os.path.join(instance_dir(attempt_dir, name), f"srun-{run}.log"))
+                # The wrapper was killed (SIGKILL, OOM killer), its node died or it never ran:
+                # say so, in srun's words, else the last line the step printed.
+                said = last_lines(srun_said_file(attempt_dir, name, run), 3) or last_line(
+                    os.path.join(instance_dir(attempt_dir, name), f"srun-{run}.log")
+                )
                 write_json(
                     exit_file(attempt_dir, name, run),
                     {

@@ -110,6 +110,42 @@ def test_an_instance_left_without_exit_record_by_a_node_failure_is_failed_naming
     assert (status.state, status.reason, status.node) == (InstanceState.FAILED, "NODE_FAIL", "n3")
 
 
+def unreported(said: str, node: str = "n3") -> InstanceFiles:
+    """A run the supervisor closed because srun ended without the instance's report."""
+    return InstanceFiles(
+        run=1,
+        started={"node": node, "pid": 5, "started_at": 1.0},
+        exited={"exit_code": None, "signal": None, "exited_at": 9.0, "reason": said},
+        stop_requested_at=None,
+        last_output_at=4.0,
+    )
+
+
+def test_a_run_that_died_with_its_node_before_slurm_failed_the_job_is_the_nodes_failure():
+    # CI: srun heard of the node before the job became NODE_FAIL, and the supervisor wrote
+    # the run's end; the poll between the two saw a RUNNING job.
+    running = SlurmJob("12", "RUNNING", "", "n1,n2,n3")
+    files = unreported("step ended without a report from the instance (srun exit 1)")
+    status = instance_status(WORKER, files, running, failed_nodes=frozenset({"n3"}))
+    assert (status.state, status.reason, status.node) == (InstanceState.FAILED, "NODE_FAIL", "n3")
+    assert status.exited_at == 4.0  # its last sign of life, before srun heard of it
+    # srun's own words name the node, before sinfo shows it down
+    said = "step ended without a report from the instance (srun exit 1): srun: error: Node failure on n3"
+    status = instance_status(WORKER, unreported(said), running)
+    assert (status.state, status.reason, status.node) == (InstanceState.FAILED, "NODE_FAIL", "n3")
+
+
+def test_a_run_that_ended_unreported_on_a_node_that_is_up_stays_unexplained():
+    running = SlurmJob("12", "RUNNING", "", "n1,n3")
+    said = "step ended without a report from the instance (srun exit 9): srun: error: Node failure on n30"
+    for files, down in ((unreported(said), frozenset({"n1"})), (unreported(said, node="n1"), frozenset())):
+        status = instance_status(WORKER, files, running, failed_nodes=down)
+        assert (status.state, status.reason) == (InstanceState.LOST, said), files
+    # stopped on request, on a node that then died: still the stop
+    stopped = dataclasses.replace(unreported(said), stop_requested_at=8.0)
+    assert instance_status(WORKER, stopped, running, failed_nodes=frozenset({"n3"})).state == InstanceState.STOPPED
+
+
 def test_an_instance_whose_attempt_was_stopped_is_stopped_not_failed():
     files = InstanceFiles(
         run=0,

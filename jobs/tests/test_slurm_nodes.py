@@ -14,6 +14,7 @@ import os
 import shutil
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -177,6 +178,10 @@ def test_a_dead_node_fails_the_attempt_with_node_fail_and_vigil_restarts_once_on
             assert (record.node_name, record.error_code) == ("n3", "NODE_LOST"), (record.node_name, record.reason)
             assert record.instance_name == "worker-1"
             assert NodeFault.objects.filter(job=job, node="n3", retryable=True).count() == 1
+            # srun's own words for the lost run, kept apart from the batch log: they explain
+            # the run when the poll sees it end before Slurm fails the job (a CI run's race)
+            said = Path(first.backend_handle["attempt_dir"]) / "instances" / "worker-1" / "srun-1.err"
+            assert "Node failure on n3" in said.read_text()
             assert not NodeFault.objects.filter(job=job).exclude(node="n3").exists()
             print(
                 f"{job.display_name}: node death to restart decision {record.restart_time.timestamp() - died_at:.1f} s"
