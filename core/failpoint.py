@@ -15,12 +15,23 @@ Pure: the tail and the SDK's step in, a FailurePoint out.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import StrEnum
 
 from core.classify import prepare_tail
 
-__all__ = ["Phase", "FailurePoint", "STEP_LINE", "PROGRESS_LINE", "last_logged_step", "failure_point", "normalise"]
+__all__ = [
+    "Phase",
+    "FailurePoint",
+    "JobProgress",
+    "STEP_LINE",
+    "PROGRESS_LINE",
+    "last_logged_step",
+    "job_progress",
+    "failure_point",
+    "normalise",
+]
 
 # A step line: "step 12", "Step 12/500", "step=12", "iteration 5", "iter: 7"
 # (the same words core.stragglers and core.progress read, without requiring a timestamp).
@@ -94,12 +105,43 @@ class FailurePoint:
         return f"at step {self.step}" if self.step is not None else "while training"
 
 
+@dataclass(frozen=True)
+class JobProgress:
+    """How far the attempt trained as its other instances' logs show it: in DDP most ranks
+    print nothing and rank 0 prints the steps, so a failed rank's own tail often has no step
+    line while the job trained for hours."""
+
+    step: int | None = None  # the highest last step line among the logs read
+    trained: bool = False  # a progress line in any of them
+
+
+def job_progress(tails: Iterable[bytes | str]) -> JobProgress:
+    """The attempt's progress from its instances' log tails."""
+    steps: list[int] = []
+    trained = False
+    for tail in tails:
+        text = prepare_tail(tail)
+        logged = last_logged_step(text)
+        if logged is not None:
+            steps.append(logged)
+        trained = trained or logged is not None or PROGRESS_LINE.search(text) is not None
+    return JobProgress(step=max(steps) if steps else None, trained=trained)
+
+
 def failure_point(
-    tail: bytes | str, evidence: str, sdk_step: int | None = None, sdk_progress: bool = False
+    tail: bytes | str,
+    evidence: str,
+    sdk_step: int | None = None,
+    sdk_progress: bool = False,
+    job: JobProgress | None = None,
 ) -> FailurePoint:
-    """The point of a failure from the log tail the monitor read and what the SDK reported."""
+    """The point of a failure from the log tail the monitor read and what the SDK reported;
+    where neither names a step, from the job's progress (its other instances' logs)."""
     text = prepare_tail(tail)
     logged = last_logged_step(text)
     step = sdk_step if sdk_step is not None else logged
     trained = sdk_progress or sdk_step is not None or PROGRESS_LINE.search(text) is not None
+    if step is None and job is not None:
+        step = job.step
+        trained = trained or job.trained
     return FailurePoint(step=step, phase=Phase.TRAINING if trained else Phase.STARTUP, evidence=evidence or "")

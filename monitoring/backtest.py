@@ -40,7 +40,7 @@ from jobs.models import (
     RestartRecord,
     Workspace,
 )
-from monitoring.failures import TAIL_BYTES, keywords_of
+from monitoring.failures import TAIL_BYTES, keywords_of, point_with_peers
 
 # The newest failures are the ones a person remembers; an older past is not read.
 MAX_FAILURES = 200
@@ -74,16 +74,24 @@ def _tail(backend, handle: dict, name: str) -> bytes | None:
         log.close()
 
 
-def _point(attempt: Attempt | None, tail: bytes | None, step: int | None = None, evidence: str = "") -> FailurePoint:
+def _point(
+    attempt: Attempt | None,
+    tail: bytes | None,
+    step: int | None = None,
+    evidence: str = "",
+    backend=None,
+    peers: list[Instance] | None = None,
+) -> FailurePoint:
     """Where an attempt failed (or how far it trained): core.failpoint's point, from the SDK's
-    progress, else its log's step lines, as the monitor reads it for the guard."""
+    progress, else its log's step lines, else its other instances' (`peers`), as the monitor
+    reads it for the guard."""
     if attempt is None:
         return failure_point(b"", evidence)
     samples = [int(s[1]) for s in attempt.progress_samples or [] if len(s) > 1]
     if step is None and samples:
         step = max(samples)
     progress = bool(attempt.made_progress or attempt.first_progress_at)
-    return failure_point(tail or b"", evidence, sdk_step=step, sdk_progress=progress)
+    return point_with_peers(attempt, tail or b"", evidence, backend, peers, sdk_step=step, sdk_progress=progress)
 
 
 def _failures(jobs: list[Job]) -> list[_Failure]:
@@ -182,6 +190,8 @@ def _inputs(failures: list[_Failure]) -> tuple[list[PastFailure], dict[str, _Fai
                     following,
                     _tail(backends[job.pk], following.backend_handle, name),
                     evidence=its_failure.evidence if its_failure else "",
+                    backend=backends[job.pk] if following.backend_handle else None,
+                    peers=[i for k, i in instances.items() if k[:2] == (job.pk, f.attempt + 1)],
                 ),
                 succeeded=following.status == AttemptStatus.SUCCEEDED,
                 failed=its_failure is not None,
@@ -204,7 +214,9 @@ def _inputs(failures: list[_Failure]) -> tuple[list[PastFailure], dict[str, _Fai
                 did=f.did,
                 rule=f.rule,
                 evidence=f.evidence,
-                point=_point(attempt, tail, f.step, f.evidence),
+                point=_point(
+                    attempt, tail, f.step, f.evidence, backends[job.pk] if attempt.backend_handle else None, siblings
+                ),
                 next_attempt=after,
                 node=inst.node,
                 job_restarts_before=restarts_before,

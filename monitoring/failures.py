@@ -12,7 +12,7 @@ from django.utils import timezone
 
 from core.classify import Classification, FailureInput, classify_failure
 from core.failcontext import FailureContext
-from core.failpoint import FailurePoint, Phase, failure_point
+from core.failpoint import FailurePoint, JobProgress, Phase, failure_point, job_progress
 from core.reputation import WINDOW_SECONDS, NodeFaultSeen, standings
 from core.logindex import quoted_line_offset
 from core.policy import JobHistory, PreviousFailure
@@ -21,6 +21,10 @@ from jobs.logs import InstanceLog
 from jobs.models import Attempt, Instance, InstanceStatus, Job, NodeFault, RestartKind, RestartRecord
 
 TAIL_BYTES = 64 * 1024
+# Where a failed instance's own log names no step, the job's steps are read from its other
+# instances' logs: this much of each, of this many (rank order).
+PEER_TAIL_BYTES = 16 * 1024
+PEERS_READ = 64
 # What every backend writes into an instance's log when it restarts that instance alone
 # (jobs.backends: local, memory and slurm's restart_instance), followed by its name.
 RESTART_MARK = b"===== vigil: "
@@ -44,12 +48,29 @@ def keywords_of(job: Job) -> tuple[str, ...]:
     return tuple(seen[:100])
 
 
+def job_progress_of(attempt: Attempt, instances: list[Instance], backend: Backend) -> JobProgress:
+    """How far the attempt trained by its instances' logs (core.failpoint.job_progress): the
+    last step any of them logged. The first PEERS_READ instances in rank order (rank 0, which
+    most jobs have print the steps, comes first), PEER_TAIL_BYTES of each."""
+    tails = []
+    for inst in sorted(instances, key=lambda i: (i.rank, i.name))[:PEERS_READ]:
+        log = InstanceLog(backend, attempt.backend_handle, inst.name)
+        try:
+            tails.append(log.tail(PEER_TAIL_BYTES))
+        except BackendError:
+            continue
+        finally:
+            log.close()
+    return job_progress(tails)
+
+
 def classify_instance(
-    job: Job, attempt: Attempt, inst: Instance, backend: Backend
+    job: Job, attempt: Attempt, inst: Instance, backend: Backend, peers: list[Instance] | None = None
 ) -> tuple[Classification, int | None, FailurePoint]:
     """Classify one failed instance from its exit and log tail; also returns the
     byte offset of the line the classifier used, when it can tell, and where it failed
-    (the SDK's step when this attempt reported one, else the tail's last step line)."""
+    (the SDK's step when this attempt reported one, else the tail's last step line, else
+    the last step line of the attempt's other instances, `peers`)."""
     log = InstanceLog(backend, attempt.backend_handle, inst.name)
     try:
         tail = log.tail(TAIL_BYTES)
@@ -73,8 +94,29 @@ def classify_instance(
     sdk_step = None
     if attempt.first_progress_at is not None:  # the job's step is this attempt's only once it reported
         sdk_step = Job.objects.filter(pk=job.pk).values_list("last_progress_step", flat=True).first()
-    point = failure_point(tail, c.evidence, sdk_step=sdk_step, sdk_progress=attempt.first_progress_at is not None)
+    point = point_with_peers(
+        attempt, tail, c.evidence, backend, peers, sdk_step=sdk_step, sdk_progress=attempt.first_progress_at is not None
+    )
     return c, (quoted_line_offset(tail, size, c.message) if size is not None else None), point
+
+
+def point_with_peers(
+    attempt: Attempt,
+    tail: bytes,
+    evidence: str,
+    backend: Backend | None,
+    peers: list[Instance] | None,
+    sdk_step: int | None = None,
+    sdk_progress: bool = False,
+) -> FailurePoint:
+    """Where an instance of the attempt failed (core.failpoint): the SDK's step, else its own
+    log's last step line, else, when its log names no step (a DDP rank other than 0), the
+    job's steps from the logs of the attempt's instances, `peers`."""
+    point = failure_point(tail, evidence, sdk_step=sdk_step, sdk_progress=sdk_progress)
+    if point.step is None and peers and backend is not None:
+        job = job_progress_of(attempt, peers, backend)
+        point = failure_point(tail, evidence, sdk_step=sdk_step, sdk_progress=sdk_progress, job=job)
+    return point
 
 
 def point_of(record: RestartRecord) -> FailurePoint | None:

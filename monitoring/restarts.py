@@ -201,7 +201,7 @@ def handle_failures(
     offsets = {}
     points = {}
     for inst in failed:
-        c, offset, points[inst.name] = classify_instance(job, attempt, inst, backend)
+        c, offset, points[inst.name] = classify_instance(job, attempt, inst, backend, peers=instances)
         offsets[inst.name] = offset
         observations.append(
             FailureObservation(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from core.classify import FailureInput, classify_failure
-from core.failpoint import FailurePoint, Phase, failure_point, last_logged_step, normalise
+from core.failpoint import FailurePoint, JobProgress, Phase, failure_point, job_progress, last_logged_step, normalise
 from core.flags import FaultToleranceConfig
 from core.policy import REPEATED_FAILURE_REASON, Action, InstanceFailure, JobHistory, PreviousFailure, Step, decide
 
@@ -120,3 +120,23 @@ def test_a_whole_job_restart_s_root_cause_repeats_on_whichever_rank_fails_first(
         PreviousFailure(rule=c.rule, role="Worker", index=1, point=point).repeated_by(c.rule, "Worker", 0, point)
         is False
     )
+
+
+def test_a_rank_that_prints_no_step_fails_at_the_jobs_step_from_its_peers_logs():
+    # DDP as people write it: rank 0 prints the steps, the rank that fails prints only its traceback
+    rank2 = TRACE
+    peers = job_progress(["step=1 loss=0.5\nstep=2 loss=0.4\nstep=3 loss=0.3\n", "", rank2, "epoch 1\n"])
+    assert peers == JobProgress(step=3, trained=True)
+    first = failure_point(rank2, "RuntimeError: boom", job=peers)
+    assert (first.step, first.phase) == (3, Phase.TRAINING)
+    # the same error after the job trained further is a new fault, not the same one again
+    later = failure_point(rank2, "RuntimeError: boom", job=job_progress(["step=9\n", rank2]))
+    assert not later.repeats(first) and later.describe() == "at step 9"
+    # at the same step again: the same fault
+    assert failure_point(rank2, "RuntimeError: boom", job=peers).repeats(first)
+    # its own step lines and the SDK's step come first
+    assert failure_point("step 2\n" + rank2, "e", job=peers).step == 2
+    assert failure_point(rank2, "e", sdk_step=5, job=peers).step == 5
+    # no rank trained: before the first progress, whatever the peers' logs hold
+    idle = failure_point(rank2, "e", job=job_progress(["Loading model...\n", rank2]))
+    assert (idle.step, idle.phase) == (None, Phase.STARTUP)
