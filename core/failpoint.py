@@ -60,12 +60,71 @@ def normalise(evidence: str) -> str:
     return _SPACE.sub(" ", text).strip().casefold()
 
 
+# How training loops print where they are, beside "step N" (each read from real logs, the
+# tests name them). A count of a total inside an epoch becomes the global step, epoch x total
+# + count, so that a later epoch is further on whatever its count.
+_EPOCH = re.compile(r"\bepoch\b\s*[:=#]?\s*[\[(]?\s*(\d+)", re.IGNORECASE)
+# "Epoch [2/10], Step [100/600]", "step 12/500", "Iter [40/1000]", "Batch 7/90"
+_STEP_OF_TOTAL = re.compile(r"\b(?:step|iter(?:ation)?|batch)\b\s*[:=#]?\s*[\[(]?\s*(\d+)\s*/\s*(\d+)", re.IGNORECASE)
+# The metric logger of torchvision's references, DeiT, MAE, DETR: "Epoch: [8]  [ 200/2293]  eta: ..."
+_METRIC_LOGGER = re.compile(r"\bepoch\b:?\s*\[\s*\d+\s*\]\s*\[\s*(\d+)\s*/\s*(\d+)\s*\]", re.IGNORECASE)
+# tqdm's bar: "Epoch 3:  45%|████▌     | 450/1000 [00:10<00:12, 45.00it/s]" (Lightning),
+# "  5%|▌    | 50/1000 [00:10<03:10]" (Hugging Face's Trainer), "Steps:  10%|█ | 100/1000 ["
+# (diffusers). Only a training bar counts: no description, or one naming an epoch, training,
+# steps or iterations; "Validation DataLoader 0", "Map", "Loading ..." are not training.
+# Without a terminal tqdm may draw no bar: "Epoch 0:  50% 1/2 [00:00<00:00, ...]".
+_BAR = re.compile(r"^(?P<desc>[^|\n]*?)\s*\d{1,3}%(?:\|[^|\n]*\|)?\s*(?P<n>\d+)/(?P<total>\d+)\s*\[")
+_TRAINING_BAR = re.compile(r"^[\s:]*$|\b(?:epoch|train\w*|steps?|iter\w*)\b", re.IGNORECASE)
+# What launchers put before each line of a rank: "[default0]:", "[rank0]:",
+# "[1,mpirank:0,algo-1]<stdout>:" (mpirun), "(RayTrainWorker pid=8) ", "192.168.12.21: " (pdsh).
+_LAUNCHER_PREFIX = re.compile(r"^(?:\s*(?:\[[^\]\n]*\](?:<\w+>)?:?|\([^)\n]*\)|\d{1,3}(?:\.\d{1,3}){3}:))+")
+# rsyslog and the services that ship logs through it write a carriage return as "#015".
+_SYSLOG_CR = "#015"
+# Keras: "Epoch 3/10" on a line of its own, then " 50/100 [=====>....] - ETA: 1s - loss: 0.3"
+_KERAS_EPOCH = re.compile(r"^\s*Epoch (\d+)/\d+\s*$")
+_KERAS_BAR = re.compile(r"^\s*(\d+)/(\d+) \[[=>.]*\]")
+
+
+def _global(epoch: re.Match | None, count: str, total: str) -> int:
+    return int(epoch.group(1)) * int(total) + int(count) if epoch is not None else int(count)
+
+
+def _line_step(line: str, keras_epoch: int | None) -> int | None:
+    """Where training was by one line, None when the line does not say."""
+    bar = _BAR.search(line)
+    if bar is not None:
+        desc = _LAUNCHER_PREFIX.sub("", bar["desc"])
+        if not _TRAINING_BAR.search(desc):
+            return None
+        return _global(_EPOCH.search(desc), bar["n"], bar["total"])
+    for counted in (_METRIC_LOGGER, _STEP_OF_TOTAL):
+        m = counted.search(line)
+        if m is not None:
+            return _global(_EPOCH.search(line), m.group(1), m.group(2))
+    steps = STEP_LINE.findall(line)
+    if steps:
+        return int(steps[-1])
+    keras = _KERAS_BAR.match(line)
+    if keras is not None:
+        n, total = int(keras.group(1)), int(keras.group(2))
+        return keras_epoch * total + n if keras_epoch is not None else n
+    return None
+
+
 def last_logged_step(tail: bytes | str) -> int | None:
-    """The step of the tail's last step line, None when it has none."""
+    """The step of the tail's last line that says where training was, None when none does."""
     last = None
-    for m in STEP_LINE.finditer(prepare_tail(tail)):
-        last = m
-    return int(last.group(1)) if last is not None else None
+    keras_epoch = None
+    for line in prepare_tail(tail).replace(_SYSLOG_CR, "\n").split("\n"):
+        line = _LAUNCHER_PREFIX.sub("", line)
+        header = _KERAS_EPOCH.match(line)
+        if header is not None:
+            keras_epoch = int(header.group(1))
+            continue
+        step = _line_step(line, keras_epoch)
+        if step is not None:
+            last = step
+    return last
 
 
 @dataclass(frozen=True)
@@ -140,7 +199,7 @@ def failure_point(
     text = prepare_tail(tail)
     logged = last_logged_step(text)
     step = sdk_step if sdk_step is not None else logged
-    trained = sdk_progress or sdk_step is not None or PROGRESS_LINE.search(text) is not None
+    trained = sdk_progress or step is not None or PROGRESS_LINE.search(text) is not None
     if step is None and job is not None:
         step = job.step
         trained = trained or job.trained

@@ -140,3 +140,74 @@ def test_a_rank_that_prints_no_step_fails_at_the_jobs_step_from_its_peers_logs()
     # no rank trained: before the first progress, whatever the peers' logs hold
     idle = failure_point(rank2, "e", job=job_progress(["Loading model...\n", rank2]))
     assert (idle.step, idle.phase) == (None, Phase.STARTUP)
+
+
+def _corpus_log(entry_id: str) -> str:
+    """A real failure log of the corpus (monitoring/corpus/*.jsonl; each entry names its source)."""
+    import json
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2] / "monitoring" / "corpus"
+    for path in sorted(root.glob("**/*.jsonl")):
+        for line in path.read_text().splitlines():
+            entry = json.loads(line)
+            if entry["id"] == entry_id:
+                return entry["log"]
+    raise LookupError(entry_id)
+
+
+@pytest.mark.parametrize(
+    ("entry_id", "step"),
+    [
+        # MAE's metric logger, "Epoch: [8]  [ 200/2293]" (github.com/LTH14/mar/issues/69): 8 x 2293 + 200
+        ("nan-001", 18544),
+        # Hugging Face Trainer's bar under DeepSpeed, no description, a log line run on after it
+        # (github.com/ymcui/Chinese-LLaMA-Alpaca/issues/534)
+        ("nan-018", 382),
+        # Keras: "Epoch 2/30", then "1883/3455 [====>...]" (github.com/bricewalker/Hey-Jetson/issues/7)
+        ("nan-023", 2 * 3455 + 1883),
+        # Keras with no epoch line in the tail (github.com/matterport/Mask_RCNN/issues/1162)
+        ("nan-020", 9),
+        # bars that are not training: a test set prepared, labels loaded, a Ray Data map
+        ("collective-timeout-007", None),
+        ("signals-705", None),
+        ("storage-602", None),
+    ],
+)
+def test_where_training_was_is_read_from_the_progress_formats_of_real_logs(entry_id, step):
+    assert last_logged_step(_corpus_log(entry_id)) == step
+
+
+def test_lightnings_bar_is_read_and_its_validation_bar_is_not():
+    # github.com/Lightning-AI/pytorch-lightning/issues/14094 (its first lines, as posted)
+    tail = (
+        "Validation DataLoader 0:  46%|██████████████████████████                              | 73/157 [00:02<00:02, 37.48it/s]\n"
+        "Epoch 0:  92%|█████████████████████████████████▉   | 932/1016 [00:33<00:03, 27.70it/s, loss=0.223, v_num=77, acc=0.875]\n"
+        "Validation DataLoader 0:  50%|███████████████████████████▊                            | 78/157 [00:02<00:02, 38.79it/s]\n"
+    )
+    assert last_logged_step(tail) == 932
+    point = failure_point(tail, "e")
+    assert (point.step, point.phase) == (932, Phase.TRAINING)
+
+
+def test_a_bar_drawn_without_a_terminal_behind_mpiruns_prefix_and_syslogs_escapes_is_read():
+    # github.com/aws-samples/sagemaker-distributed-training-workshop/issues/6 (SageMaker, mpirun)
+    tail = (
+        "[1,mpirank:0,algo-1]<stdout>:#015Validation DataLoader 0: 100% 1/1 [00:00<00:00, 1113.73it/s]#033[A\n"
+        "[1,mpirank:0,algo-1]<stdout>:#015Epoch 0:   0% 0/2 [00:00<?, ?it/s, loss=2.29, v_num=0, val_acc=0.166]"
+        "        #015Epoch 1:   0% 0/2 [00:00<?, ?it/s, loss=2.29, v_num=0, val_acc=0.166]\n"
+        "[1,mpirank:0,algo-1]<stdout>:#015Epoch 1:  50% 1/2 [00:00<00:00, 35.14it/s, loss=2.29, v_nu\n"
+    )
+    assert last_logged_step(tail) == 1 * 2 + 1
+    # a later epoch is further on, whatever its count within the epoch
+    first = failure_point("Epoch 0:  92%|███▉ | 932/1016 [00:33<00:03]\n", "RuntimeError: boom")
+    later = failure_point("Epoch 1:   5%|▌ | 51/1016 [00:02<00:33]\n", "RuntimeError: boom")
+    assert later.step > first.step and not later.repeats(first)
+
+
+def test_the_classic_epoch_and_step_of_total_line_is_a_global_step():
+    # the line yunjey/pytorch-tutorial's loops print ('Epoch [{}/{}], Step [{}/{}], Loss: {:.4f}',
+    # tutorials/01-basics/feedforward_neural_network/main.py), a format copied into many public
+    # training scripts; here with its numbers filled in
+    assert last_logged_step("Epoch [2/5], Step [100/600], Loss: 0.2431\n") == 2 * 600 + 100
+    assert last_logged_step("step 12/500 loss 0.3\n") == 12
