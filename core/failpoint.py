@@ -29,6 +29,7 @@ __all__ = [
     "PROGRESS_LINE",
     "last_logged_step",
     "job_progress",
+    "shows_progress",
     "failure_point",
     "normalise",
 ]
@@ -36,8 +37,13 @@ __all__ = [
 # A step line: "step 12", "Step 12/500", "step=12", "iteration 5", "iter: 7"
 # (the same words core.stragglers and core.progress read, without requiring a timestamp).
 STEP_LINE = re.compile(r"\b(?:step|iteration|iter)\b\s*[=:#]?\s*(\d+)", re.IGNORECASE)
-# Any line showing training progress; "epoch 3" is progress but names no step.
-PROGRESS_LINE = re.compile(r"\b(?:step|iter(?:ation)?|epoch)\b\s*[=:#]?\s*\d+", re.IGNORECASE)
+# Any line showing training progress; "epoch 3" is progress but names no step, and so is
+# the dict Hugging Face's Trainer logs ("{'loss': 0.2411, ..., 'epoch': 0.4}").
+PROGRESS_LINE = re.compile(
+    r"\b(?:step|iter(?:ation)?|epoch)\b\s*[=:#]?\s*\d+|['\"](?:epoch|global_step)['\"]\s*:\s*\d", re.IGNORECASE
+)
+# Any count of a total, which every progress format of last_logged_step's has.
+_COUNT_OF_TOTAL = re.compile(r"\d\s*/\s*\d")
 
 # What differs between two runs of one bug on one line: timestamps, addresses, pids, ports,
 # numbered hosts and ranks: hex addresses, then every run of digits (with the separators of
@@ -162,6 +168,16 @@ class FailurePoint:
         if self.phase == Phase.STARTUP:
             return "before the first progress"
         return f"at step {self.step}" if self.step is not None else "while training"
+
+
+def shows_progress(tail: bytes | str) -> bool:
+    """Does the tail show training progress: a progress line, or a line last_logged_step reads
+    (a training bar, a metric logger's count). One regex first: this runs on every log with
+    new output until an attempt's first progress."""
+    text = prepare_tail(tail)
+    if PROGRESS_LINE.search(text) is not None:
+        return True
+    return _COUNT_OF_TOTAL.search(text) is not None and last_logged_step(text) is not None
 
 
 @dataclass(frozen=True)

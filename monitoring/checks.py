@@ -16,6 +16,7 @@ from core import hang
 from core.isolation import Action
 from core.flags import C4DLogLevel, ExecutionMode, FaultToleranceConfig
 from core.classify import ErrorSource
+from core.failpoint import shows_progress
 from core.stragglers import StragglerVerdict, find_stragglers
 from jobs import actions
 from jobs.backends.base import Backend, BackendError
@@ -31,7 +32,7 @@ from jobs.models import (
     Job,
 )
 from monitoring import diagnose
-from monitoring.failures import PROGRESS_RE, TAIL_BYTES, epoch
+from monitoring.failures import TAIL_BYTES, epoch
 from monitoring.restarts import Outcome, on_problem
 from monitoring.state import MonitorState
 
@@ -110,7 +111,7 @@ def first_progress_of(
         except BackendError:
             continue
         read_any = True
-        if PROGRESS_RE.search(tail):
+        if shows_progress(tail):
             found = min(inst.last_output_at, now)  # the line was written by its log's last write
             break
     if found is None:

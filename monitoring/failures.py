@@ -5,14 +5,13 @@ restart). Reads only; the restarts module decides and acts on it."""
 
 from __future__ import annotations
 
-import re
 from datetime import datetime, timedelta
 
 from django.utils import timezone
 
 from core.classify import Classification, FailureInput, classify_failure
 from core.failcontext import FailureContext
-from core.failpoint import FailurePoint, JobProgress, Phase, failure_point, job_progress
+from core.failpoint import FailurePoint, JobProgress, Phase, failure_point, job_progress, shows_progress
 from core.reputation import WINDOW_SECONDS, NodeFaultSeen, standings
 from core.logindex import quoted_line_offset
 from core.policy import JobHistory, PreviousFailure
@@ -30,8 +29,6 @@ PEERS_READ = 64
 RESTART_MARK = b"===== vigil: "
 # Failures of other jobs on the same node this close to this one are one infrastructure event.
 SAME_MINUTE = timedelta(seconds=60)
-# Lines that show training progress without the SDK: "step=12", "Step 12", "iteration 5", "epoch 3".
-PROGRESS_RE = re.compile(rb"(?i)\b(?:step|iter(?:ation)?|epoch)\b\s*[=:#]?\s*\d+")
 
 
 def epoch(value: datetime | None) -> float | None:
@@ -196,7 +193,7 @@ def run_made_progress(attempt: Attempt, inst: Instance, backend: Backend) -> boo
     except BackendError:
         return True
     mark = tail.rfind(RESTART_MARK + inst.name.encode() + b" restarted")
-    return mark < 0 or PROGRESS_RE.search(tail, mark) is not None
+    return mark < 0 or shows_progress(tail[mark:])
 
 
 def history_of(job: Job, attempt: Attempt, instances: list[Instance], backend: Backend | None = None) -> JobHistory:
@@ -238,7 +235,7 @@ def restarts_without_progress(job: Job) -> int:
 
 
 def attempt_made_progress(job: Job, attempt: Attempt, instances: list[Instance], backend: Backend) -> bool:
-    """Did the attempt train: the SDK reported progress, or a log shows a step/epoch line."""
+    """Did the attempt train: the SDK reported progress, or a log shows it (core.failpoint.shows_progress)."""
     if attempt.first_progress_at is not None:
         return True
     for inst in instances:
@@ -246,7 +243,7 @@ def attempt_made_progress(job: Job, attempt: Attempt, instances: list[Instance],
             tail = InstanceLog(backend, attempt.backend_handle, inst.name).tail(TAIL_BYTES)
         except BackendError:
             continue
-        if PROGRESS_RE.search(tail):
+        if shows_progress(tail):
             return True
     return False
 

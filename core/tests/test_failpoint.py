@@ -5,7 +5,16 @@ from __future__ import annotations
 import pytest
 
 from core.classify import FailureInput, classify_failure
-from core.failpoint import FailurePoint, JobProgress, Phase, failure_point, job_progress, last_logged_step, normalise
+from core.failpoint import (
+    FailurePoint,
+    JobProgress,
+    Phase,
+    failure_point,
+    job_progress,
+    last_logged_step,
+    normalise,
+    shows_progress,
+)
 from core.flags import FaultToleranceConfig
 from core.policy import REPEATED_FAILURE_REASON, Action, InstanceFailure, JobHistory, PreviousFailure, Step, decide
 
@@ -211,3 +220,20 @@ def test_the_classic_epoch_and_step_of_total_line_is_a_global_step():
     # training scripts; here with its numbers filled in
     assert last_logged_step("Epoch [2/5], Step [100/600], Loss: 0.2431\n") == 2 * 600 + 100
     assert last_logged_step("step 12/500 loss 0.3\n") == 12
+
+
+@pytest.mark.parametrize(
+    ("entry_id", "trained"),
+    [
+        ("gpu-015", True),  # Hugging Face Trainer's dicts, "'epoch': 0.4", behind pdsh's host prefix
+        ("nan-001", True),  # MAE's metric logger
+        ("nan-018", True),  # Hugging Face Trainer's bar
+        ("nan-020", True),  # a Keras bar
+        ("signals-705", False),  # labels loaded, then it failed: start-up
+        ("collective-timeout-007", False),  # a test set prepared
+        ("storage-602", False),  # a Ray Data map
+    ],
+)
+def test_progress_is_seen_in_the_formats_real_loops_print_and_not_in_loading_bars(entry_id, trained):
+    # what ends an attempt's start-up interval and counts an attempt as having trained
+    assert shows_progress(_corpus_log(entry_id)) is trained

@@ -499,6 +499,43 @@ def test_the_same_failure_after_progress_is_restarted_again(alice_ws, owner_api,
     assert job.current_attempt == 3 and job.status == JobStatus.RUNNING
 
 
+def _bar(n: int, total: int = 2724) -> bytes:
+    """A line of tqdm's bar as Hugging Face's Trainer prints it (no description, no "step")."""
+    return f" {100 * n // total:2d}%|█▍        | {n}/{total} [14:06:56<85:46:12, 131.84s/it]\n".encode()
+
+
+def test_a_job_that_prints_only_a_progress_bar_trains_between_failures_and_is_restarted_each_time(
+    alice_ws, owner_api, job_body, memory_backend
+):
+    # Neither "step N" nor the SDK: the bar is its only progress. Each attempt trains further
+    # and then fails, the same error each time: never the same point, and never an attempt
+    # without progress, so neither the guard nor the restart-loop breaker stops it.
+    job = submit(owner_api, alice_ws, job_body, args=SYNC.replace("=3", "=10"))
+    for attempt in (1, 2, 3, 4):
+        h = handle_of(job, attempt)
+        memory_backend.write_log(
+            h, "worker-0", b"".join(_bar(n) for n in range(attempt * 100, attempt * 100 + 3)) + NCCL
+        )
+        memory_backend.finish(h, "worker-0", exit_code=1)
+        assert settled(job.pk).action == "restart_job", Job.objects.get(pk=job.pk).reason
+    job.refresh_from_db()
+    assert job.current_attempt == 5 and job.status == JobStatus.RUNNING
+    points = RestartRecord.objects.filter(job=job).order_by("attempt").values_list("failure_step", "failure_phase")
+    assert list(points) == [(102, "training"), (202, "training"), (302, "training"), (402, "training")]
+    assert all(Attempt.objects.filter(job=job, number__lt=5).values_list("made_progress", flat=True))
+
+
+def test_a_progress_bar_ends_the_start_up_interval(alice_ws, owner_api, job_body, memory_backend):
+    job = submit(owner_api, alice_ws, job_body, args=SYNC + " --enable-job-hang-detection=True --job-hang-interval=60")
+    h = handle_of(job)
+    memory_backend.write_log(h, "worker-0", b"Loading checkpoint shards: 100%|##########| 2/2 [00:03<00:00]\n")
+    tick.run_job(job.pk)
+    assert Attempt.objects.get(job=job, number=1).first_progress_at is None  # loading is start-up
+    memory_backend.write_log(h, "worker-0", _bar(1))
+    tick.run_job(job.pk)
+    assert Attempt.objects.get(job=job, number=1).first_progress_at is not None
+
+
 def test_the_same_failure_at_the_same_sdk_step_is_caught_even_after_progress(
     alice_ws, owner_api, job_body, memory_backend
 ):
