@@ -36,14 +36,14 @@ __all__ = [
 
 # A step line: "step 12", "Step 12/500", "step=12", "iteration 5", "iter: 7"
 # (the same words core.stragglers and core.progress read, without requiring a timestamp).
-STEP_LINE = re.compile(r"\b(?:step|iteration|iter)\b\s*[=:#]?\s*(\d+)", re.IGNORECASE)
+STEP_LINE = re.compile(r"\b(?:step|iteration|iter)\b\s*+[=:#]?\s*+(\d+)", re.IGNORECASE)
 # Any line showing training progress; "epoch 3" is progress but names no step, and so is
 # the dict Hugging Face's Trainer logs ("{'loss': 0.2411, ..., 'epoch': 0.4}").
 PROGRESS_LINE = re.compile(
-    r"\b(?:step|iter(?:ation)?|epoch)\b\s*[=:#]?\s*\d+|['\"](?:epoch|global_step)['\"]\s*:\s*\d", re.IGNORECASE
+    r"\b(?:step|iter(?:ation)?|epoch)\b\s*+[=:#]?\s*+\d|['\"](?:epoch|global_step)['\"]\s*+:\s*+\d", re.IGNORECASE
 )
 # Any count of a total, which every progress format of last_logged_step's has.
-_COUNT_OF_TOTAL = re.compile(r"\d\s*/\s*\d")
+_COUNT_OF_TOTAL = re.compile(r"\d\s*+/\s*+\d")
 
 # What differs between two runs of one bug on one line: timestamps, addresses, pids, ports,
 # numbered hosts and ranks: hex addresses, then every run of digits (with the separators of
@@ -69,26 +69,29 @@ def normalise(evidence: str) -> str:
 # How training loops print where they are, beside "step N" (each read from real logs, the
 # tests name them). A count of a total inside an epoch becomes the global step, epoch x total
 # + count, so that a later epoch is further on whatever its count.
-_EPOCH = re.compile(r"\bepoch\b\s*[:=#]?\s*[\[(]?\s*(\d+)", re.IGNORECASE)
+_EPOCH = re.compile(r"\bepoch\b\s*+[:=#]?\s*+[\[(]?\s*+(\d+)", re.IGNORECASE)
 # "Epoch [2/10], Step [100/600]", "step 12/500", "Iter [40/1000]", "Batch 7/90"
-_STEP_OF_TOTAL = re.compile(r"\b(?:step|iter(?:ation)?|batch)\b\s*[:=#]?\s*[\[(]?\s*(\d+)\s*/\s*(\d+)", re.IGNORECASE)
+_STEP_OF_TOTAL = re.compile(
+    r"\b(?:step|iter(?:ation)?|batch)\b\s*+[:=#]?\s*+[\[(]?\s*+(\d++)\s*+/\s*+(\d+)", re.IGNORECASE
+)
 # The metric logger of torchvision's references, DeiT, MAE, DETR: "Epoch: [8]  [ 200/2293]  eta: ..."
-_METRIC_LOGGER = re.compile(r"\bepoch\b:?\s*\[\s*\d+\s*\]\s*\[\s*(\d+)\s*/\s*(\d+)\s*\]", re.IGNORECASE)
+_METRIC_LOGGER = re.compile(r"\bepoch\b:?\s*+\[\s*+\d++\s*+\]\s*+\[\s*+(\d+)\s*+/\s*+(\d+)\s*+\]", re.IGNORECASE)
 # tqdm's bar: "Epoch 3:  45%|████▌     | 450/1000 [00:10<00:12, 45.00it/s]" (Lightning),
 # "  5%|▌    | 50/1000 [00:10<03:10]" (Hugging Face's Trainer), "Steps:  10%|█ | 100/1000 ["
 # (diffusers). Only a training bar counts: no description, or one naming an epoch, training,
 # steps or iterations; "Validation DataLoader 0", "Map", "Loading ..." are not training.
-# Without a terminal tqdm may draw no bar: "Epoch 0:  50% 1/2 [00:00<00:00, ...]".
-_BAR = re.compile(r"^(?P<desc>[^|\n]*?)\s*\d{1,3}%(?:\|[^|\n]*\|)?\s*(?P<n>\d+)/(?P<total>\d+)\s*\[")
-_TRAINING_BAR = re.compile(r"^[\s:]*$|\b(?:epoch|train\w*|steps?|iter\w*)\b", re.IGNORECASE)
+# Without a terminal tqdm may draw no bar: "Epoch 0:  50% 1/2 [00:00<00:00, ...]". The
+# description is what comes before the percentage.
+_BAR = re.compile(r"(?<!\d)\d{1,3}%(?:\|[^|\n]*+\|)?\s*+(?P<n>\d++)/(?P<total>\d++)\s*+\[")
+_TRAINING_BAR = re.compile(r"^[\s:]*+$|\b(?:epoch|train\w*+|steps?|iter\w*+)\b", re.IGNORECASE)
 # What launchers put before each line of a rank: "[default0]:", "[rank0]:",
 # "[1,mpirank:0,algo-1]<stdout>:" (mpirun), "(RayTrainWorker pid=8) ", "192.168.12.21: " (pdsh).
-_LAUNCHER_PREFIX = re.compile(r"^(?:\s*(?:\[[^\]\n]*\](?:<\w+>)?:?|\([^)\n]*\)|\d{1,3}(?:\.\d{1,3}){3}:))+")
+_LAUNCHER_PREFIX = re.compile(r"^(?:\s*+(?:\[[^\]\n]*+\](?:<\w++>)?:?|\([^)\n]*+\)|\d{1,3}(?:\.\d{1,3}){3}:))++")
 # rsyslog and the services that ship logs through it write a carriage return as "#015".
 _SYSLOG_CR = "#015"
 # Keras: "Epoch 3/10" on a line of its own, then " 50/100 [=====>....] - ETA: 1s - loss: 0.3"
-_KERAS_EPOCH = re.compile(r"^\s*Epoch (\d+)/\d+\s*$")
-_KERAS_BAR = re.compile(r"^\s*(\d+)/(\d+) \[[=>.]*\]")
+_KERAS_EPOCH = re.compile(r"^\s*+Epoch (\d+)/\d++\s*+$")
+_KERAS_BAR = re.compile(r"^\s*+(\d++)/(\d++) \[[=>.]*+\]")
 
 
 def _global(epoch: re.Match | None, count: str, total: str) -> int:
@@ -99,7 +102,7 @@ def _line_step(line: str, keras_epoch: int | None) -> int | None:
     """Where training was by one line, None when the line does not say."""
     bar = _BAR.search(line)
     if bar is not None:
-        desc = _LAUNCHER_PREFIX.sub("", bar["desc"])
+        desc = _LAUNCHER_PREFIX.sub("", line[: bar.start()])
         if not _TRAINING_BAR.search(desc):
             return None
         return _global(_EPOCH.search(desc), bar["n"], bar["total"])

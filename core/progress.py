@@ -14,9 +14,9 @@ from typing import Iterable, Sequence
 from core.stragglers import parse_step_line
 
 # "step 12/500", "Step 12 of 500", "iteration 12/500": the total when a line says it.
-_TOTAL = re.compile(r"\b(?:step|iteration|iter)\b\s*[=:#]?\s*\d+\s*(?:/|\bof\b)\s*(?P<m>\d+)", re.IGNORECASE)
+_TOTAL = re.compile(r"\b(?:step|iteration|iter)\b\s*+[=:#]?\s*+\d++\s*+(?:/|\bof\b)\s*+(?P<m>\d+)", re.IGNORECASE)
 # "loss=0.43", "loss: 0.43", "loss 0.43", "Loss 4.3e-01" (not "val_loss", not "loss_scale").
-_LOSS = re.compile(r"(?<![\w.])loss\s*[=:]?\s*(?P<v>[-+]?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)\b", re.IGNORECASE)
+_LOSS = re.compile(r"(?<![\w.])loss\s*+[=:]?\s*+(?P<v>[-+]?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)\b", re.IGNORECASE)
 RATE_WINDOW = 60.0  # steps/s over the last minute of reports: recent speed, not the run's average
 
 

@@ -30,12 +30,12 @@ from typing import Hashable, Iterable, Mapping
 from core.flags import C4DLogLevel
 
 _TIMESTAMP = re.compile(
-    r"^\s*(?:\[rank\d+\]:\s*)?\[?"
+    r"^\s*+(?:\[rank\d+\]:\s*+)?\[?"
     r"(?P<date>\d{4}-\d\d-\d\d)[T ](?P<time>\d\d:\d\d:\d\d)(?:[.,](?P<frac>\d{1,9}))?"
     r"(?P<tz>Z|[+-]\d\d:?\d\d)?"
 )
-_STEP = re.compile(r"\b(?:step|iteration|iter)\b\s*[=:#]?\s*(?P<n>\d+)", re.IGNORECASE)
-_STEP_TIME = re.compile(r"\bstep_time\s*[=:]\s*(?P<s>\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)")
+_STEP = re.compile(r"\b(?:step|iteration|iter)\b\s*+[=:#]?\s*+(?P<n>\d+)", re.IGNORECASE)
+_STEP_TIME = re.compile(r"\bstep_time\s*+[=:]\s*+(?P<s>\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)")
 
 
 @dataclass(frozen=True)

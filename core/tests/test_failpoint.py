@@ -237,3 +237,22 @@ def test_the_classic_epoch_and_step_of_total_line_is_a_global_step():
 def test_progress_is_seen_in_the_formats_real_loops_print_and_not_in_loading_bars(entry_id, trained):
     # what ends an attempt's start-up interval and counts an attempt as having trained
     assert shows_progress(_corpus_log(entry_id)) is trained
+
+
+def test_the_log_readers_patterns_never_backtrack_over_a_run_of_spaces():
+    # A job's own log is their input, read on every tick: "step" followed by 60,000 spaces
+    # took a minute with "\s*[=:#]?\s*" (each split of the run tried) and well over five with
+    # three such runs. Every run of spaces is matched possessively ("\s*+"), which keeps each
+    # search linear in the line.
+    import re as _re
+
+    from core import failpoint, progress, stragglers
+
+    unbounded = _re.compile(r"\\s[*+](?!\+)")
+    for module in (failpoint, progress, stragglers):
+        for name, value in vars(module).items():
+            if isinstance(value, _re.Pattern) and value.pattern != r"\s+":
+                assert not unbounded.search(value.pattern), f"{module.__name__}.{name}: {value.pattern}"
+    # and the readings are the same with any amount of space
+    assert last_logged_step("step" + " " * 60_000 + "x\nstep  =  12\n") == 12
+    assert shows_progress("Epoch" + " " * 60_000 + "\n") is False
