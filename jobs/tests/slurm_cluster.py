@@ -325,9 +325,18 @@ MessageTimeout={self.message_timeout}
         return pids
 
     def kill_node(self, node: str) -> list[int]:
-        """The node dies: SIGKILL to its slurmd, its slurmstepds and its tasks at once
-        (killing slurmd alone leaves the steps running). Returns the PIDs killed."""
-        pids = self._signal_node(node, signal.SIGKILL)
+        """The node dies: its slurmd, its slurmstepds and its tasks at once (killing slurmd
+        alone leaves the steps running). Everything is stopped first, the slurmstepds before
+        their tasks, then killed: a real node's death is one instant, and a slurmstepd that
+        outlived its task by a moment told srun "task 0: Killed" (a CI run under load), which
+        no dead node says. Returns the PIDs killed."""
+        pids = self.node_pids(node)
+        for signum in (signal.SIGSTOP, signal.SIGKILL):
+            for pid in reversed(pids):  # node_pids lists the slurmstepds last
+                try:
+                    os.kill(pid, signum)
+                except ProcessLookupError:
+                    pass
         proc = self.processes.pop(self.daemon(node), None)
         if proc is not None:
             proc.wait(timeout=10)

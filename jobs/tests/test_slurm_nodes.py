@@ -170,12 +170,24 @@ def test_a_dead_node_fails_the_attempt_with_node_fail_and_vigil_restarts_once_on
             job = Job.objects.get(pk=pk)
             first = Attempt.objects.get(job=job, number=1)
             slurm = get_backend(job.backend)
+            record = RestartRecord.objects.get(job=job)
+            lost = first.instances.get(name="worker-1")
+            assert (record.node_name, record.error_code) == ("n3", "NODE_LOST"), (
+                record.reason,
+                lost.status,
+                lost.backend_reason,
+                slurm.job(first.backend_handle).state,
+                [
+                    (f.name, f.read_text()[-500:])
+                    for f in (Path(first.backend_handle["attempt_dir"]) / "instances" / "worker-1").iterdir()
+                    if f.is_file()
+                ],
+                list(JobEvent.objects.filter(job=job).values_list("type", "message")),
+            )
             # Slurm's own word, and no requeue of its own (sbatch --no-requeue): the job
             # stays NODE_FAIL while Vigil's one restart is attempt 2.
             assert slurm.job(first.backend_handle).state == "NODE_FAIL"
             assert Attempt.objects.filter(job=job).count() == 2
-            record = RestartRecord.objects.get(job=job)
-            assert (record.node_name, record.error_code) == ("n3", "NODE_LOST"), (record.node_name, record.reason)
             assert record.instance_name == "worker-1"
             assert NodeFault.objects.filter(job=job, node="n3", retryable=True).count() == 1
             # srun's own words for the lost run, kept apart from the batch log: they explain
