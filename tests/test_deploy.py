@@ -31,6 +31,7 @@ import pytest
 from testsupport.jobs import let_jobs_reach
 from testsupport.processes import unit_commands
 from testsupport.monitor import subprocess_database_url
+from testsupport.ports import free_port
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -44,12 +45,6 @@ UNITS = [
     "vigil-exits.service",
     "vigil-decide.service",
 ]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def env_example() -> dict[str, str]:

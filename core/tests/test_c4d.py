@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -26,6 +25,7 @@ from core.c4d import (
     visible,
 )
 from core.flags import C4DEnvs, C4DLogLevel
+from testsupport.ports import free_port
 
 ENVS = C4DEnvs(hang_timeout_us=10_000_000, hang_times=3)  # 10 s
 T0 = 1_000_000.0
@@ -253,12 +253,6 @@ def serving_receiver():
 def receiver():
     with serving_receiver() as server:
         yield server
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def start_reporting_ranks(receiver, world: int, **fault) -> list[subprocess.Popen]:

@@ -9,13 +9,13 @@ from __future__ import annotations
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
+from testsupport.ports import free_port
 
 pytestmark = pytest.mark.torch
 pytest.importorskip("torch", reason="PyTorch is not installed: pip install torch==2.13.0 (CPU)")
@@ -25,12 +25,6 @@ STEP_LINE = re.compile(
     r"^(?P<ts>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z) step=(?P<step>\d+) rank=(?P<rank>\d+) "
     r"loss=(?P<loss>\S+) step_time=(?P<step_time>\d+\.\d+)$"
 )
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Ranks:

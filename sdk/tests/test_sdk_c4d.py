@@ -2,7 +2,6 @@
 background; an open collective is reported as entered without exit."""
 
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -12,6 +11,7 @@ import pytest
 from conftest import subprocess_env
 from loopback_console import SERVER_ERROR, job_env
 from vigil import c4d
+from testsupport.ports import free_port
 
 
 def records(console, rank=None):
@@ -118,12 +118,6 @@ def test_disable_sends_what_is_left(console):
         pass
     assert c4d.disable().ok()
     assert [v["op"] for _, v in closed(console)] == ["gather"]
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def run_ranks(console, **extra):
