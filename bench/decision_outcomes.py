@@ -21,7 +21,13 @@ listed only with --show-held-back, so rules are never written from them.
 share of public reports against a verdict from which it is probed): the trade-off between the
 two targets that a cut alone can buy, to tell a threshold problem from a missing signature.
 
-Run:  .venv/bin/python bench/decision_outcomes.py [--show-held-back] [--quick] [--frontier]
+--ceiling prints an upper bound: the best that any verdict per catalog rule, or per evidence class
+(the HTTP status, errno, exception class or family a verdict's line is keyed by), could reach on
+each part, the verdicts chosen with the sources' answers in hand (outcomes.ceiling). Where it
+misses a target, no cut, count or verdict over those keys meets it: only evidence they do not
+read can.
+
+Run:  .venv/bin/python bench/decision_outcomes.py [--show-held-back] [--quick] [--frontier] [--ceiling]
 Targets (held-back part, every scenario): recovered >= 98 %, <= 0.25 futile restarts per
 not-retryable fault, never more than 1 on one fault. Exit 1 when a target is missed.
 """
@@ -92,11 +98,32 @@ def _frontier(entries: list[evaluate.Entry], scenarios: tuple[str, ...]) -> None
         print(f"  cut {share:<4} {'   '.join(parts)}{committed}")
 
 
+def _ceiling(replays: list[outcomes.Replay]) -> None:
+    print()
+    print(
+        "ceiling: the best any verdict per key could do, chosen knowing the sources' answers "
+        f"(targets: recovered >= {TARGETS['recovered']:.0%}, futile/bug <= {TARGETS['futile_per_bug']})"
+    )
+    parts = (
+        ("held back", [r for r in replays if outcomes.held_back(r.entry)]),
+        ("training", [r for r in replays if not outcomes.held_back(r.entry)]),
+        ("whole", replays),
+    )
+    for name, key in outcomes.CEILING_KEYS.items():
+        for label, part in parts:
+            c = outcomes.ceiling(part, key, TARGETS["recovered"], TARGETS["futile_per_bug"])
+            print(
+                f"  by {name:<15} {label:<10} {c.groups:>4} keys: at >= 98% recovered, futile/bug "
+                f"{_num(c.futile_per_bug)}; at <= 0.25 futile/bug, recovered {_pct(c.recovered)}"
+            )
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--show-held-back", action="store_true", help="also list the held-back part's misses")
     parser.add_argument("--quick", action="store_true", help="every 7th entry and one scenario: the same labels")
     parser.add_argument("--frontier", action="store_true", help="also replay with other ambiguity cuts")
+    parser.add_argument("--ceiling", action="store_true", help="also print the best any verdict per key could do")
     args = parser.parse_args(argv)
 
     entries = evaluate.load_corpus()
@@ -158,6 +185,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"    {r.entry.id:<24} {what:<22} rule {r.first.rule}; {r.last_reason[:140]}")
     if args.frontier:
         _frontier(entries, scenarios)
+    if args.ceiling:
+        _ceiling(outcomes.replay_all(entries, scenarios[0]))
     print()
     print(f"targets {'met' if met else 'MISSED'} (held-back part, every scenario)")
     return 0 if met else 1

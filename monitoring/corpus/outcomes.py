@@ -20,17 +20,30 @@ same sequences: it recovers every transient fault and restarts every bug 3 times
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 
 from core.classify import Classification, classify_failure
 from core.failcontext import FailureContext
 from core.failpoint import failure_point
 from core.flags import FaultToleranceConfig
+from core.kinds import evidence_keys
 from core.policy import Action, InstanceFailure, JobHistory, PreviousFailure, decide
 from monitoring.corpus.evaluate import FRESH_BATCH, Entry, failure_input
 
-__all__ = ["RESTARTS", "SCENARIOS", "Replay", "replay", "replay_all", "held_back", "Figures", "figures"]
+__all__ = [
+    "RESTARTS",
+    "SCENARIOS",
+    "CEILING_KEYS",
+    "Ceiling",
+    "Replay",
+    "replay",
+    "replay_all",
+    "held_back",
+    "Figures",
+    "figures",
+    "ceiling",
+]
 
 RESTARTS = 3
 PROGRESS_STEPS = 20
@@ -138,3 +151,60 @@ def figures(replays: list[Replay]) -> Figures:
         first_agree=sum(r.first.retryable == r.entry.retryable for r in replays),
         torchrun_futile=RESTARTS * len(bugs),
     )
+
+
+def _evidence_class(c: Classification) -> str:
+    """The coarsest reading of a verdict's evidence finer than its rule: the HTTP status, errno,
+    exception class or family core.kinds keys it by (not the line itself, which no two reports
+    share), else the rule."""
+    return next(key for key, _ in evidence_keys(c) if not key.startswith("line:"))
+
+
+# What a verdict can be decided by, from the coarsest: the catalog's rule, and the finest key of
+# its evidence that more than one report can share.
+CEILING_KEYS: dict[str, Callable[[Classification], str]] = {
+    "rule": lambda c: f"rule:{c.rule}",
+    "evidence class": _evidence_class,
+}
+
+
+@dataclass(frozen=True)
+class Ceiling:
+    """The best any verdict per group could do, the groups' verdicts chosen knowing the answers."""
+
+    groups: int
+    futile_per_bug: float | None  # the fewest futile restarts per bug of a choice that recovers >= the target
+    recovered: float | None  # the most recovered of a choice with <= the futile target
+
+
+def ceiling(
+    replays: Iterable[Replay],
+    key: Callable[[Classification], str],
+    recovered_target: float = 0.98,
+    futile_target: float = 0.25,
+) -> Ceiling:
+    """An upper bound on what deciding by `key` can reach on these replays.
+
+    Every failure whose first verdict has the same key gets the same decision: restart it (each
+    transient one is recovered, each bug costs one restart, the fewest the repeated-failure guard
+    allows) or fail it. The choice per group is made here with the sources' verdicts in hand,
+    which no classifier has, so no threshold, count or verdict over these keys does better: a
+    target this misses needs evidence the keys do not read, not a better cut. Exact (a knapsack
+    over the groups: the fewest bugs restarted for each number of transient faults recovered)."""
+    groups: dict[str, list[int]] = {}
+    for r in replays:
+        counts = groups.setdefault(key(r.first), [0, 0])
+        counts[0 if r.entry.retryable else 1] += 1
+    transient = sum(t for t, _ in groups.values())
+    bugs = sum(b for _, b in groups.values())
+    unreachable = bugs + 1
+    fewest = [0] + [unreachable] * transient  # fewest[x]: the fewest bugs restarted to recover x
+    for t, b in groups.values():
+        if t:
+            for x in range(transient, t - 1, -1):
+                fewest[x] = min(fewest[x], fewest[x - t] + b)
+    # bugs alone in a group are failed at no cost: fewest[0] stays 0
+    need = -(-round(recovered_target * 10_000) * transient // 10_000)  # ceil(target * transient)
+    futile = min(fewest[need:]) / bugs if bugs and transient else None
+    recovered = max(x for x, n in enumerate(fewest) if n <= futile_target * bugs) / transient if transient else None
+    return Ceiling(len(groups), futile, recovered)

@@ -10,9 +10,12 @@ day they are met, and floors at what the decisions last reached hold them meanwh
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 import core.kinds
+from core.classify import Classification, ErrorSource
 from monitoring.corpus import evaluate, outcomes, verdict_table
 
 ENTRIES = evaluate.load_corpus()
@@ -99,3 +102,36 @@ def test_a_transient_fault_is_recovered_by_one_restart_and_a_repeating_bug_costs
     assert guarded and all(
         "the same failure at the same point twice" in r.last_reason or "retried only" in r.last_reason for r in guarded
     )
+
+
+def _replay(rule: str, retryable: bool) -> outcomes.Replay:
+    entry = evaluate.Entry(
+        id=f"{rule}-{retryable}", family="startup", source="-", framework="-", log="", exit_code=1, signal=None,
+        backend_reason=None, verdict="retryable" if retryable else "not_retryable", why="-", holdout=True,
+    )  # fmt: skip
+    first = Classification(retryable, rule, "", "", ErrorSource.EXIT_CODE, "", "", cascade_like=False)
+    return outcomes.Replay(entry, "rerun", first, 0, False, "")
+
+
+def test_the_ceiling_picks_the_best_verdict_per_key_knowing_the_answers():
+    # a: 90 transient faults alone; b: 8 transient, 10 bugs; c: 2 transient, 30 bugs; d: 60 bugs
+    replays = (
+        [_replay("a", True)] * 90
+        + [_replay("b", True)] * 8 + [_replay("b", False)] * 10
+        + [_replay("c", True)] * 2 + [_replay("c", False)] * 30
+        + [_replay("d", False)] * 60
+    )  # fmt: skip
+    c = outcomes.ceiling(replays, outcomes.CEILING_KEYS["rule"])
+    assert c.groups == 4
+    # 98 of 100 recovered: restart a and b (10 futile restarts of 100 bugs)
+    assert c.futile_per_bug == pytest.approx(0.10)
+    # within 25 futile restarts: a and b only (c's 30 bugs would overspend), 98 %
+    assert c.recovered == pytest.approx(0.98)
+    strict = outcomes.ceiling(replays, outcomes.CEILING_KEYS["rule"], recovered_target=1.0, futile_target=0.05)
+    assert strict.futile_per_bug == pytest.approx(0.40)  # 100 % needs c too
+    assert strict.recovered == pytest.approx(0.90)  # a alone
+    # a key that tells every failure apart reaches both: the bound is the keys', not the replay's
+    apart = outcomes.ceiling(
+        [replace(r, first=replace(r.first, rule=str(i))) for i, r in enumerate(replays)], outcomes.CEILING_KEYS["rule"]
+    )
+    assert (apart.groups, apart.futile_per_bug, apart.recovered) == (200, 0.0, 1.0)
