@@ -202,8 +202,11 @@ def test_every_page_at_both_sizes_has_a_screenshot_no_serious_axe_violation_and_
     # what a viewer who may not submit, and a person in no workspace, are shown
     others = {"forbidden": (carol, f"/workspaces/{alice_ws.slug}/jobs/new/"), "no-workspace": (bob, "/")}
     for size, viewport in SIZES.items():
-        visits = [(page_for(alice, **viewport), name, path) for name, path in pages.items()]
-        visits += [(page_for(who, **viewport), name, path) for name, (who, path) in others.items()]
+        # One logged-in tab per person and size, going from page to page as a person does: a
+        # login per page (two browser contexts and a password hash each) was half the test's time.
+        tabs = {who: page_for(who, **viewport) for who in (alice, *(who for who, _ in others.values()))}
+        visits = [(tabs[alice], name, path) for name, path in pages.items()]
+        visits += [(tabs[who], name, path) for name, (who, path) in others.items()]
         for page, name, path in visits:
             response = page.goto(path)
             statuses[name] = response.status if response else 0
