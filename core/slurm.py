@@ -8,6 +8,8 @@ without Slurm.
 
 from __future__ import annotations
 
+import re
+import signal
 from dataclasses import dataclass
 
 # Slurm job states (squeue / scontrol / sacct spell them the same way).
@@ -101,6 +103,31 @@ def is_transient(refusal: str) -> bool:
     """Whether a command's refusal means Slurm is unreachable or busy right now."""
     text = refusal.lower()
     return any(m in text for m in TRANSIENT_MARKERS)
+
+
+# -- srun's words for a task a signal ended -----------------------------------------------
+
+# The supervisor's record of a run that ended without the instance's own report, with srun's
+# last words: "step ended without a report from the instance (srun exit 137): srun: error: n3:
+# task 0: Killed". srun exits 128 + N for a task that signal N ended and names the signal as
+# strsignal(3) does ("Killed", "Segmentation fault", "Bus error"), "(core dumped)" after it.
+_SRUN_EXIT = re.compile(r"\(srun exit (\d+)\)")
+_SRUN_TASK_ENDED = re.compile(r"\btask \d+(?:-\d+)?: ([A-Z][A-Za-z ]*?)(?: \(core dumped\))?(?:;|$)")
+
+
+def srun_task_signal(reason: str) -> int | None:
+    """The signal that ended a run's task, when srun's exit status and its words agree on it
+    (the wrapper itself was killed, so the instance could not report); None otherwise."""
+    m = _SRUN_EXIT.search(reason)
+    if not m or not 128 < int(m.group(1)) < 128 + signal.NSIG:
+        return None
+    number = int(m.group(1)) - 128
+    try:
+        name = signal.strsignal(number)
+    except ValueError:
+        return None
+    said = {w.group(1) for w in _SRUN_TASK_ENDED.finditer(reason[m.end() :])}
+    return number if name in said else None
 
 
 # -- Slurm's view of a job (pure parsing) ------------------------------------------------

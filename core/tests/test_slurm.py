@@ -11,6 +11,7 @@ from core.slurm import (
     job_from_squeue_json,
     nodes_from_sinfo_json,
     nodes_from_sinfo_text,
+    srun_task_signal,
 )
 
 
@@ -102,3 +103,27 @@ def test_an_unreachable_controller_is_transient_and_a_bad_request_is_not():
     assert is_transient("sbatch: error: Batch job submission failed: Unable to contact slurm controller")
     assert is_transient("squeue: error: Socket timed out on send/recv operation")
     assert not is_transient("sbatch: error: Batch job submission failed: Invalid account or account/partition")
+
+
+# The supervisor's record when the wrapper itself was killed; srun's words as Slurm 22.05 on
+# this machine printed them for `kill -KILL $PPID` and `kill -SEGV $PPID` from the instance.
+UNREPORTED = "step ended without a report from the instance (srun exit {}): {}"
+
+
+def test_srun_names_the_signal_that_ended_a_task_when_its_exit_status_agrees():
+    assert srun_task_signal(UNREPORTED.format(137, "srun: error: vm: task 0: Killed")) == 9
+    assert srun_task_signal(UNREPORTED.format(139, "srun: error: vm: task 0: Segmentation fault")) == 11
+    said = "srun: error: n2: task 1: Bus error (core dumped); srun: Terminating StepId=12.3"
+    assert srun_task_signal(UNREPORTED.format(135, said)) == 7
+
+
+def test_srun_words_without_a_matching_signal_status_name_no_signal():
+    for code, said in (
+        (137, "srun: error: Node failure on n3"),  # the node, not a signal
+        (1, "srun: error: vm: task 0: Killed"),  # an exit status, not a signal's
+        (135, "srun: error: vm: task 0: Killed"),  # status and words disagree
+        (137, ""),  # words lost
+        (300, "srun: error: vm: task 0: Killed"),  # no such signal
+    ):
+        assert srun_task_signal(UNREPORTED.format(code, said)) is None, (code, said)
+    assert srun_task_signal("Slurm job 12 ended (FAILED) before this instance reported an exit") is None

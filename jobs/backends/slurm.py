@@ -62,6 +62,7 @@ from core.slurm import (
     SlurmJob,
     SlurmNode,
     is_transient,
+    srun_task_signal,
     job_from_sacct,
     job_from_scontrol,
     job_from_squeue_json,
@@ -223,6 +224,10 @@ def instance_status(
     if files.exited is not None:
         ex = files.exited
         code, sig, at = ex.get("exit_code"), ex.get("signal"), ex.get("exited_at")
+        if code is None and sig is None:
+            # The wrapper was killed, so srun's exit and words are all there is: "task 0:
+            # Killed" with exit 137 is a SIGKILL like any other, not an exit without a status.
+            sig = srun_task_signal(ex.get("reason") or "")
         if stop_at is not None:
             state = InstanceState.STOPPED
         elif code == 0:

@@ -146,6 +146,16 @@ def test_a_run_that_ended_unreported_on_a_node_that_is_up_stays_unexplained():
     assert instance_status(WORKER, stopped, running, failed_nodes=frozenset({"n3"})).state == InstanceState.STOPPED
 
 
+def test_a_run_whose_wrapper_srun_saw_killed_failed_by_that_signal_unless_its_node_died():
+    running = SlurmJob("12", "RUNNING", "", "n1,n3")
+    said = "step ended without a report from the instance (srun exit 137): srun: error: n3: task 0: Killed"
+    status = instance_status(WORKER, unreported(said), running)
+    assert (status.state, status.exit_code, status.signal, status.reason) == (InstanceState.FAILED, None, 9, said)
+    # the node's death explains it first: a dead node's tasks are not killed by a signal
+    status = instance_status(WORKER, unreported(said), running, failed_nodes=frozenset({"n3"}))
+    assert (status.state, status.reason, status.signal) == (InstanceState.FAILED, "NODE_FAIL", None)
+
+
 def test_an_instance_whose_attempt_was_stopped_is_stopped_not_failed():
     files = InstanceFiles(
         run=0,
@@ -337,9 +347,14 @@ def test_a_failing_instance_reports_its_exit_code_and_a_killed_one_its_signal(ba
         [
             InstanceLaunch("worker-0", "Worker", 0, 0, "echo about to fail; exit 3"),
             InstanceLaunch("worker-1", "Worker", 1, 1, "kill -KILL $$"),
+            # the wrapper itself killed (a job that kills its process group): srun says so
+            InstanceLaunch("worker-2", "Worker", 2, 2, "echo killing my wrapper; kill -KILL $PPID; sleep 30"),
         ],
     )
     statuses = wait_for(backend, handle, all_finished)
+    wrapper = statuses.pop("worker-2")
+    assert (wrapper.state, wrapper.exit_code, wrapper.signal) == (InstanceState.FAILED, None, 9), wrapper
+    assert "(srun exit 137)" in wrapper.reason and "task 0: Killed" in wrapper.reason, wrapper.reason
 
     assert (statuses["worker-0"].state, statuses["worker-0"].exit_code, statuses["worker-0"].signal) == (
         InstanceState.FAILED,
@@ -355,6 +370,7 @@ def test_a_failing_instance_reports_its_exit_code_and_a_killed_one_its_signal(ba
     backend.stop(handle)  # a late stop leaves the real outcome alone
     assert [(s.state, s.exit_code, s.signal) for s in backend.poll(handle)] == [
         (InstanceState.FAILED, 3, None),
+        (InstanceState.FAILED, None, 9),
         (InstanceState.FAILED, None, 9),
     ]
     with pytest.raises(BackendError, match="restart the whole attempt instead") as err:
