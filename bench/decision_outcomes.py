@@ -68,7 +68,7 @@ def _row(label: str, replays: list[outcomes.Replay]) -> str:
     )
 
 
-FRONTIER_CUTS = (0.02, 0.05, 0.1, 0.2, 0.3, 0.5)
+FRONTIER_CUTS = (0.0, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5)
 
 
 @contextlib.contextmanager
