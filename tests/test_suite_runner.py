@@ -4,13 +4,13 @@ directory is in exactly one shard, and the shards never share a database."""
 from testsupport import suite
 
 
-def test_every_testpath_is_in_exactly_one_shard_and_the_monitor_core_and_notifications_go_first():
+def test_every_testpath_is_in_exactly_one_shard_and_the_monitor_and_core_go_first():
     paths = suite.testpaths()
     shards = suite.shards(paths)
     assert len(shards) == 2 and all(shards)
     first, second = shards
     assert sorted(p for p in first + second if p in paths) == sorted(paths)
-    assert {"monitoring", "core", "notifications"} <= set(first)
+    assert {"monitoring", "core"} <= set(first)
     # A file taken from a directory of the second shard runs in the first only.
     moved = [p for p in first if p not in paths]
     assert moved and all((suite.REPO / p).is_file() for p in moved)

@@ -36,8 +36,11 @@ from urllib.parse import urlsplit, urlunsplit
 REPO = Path(__file__).resolve().parents[1]
 # Directories of pytest.ini's testpaths, and single files from the others (which the second
 # shard then --ignore's). Balanced on a PostgreSQL pass's --durations: 938 s against 1089 s
-# of tests before console, sdk/tests and the chaos run (86 s) came over.
-FIRST = ("monitoring", "core", "notifications", "console", "sdk/tests", "tests/test_chaos.py")
+# of tests before console, sdk/tests and the chaos run (86 s) came over; console (about 40 s
+# alone) and notifications (about 50 s) went back when the every-page browser test of the
+# second shard dropped from 198 s to 82 s (the fresh-clone PostgreSQL pass had been 14:38
+# against 14:12, each near its 15 minutes).
+FIRST = ("monitoring", "core", "sdk/tests", "tests/test_chaos.py")
 
 
 def testpaths() -> list[str]:
