@@ -113,7 +113,7 @@ def _ceiling(replays: list[outcomes.Replay]) -> None:
         for label, part in parts:
             c = outcomes.ceiling(part, key, TARGETS["recovered"], TARGETS["futile_per_bug"])
             print(
-                f"  by {name:<15} {label:<10} {c.groups:>4} keys: at >= 98% recovered, futile/bug "
+                f"  by {name:<14} {label:<10} {c.groups:>4} keys: at >= 98% recovered, futile/bug "
                 f"{_num(c.futile_per_bug)}; at <= 0.25 futile/bug, recovered {_pct(c.recovered)}"
             )
 

@@ -60,6 +60,7 @@ __all__ = [
     "MIN_REPORTS",
     "Kind",
     "Verdict",
+    "counted_key",
     "evidence_keys",
     "parse_counts",
     "verdict_of",
@@ -267,6 +268,16 @@ class Verdict:
         return f"{self.kind}: {self.sureness}{note}{tail}"
 
 
+def counted_key(c: Classification, keyed: dict[str, tuple[int, int]] | None = None) -> tuple[str, str]:
+    """(key, words) of what a verdict's reports are counted by: the finest evidence key with
+    MIN_REPORTS counted reports, else ("rule:<rule>", ""). `keyed` replaces the committed table."""
+    keyed = _KEYED if keyed is None else keyed
+    for key, words in evidence_keys(c)[:-1]:
+        if keyed.get(key, (0, 0))[1] >= MIN_REPORTS:
+            return key, words
+    return f"rule:{c.rule}", ""
+
+
 def verdict_of(
     c: Classification,
     counts: dict[str, tuple[int, int]] | None = None,
@@ -276,14 +287,11 @@ def verdict_of(
     MIN_REPORTS of them, else of its rule (module docstring). `counts` by rule and `keyed`
     by evidence key replace the committed table (tests)."""
     keyed = keyed if keyed is not None else (_KEYED if counts is None else {})
-    retryable, reports, basis = 0, 0, ""
-    for key, words in evidence_keys(c)[:-1]:
-        found = keyed.get(key, (0, 0))
-        if found[1] >= MIN_REPORTS:
-            (retryable, reports), basis = found, words
-            break
-    else:
+    key, basis = counted_key(c, keyed)
+    if key.startswith("rule:"):
         retryable, reports = (counts if counts is not None else _COUNTS).get(c.rule, (0, 0))
+    else:
+        retryable, reports = keyed[key]
     if not reports:
         return Verdict(Kind.TRANSIENT if c.retryable else Kind.DETERMINISTIC, 0, 0)
     against = reports - retryable if c.retryable else retryable

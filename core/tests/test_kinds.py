@@ -8,7 +8,16 @@ from dataclasses import replace
 import pytest
 
 from core.classify import Classification, ErrorSource
-from core.kinds import AMBIGUOUS_SHARE, COUNTS_PATH, MIN_REPORTS, Kind, evidence_keys, reports_of, verdict_of
+from core.kinds import (
+    AMBIGUOUS_SHARE,
+    COUNTS_PATH,
+    MIN_REPORTS,
+    Kind,
+    counted_key,
+    evidence_keys,
+    reports_of,
+    verdict_of,
+)
 
 
 def _c(retryable: bool, rule: str = "some-rule") -> Classification:
@@ -189,3 +198,17 @@ def test_an_exit_status_verdict_is_keyed_by_the_last_error_line_of_its_tail():
     )
     plain = classify_failure(FailureInput(exit_code=1, signal=None, log_tail="loading\ndone\n"))
     assert [k for k, _ in evidence_keys(plain)] == ["rule:crashed-with-exit-code"]
+
+
+def test_the_counted_key_is_the_finest_with_enough_reports_else_the_rule():
+    c = Classification(
+        True, "python-exception", "E", "m", ErrorSource.LOG, "c", "n", False,
+        evidence="requests.exceptions.ReadTimeout: HTTPSConnectionPool(host='hub'): Read timed out.",
+    )  # fmt: skip
+    keys = [key for key, _ in evidence_keys(c)]
+    assert keys[1:3] == ["exception:requests.exceptions.ReadTimeout", "exception:ReadTimeout"]
+    enough, few = (2, MIN_REPORTS), (1, MIN_REPORTS - 1)
+    assert counted_key(c, {keys[1]: few, keys[2]: enough}) == ("exception:ReadTimeout", "ReadTimeout")
+    assert counted_key(c, {keys[1]: few}) == ("rule:python-exception", "")
+    # and the verdict is counted by that key's reports
+    assert verdict_of(c, counts={}, keyed={keys[2]: enough}).basis == "ReadTimeout"

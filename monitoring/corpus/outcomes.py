@@ -27,7 +27,7 @@ from core.classify import Classification, classify_failure
 from core.failcontext import FailureContext
 from core.failpoint import failure_point
 from core.flags import FaultToleranceConfig
-from core.kinds import evidence_keys
+from core.kinds import counted_key, evidence_keys
 from core.policy import Action, InstanceFailure, JobHistory, PreviousFailure, decide
 from monitoring.corpus.evaluate import FRESH_BATCH, Entry, failure_input
 
@@ -160,11 +160,14 @@ def _evidence_class(c: Classification) -> str:
     return next(key for key, _ in evidence_keys(c) if not key.startswith("line:"))
 
 
-# What a verdict can be decided by, from the coarsest: the catalog's rule, and the finest key of
-# its evidence that more than one report can share.
+# What a verdict can be decided by: the catalog's rule, the finest key of its evidence that more
+# than one report can share, and the key the committed kinds count reports by.
 CEILING_KEYS: dict[str, Callable[[Classification], str]] = {
     "rule": lambda c: f"rule:{c.rule}",
     "evidence class": _evidence_class,
+    # what the committed kinds are decided by: the key whose reports are counted, and the
+    # catalog's verdict of the rule (core.kinds.verdict_of reads nothing else of the log)
+    "counted key": lambda c: f"{counted_key(c)[0]} {'retryable' if c.retryable else 'not retryable'}",
 }
 
 
