@@ -28,6 +28,8 @@ __all__ = [
     "STEP_LINE",
     "PROGRESS_LINE",
     "last_logged_step",
+    "last_logged_position",
+    "Position",
     "job_progress",
     "shows_progress",
     "failure_point",
@@ -98,30 +100,39 @@ def _global(epoch: re.Match | None, count: str, total: str) -> int:
     return int(epoch.group(1)) * int(total) + int(count) if epoch is not None else int(count)
 
 
-def _line_step(line: str, keras_epoch: int | None) -> int | None:
+# Where a line says training was: (epoch, step). The epoch is kept apart only when the line
+# names one beside a step with no total ("Epoch:  3 step: 20", "epoch: 2, iter: 40"): whether
+# that step counts within the epoch or from the start, (epoch, step) orders the lines as
+# training went, where the step alone would put epoch 3's step 20 before epoch 1's step 40.
+# A count of a total is made global (epoch None): the epoch is already in it.
+Position = tuple[int | None, int]
+
+
+def _line_position(line: str, keras_epoch: int | None) -> Position | None:
     """Where training was by one line, None when the line does not say."""
     bar = _BAR.search(line)
     if bar is not None:
         desc = _LAUNCHER_PREFIX.sub("", line[: bar.start()])
         if not _TRAINING_BAR.search(desc):
             return None
-        return _global(_EPOCH.search(desc), bar["n"], bar["total"])
+        return None, _global(_EPOCH.search(desc), bar["n"], bar["total"])
     for counted in (_METRIC_LOGGER, _STEP_OF_TOTAL):
         m = counted.search(line)
         if m is not None:
-            return _global(_EPOCH.search(line), m.group(1), m.group(2))
+            return None, _global(_EPOCH.search(line), m.group(1), m.group(2))
     steps = STEP_LINE.findall(line)
     if steps:
-        return int(steps[-1])
+        epoch = _EPOCH.search(line)
+        return (int(epoch.group(1)) if epoch is not None else None), int(steps[-1])
     keras = _KERAS_BAR.match(line)
     if keras is not None:
         n, total = int(keras.group(1)), int(keras.group(2))
-        return keras_epoch * total + n if keras_epoch is not None else n
+        return None, (keras_epoch * total + n if keras_epoch is not None else n)
     return None
 
 
-def last_logged_step(tail: bytes | str) -> int | None:
-    """The step of the tail's last line that says where training was, None when none does."""
+def last_logged_position(tail: bytes | str) -> Position | None:
+    """(epoch, step) of the tail's last line that says where training was, None when none does."""
     last = None
     keras_epoch = None
     for line in prepare_tail(tail).replace(_SYSLOG_CR, "\n").split("\n"):
@@ -130,10 +141,16 @@ def last_logged_step(tail: bytes | str) -> int | None:
         if header is not None:
             keras_epoch = int(header.group(1))
             continue
-        step = _line_step(line, keras_epoch)
-        if step is not None:
-            last = step
+        position = _line_position(line, keras_epoch)
+        if position is not None:
+            last = position
     return last
+
+
+def last_logged_step(tail: bytes | str) -> int | None:
+    """The step of the tail's last line that says where training was, None when none does."""
+    position = last_logged_position(tail)
+    return position[1] if position is not None else None
 
 
 @dataclass(frozen=True)
@@ -141,10 +158,15 @@ class FailurePoint:
     step: int | None  # the last training step, the SDK's else the log's; None when neither says
     phase: Phase
     evidence: str  # Classification.evidence ("" when only the exit status decided)
+    # The epoch the step's line named beside it when the step had no total (Position); None
+    # when the step is global or the SDK's.
+    epoch: int | None = None
 
     def __post_init__(self) -> None:
-        if self.step is not None and (not isinstance(self.step, int) or isinstance(self.step, bool) or self.step < 0):
-            raise ValueError(f"step: expected a non-negative integer or None, got {self.step!r}")
+        for name in ("step", "epoch"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 0):
+                raise ValueError(f"{name}: expected a non-negative integer or None, got {value!r}")
         object.__setattr__(self, "phase", Phase(self.phase))
         if not isinstance(self.evidence, str):
             raise ValueError(f"evidence: expected a string, got {type(self.evidence).__name__}")
@@ -161,6 +183,8 @@ class FailurePoint:
             return False  # it trained this time, further than before
         if self.step is None or previous.step is None:
             return True  # training both times and no step to tell them apart: not past it
+        if self.epoch is not None and previous.epoch is not None:
+            return (self.epoch, self.step) <= (previous.epoch, previous.step)
         return self.step <= previous.step
 
     def repeats(self, previous: FailurePoint) -> bool:
@@ -170,7 +194,9 @@ class FailurePoint:
     def describe(self) -> str:
         if self.phase == Phase.STARTUP:
             return "before the first progress"
-        return f"at step {self.step}" if self.step is not None else "while training"
+        if self.step is None:
+            return "while training"
+        return f"at epoch {self.epoch}, step {self.step}" if self.epoch is not None else f"at step {self.step}"
 
 
 def shows_progress(tail: bytes | str) -> bool:
@@ -189,21 +215,30 @@ class JobProgress:
     print nothing and rank 0 prints the steps, so a failed rank's own tail often has no step
     line while the job trained for hours."""
 
-    step: int | None = None  # the highest last step line among the logs read
+    step: int | None = None  # the furthest last step line among the logs read
     trained: bool = False  # a progress line in any of them
+    epoch: int | None = None  # the epoch named beside that step (Position)
+
+
+def _further(position: Position) -> tuple[int, int]:
+    epoch, step = position
+    return (-1 if epoch is None else epoch), step
 
 
 def job_progress(tails: Iterable[bytes | str]) -> JobProgress:
     """The attempt's progress from its instances' log tails."""
-    steps: list[int] = []
+    positions: list[Position] = []
     trained = False
     for tail in tails:
         text = prepare_tail(tail)
-        logged = last_logged_step(text)
+        logged = last_logged_position(text)
         if logged is not None:
-            steps.append(logged)
+            positions.append(logged)
         trained = trained or logged is not None or PROGRESS_LINE.search(text) is not None
-    return JobProgress(step=max(steps) if steps else None, trained=trained)
+    if not positions:
+        return JobProgress(trained=trained)
+    epoch, step = max(positions, key=_further)
+    return JobProgress(step=step, trained=trained, epoch=epoch)
 
 
 def failure_point(
@@ -216,10 +251,10 @@ def failure_point(
     """The point of a failure from the log tail the monitor read and what the SDK reported;
     where neither names a step, from the job's progress (its other instances' logs)."""
     text = prepare_tail(tail)
-    logged = last_logged_step(text)
-    step = sdk_step if sdk_step is not None else logged
+    epoch, step = (None, sdk_step) if sdk_step is not None else (last_logged_position(text) or (None, None))
     trained = sdk_progress or step is not None or PROGRESS_LINE.search(text) is not None
     if step is None and job is not None:
-        step = job.step
+        epoch, step = job.epoch, job.step
         trained = trained or job.trained
-    return FailurePoint(step=step, phase=Phase.TRAINING if trained else Phase.STARTUP, evidence=evidence or "")
+    phase = Phase.TRAINING if trained else Phase.STARTUP
+    return FailurePoint(step=step, phase=phase, evidence=evidence or "", epoch=epoch)

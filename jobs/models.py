@@ -472,6 +472,9 @@ class RestartRecord(models.Model):
     # "" on records older than failure points); with `evidence`, what the guard compares.
     failure_step = models.BigIntegerField(null=True, blank=True)
     failure_phase = models.CharField(max_length=10, blank=True, default="")
+    # The epoch the log named beside a step with no total ("Epoch: 3 step: 20"): the guard
+    # orders such points by (epoch, step); null when the step is global or the SDK's.
+    failure_epoch = models.BigIntegerField(null=True, blank=True)
     # The verdict's kind (core.kinds: transient, deterministic, ambiguous; "" for a hang),
     # whose words and public-report counts the reason carries.
     verdict_kind = models.CharField(max_length=16, blank=True, default="")

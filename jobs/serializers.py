@@ -227,6 +227,7 @@ class RestartRecordSerializer(serializers.ModelSerializer):
             "log_offset",
             "verdict_kind",
             "failure_step",
+            "failure_epoch",
             "failure_phase",
             "result",
             "duration_seconds",

@@ -120,7 +120,12 @@ def point_of(record: RestartRecord) -> FailurePoint | None:
     """The failure point a record kept; None for one written before points were."""
     if not record.failure_phase:
         return None
-    return FailurePoint(step=record.failure_step, phase=Phase(record.failure_phase), evidence=record.evidence)
+    return FailurePoint(
+        step=record.failure_step,
+        phase=Phase(record.failure_phase),
+        evidence=record.evidence,
+        epoch=record.failure_epoch,
+    )
 
 
 def previous_failure_of(

@@ -304,6 +304,7 @@ def handle_failures(
                 "family": root.classification.family,
                 "evidence": root.classification.evidence,
                 "failure_step": points[root_inst.name].step,
+                "failure_epoch": points[root_inst.name].epoch,
                 "failure_phase": str(points[root_inst.name].phase),
                 "kind": decision.kind,
                 "cause": root.classification.cause,
@@ -491,7 +492,7 @@ def _point_fields(point: FailurePoint | None) -> dict:
     """A record's failure point (a hang's record has none)."""
     if point is None:
         return {}
-    return {"failure_step": point.step, "failure_phase": str(point.phase)}
+    return {"failure_step": point.step, "failure_epoch": point.epoch, "failure_phase": str(point.phase)}
 
 
 def restart_instance(

@@ -11,6 +11,7 @@ from core.failpoint import (
     Phase,
     failure_point,
     job_progress,
+    last_logged_position,
     last_logged_step,
     normalise,
     shows_progress,
@@ -220,6 +221,45 @@ def test_the_classic_epoch_and_step_of_total_line_is_a_global_step():
     # training scripts; here with its numbers filled in
     assert last_logged_step("Epoch [2/5], Step [100/600], Loss: 0.2431\n") == 2 * 600 + 100
     assert last_logged_step("step 12/500 loss 0.3\n") == 12
+
+
+# A training log saved whole in somethingpluto/security_front, src/utils/readFile.js (commit
+# c062ee91): 50 steps an epoch, counted again from 0 in each, no total printed.
+PER_EPOCH_STEPS = (
+    "Epoch:  1 step: 48 loss: 9.84\n"
+    "Epoch:  1 step: 49 loss: 9.80\n"
+    "\n"
+    "Epoch 1 finished !\n"
+    "Start evaluating...\n"
+    "Evaluation result: p: 0.37 r: 0.45 f1: 0.41\n"
+    "********************************\n"
+    "Epoch:  2 step:  0 loss: 9.82\n"
+    "Epoch:  2 step:  1 loss: 9.80\n"
+)
+
+
+def test_a_step_counted_again_each_epoch_is_ordered_by_its_epoch():
+    assert last_logged_position(PER_EPOCH_STEPS) == (2, 1)
+    assert last_logged_step(PER_EPOCH_STEPS) == 1
+    error = "RuntimeError: NCCL communicator was aborted on rank 1."
+    before = failure_point(PER_EPOCH_STEPS.split("Epoch 1 finished")[0] + error, error)
+    now = failure_point(PER_EPOCH_STEPS + error, error)
+    assert (before.epoch, before.step, now.epoch, now.step) == (1, 49, 2, 1)
+    # step 1 of epoch 2 is past step 49 of epoch 1: a new fault, decided afresh
+    assert not now.repeats(before) and before.repeats(now)
+    assert now.repeats(now) and now.describe() == "at epoch 2, step 1"
+    # litgpt's finetuning scripts print the epoch beside a global count (Lightning-AI/litgpt#1110):
+    # the same order either way
+    global_count = "Epoch 4 | iter 964 step 964 | loss train: 0.902, val: 1.057 | iter time: 115.27 ms (step)\n"
+    assert last_logged_position(global_count) == (4, 964)
+    # the job's point from its ranks' logs is the furthest by (epoch, step)
+    assert job_progress([PER_EPOCH_STEPS, "Epoch:  1 step: 49 loss: 9.80\n"]) == JobProgress(
+        step=1, trained=True, epoch=2
+    )
+    # a point with no epoch (the SDK's step, an old record) is compared by the step alone
+    assert FailurePoint(3, Phase.TRAINING, error).repeats(FailurePoint(5, Phase.TRAINING, error, epoch=1))
+    with pytest.raises(ValueError, match="epoch"):
+        FailurePoint(1, Phase.TRAINING, "", epoch=-1)
 
 
 @pytest.mark.parametrize(

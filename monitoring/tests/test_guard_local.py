@@ -89,3 +89,36 @@ def test_a_flaky_step_line_job_is_restarted_and_trains(alice, alice_ws, api_as, 
     assert job.status == JobStatus.SUCCEEDED, job.reason
     assert job.current_attempt == 2
     assert RestartRecord.objects.get(job=job).failure_step == 4
+
+
+# The format of a real saved log (somethingpluto/security_front, src/utils/readFile.js): the
+# step counts again from 0 each epoch and no total is printed. Attempt 1 fails at epoch 1's
+# step 3; attempts 2 and 3 at epoch 2's step 1, further on though its step number is lower.
+PER_EPOCH_SCRIPT = textwrap.dedent(
+    """
+    import os
+    counter = os.path.join(os.environ["MARKERS"], "attempts")
+    attempt = (int(open(counter).read()) if os.path.exists(counter) else 0) + 1
+    open(counter, "w").write(str(attempt))
+    fail_at = (1, 3) if attempt == 1 else (2, 1)
+    for epoch in range(1, 4):
+        for step in range(5):
+            print(f"Epoch: {epoch:2d} step: {step:2d} loss: {1.0 / (epoch * 5 + step):.2f}", flush=True)
+            if (epoch, step) == fail_at:
+                raise ConnectionResetError(f"[Errno 104] Connection reset by peer (pid {os.getpid()})")
+    """
+)
+
+
+def test_a_step_counted_again_each_epoch_is_further_on_in_a_later_epoch(alice, alice_ws, api_as, local_backend, script):
+    script.write_text(PER_EPOCH_SCRIPT)
+    job = tick_until(_submit(api_as(alice), alice_ws, script, "always"), finished, seconds=45)
+    assert job.status == JobStatus.FAILED, job.reason
+    # restarted after epoch 1's step 3 and after epoch 2's step 1 (further on), stopped at the second
+    assert job.current_attempt == 3, job.reason
+    assert "the same failure at the same point twice" in job.reason and "at epoch 2, step 1" in job.reason
+    records = RestartRecord.objects.filter(job=job).order_by("attempt")
+    assert [(r.failure_epoch, r.failure_step, r.failure_phase) for r in records] == [
+        (1, 3, "training"),
+        (2, 1, "training"),
+    ]
