@@ -524,6 +524,11 @@ class _ProgressReporter:
                     return
                 self._last_sent = time.monotonic()
             self.last_status = self._client.post("progress", body, timeout=timeout)
+            # The interval runs from the end of this send: the console receives reports at
+            # least a second apart however long each took to reach it (a slow console is sent
+            # less often, not a burst of queued ones).
+            with self._cond:
+                self._last_sent = time.monotonic()
         except Exception as exc:
             self.last_status = Status(StatusCode.INTERNAL, "vigil SDK error: %r" % (exc,))
         finally:
