@@ -8,12 +8,14 @@ export function initLogSearch(view, logRoot) {
   const status = document.getElementById("log-search-status");
   let matches = [];
   let current = -1;
+  let ranFor = null;  // the query `matches` were found for
 
   function run() {
     logRoot.querySelectorAll(".ln.match").forEach((el) => el.classList.remove("match", "cur"));
     matches = []; current = -1;
     search.removeAttribute("aria-invalid");
     const q = search.value;
+    ranFor = q;
     if (!q) { status.textContent = ""; return; }
     let re;
     try { re = new RegExp(q, "i"); } catch (err) {
@@ -29,7 +31,8 @@ export function initLogSearch(view, logRoot) {
   }
 
   function step(by) {
-    if (!matches.length || !matches[0].isConnected) run();
+    // Enter before the typing's debounced run: search now, for what is typed now
+    if (search.value !== ranFor || !matches.length || !matches[0].isConnected) run();
     if (!matches.length) return;
     current = (current + by + matches.length) % matches.length;
     matches.forEach((el) => el.classList.remove("cur"));
@@ -42,7 +45,9 @@ export function initLogSearch(view, logRoot) {
     status.textContent = (current + 1) + " of " + matches.length;
   }
 
-  search.addEventListener("input", () => debounce("search", 150, run));
+  // The debounced run is skipped when Enter already searched for the same text: it would
+  // clear the match Enter just went to.
+  search.addEventListener("input", () => debounce("search", 150, () => { if (search.value !== ranFor) run(); }));
   search.addEventListener("keydown", (e) => {
     if (e.key === "Enter") { e.preventDefault(); step(e.shiftKey ? -1 : 1); }
     else if (e.key === "Escape") { search.value = ""; run(); logRoot.focus(); }

@@ -44,6 +44,16 @@ CHROMIUM_ARGS = [
 ]
 ROOT = Path(__file__).resolve().parents[2]
 SCREENSHOTS = ROOT / "test-artifacts" / "screenshots"
+# An assertion waits as long as an action may (page_for's 15 s), not Playwright's 5 s: on a
+# loaded two-core machine a live update (a restart's separator and record, pushed once the
+# monitor's tick has run) can take longer than 5 s. A check that holds returns at once.
+EXPECT_TIMEOUT_MS = 15_000
+try:
+    from playwright.sync_api import expect
+
+    expect.set_options(timeout=EXPECT_TIMEOUT_MS)
+except ImportError:  # the browser tests skip with their reason (pytest_collection_modifyitems)
+    pass
 
 
 def pytest_collection_modifyitems(config, items):
